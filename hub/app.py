@@ -1,0 +1,80 @@
+"""The hub's aiohttp application: routes and the lifecycle of its long-lived resources."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+import aiohttp
+from aiohttp import web
+from redis.asyncio import Redis
+
+from . import __version__, ingest, websub_http
+from .auth import PublisherAuth
+from .errors import error_middleware
+from .settings import Settings
+from .state import HTTP, REDIS, SETTINGS, STORE
+from .store import EventStore
+
+log = logging.getLogger(__name__)
+
+
+async def healthz(request: web.Request) -> web.Response:
+    redis = request.app[REDIS]
+    try:
+        await asyncio.wait_for(redis.ping(), timeout=2.0)
+    except Exception as exc:  # any failure means "not healthy"; say which
+        return web.json_response(
+            {"status": "degraded", "hub": "ok", "redis": f"unreachable: {exc!s}"}, status=503
+        )
+    return web.json_response({"status": "ok", "hub": "ok", "redis": "ok", "version": __version__})
+
+
+async def _redis_ctx(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS]
+    redis = Redis.from_url(app[_REDIS_URL], max_connections=512, health_check_interval=30)
+    app[REDIS] = redis
+    app[STORE] = EventStore(
+        redis,
+        retention_seconds=settings.retention_seconds,
+        retention_max_events=settings.retention_max_events,
+        idempotency_seconds=settings.idempotency_seconds,
+    )
+    yield
+    await redis.aclose()
+
+
+async def _http_ctx(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS]
+    connector = aiohttp.TCPConnector(limit=settings.delivery_concurrency, limit_per_host=0)
+    session = aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=settings.delivery_timeout),
+        auto_decompress=False,
+    )
+    app[HTTP] = session
+    yield
+    await session.close()
+
+
+_REDIS_URL = web.AppKey("redis_url", str)
+
+
+def create_app(settings: Settings, redis_url: str) -> web.Application:
+    """Build the hub for ``settings`` on the Redis at ``redis_url``."""
+    app = web.Application(
+        middlewares=[error_middleware],
+        client_max_size=settings.max_body_bytes,
+    )
+    app[SETTINGS] = settings
+    app[_REDIS_URL] = redis_url
+    app[ingest.AUTH] = PublisherAuth(settings)
+    app.cleanup_ctx.append(_redis_ctx)
+    app.cleanup_ctx.append(_http_ctx)
+    websub_http.setup(app)
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_post("/", websub_http.hub_endpoint)
+    app.router.add_post("/topics/{name}", ingest.publish_to_named_topic)
+    return app

@@ -1,0 +1,77 @@
+"""The hub's exception family; ``hub.errors`` maps it to HTTP responses in one place.
+
+::
+
+    HubError
+    ├── EmbeddedRedisError          the embedded redis-server would not start
+    ├── ConfigurationError          settings that cannot work (e.g. open bind without tokens)
+    └── RequestError                the peer was wrong; carries ``http_status``
+        ├── BadRequest              400
+        ├── Unauthorized            401
+        ├── Forbidden               403
+        ├── NotFound                404
+        ├── Conflict                409
+        ├── Gone                    410  (e.g. a resume id older than retention)
+        ├── PayloadTooLarge         413
+        └── UnsupportedMediaType    415
+
+Document errors from :mod:`resourcesync` (``DocumentError`` and subclasses) are mapped by
+the same middleware using their own ``http_status``.
+"""
+
+from __future__ import annotations
+
+
+class HubError(Exception):
+    """Root of every error the hub raises on purpose."""
+
+
+class EmbeddedRedisError(HubError):
+    """The embedded redis-server could not be started."""
+
+
+class ConfigurationError(HubError):
+    """Settings that cannot work together."""
+
+
+class RequestError(HubError):
+    """A request the hub refuses; ``http_status`` says how."""
+
+    http_status = 400
+
+    def __init__(self, message: str, **detail: object) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+
+
+class BadRequest(RequestError):
+    http_status = 400
+
+
+class Unauthorized(RequestError):
+    http_status = 401
+
+
+class Forbidden(RequestError):
+    http_status = 403
+
+
+class NotFound(RequestError):
+    http_status = 404
+
+
+class Conflict(RequestError):
+    http_status = 409
+
+
+class Gone(RequestError):
+    http_status = 410
+
+
+class PayloadTooLarge(RequestError):
+    http_status = 413
+
+
+class UnsupportedMediaType(RequestError):
+    http_status = 415

@@ -1,0 +1,87 @@
+"""Publishing: a Source POSTs a change notification; its changes are stored, then 202.
+
+``POST /topics/{name}`` names the topic in the path; ``POST /`` names it in the
+``Link: <topic>; rel="self"`` header (WebSub's publish style). The answer comes only after
+every change is in Redis: ``{"topic", "accepted", "ids", "replayed"}``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from aiohttp import web
+
+from resourcesync import ChangeList, ChangeListNotification, parse
+
+from . import topics
+from .auth import PublisherAuth
+from .events import change_from_entry
+from .exceptions import BadRequest, UnsupportedMediaType
+from .links import parse_link_header
+from .state import SETTINGS, STORE
+
+AUTH = web.AppKey("auth", PublisherAuth)
+
+_XML_TYPES = {"application/xml", "text/xml", "application/octet-stream", ""}
+_MAX_IDEMPOTENCY_KEY = 200
+
+
+def _check_content_type(request: web.Request) -> None:
+    ctype = request.content_type if "Content-Type" in request.headers else ""
+    if ctype in _XML_TYPES or ctype.endswith("+xml"):
+        return
+    raise UnsupportedMediaType(
+        f"a change notification must be XML (application/xml), got Content-Type {ctype!r}"
+    )
+
+
+def _idempotency_key(request: web.Request) -> str | None:
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return None
+    key = key.strip()
+    if not key or len(key) > _MAX_IDEMPOTENCY_KEY or not key.isprintable():
+        raise BadRequest(f"Idempotency-Key must be 1-{_MAX_IDEMPOTENCY_KEY} printable characters")
+    return key
+
+
+async def publish(request: web.Request, topic: str) -> web.Response:
+    """Validate, authorise and store one notification for ``topic``."""
+    request.app[AUTH].check(topic, request.headers.get("Authorization"))
+    _check_content_type(request)
+    idempotency_key = _idempotency_key(request)
+    body = await request.read()
+    if not body:
+        raise BadRequest("empty body: expected a changelist-notification XML document")
+    doc = parse(body, max_bytes=request.app[SETTINGS].max_body_bytes)
+    if not isinstance(doc, ChangeListNotification | ChangeList) or doc.is_index:
+        raise BadRequest(
+            "expected a changelist-notification (or Change List) document, "
+            f"got {doc.capability!s}" + (" index" if doc.is_index else "")
+        )
+    if not doc.entries:
+        raise BadRequest("the notification carries no changes")
+    changes = [change_from_entry(entry, i) for i, entry in enumerate(doc.entries)]
+    digest = hashlib.sha256(body).hexdigest()
+    stored = await request.app[STORE].append(
+        topic, changes, digest=digest, idempotency_key=idempotency_key
+    )
+    return web.json_response(
+        {"topic": topic, "accepted": len(stored.ids), "ids": stored.ids,
+         "replayed": stored.replayed},
+        status=202,
+    )
+
+
+async def publish_to_named_topic(request: web.Request) -> web.Response:
+    return await publish(request, topics.check_name(request.match_info["name"]))
+
+
+async def publish_to_self_link(request: web.Request) -> web.Response:
+    """``POST /`` with XML: the topic comes from ``Link: <...>; rel="self"``."""
+    links = parse_link_header(request.headers.getall("Link", []))
+    self_url = links.get("self")
+    if not self_url:
+        raise BadRequest('publishing to the hub URL needs a Link: <topic-url>; rel="self" header')
+    name = topics.name_from_url(request.app[SETTINGS].public_url, self_url)
+    return await publish(request, name)

@@ -1,0 +1,101 @@
+"""The hub's one typed settings object.
+
+Every field comes from a flag of ``rshub serve`` or an ``RSHUB_*`` environment variable
+(``RSHUB_PORT=9000``, ``RSHUB_TOKENS='["s3cret"]'``). Every limit has a bounded default.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RSHUB_", extra="ignore")
+
+    # -- network -----------------------------------------------------------------------
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    #: Public base URL (scheme://host[:port][/prefix]) when the hub sits behind a proxy.
+    base_url: str | None = None
+
+    # -- storage -----------------------------------------------------------------------
+    #: An existing Redis; without it ``rshub serve`` starts an embedded redis-server.
+    redis_url: str | None = None
+    data_dir: Path = Path("rshub-data")
+    #: ``always``, ``everysec`` or ``no``: the embedded Redis's AOF fsync policy.
+    appendfsync: str = "everysec"
+
+    # -- publishing --------------------------------------------------------------------
+    #: Bearer tokens that may publish to any topic.
+    tokens: list[str] = Field(default_factory=list)
+    #: Bearer tokens per topic name: ``{"news": ["t1", "t2"]}``.
+    topic_tokens: dict[str, list[str]] = Field(default_factory=dict)
+    #: Allow a non-loopback bind without any token (anyone may publish).
+    open: bool = False
+    max_body_bytes: int = Field(10 * 1024 * 1024, ge=1024, le=50 * 1024 * 1024)
+    #: Retention per topic: events older than this many seconds are trimmed (0 = keep).
+    retention_seconds: int = Field(7 * 24 * 3600, ge=0)
+    #: Retention per topic: at most this many events are kept (0 = no length bound).
+    retention_max_events: int = Field(1_000_000, ge=0)
+    #: How long an Idempotency-Key is remembered.
+    idempotency_seconds: int = Field(24 * 3600, ge=1)
+
+    # -- WebSub ------------------------------------------------------------------------
+    lease_seconds_default: int = Field(10 * 24 * 3600, ge=60)
+    lease_seconds_min: int = Field(60, ge=1)
+    lease_seconds_max: int = Field(30 * 24 * 3600, ge=60)
+    #: Callbacks on loopback/private/link-local addresses; ``None`` = allowed only when the
+    #: hub itself binds to loopback.
+    allow_private_callbacks: bool | None = None
+    verify_timeout: float = Field(10.0, gt=0, le=120)
+    delivery_timeout: float = Field(10.0, gt=0, le=120)
+    delivery_batch_max_changes: int = Field(1000, ge=1, le=50_000)
+    delivery_batch_max_bytes: int = Field(1024 * 1024, ge=1024)
+    delivery_concurrency: int = Field(256, ge=1, le=10_000)
+    retry_base_seconds: float = Field(1.0, gt=0)
+    retry_max_seconds: float = Field(300.0, gt=0)
+    #: Consecutive failures after which a subscription is suspended (probed, not deleted).
+    suspend_after_failures: int = Field(10, ge=1)
+
+    # -- streams -----------------------------------------------------------------------
+    heartbeat_seconds: float = Field(15.0, gt=0, le=300)
+    #: Events a WebSocket/SSE client may have queued before it is dropped as too slow.
+    client_buffer_events: int = Field(10_000, ge=10)
+
+    # -- materialized documents --------------------------------------------------------
+    #: A Change List page closes after this many seconds (or at 50,000 entries).
+    changelist_page_seconds: int = Field(3600, ge=1)
+
+    @field_validator("appendfsync")
+    @classmethod
+    def _check_fsync(cls, value: str) -> str:
+        if value not in {"always", "everysec", "no"}:
+            raise ValueError("appendfsync must be always, everysec or no")
+        return value
+
+    @property
+    def public_url(self) -> str:
+        """The hub URL as others see it (no trailing slash)."""
+        if self.base_url:
+            return self.base_url.rstrip("/")
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def binds_loopback(self) -> bool:
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+    @property
+    def private_callbacks_allowed(self) -> bool:
+        if self.allow_private_callbacks is None:
+            return self.binds_loopback
+        return self.allow_private_callbacks

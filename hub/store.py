@@ -1,0 +1,147 @@
+"""The topic event store: one Redis stream per topic.
+
+A publish is one Lua script call: every change of the request is XADDed (all or none, since
+a script runs atomically), the Resource List fold is updated in the same step, retention is
+applied, and the Idempotency-Key is remembered. Doing the per-change work inside Redis keeps
+the Python side to one round trip per request, whatever the number of changes.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import NamedTuple
+
+from redis.asyncio import Redis
+
+from . import keys
+from .exceptions import Conflict
+
+# KEYS: 1 events stream, 2 resources hash, 3 meta hash, [4 idempotency key]
+# ARGV: 1 body digest, 2 idempotency ttl, 3 maxlen (0 = none), 4 minid ('' = none),
+#       5 now-ms, then one (loc, change, event-json) triple per change.
+_APPEND = """
+local stream, resources, meta = KEYS[1], KEYS[2], KEYS[3]
+if #KEYS > 3 then
+  local prev = redis.call('GET', KEYS[4])
+  if prev then return {1, prev} end
+end
+local ids = {}
+for i = 6, #ARGV, 3 do
+  local id = redis.call('XADD', stream, '*', 'e', ARGV[i + 2])
+  ids[#ids + 1] = id
+  if ARGV[i + 1] == 'deleted' then
+    redis.call('HDEL', resources, ARGV[i])
+  else
+    redis.call('HSET', resources, ARGV[i], id .. ' ' .. ARGV[i + 2])
+  end
+end
+if ARGV[3] ~= '0' then redis.call('XTRIM', stream, 'MAXLEN', '~', ARGV[3]) end
+if ARGV[4] ~= '' then redis.call('XTRIM', stream, 'MINID', '~', ARGV[4]) end
+local joined = table.concat(ids, ' ')
+redis.call('HSET', meta, 'last_id', ids[#ids], 'last_publish_ms', ARGV[5])
+redis.call('HSETNX', meta, 'created_ms', ARGV[5])
+if #KEYS > 3 then redis.call('SET', KEYS[4], ARGV[1] .. '|' .. joined, 'EX', ARGV[2]) end
+return {0, joined}
+"""
+
+
+class Change(NamedTuple):
+    """One change ready to store: its loc and change type (for the fold) and its JSON."""
+
+    loc: str
+    change: str
+    event: bytes
+
+
+class Appended(NamedTuple):
+    ids: list[str]
+    #: True when an earlier publish with the same Idempotency-Key was found instead.
+    replayed: bool
+
+
+class EventStore:
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        retention_seconds: int = 0,
+        retention_max_events: int = 0,
+        idempotency_seconds: int = 86400,
+    ) -> None:
+        self.redis = redis
+        self.retention_seconds = retention_seconds
+        self.retention_max_events = retention_max_events
+        self.idempotency_seconds = idempotency_seconds
+        self._append = redis.register_script(_APPEND)
+        self._known_topics: set[str] = set()
+
+    async def append(
+        self,
+        topic: str,
+        changes: list[Change],
+        *,
+        digest: str = "",
+        idempotency_key: str | None = None,
+    ) -> Appended:
+        """Store all ``changes`` atomically; return their event ids in order."""
+        now_ms = int(time.time() * 1000)
+        minid = ""
+        if self.retention_seconds:
+            minid = f"{now_ms - self.retention_seconds * 1000}-0"
+        script_keys = [keys.events(topic), keys.resources(topic), keys.topic_meta(topic)]
+        if idempotency_key is not None:
+            script_keys.append(keys.idempotency(topic, idempotency_key))
+        args: list[str | bytes | int] = [
+            digest, self.idempotency_seconds, self.retention_max_events, minid, now_ms,
+        ]
+        for change in changes:
+            args.append(change.loc)
+            args.append(change.change)
+            args.append(change.event)
+        if topic not in self._known_topics:
+            await self.redis.sadd(keys.TOPICS, topic)
+            self._known_topics.add(topic)
+        replayed, joined = await self._append(keys=script_keys, args=args)
+        text = joined.decode() if isinstance(joined, bytes) else str(joined)
+        if replayed:
+            prev_digest, _, text = text.partition("|")
+            if prev_digest != digest:
+                raise Conflict(
+                    "Idempotency-Key was already used for a different body",
+                    idempotency_key=idempotency_key,
+                )
+        return Appended(ids=text.split(" ") if text else [], replayed=bool(replayed))
+
+    async def read(
+        self, topic: str, after: str | None, count: int, *, until: str = "+"
+    ) -> list[tuple[str, bytes]]:
+        """Up to ``count`` events with id > ``after`` (all from the start if None)."""
+        start = f"({after}" if after and after != "0" and after != "0-0" else "-"
+        rows = await self.redis.xrange(keys.events(topic), start, until, count=count)
+        return [(_text(eid), fields[keys.EVENT_FIELD]) for eid, fields in rows]
+
+    async def first_id(self, topic: str) -> str | None:
+        rows = await self.redis.xrange(keys.events(topic), "-", "+", count=1)
+        return _text(rows[0][0]) if rows else None
+
+    async def last_id(self, topic: str) -> str | None:
+        rows = await self.redis.xrevrange(keys.events(topic), "+", "-", count=1)
+        return _text(rows[0][0]) if rows else None
+
+    async def length(self, topic: str) -> int:
+        return int(await self.redis.xlen(keys.events(topic)))
+
+    async def topics(self) -> list[str]:
+        return sorted(_text(t) for t in await self.redis.smembers(keys.TOPICS))
+
+    async def exists(self, topic: str) -> bool:
+        if topic in self._known_topics:
+            return True
+        found = bool(await self.redis.sismember(keys.TOPICS, topic))
+        if found:
+            self._known_topics.add(topic)
+        return found
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

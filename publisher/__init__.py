@@ -1,0 +1,1 @@
+"""Publisher: push ResourceSync change notifications to an rshub hub."""

@@ -1,0 +1,1 @@
+"""The ``rshub`` command: one entry point for the hub, publisher and subscriber."""

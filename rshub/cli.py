@@ -1,0 +1,43 @@
+"""``rshub`` sub-command dispatch.
+
+Each package owns its sub-commands in its own ``cli`` module, exposing
+``add_parsers(subparsers)``; this module only wires them together. Flags default from
+``RSHUB_*`` environment variables (see :func:`env_default`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+#: package.cli modules that contribute sub-commands, in help order.
+_COMMAND_MODULES = ("hub.cli", "publisher.cli", "subscriber.cli")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rshub",
+        description="ResourceSync change-notification hub, publisher and subscriber.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    for name in _COMMAND_MODULES:
+        module = importlib.import_module(name)
+        module.add_parsers(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        result = args.run(args)
+    except KeyboardInterrupt:
+        return 130
+    return int(result or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

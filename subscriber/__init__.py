@@ -1,0 +1,1 @@
+"""Subscriber: receive a topic's changes and keep a local mirror in sync."""

@@ -1,0 +1,74 @@
+"""Fixtures: a real redis-server for the session, a real hub on 127.0.0.1 per test."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import pytest
+import redis
+from aiohttp import web
+
+from hub.app import create_app
+from hub.embedded_redis import EmbeddedRedis
+from hub.settings import Settings
+from tests.support import free_port
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
+    server = EmbeddedRedis(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: EmbeddedRedis) -> str:
+    """The session's Redis, emptied for this test."""
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()
+    client.close()
+    return redis_server.url
+
+
+@dataclass
+class Hub:
+    url: str
+    app: web.Application
+    settings: Settings
+    session: aiohttp.ClientSession
+
+    async def publish(self, topic: str, body: bytes, **headers: str) -> aiohttp.ClientResponse:
+        resp = await self.session.post(
+            f"{self.url}/topics/{topic}", data=body,
+            headers={"Content-Type": "application/xml", **headers},
+        )
+        await resp.read()
+        return resp
+
+
+async def start_hub(settings: Settings, redis_url: str) -> tuple[web.AppRunner, web.Application]:
+    app = create_app(settings, redis_url)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port)
+    await site.start()
+    return runner, app
+
+
+@pytest.fixture
+def hub_settings() -> dict[str, Any]:
+    """Override in a test module (or parametrize) to change the hub's settings."""
+    return {}
+
+
+@pytest.fixture
+async def hub(redis_url: str, hub_settings: dict[str, Any]) -> AsyncIterator[Hub]:
+    settings = Settings(host="127.0.0.1", port=free_port(), **hub_settings)
+    runner, app = await start_hub(settings, redis_url)
+    async with aiohttp.ClientSession() as session:
+        yield Hub(settings.public_url, app, settings, session)
+    await runner.cleanup()
