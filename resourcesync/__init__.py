@@ -1,0 +1,82 @@
+"""ResourceSync documents (ANSI/NISO Z39.99-2014), sans I/O: bytes in, models, bytes out.
+
+Parse with :func:`parse`, build documents from the models, write them with
+:func:`serialize`, and check them with :func:`validate`. Nothing here touches sockets or
+files; callers own the I/O.
+"""
+
+from .datetimes import format_datetime, parse_datetime
+from .exceptions import (
+    DocumentError,
+    DocumentTooLargeError,
+    ParseError,
+    ResourceSyncError,
+    UnsafeDocumentError,
+    ValidationError,
+)
+from .models import (
+    DOCUMENT_TYPES,
+    Capability,
+    CapabilityList,
+    Change,
+    ChangeDump,
+    ChangeDumpIndex,
+    ChangeDumpManifest,
+    ChangeDumpNotification,
+    ChangeList,
+    ChangeListIndex,
+    ChangeListNotification,
+    Document,
+    Entry,
+    Link,
+    Metadata,
+    ResourceDump,
+    ResourceDumpIndex,
+    ResourceDumpManifest,
+    ResourceList,
+    ResourceListIndex,
+    SourceDescription,
+    SourceDescriptionIndex,
+)
+from .parse import parse
+from .serialize import serialize
+from .validate import validate
+
+__all__ = [
+    "DOCUMENT_TYPES",
+    "Capability",
+    "CapabilityList",
+    "Change",
+    "ChangeDump",
+    "ChangeDumpIndex",
+    "ChangeDumpManifest",
+    "ChangeDumpNotification",
+    "ChangeList",
+    "ChangeListIndex",
+    "ChangeListNotification",
+    "Document",
+    "DocumentError",
+    "DocumentTooLargeError",
+    "Entry",
+    # models
+    "Link",
+    "Metadata",
+    "ParseError",
+    "ResourceDump",
+    "ResourceDumpIndex",
+    "ResourceDumpManifest",
+    "ResourceList",
+    "ResourceListIndex",
+    # exceptions
+    "ResourceSyncError",
+    "SourceDescription",
+    "SourceDescriptionIndex",
+    "UnsafeDocumentError",
+    "ValidationError",
+    "format_datetime",
+    # functions
+    "parse",
+    "parse_datetime",
+    "serialize",
+    "validate",
+]
