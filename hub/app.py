@@ -10,7 +10,7 @@ import aiohttp
 from aiohttp import web
 from redis.asyncio import Redis
 
-from . import __version__, documents, ingest, websub_http
+from . import __version__, documents, ingest, streams, websub_http
 from .auth import PublisherAuth
 from .errors import error_middleware
 from .settings import Settings
@@ -74,6 +74,7 @@ def create_app(settings: Settings, redis_url: str) -> web.Application:
     app.cleanup_ctx.append(_http_ctx)
     websub_http.setup(app)
     documents.setup(app)
+    streams.setup(app)
 
     app.router.add_get("/healthz", healthz)
     app.router.add_post("/", websub_http.hub_endpoint)

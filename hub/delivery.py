@@ -1,0 +1,282 @@
+"""WebSub content distribution: one :class:`DeliveryWorker` per verified subscription.
+
+Contract (WebSub §7, plus rshub's guarantees): **at-least-once, in event-id order per
+subscription**. A worker reads the events after its cursor (shared in-memory tail, Redis
+for older ones), POSTs them as one ``changelist-notification`` (bounded count and bytes),
+and advances the cursor in Redis only after a 2xx. Failures are retried with exponential
+back-off and jitter (``Retry-After`` honoured, capped); ``410 Gone`` ends the subscription;
+after ``suspend_after_failures`` consecutive failures the subscription is marked suspended
+and probed at the longest back-off until its callback recovers. Each worker has exactly one
+request in flight, so a slow or dead callback delays nobody else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+import aiohttp
+
+from . import notification, websub
+from .feed import Event, FeedHub, parse_id
+from .links import format_links
+from .settings import Settings
+from .subscriptions import State, Subscription, SubscriptionStore
+
+log = logging.getLogger(__name__)
+
+#: Header carrying the id of the last change in a delivery body (resume point).
+LAST_EVENT_ID_HEADER = "X-RSHub-Last-Event-Id"
+#: Header carrying every event id of the body, space-separated, in ``<url>`` order.
+EVENT_IDS_HEADER = "X-RSHub-Event-Ids"
+
+
+class _Gone(Exception):
+    """The subscription ended (410, expiry or unsubscription) while delivering."""
+
+
+class DeliveryWorker:
+    def __init__(
+        self,
+        sub: Subscription,
+        *,
+        settings: Settings,
+        session: aiohttp.ClientSession,
+        store: SubscriptionStore,
+        feeds: FeedHub,
+    ) -> None:
+        self.sub = sub
+        self.settings = settings
+        self.session = session
+        self.store = store
+        self.feeds = feeds
+        self.task: asyncio.Task[None] | None = None
+        self.delivered = 0
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self.run(), name=f"deliver:{self.sub.callback}")
+
+    async def stop(self) -> None:
+        if self.task and not self.task.done():
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+    def _batch(self, events: list[Event]) -> list[Event]:
+        """Cut ``events`` to the byte budget (always at least one event)."""
+        budget = self.settings.delivery_batch_max_bytes
+        size = 0
+        for i, event in enumerate(events):
+            size += len(event.xml(notification.render_entry)) + 16
+            if size > budget and i > 0:
+                return events[:i]
+        return events
+
+    async def run(self) -> None:
+        sub = self.sub
+        feed = await self.feeds.acquire(sub.topic)
+        try:
+            cursor_text = await self.store.cursor(sub.topic, sub.callback) or "0-0"
+            cursor = parse_id(cursor_text)
+            limit = self.settings.delivery_batch_max_changes
+            while True:
+                remaining = sub.expires_at - time.time()
+                if remaining <= 0:
+                    raise _Gone("lease expired")
+                events = await feed.read_after(cursor, limit, timeout=min(remaining, 60.0))
+                if not events:
+                    continue
+                batch = self._batch(events)
+                await self._deliver(batch)
+                cursor = batch[-1].key
+                self.delivered += len(batch)
+        except _Gone as exc:
+            log.info("subscription %s -> %s ended: %s", sub.topic, sub.callback, exc)
+            await self.store.delete(sub.topic, sub.callback)
+        finally:
+            await self.feeds.release(feed)
+
+    async def _deliver(self, batch: list[Event]) -> None:
+        """POST ``batch`` until a 2xx; raise :class:`_Gone` if the subscription ends."""
+        sub = self.sub
+        up = f"{self.settings.public_url}/topics/{sub.topic}/capabilitylist.xml"
+        body = notification.render(batch, up=up)
+        headers = {
+            "Content-Type": "application/xml",
+            "Link": format_links(self.settings.public_url + "/", sub.topic_url),
+            LAST_EVENT_ID_HEADER: batch[-1].id,
+            EVENT_IDS_HEADER: " ".join(e.id for e in batch),
+        }
+        if sub.secret:
+            headers["X-Hub-Signature"] = websub.signature(sub.secret, body)
+        while True:
+            if sub.expired:
+                raise _Gone("lease expired")
+            retry_after: float | None = None
+            try:
+                async with self.session.post(
+                    sub.callback, data=body, headers=headers, allow_redirects=False,
+                    timeout=aiohttp.ClientTimeout(total=self.settings.delivery_timeout),
+                ) as resp:
+                    status = resp.status
+                    if status == 410:
+                        raise _Gone("callback answered 410 Gone")
+                    if 200 <= status < 300:
+                        await self._succeeded(batch[-1].id)
+                        return
+                    retry_after = _retry_after(resp.headers.get("Retry-After"))
+                    error = f"HTTP {status}"
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                error = f"{type(exc).__name__}: {exc}"[:300]
+            await self._failed(error)
+            delay = websub.backoff(
+                sub.failures, self.settings.retry_base_seconds, self.settings.retry_max_seconds
+            )
+            if retry_after is not None:
+                delay = min(max(delay, retry_after), self.settings.retry_max_seconds)
+            await asyncio.sleep(delay)
+
+    async def _succeeded(self, last_id: str) -> None:
+        sub = self.sub
+        await self.store.set_cursor(sub.topic, sub.callback, last_id)
+        if sub.failures or sub.state is not State.ACTIVE:
+            if sub.state is State.SUSPENDED:
+                log.info("subscription %s -> %s resumed", sub.topic, sub.callback)
+            sub.failures, sub.state, sub.last_error = 0, State.ACTIVE, None
+            await self.store.save(sub)
+
+    async def _failed(self, error: str) -> None:
+        sub = self.sub
+        sub.failures += 1
+        sub.last_error = error
+        if sub.failures >= self.settings.suspend_after_failures and sub.state is State.ACTIVE:
+            sub.state = State.SUSPENDED
+            log.warning("subscription %s -> %s suspended after %d failures: %s",
+                        sub.topic, sub.callback, sub.failures, error)
+            await self.store.save(sub)
+        elif sub.failures == 1:
+            await self.store.save(sub)
+
+
+def _retry_after(value: str | None) -> float | None:
+    if value and value.strip().isdigit():
+        return float(value.strip())
+    return None
+
+
+class DeliveryService:
+    """Verifies intent (WebSub §5.3) and runs a worker per active subscription."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        session: aiohttp.ClientSession,
+        store: SubscriptionStore,
+        feeds: FeedHub,
+        last_id: Callable[[str], Awaitable[str | None]],
+    ) -> None:
+        self.settings = settings
+        self.session = session
+        self.store = store
+        self.feeds = feeds
+        self.last_id = last_id
+        self.workers: dict[tuple[str, str], DeliveryWorker] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._verify_slots = asyncio.Semaphore(64)
+
+    async def start(self) -> None:
+        """Resume every stored subscription from its cursor (after a restart too)."""
+        for sub in await self.store.all():
+            if sub.expired:
+                await self.store.delete(sub.topic, sub.callback)
+            else:
+                self._run_worker(sub)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await asyncio.gather(*(w.stop() for w in self.workers.values()))
+        self.workers.clear()
+
+    def _run_worker(self, sub: Subscription) -> None:
+        key = (sub.topic, sub.callback)
+        worker = DeliveryWorker(
+            sub, settings=self.settings, session=self.session, store=self.store, feeds=self.feeds
+        )
+        self.workers[key] = worker
+        worker.start()
+        assert worker.task is not None
+        worker.task.add_done_callback(lambda _t: self._forget(key, worker))
+
+    def _forget(self, key: tuple[str, str], worker: DeliveryWorker) -> None:
+        if self.workers.get(key) is worker:
+            del self.workers[key]
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def request(self, req: websub.SubscriptionRequest) -> None:
+        """Accepted (202): verify intent in the background, then (de)activate."""
+        self._spawn(self._verify(req))
+
+    def deny(self, callback: str, topic_url: str, reason: str) -> None:
+        self._spawn(self._send_denial(callback, topic_url, reason))
+
+    async def _send_denial(self, callback: str, topic_url: str, reason: str) -> None:
+        url = websub.denial_url(callback, topic_url, reason)
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError, OSError):
+            async with self._verify_slots, self.session.get(
+                url, allow_redirects=False,
+                timeout=aiohttp.ClientTimeout(total=self.settings.verify_timeout),
+            ) as resp:
+                await resp.read()
+
+    async def _verify(self, req: websub.SubscriptionRequest) -> None:
+        challenge = websub.new_challenge()
+        lease = req.lease_seconds if req.mode is websub.Mode.SUBSCRIBE else None
+        url = websub.verification_url(req.callback, req.mode, req.topic_url, challenge, lease)
+        try:
+            async with self._verify_slots, self.session.get(
+                url, allow_redirects=False,
+                timeout=aiohttp.ClientTimeout(total=self.settings.verify_timeout),
+            ) as resp:
+                body = await resp.content.read(4096)
+                ok = 200 <= resp.status < 300 and body.strip() == challenge.encode()
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            log.info("verification of %s for %s failed: %s", req.callback, req.topic, exc)
+            return
+        if not ok:
+            log.info("verification of %s for %s refused (status %s)",
+                     req.callback, req.topic, resp.status)
+            return
+        key = (req.topic, req.callback)
+        old = self.workers.pop(key, None)
+        if old is not None:
+            await old.stop()
+        if req.mode is websub.Mode.UNSUBSCRIBE:
+            await self.store.delete(req.topic, req.callback)
+            log.info("unsubscribed %s from %s", req.callback, req.topic)
+            return
+        previous = await self.store.get(req.topic, req.callback)
+        cursor = req.since
+        if cursor is None and previous is None:
+            cursor = await self.last_id(req.topic) or "0-0"
+        sub = Subscription(
+            topic=req.topic, topic_url=req.topic_url, callback=req.callback,
+            lease_seconds=req.lease_seconds, expires_at=time.time() + req.lease_seconds,
+            secret=req.secret,
+            created_at=previous.created_at if previous else time.time(),
+        )
+        await self.store.activate(sub, cursor)
+        log.info("subscribed %s to %s", req.callback, req.topic)
+        self._run_worker(sub)
+

@@ -1,0 +1,159 @@
+"""WebSub hub protocol, sans I/O: requests, verification of intent, signatures, back-off.
+
+References are to the W3C WebSub Recommendation (2018).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import random
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from urllib.parse import urlencode, urlsplit, urlunsplit
+
+from . import topics
+from .exceptions import BadRequest
+
+MAX_SECRET_BYTES = 200  # §5.1: hub.secret MUST be less than 200 bytes
+MAX_CALLBACK_LENGTH = 2048
+
+
+class TopicDenied(BadRequest):
+    """A well-formed request for a topic this hub will not serve: deny it (§5.2)."""
+
+    def __init__(self, message: str, *, callback: str, topic_url: str) -> None:
+        super().__init__(message)
+        self.callback = callback
+        self.topic_url = topic_url
+
+
+class Mode(StrEnum):
+    SUBSCRIBE = "subscribe"
+    UNSUBSCRIBE = "unsubscribe"
+    PUBLISH = "publish"
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionRequest:
+    """A validated ``hub.mode=subscribe|unsubscribe`` request (§5.1)."""
+
+    mode: Mode
+    topic_url: str
+    topic: str
+    callback: str
+    lease_seconds: int
+    secret: str | None
+    #: rshub extension ``hub.since``: start delivering after this event id.
+    since: str | None
+
+
+def parse_request(
+    form: Mapping[str, str],
+    *,
+    base_url: str,
+    lease_default: int,
+    lease_min: int,
+    lease_max: int,
+) -> SubscriptionRequest | tuple[Mode, str]:
+    """Validate the form of a ``POST /``; unknown parameters are ignored (§5.1).
+
+    Returns a :class:`SubscriptionRequest`, or ``(Mode.PUBLISH, topic_url)`` for a publish
+    ping. Raises :class:`BadRequest` naming the faulty parameter.
+    """
+    mode_text = form.get("hub.mode", "")
+    try:
+        mode = Mode(mode_text)
+    except ValueError:
+        raise BadRequest(
+            f"hub.mode must be subscribe, unsubscribe or publish, got {mode_text[:40]!r}"
+        ) from None
+    if mode is Mode.PUBLISH:
+        url = form.get("hub.url") or form.get("hub.topic") or ""
+        if not url:
+            raise BadRequest("hub.mode=publish needs hub.url (or hub.topic)")
+        return mode, url
+
+    callback = check_callback_syntax(form.get("hub.callback", "").strip())
+    topic_url = form.get("hub.topic", "").strip()
+    if not topic_url:
+        raise BadRequest("hub.topic is required")
+    try:
+        topic = topics.name_from_url(base_url, topic_url)
+    except BadRequest as exc:
+        raise TopicDenied(exc.message, callback=callback, topic_url=topic_url) from None
+
+    lease_text = form.get("hub.lease_seconds", "").strip()
+    if lease_text:
+        if not lease_text.isdigit():
+            raise BadRequest(f"hub.lease_seconds must be a whole number, got {lease_text[:20]!r}")
+        lease = min(max(int(lease_text), lease_min), lease_max)
+    else:
+        lease = lease_default
+
+    secret = form.get("hub.secret")
+    if secret is not None:
+        if not secret:
+            secret = None
+        elif len(secret.encode()) >= MAX_SECRET_BYTES:
+            raise BadRequest(f"hub.secret must be less than {MAX_SECRET_BYTES} bytes")
+
+    since = form.get("hub.since") or None
+    if since is not None:
+        from .feed import parse_id  # local: keep this module importable on its own
+
+        parse_id(since)
+    return SubscriptionRequest(mode, topic_url, topic, callback, lease, secret, since)
+
+
+def check_callback_syntax(callback: str) -> str:
+    if not callback:
+        raise BadRequest("hub.callback is required")
+    if len(callback) > MAX_CALLBACK_LENGTH:
+        raise BadRequest(f"hub.callback is longer than {MAX_CALLBACK_LENGTH} characters")
+    parts = urlsplit(callback)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BadRequest(f"hub.callback must be an absolute http(s) URL, got {callback[:200]!r}")
+    if parts.username or parts.password:
+        raise BadRequest("hub.callback must not carry credentials")
+    return callback
+
+
+def new_challenge() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def verification_url(
+    callback: str, mode: Mode, topic_url: str, challenge: str, lease_seconds: int | None
+) -> str:
+    """The callback URL with the §5.3 verification parameters appended to its query."""
+    params = {"hub.mode": str(mode), "hub.topic": topic_url, "hub.challenge": challenge}
+    if lease_seconds is not None:
+        params["hub.lease_seconds"] = str(lease_seconds)
+    return _with_query(callback, params)
+
+
+def denial_url(callback: str, topic_url: str, reason: str) -> str:
+    """§5.2: tell the subscriber its subscription was denied."""
+    return _with_query(
+        callback, {"hub.mode": "denied", "hub.topic": topic_url, "hub.reason": reason}
+    )
+
+
+def _with_query(url: str, params: dict[str, str]) -> str:
+    parts = urlsplit(url)
+    query = parts.query + ("&" if parts.query else "") + urlencode(params)
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
+
+
+def signature(secret: str, body: bytes) -> str:
+    """§7: ``X-Hub-Signature`` value, sha256."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def backoff(failures: int, base: float, cap: float, rng: random.Random | None = None) -> float:
+    """Exponential back-off with "equal jitter": between half and all of base*2^(n-1)."""
+    delay = min(cap, base * (2 ** max(0, failures - 1)))
+    return delay / 2 + (rng or random).uniform(0, delay / 2)
