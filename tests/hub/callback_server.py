@@ -1,0 +1,87 @@
+"""A real WebSub subscriber endpoint on 127.0.0.1 for tests, with scriptable behaviour."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from resourcesync import parse
+from tests.support import free_port
+
+
+@dataclass
+class Delivery:
+    body: bytes
+    headers: dict[str, str]
+    ids: list[str]
+    locs: list[str]
+
+
+@dataclass
+class CallbackServer:
+    """Records verifications and deliveries; ``statuses`` scripts the delivery answers."""
+
+    echo_challenge: bool = True
+    #: Answers to give to the next deliveries, in order (then 200 forever).
+    statuses: list[int] = field(default_factory=list)
+    verifications: list[dict[str, str]] = field(default_factory=list)
+    deliveries: list[Delivery] = field(default_factory=list)
+    refused: int = 0
+    url: str = ""
+    _runner: web.AppRunner | None = None
+
+    @property
+    def ids(self) -> list[str]:
+        return [i for d in self.deliveries for i in d.ids]
+
+    @property
+    def locs(self) -> list[str]:
+        return [loc for d in self.deliveries for loc in d.locs]
+
+    async def _verify(self, request: web.Request) -> web.Response:
+        self.verifications.append(dict(request.query))
+        if request.query.get("hub.mode") == "denied":
+            return web.Response(text="ok")
+        if not self.echo_challenge:
+            return web.Response(text="nope")
+        return web.Response(text=request.query["hub.challenge"])
+
+    async def _deliver(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        if self.statuses:
+            status = self.statuses.pop(0)
+            if status >= 300:
+                self.refused += 1
+                return web.Response(status=status)
+        doc = parse(body)
+        ids = request.headers["X-RSHub-Event-Ids"].split()
+        assert len(ids) == len(doc.entries)
+        assert request.headers["X-RSHub-Last-Event-Id"] == ids[-1]
+        self.deliveries.append(
+            Delivery(body, dict(request.headers), ids, [e.loc for e in doc.entries])
+        )
+        return web.Response(status=204)
+
+    async def start(self, path: str = "/cb") -> CallbackServer:
+        app = web.Application()
+        app.router.add_get(path, self._verify)
+        app.router.add_post(path, self._deliver)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        port = free_port()
+        await web.TCPSite(self._runner, "127.0.0.1", port).start()
+        self.url = f"http://127.0.0.1:{port}{path}"
+        return self
+
+    async def stop(self) -> None:
+        if self._runner:
+            await self._runner.cleanup()
+
+    def signature_ok(self, secret: str) -> Iterator[bool]:
+        for d in self.deliveries:
+            expected = "sha256=" + hmac.new(secret.encode(), d.body, hashlib.sha256).hexdigest()
+            yield hmac.compare_digest(d.headers.get("X-Hub-Signature", ""), expected)

@@ -1,0 +1,264 @@
+"""WebSub scenarios against a real hub, a real Redis and real callback sockets."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from tests.conftest import Hub
+from tests.hub.callback_server import CallbackServer
+from tests.support import changes, notification, wait_for
+
+
+@pytest.fixture
+def hub_settings() -> dict[str, Any]:
+    return {"retry_base_seconds": 0.05, "retry_max_seconds": 0.2}
+
+
+@pytest.fixture
+async def callback() -> AsyncIterator[CallbackServer]:
+    server = await CallbackServer().start()
+    yield server
+    await server.stop()
+
+
+async def subscribe(hub: Hub, cb: CallbackServer, topic: str = "t", **extra: str) -> None:
+    form = {"hub.mode": "subscribe", "hub.topic": f"{hub.url}/topics/{topic}",
+            "hub.callback": cb.url, **extra}
+    before = len(cb.verifications)
+    resp = await hub.session.post(hub.url + "/", data=form)
+    assert resp.status == 202, await resp.text()
+    await wait_for(lambda: len(cb.verifications) > before)
+    # Activation follows the verification answer: wait until the worker runs.
+    await wait_for(lambda: any(k[1] == cb.url for k in hub_workers(hub)))
+
+
+def hub_workers(hub: Hub) -> dict[tuple[str, str], Any]:
+    from hub.state import DELIVERY
+
+    return hub.app[DELIVERY].workers
+
+
+async def test_plain_subscription_gets_changes_in_order(hub: Hub, callback: CallbackServer) -> None:
+    await subscribe(hub, callback)
+    v = callback.verifications[0]
+    assert v["hub.mode"] == "subscribe" and v["hub.topic"] == f"{hub.url}/topics/t"
+    assert int(v["hub.lease_seconds"]) > 0 and v["hub.challenge"]
+    published = []
+    for i in range(5):
+        body = await (await hub.publish("t", notification(changes(3, start=i * 3)))).json()
+        published += body["ids"]
+    await wait_for(lambda: len(callback.ids) >= 15)
+    assert callback.ids == published
+    assert callback.locs == [c["loc"] for c in changes(15)]
+    d = callback.deliveries[0]
+    assert d.headers["Content-Type"] == "application/xml"
+    assert 'rel="hub"' in d.headers["Link"] and f"<{hub.url}/topics/t>" in d.headers["Link"]
+    assert "X-Hub-Signature" not in d.headers
+
+
+async def test_subscription_with_secret_is_signed(hub: Hub, callback: CallbackServer) -> None:
+    await subscribe(hub, callback, **{"hub.secret": "s3cret"})
+    await hub.publish("t", notification(changes(4)))
+    await wait_for(lambda: len(callback.ids) >= 4)
+    checks = list(callback.signature_ok("s3cret"))
+    assert checks and all(checks)
+    assert not any(callback.signature_ok("wrong"))
+
+
+async def test_unknown_parameters_are_ignored(hub: Hub, callback: CallbackServer) -> None:
+    await subscribe(hub, callback, **{"hub.foo": "bar", "utm_source": "x"})
+    await hub.publish("t", notification(changes(2)))
+    await wait_for(lambda: len(callback.ids) >= 2)
+
+
+async def test_resubscription_keeps_one_delivery_per_change(
+    hub: Hub, callback: CallbackServer
+) -> None:
+    await subscribe(hub, callback)
+    await hub.publish("t", notification(changes(2)))
+    await wait_for(lambda: len(callback.ids) >= 2)
+    await subscribe(hub, callback, **{"hub.lease_seconds": "7200"})
+    assert callback.verifications[-1]["hub.lease_seconds"] == "7200"
+    assert len(hub_workers(hub)) == 1
+    await hub.publish("t", notification(changes(3, start=2)))
+    await wait_for(lambda: len(callback.ids) >= 5)
+    assert callback.locs == [c["loc"] for c in changes(5)]
+    assert len(set(callback.ids)) == len(callback.ids) == 5
+
+
+async def test_unsubscription_stops_delivery(hub: Hub, callback: CallbackServer) -> None:
+    await subscribe(hub, callback)
+    await hub.publish("t", notification(changes(1)))
+    await wait_for(lambda: len(callback.ids) >= 1)
+    form = {"hub.mode": "unsubscribe", "hub.topic": f"{hub.url}/topics/t",
+            "hub.callback": callback.url}
+    assert (await hub.session.post(hub.url + "/", data=form)).status == 202
+    await wait_for(lambda: callback.verifications[-1]["hub.mode"] == "unsubscribe")
+    await wait_for(lambda: not hub_workers(hub))
+    # A second subscriber proves later changes flow; the unsubscribed one gets none.
+    other = await CallbackServer().start("/other")
+    try:
+        await subscribe(hub, other)
+        await hub.publish("t", notification(changes(2, start=1)))
+        await wait_for(lambda: len(other.ids) >= 2)
+        assert len(callback.ids) == 1
+    finally:
+        await other.stop()
+
+
+async def test_callback_not_echoing_challenge_never_gets_data(hub: Hub) -> None:
+    liar = await CallbackServer(echo_challenge=False).start()
+    honest = await CallbackServer().start("/honest")
+    try:
+        form = {"hub.mode": "subscribe", "hub.topic": f"{hub.url}/topics/t",
+                "hub.callback": liar.url}
+        assert (await hub.session.post(hub.url + "/", data=form)).status == 202
+        await wait_for(lambda: len(liar.verifications) == 1)
+        await subscribe(hub, honest)
+        await hub.publish("t", notification(changes(3)))
+        await wait_for(lambda: len(honest.ids) >= 3)
+        assert liar.deliveries == [] and liar.refused == 0
+        assert list(hub_workers(hub)) == [("t", honest.url)]
+    finally:
+        await liar.stop()
+        await honest.stop()
+
+
+async def test_failing_callback_retries_and_gets_everything_in_order(hub: Hub) -> None:
+    cb = await CallbackServer(statuses=[500, 500, 500]).start()
+    try:
+        await subscribe(hub, cb)
+        published = []
+        for i in range(4):
+            published += (await (await hub.publish("t", notification(
+                changes(2, start=2 * i)))).json())["ids"]
+        await wait_for(lambda: len(cb.ids) >= 8)
+        assert cb.refused == 3
+        assert cb.ids == published
+    finally:
+        await cb.stop()
+
+
+async def test_410_gone_ends_the_subscription(hub: Hub) -> None:
+    cb = await CallbackServer(statuses=[410]).start()
+    try:
+        await subscribe(hub, cb)
+        await hub.publish("t", notification(changes(1)))
+        await wait_for(lambda: not hub_workers(hub))
+        from hub import keys
+        from hub.state import REDIS
+
+        assert await hub.app[REDIS].hlen(keys.subscriptions("t")) == 0
+        await hub.publish("t", notification(changes(1, start=1)))
+        assert cb.refused == 1 and cb.deliveries == []
+    finally:
+        await cb.stop()
+
+
+async def test_since_extension_replays_history(hub: Hub, callback: CallbackServer) -> None:
+    ids = (await (await hub.publish("t", notification(changes(4)))).json())["ids"]
+    await subscribe(hub, callback, **{"hub.since": ids[1]})
+    await wait_for(lambda: len(callback.ids) >= 2)
+    assert callback.ids == ids[2:]
+
+
+async def test_invalid_topic_is_denied(hub: Hub, callback: CallbackServer) -> None:
+    form = {"hub.mode": "subscribe", "hub.topic": f"{hub.url}/topics/-bad name",
+            "hub.callback": callback.url}
+    resp = await hub.session.post(hub.url + "/", data=form)
+    assert resp.status == 202
+    await wait_for(lambda: len(callback.verifications) == 1)
+    denial = callback.verifications[0]
+    assert denial["hub.mode"] == "denied" and "topic name" in denial["hub.reason"]
+
+
+@pytest.mark.parametrize(("form", "word"), [
+    ({"hub.mode": "subscribe", "hub.topic": "http://x/topics/t"}, "hub.callback"),
+    ({"hub.mode": "subscribe", "hub.callback": "ftp://x/cb", "hub.topic": "http://x"},
+     "hub.callback"),
+    ({"hub.mode": "dance"}, "hub.mode"),
+    ({"hub.mode": "subscribe", "hub.callback": "http://127.0.0.1:1/cb",
+      "hub.topic": "http://h/topics/t", "hub.secret": "x" * 200}, "hub.secret"),
+    ({"hub.mode": "subscribe", "hub.callback": "http://127.0.0.1:1/cb",
+      "hub.topic": "http://h/topics/t", "hub.lease_seconds": "soon"}, "hub.lease_seconds"),
+])
+async def test_bad_subscription_requests_are_400(
+    hub: Hub, form: dict[str, str], word: str
+) -> None:
+    resp = await hub.session.post(hub.url + "/", data=form)
+    assert resp.status == 400
+    assert word in (await resp.json())["error"]
+
+
+class TestPrivateCallbacks:
+    @pytest.fixture
+    def hub_settings(self) -> dict[str, Any]:
+        return {"allow_private_callbacks": False}
+
+    async def test_loopback_callback_refused_unless_allowed(
+        self, hub: Hub, callback: CallbackServer
+    ) -> None:
+        form = {"hub.mode": "subscribe", "hub.topic": f"{hub.url}/topics/t",
+                "hub.callback": callback.url}
+        resp = await hub.session.post(hub.url + "/", data=form)
+        assert resp.status == 400
+        assert "non-public address" in (await resp.json())["error"]
+        assert callback.verifications == []
+
+
+class TestSuspension:
+    @pytest.fixture
+    def hub_settings(self) -> dict[str, Any]:
+        return {"retry_base_seconds": 0.02, "retry_max_seconds": 0.05,
+                "suspend_after_failures": 3}
+
+    async def test_failing_subscription_is_suspended_then_resumes(self, hub: Hub) -> None:
+        from hub.state import REDIS
+        from hub.subscriptions import State, SubscriptionStore
+
+        store = SubscriptionStore(hub.app[REDIS])
+        cb = await CallbackServer(statuses=[503] * 6).start()
+        try:
+            await subscribe(hub, cb)
+            ids = (await (await hub.publish("t", notification(changes(3)))).json())["ids"]
+
+            async def suspended() -> bool:
+                sub = await store.get("t", cb.url)
+                return sub is not None and sub.state is State.SUSPENDED
+
+            await wait_for(suspended)
+            await wait_for(lambda: len(cb.ids) >= 3)
+            assert cb.ids == ids
+            sub = await store.get("t", cb.url)
+            assert sub is not None and sub.state is State.ACTIVE and sub.failures == 0
+        finally:
+            await cb.stop()
+
+
+async def test_subscriptions_survive_restart_and_resume_from_cursor(
+    redis_url: str, callback: CallbackServer
+) -> None:
+    import aiohttp
+
+    from hub.settings import Settings
+    from tests.conftest import start_hub
+    from tests.support import free_port
+
+    settings = Settings(host="127.0.0.1", port=free_port())
+    runner, app = await start_hub(settings, redis_url)
+    async with aiohttp.ClientSession() as session:
+        hub = Hub(settings.public_url, app, settings, session)
+        await subscribe(hub, callback)
+        first = (await (await hub.publish("t", notification(changes(2)))).json())["ids"]
+        await wait_for(lambda: len(callback.ids) >= 2)
+        await runner.cleanup()
+        # While the hub is down nothing is lost: publish via a second hub process later.
+        runner, app = await start_hub(settings, redis_url)
+        hub = Hub(settings.public_url, app, settings, session)
+        second = (await (await hub.publish("t", notification(changes(2, start=2)))).json())["ids"]
+        await wait_for(lambda: len(callback.ids) >= 4)
+        assert callback.ids == first + second
+        await runner.cleanup()
