@@ -1,0 +1,65 @@
+"""Typed changes: build them, check them one by one, wrap them in a notification. No I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from resourcesync import (
+    Change,
+    ChangeListNotification,
+    DocumentError,
+    Entry,
+    Link,
+    Metadata,
+    serialize,
+    validate,
+)
+
+from .exceptions import UsageError
+
+__all__ = ["check_change", "make_change", "notification"]
+
+
+def make_change(
+    loc: str,
+    change: Change | str,
+    lastmod: datetime,
+    *,
+    datetime: datetime | None = None,
+    hash: str | None = None,
+    length: int | None = None,
+    type: str | None = None,
+    links: Iterable[Link] = (),
+) -> Entry:
+    """One change as a Change List entry (Z39.99 Section 12.1).
+
+    ``lastmod`` is the time of the change; ``datetime`` (ResourceSync 1.1) may say it
+    separately. Raises :class:`~publisher.exceptions.UsageError` for a value the
+    standard does not allow.
+    """
+    try:
+        md = Metadata(change=Change(change), datetime=datetime, hash=hash, length=length,
+                      type=type)
+        entry = Entry(loc=loc, lastmod=lastmod, md=md, links=tuple(links))
+    except ValueError as exc:  # pydantic's ValidationError and the enum's ValueError
+        raise UsageError(f"not a valid change for {loc!r}: {exc}") from None
+    check_change(entry)
+    return entry
+
+
+def check_change(entry: Entry) -> None:
+    """Raise :class:`UsageError` unless ``entry`` may travel in a change notification."""
+    try:
+        validate(ChangeListNotification(entries=(entry,)))
+    except DocumentError as exc:
+        raise UsageError(f"not a valid change for {entry.loc!r}: {exc}") from None
+
+
+def notification(entries: Sequence[Entry], *, up: str | None = None) -> bytes:
+    """A ``changelist-notification`` document carrying ``entries`` in the given order.
+
+    ``up`` adds the root ``<rs:ln rel="up">`` to the Source's Capability List.
+    """
+    links = (Link(rel="up", href=up),) if up else ()
+    return serialize(ChangeListNotification(entries=tuple(entries), links=links))

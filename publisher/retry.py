@@ -1,0 +1,50 @@
+"""When to try a publish again: capped exponential back-off with jitter. No I/O."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+__all__ = ["RetryPolicy", "is_retryable_status"]
+
+#: Answers after which the same request may succeed later: timeouts, throttling, the hub
+#: or its Redis failing. Every other 4xx means the request itself is wrong.
+_RETRYABLE = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+
+def is_retryable_status(status: int) -> bool:
+    return status in _RETRYABLE or status >= 500
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Back-off between attempts: ``base * factor**(attempt-1)``, capped, with jitter.
+
+    The jitter draws each delay uniformly from ``[(1-jitter)*d, d]`` so that many
+    publishers cut off by the same outage do not come back in lock-step.
+    """
+
+    #: First delay, in seconds.
+    base: float = 0.2
+    #: Growth per attempt.
+    factor: float = 2.0
+    #: Longest delay, in seconds.
+    max_delay: float = 30.0
+    #: Fraction of each delay that is random (0 = none, 1 = "full jitter").
+    jitter: float = 0.5
+    #: Give up on a notification after this many seconds of failures (``None``: never,
+    #: the bounded queue then tells callers that the hub is down).
+    give_up_after: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.base <= 0 or self.factor < 1 or self.max_delay < self.base:
+            raise ValueError("need base > 0, factor >= 1 and max_delay >= base")
+        if not 0 <= self.jitter <= 1:
+            raise ValueError("jitter must be between 0 and 1")
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1 = the first)."""
+        exponent = min(attempt - 1, 64)
+        ceiling = min(self.max_delay, self.base * self.factor**exponent)
+        draw = (rng or random).random()
+        return ceiling * (1 - self.jitter * draw)
