@@ -5,10 +5,11 @@ either they start at the current end. Events are the JSON objects of DESIGN.md; 
 text message is a JSON array of one or more of them, an SSE event carries one.
 
 Back-pressure: a pump reads from the topic feed into a per-client queue bounded by
-``client_buffer_events``. While replaying history the pump waits for room; once live, a
-client whose queue is full is too slow for the stream: it is disconnected (WebSocket close
-code 1013, SSE ``event: error``) with a reason naming the id to resume from, and loses
-nothing by resuming from there.
+``client_buffer_events``. While a client replays history the pump waits for room. Once it
+has caught up with the live end, a client whose queue fills is too slow for the stream: it
+is disconnected (WebSocket close code 1013, SSE ``event: error``) with a reason naming the
+id to resume from, and loses nothing by resuming from its last received id. A client that
+reads nothing at all is cut off after one heartbeat interval.
 """
 
 from __future__ import annotations
@@ -29,10 +30,6 @@ log = logging.getLogger(__name__)
 _READ_BATCH = 1000
 
 
-class TooSlow(Exception):
-    """The client's bounded buffer overflowed while following live."""
-
-
 class ClientPump:
     """Moves events from a :class:`TopicFeed` into one client's bounded queue."""
 
@@ -44,34 +41,54 @@ class ClientPump:
         self.queued = 0
         self._room = asyncio.Event()
         self._room.set()
-        self.overflowed = False
+        #: Set when the client fell too far behind the live stream.
+        self.overflowed = asyncio.Event()
+        #: Id of the last event handed to the transport.
+        self.last_sent: str | None = None
 
     async def run(self) -> None:
+        caught_up = False
         while True:
-            events = await self.feed.read_after(self.cursor, _READ_BATCH)
-            live = self.feed.base is not None and self.cursor >= self.feed.base
-            while self.queued + len(events) > self.capacity:
-                if live:
-                    self.overflowed = True
-                    self.queue.put_nowait([])  # wake the sender so it can disconnect
+            events = await self.feed.read_after(self.cursor, min(_READ_BATCH, self.capacity))
+            while self.queued and self.queued + len(events) > self.capacity:
+                if caught_up:  # it kept up once, and now the live stream outruns it
+                    self.overflowed.set()
                     return
-                self._room.clear()
+                self._room.clear()  # still replaying history: wait, don't drop
                 await self._room.wait()
             self.queue.put_nowait(events)
             self.queued += len(events)
             self.cursor = events[-1].key
+            caught_up = caught_up or self.cursor >= self.feed.last_key
 
     async def get(self, timeout: float) -> list[Event] | None:
-        """The next events, ``None`` on heartbeat timeout; raises TooSlow on overflow."""
+        """The next events, or ``None`` when ``timeout`` passes first (heartbeat time)."""
         try:
             events = await asyncio.wait_for(self.queue.get(), timeout)
         except TimeoutError:
             return None
-        if not events and self.overflowed:
-            raise TooSlow
         self.queued -= len(events)
         self._room.set()
         return events
+
+    def resume_hint(self) -> str:
+        return self.last_sent or "the id of the last event you received"
+
+
+async def _until_overflow_or_done(
+    pump: ClientPump, *tasks: asyncio.Task[None]
+) -> bool:
+    """Wait until one task ends or the pump overflows; cancel the rest. True on overflow."""
+    overflow = asyncio.create_task(pump.overflowed.wait())
+    try:
+        await asyncio.wait({overflow, *tasks}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (overflow, *tasks):
+            task.cancel()
+        for task in (overflow, *tasks):
+            with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+                await task
+    return pump.overflowed.is_set()
 
 
 def _start_cursor(request: web.Request, feed: TopicFeed) -> EventKey:
@@ -108,30 +125,28 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
             heartbeat=settings.heartbeat_seconds, max_msg_size=4096, compress=False
         )
         await ws.prepare(request)
-        last_sent: str | None = None
-        reader = asyncio.create_task(_drain_incoming(ws))
-        try:
-            while not ws.closed and not reader.done():
-                try:
-                    events = await pump.get(settings.heartbeat_seconds)
-                except TooSlow:
-                    resume = last_sent or "the id of the last event you received"
-                    await ws.close(
-                        code=WSCloseCode.TRY_AGAIN_LATER,
-                        message=f"too slow; resume with since={resume}".encode()[:120],
-                    )
-                    break
-                if events is None:
-                    continue  # aiohttp's heartbeat pings keep the connection alive
-                await ws.send_str(pump.feed.ws_message(events))
-                last_sent = events[-1].id
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
-        finally:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
-            await ws.close()
+
+        async def send() -> None:
+            while not ws.closed:
+                events = await pump.get(settings.heartbeat_seconds)
+                if events:  # None: idle; aiohttp's heartbeat pings keep the line alive
+                    await ws.send_str(pump.feed.ws_message(events))
+                    pump.last_sent = events[-1].id
+
+        too_slow = await _until_overflow_or_done(
+            pump, asyncio.create_task(send()), asyncio.create_task(_drain_incoming(ws))
+        )
+        if too_slow and not ws.closed:
+            reason = f"too slow; resume with since={pump.resume_hint()}"
+            try:
+                await asyncio.wait_for(
+                    ws.close(code=WSCloseCode.TRY_AGAIN_LATER, message=reason.encode()[:120]),
+                    settings.heartbeat_seconds,
+                )
+            except TimeoutError:  # the client reads nothing at all: cut it off
+                if request.transport is not None:
+                    request.transport.abort()
+        await ws.close()
     return ws
 
 
@@ -153,29 +168,28 @@ async def server_sent_events(request: web.Request) -> web.StreamResponse:
         )
         await resp.prepare(request)
         await resp.write(b"retry: 1000\n\n")
-        last_sent: str | None = None
-        try:
+
+        async def send() -> None:
             while True:
-                try:
-                    events = await pump.get(settings.heartbeat_seconds)
-                except TooSlow:
-                    resume = last_sent or ""
-                    await resp.write(
-                        b"event: error\ndata: too slow; resume with Last-Event-ID: "
-                        + resume.encode() + b"\n\n"
-                    )
-                    break
+                events = await pump.get(settings.heartbeat_seconds)
                 if events is None:
                     await resp.write(b": heartbeat\n\n")
                     continue
-                await resp.write(
-                    b"".join(
-                        b"id: %s\ndata: %s\n\n" % (e.id.encode(), e.json(topic)) for e in events
-                    )
+                await resp.write(b"".join(
+                    b"id: %s\ndata: %s\n\n" % (e.id.encode(), e.json(topic)) for e in events
+                ))
+                pump.last_sent = events[-1].id
+
+        if await _until_overflow_or_done(pump, asyncio.create_task(send())):
+            message = f"too slow; resume with Last-Event-ID: {pump.resume_hint()}"
+            try:
+                await asyncio.wait_for(
+                    resp.write(b"event: error\ndata: " + message.encode() + b"\n\n"),
+                    settings.heartbeat_seconds,
                 )
-                last_sent = events[-1].id
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
+            except (TimeoutError, ConnectionError):
+                if request.transport is not None:
+                    request.transport.abort()
     return resp
 
 

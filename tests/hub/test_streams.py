@@ -1,0 +1,148 @@
+"""WebSocket and SSE streams: replay, live, resume, heartbeats, slow consumers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.conftest import Hub
+from tests.support import changes, notification, wait_for
+
+
+async def ws_collect(ws: aiohttp.ClientWebSocketResponse, n: int, timeout: float = 10) -> list:
+    events: list[dict[str, Any]] = []
+    async with asyncio.timeout(timeout):
+        while len(events) < n:
+            msg = await ws.receive()
+            assert msg.type == aiohttp.WSMsgType.TEXT, msg
+            batch = json.loads(msg.data)
+            assert isinstance(batch, list) and batch
+            events.extend(batch)
+    return events
+
+
+async def sse_collect(resp: aiohttp.ClientResponse, n: int, timeout: float = 10) -> list:
+    events: list[dict[str, Any]] = []
+    event_id = None
+    async with asyncio.timeout(timeout):
+        while len(events) < n:
+            line = (await resp.content.readline()).decode().rstrip("\n")
+            if line.startswith("id: "):
+                event_id = line[4:]
+            elif line.startswith("data: "):
+                event = json.loads(line[6:])
+                assert event["id"] == event_id
+                events.append(event)
+    return events
+
+
+async def test_websocket_replays_then_follows_live(hub: Hub) -> None:
+    old = (await (await hub.publish("t", notification(changes(3)))).json())["ids"]
+    async with hub.session.ws_connect(f"{hub.url}/topics/t/ws?since=0") as ws:
+        replayed = await ws_collect(ws, 3)
+        assert [e["id"] for e in replayed] == old
+        assert replayed[0] == {"id": old[0], "topic": "t", "loc": "http://example.org/r0",
+                               "lastmod": "2026-01-01T00:00:00Z", "change": "updated"}
+        new = (await (await hub.publish("t", notification(changes(2, start=3)))).json())["ids"]
+        live = await ws_collect(ws, 2)
+        assert [e["id"] for e in live] == new
+
+
+async def test_websocket_without_since_starts_live(hub: Hub) -> None:
+    await hub.publish("t", notification(changes(3)))
+    async with hub.session.ws_connect(f"{hub.url}/topics/t/ws") as ws:
+        await wait_for(lambda: _feed_consumers(hub, "t") >= 1)
+        new = (await (await hub.publish("t", notification(changes(1, start=9)))).json())["ids"]
+        assert [e["id"] for e in await ws_collect(ws, 1)] == new
+
+
+def _feed_consumers(hub: Hub, topic: str) -> int:
+    from hub.state import FEEDS
+
+    feed = hub.app[FEEDS]._feeds.get(topic)
+    return feed.consumers if feed else 0
+
+
+async def test_websocket_resume_from_id_has_no_gap(hub: Hub) -> None:
+    ids = (await (await hub.publish("t", notification(changes(10)))).json())["ids"]
+    async with hub.session.ws_connect(f"{hub.url}/topics/t/ws?since={ids[3]}") as ws:
+        assert [e["id"] for e in await ws_collect(ws, 6)] == ids[4:]
+
+
+async def test_sse_replays_with_last_event_id_then_live(hub: Hub) -> None:
+    ids = (await (await hub.publish("t", notification(changes(4)))).json())["ids"]
+    async with hub.session.get(f"{hub.url}/topics/t/events",
+                               headers={"Last-Event-ID": ids[0]}) as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"].startswith("text/event-stream")
+        assert [e["id"] for e in await sse_collect(resp, 3)] == ids[1:]
+        more = (await (await hub.publish("t", notification(changes(2, start=4)))).json())["ids"]
+        assert [e["id"] for e in await sse_collect(resp, 2)] == more
+
+
+async def test_bad_since_is_400(hub: Hub) -> None:
+    resp = await hub.session.get(f"{hub.url}/topics/t/events?since=yesterday")
+    assert resp.status == 400
+    assert "event id" in (await resp.json())["error"]
+
+
+class TestHeartbeats:
+    @pytest.fixture
+    def hub_settings(self) -> dict[str, Any]:
+        return {"heartbeat_seconds": 0.2}
+
+    async def test_sse_heartbeat(self, hub: Hub) -> None:
+        async with hub.session.get(f"{hub.url}/topics/t/events") as resp:
+            async with asyncio.timeout(5):
+                while (await resp.content.readline()) != b": heartbeat\n":
+                    pass
+
+
+class TestSlowConsumers:
+    @pytest.fixture
+    def hub_settings(self) -> dict[str, Any]:
+        return {"heartbeat_seconds": 5, "client_buffer_events": 50}
+
+    async def test_slow_websocket_client_is_dropped_and_resumes_without_gap(
+        self, hub: Hub
+    ) -> None:
+        # A client that stops reading: its socket buffers fill, then its queue overflows.
+        ids: list[str] = []
+        async with hub.session.ws_connect(f"{hub.url}/topics/t/ws") as ws:
+            await wait_for(lambda: _feed_consumers(hub, "t") >= 1)
+            big = [{**c, "loc": c["loc"] + "/" + "x" * 2000} for c in changes(100)]
+            closed = None
+            async with asyncio.timeout(30):
+                while closed is None:
+                    body = await (await hub.publish("t", notification(big))).json()
+                    ids += body["ids"]
+                    if ws.closed or ws._reader.is_eof():
+                        break
+                    if len(ids) > 20_000:
+                        break
+                    closed = await _closed_soon(hub, "t")
+            received: list[str] = []
+            close_reason = ""
+            async with asyncio.timeout(20):
+                while True:
+                    msg = await ws.receive()
+                    if msg.type == aiohttp.WSMsgType.TEXT:
+                        received += [e["id"] for e in json.loads(msg.data)]
+                    else:
+                        assert ws.close_code == 1013
+                        close_reason = str(msg.extra or "")
+                        break
+            assert "too slow" in close_reason
+        assert received == ids[: len(received)]
+        resume = received[-1] if received else "0"
+        async with hub.session.ws_connect(f"{hub.url}/topics/t/ws?since={resume}") as ws2:
+            rest = await ws_collect(ws2, len(ids) - len(received), timeout=20)
+        assert received + [e["id"] for e in rest] == ids
+
+
+async def _closed_soon(hub: Hub, topic: str) -> bool | None:
+    return True if _feed_consumers(hub, topic) == 0 else None
