@@ -61,6 +61,19 @@ def _ping(port: int, timeout: float) -> bool:
         return False
 
 
+def _alive_redis(pid: int) -> bool:
+    """True if ``pid`` is a live redis-server (not a zombie, not a recycled pid)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)
+        state = fields[1].split()[0] if len(fields) == 2 else b"?"
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+    except OSError:
+        return False
+    return state != b"Z" and b"redis-server" in cmdline
+
+
 class EmbeddedRedis:
     """Start, await and stop one redis-server; usable as a (sync) context manager."""
 
@@ -88,9 +101,29 @@ class EmbeddedRedis:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
+    def _wait_for_previous(self, timeout: float = 15.0) -> None:
+        """Let a server left by a crashed parent finish flushing its AOF before we reuse it.
+
+        Its parent's death sent it SIGTERM (``PR_SET_PDEATHSIG``); two servers must never
+        append to the same AOF at once.
+        """
+        pidfile = self.data_dir / "redis.pid"
+        try:
+            pid = int(pidfile.read_text().strip())
+        except (OSError, ValueError):
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and _alive_redis(pid):
+            time.sleep(0.02)
+        if _alive_redis(pid):
+            os.kill(pid, signal.SIGTERM)
+            while time.monotonic() < deadline + 5 and _alive_redis(pid):
+                time.sleep(0.02)
+
     def start(self) -> str:
         """Start the server and return its URL once it answers PING."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._wait_for_previous()
         binary = find_redis_server()
         fixed_port = self.port
         last_error = ""
@@ -107,6 +140,7 @@ class EmbeddedRedis:
                 "--save", "",
                 "--daemonize", "no",
                 "--logfile", str(log.resolve()),
+                "--pidfile", str((self.data_dir / "redis.pid").resolve()),
                 "--protected-mode", "yes",
             ]
             self._proc = subprocess.Popen(

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-
-#: Scales every timeout in the suite (slow CI machines: RSHUB_TEST_TIME_SCALE=3).
 import os
+import signal
 import socket
+import subprocess
+import sys
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
+#: Scales every timeout in the suite (slow CI machines: RSHUB_TEST_TIME_SCALE=3).
 TIME_SCALE = float(os.environ.get("RSHUB_TEST_TIME_SCALE", "1"))
 
 
@@ -72,3 +75,59 @@ async def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout * TIME_SCALE:.1f}s")
         await asyncio.sleep(interval)
+
+
+class HubProcess:
+    """``rshub serve`` as a real child process (embedded Redis under ``data_dir``)."""
+
+    def __init__(self, data_dir: str, port: int | None = None, *args: str,
+                 env: dict[str, str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.port = port or free_port()
+        self.args = args
+        self.env = env or {}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 20.0) -> HubProcess:
+        log = open(os.path.join(self.data_dir, "hub.log"), "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rshub", "serve", "--port", str(self.port),
+             "--data-dir", self.data_dir, *self.args],
+            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env},
+        )
+        log.close()
+        deadline = time.monotonic() + timeout * TIME_SCALE
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"hub exited with {self.proc.returncode}: {self.log()}")
+            try:
+                with urllib.request.urlopen(self.url + "/healthz", timeout=1) as resp:
+                    if resp.status == 200:
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError(f"hub not healthy within {timeout}s: {self.log()}")
+
+    def log(self) -> str:
+        path = os.path.join(self.data_dir, "hub.log")
+        return open(path, errors="replace").read()[-3000:] if os.path.exists(path) else ""
+
+    def kill(self) -> None:
+        """SIGKILL: no clean shutdown at all."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
