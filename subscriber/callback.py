@@ -1,0 +1,219 @@
+"""A WebSub callback receiver: subscribes at the hub and turns deliveries into events.
+
+:class:`CallbackReceiver` runs a small aiohttp server (127.0.0.1 by default; give
+``callback_url`` when the hub reaches it through another address), then:
+
+- subscribes with a random secret and ``hub.since`` (rshub extension) when resuming;
+- answers verification GETs only for the topic and the modes it asked for (WebSub §5.3),
+  echoing ``hub.challenge``; anything else gets 404;
+- checks ``X-Hub-Signature`` in constant time; a delivery without a valid signature is
+  acknowledged (WebSub §8 allows it, to stop probing) but dropped and counted;
+- reads ``X-RSHub-Event-Ids`` (one id per ``<url>``, in order) or at least
+  ``X-RSHub-Last-Event-Id``, so the caller can de-duplicate and resume;
+- renews the lease at 80 % of what the hub granted;
+- unsubscribes in :meth:`close`.
+
+Deliveries are acknowledged once queued (at most ``queue_size`` batches); the hub retries
+what it could not deliver, so a repeat may arrive: callers de-duplicate by event id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import AsyncIterator
+
+import aiohttp
+from aiohttp import web
+
+from resourcesync import DocumentError, parse
+
+from .events import ChangeEvent
+from .exceptions import PushUnavailable
+from .websub import subscription_form, verification_answer, verify_signature
+
+__all__ = ["CallbackReceiver"]
+
+log = logging.getLogger(__name__)
+
+LAST_ID_HEADER = "X-RSHub-Last-Event-Id"
+IDS_HEADER = "X-RSHub-Event-Ids"
+
+
+class CallbackReceiver:
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        hub: str,
+        topic: str,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        callback_url: str | None = None,
+        lease_seconds: int = 3600,
+        verify_timeout: float = 10.0,
+        queue_size: int = 100,
+        max_body: int = 64 * 2**20,
+    ) -> None:
+        self.session = session
+        self.hub = hub.rstrip("/")
+        self.topic = topic
+        self.topic_uri = f"{self.hub}/topics/{topic}"
+        self.host = host
+        self.port = port
+        self._callback_url = callback_url
+        self.lease_seconds = lease_seconds
+        self.verify_timeout = verify_timeout
+        self.secret = secrets.token_hex(32)
+        self._path = f"/websub/{secrets.token_urlsafe(16)}"
+        self._queue: asyncio.Queue[list[ChangeEvent] | PushUnavailable] = asyncio.Queue(
+            queue_size
+        )
+        self._max_body = max_body
+        self._wanted: set[str] = set()
+        self._verified: dict[str, asyncio.Event] = {}
+        self._denied: str | None = None
+        self._runner: web.AppRunner | None = None
+        self._renewal: asyncio.Task[None] | None = None
+        #: Deliveries dropped because their signature was missing or wrong.
+        self.rejected = 0
+        #: Lease the hub granted in its last verification.
+        self.granted_lease: int | None = None
+
+    @property
+    def callback_url(self) -> str:
+        if self._callback_url is None:
+            raise RuntimeError("call start() first")
+        return self._callback_url
+
+    async def start(self) -> None:
+        """Start listening (does not subscribe yet)."""
+        app = web.Application(client_max_size=self._max_body)
+        app.router.add_get(self._path, self._verify)
+        app.router.add_post(self._path, self._deliver)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        if self._callback_url is None:
+            port = self._runner.addresses[0][1]
+            self._callback_url = f"http://{self.host}:{port}{self._path}"
+        elif not self._callback_url.endswith(self._path):
+            self._callback_url = self._callback_url.rstrip("/") + self._path
+
+    async def subscribe(self, since: str | None = None) -> None:
+        """Subscribe and wait until the hub verified it.
+
+        Raises:
+            PushUnavailable: the hub is unreachable, refused, denied, or never verified.
+        """
+        await self._request("subscribe", since=since)
+        if self._renewal is None or self._renewal.done():
+            self._renewal = asyncio.create_task(self._renew())
+
+    async def unsubscribe(self) -> None:
+        if self._renewal is not None:
+            self._renewal.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renewal
+            self._renewal = None
+        await self._request("unsubscribe")
+
+    async def close(self) -> None:
+        """Unsubscribe (best effort) and stop listening."""
+        if "subscribe" in self._wanted:
+            try:
+                await self.unsubscribe()
+            except PushUnavailable as exc:
+                log.warning("unsubscribe failed: %s", exc)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def batches(self) -> AsyncIterator[list[ChangeEvent]]:
+        """Delivered batches, in the order the hub sent them."""
+        while True:
+            item = await self._queue.get()
+            if isinstance(item, PushUnavailable):
+                raise item
+            yield item
+
+    async def _request(self, mode: str, since: str | None = None) -> None:
+        verified = asyncio.Event()
+        self._verified[mode] = verified
+        self._wanted.add(mode)
+        self._denied = None
+        form = subscription_form(
+            mode, topic=self.topic_uri, callback=self.callback_url, secret=self.secret,
+            lease_seconds=self.lease_seconds, since=since,
+        )
+        try:
+            async with self.session.post(f"{self.hub}/", data=form) as resp:
+                text = await resp.text()
+                if resp.status >= 300:
+                    raise PushUnavailable(f"hub refused {mode}: HTTP {resp.status} {text}")
+            await asyncio.wait_for(verified.wait(), self.verify_timeout)
+        except (aiohttp.ClientError, OSError) as exc:
+            raise PushUnavailable(f"cannot reach hub for {mode}: {exc}") from exc
+        except TimeoutError:
+            raise PushUnavailable(f"hub did not verify {mode} within "
+                                  f"{self.verify_timeout:.0f}s") from None
+        finally:
+            if mode == "unsubscribe":
+                self._wanted.difference_update(("subscribe", "unsubscribe"))
+        if self._denied is not None:
+            raise PushUnavailable(f"hub denied {mode}: {self._denied}")
+
+    async def _renew(self) -> None:
+        while True:
+            lease = self.granted_lease or self.lease_seconds
+            await asyncio.sleep(max(1.0, lease * 0.8))
+            try:
+                await self._request("subscribe")
+            except PushUnavailable as exc:
+                log.warning("lease renewal failed: %s", exc)
+                await self._queue.put(exc)
+                return
+
+    async def _verify(self, request: web.Request) -> web.Response:
+        query = request.query
+        if query.get("hub.mode") == "denied" and query.get("hub.topic") == self.topic_uri:
+            self._denied = query.get("hub.reason", "no reason given")
+            for event in self._verified.values():
+                event.set()
+            return web.Response(text="")
+        challenge = verification_answer(query, topic=self.topic_uri, wanted=self._wanted)
+        if challenge is None:
+            return web.Response(status=404, text="no such subscription request")
+        mode = query["hub.mode"]
+        if mode == "subscribe" and query.get("hub.lease_seconds", "").isdigit():
+            self.granted_lease = int(query["hub.lease_seconds"])
+        waiter = self._verified.get(mode)
+        if waiter is not None:
+            waiter.set()
+        return web.Response(text=challenge, content_type="text/plain")
+
+    async def _deliver(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        if not verify_signature(self.secret, request.headers.get("X-Hub-Signature"), body):
+            self.rejected += 1
+            log.warning("dropped a delivery with a missing or wrong X-Hub-Signature")
+            return web.Response(status=202)
+        try:
+            doc = parse(body)
+        except DocumentError as exc:
+            log.warning("dropped an unreadable delivery: %s", exc)
+            return web.Response(status=400, text=str(exc))
+        ids: list[str | None] = list(request.headers.get(IDS_HEADER, "").split())
+        if len(ids) != len(doc.entries):
+            last = request.headers.get(LAST_ID_HEADER)
+            ids = [None] * (len(doc.entries) - 1) + [last] if doc.entries else []
+        batch = [
+            ChangeEvent.from_entry(entry, id=event_id, topic=self.topic)
+            for entry, event_id in zip(doc.entries, ids, strict=True)
+        ]
+        if batch:
+            await self._queue.put(batch)
+        return web.Response(status=204)

@@ -1,0 +1,60 @@
+"""Exceptions raised by :mod:`subscriber`.
+
+The tree::
+
+    SubscriberError               root of everything this package raises
+    ├── PushUnavailable           the hub's push channel cannot be reached or was lost
+    │   └── StreamClosed          the hub closed a stream on purpose (code, reason)
+    ├── SourceError               a Source or hub answered wrongly (the peer's fault)
+    │   └── DiscoveryError        no Change List / Resource List found from a start URL
+    ├── IntegrityError            fetched bytes do not match the announced length or hash
+    ├── UnsafePathError           a URI cannot be mapped to a path inside the mirror
+    └── PositionError             the state file exists but cannot be read
+
+Callers that switch transports catch :class:`PushUnavailable`; everything else means
+"this change, or this Source, is wrong" and is reported, never silently ignored.
+"""
+
+from __future__ import annotations
+
+
+class SubscriberError(Exception):
+    """Root of the subscriber's exceptions."""
+
+
+class PushUnavailable(SubscriberError):
+    """The push channel (WebSocket, SSE, WebSub) is unreachable or was lost."""
+
+
+class StreamClosed(PushUnavailable):
+    """The hub closed the stream itself, e.g. 1008/1013 when the client is too slow."""
+
+    def __init__(self, code: int | None, reason: str) -> None:
+        super().__init__(f"stream closed by the hub: {code} {reason}".rstrip())
+        self.code = code
+        self.reason = reason
+
+
+class SourceError(SubscriberError):
+    """A Source or the hub answered with an error or a document we cannot use."""
+
+
+class DiscoveryError(SourceError):
+    """No usable Change List or Resource List could be found from the given URL."""
+
+
+class IntegrityError(SubscriberError):
+    """Fetched bytes do not match the ``length`` or ``hash`` announced for them."""
+
+    def __init__(self, loc: str, detail: str) -> None:
+        super().__init__(f"{loc}: {detail}")
+        self.loc = loc
+        self.detail = detail
+
+
+class UnsafePathError(SubscriberError):
+    """A URI that cannot be mapped to a safe path inside the mirror directory."""
+
+
+class PositionError(SubscriberError):
+    """The position (state) file exists but is unreadable or corrupt."""

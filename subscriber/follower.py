@@ -1,0 +1,276 @@
+"""Following a topic: push when it can, polling when it must, each change once.
+
+:class:`Follower` runs one push transport (WebSocket, SSE or a WebSub callback) as a
+background producer and falls back to a :class:`~subscriber.poller.Poller` when push is
+unreachable or lost. While polling it retries push every ``push_retry`` seconds; once push
+is back, it resumes from the last event id and stops polling.
+
+Guarantees to the caller of :meth:`Follower.batches`:
+
+- order: changes come in the order of their transport (event-id order for push, document
+  order for polling);
+- nothing lost across switches: push resumes from the last event id, polling re-reads from
+  the watermark minus ``overlap``;
+- nothing twice: every change passes :meth:`Position.accept` (event id, else
+  ``(loc, lastmod)``) before it is handed over;
+- restart: the position is saved (debounced, and on exit) once the caller asks for the next
+  batch, i.e. after it handled the previous one. A crash may repeat the last batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
+from types import TracebackType
+from typing import Literal
+
+import aiohttp
+
+from .callback import CallbackReceiver
+from .events import ChangeEvent
+from .exceptions import PushUnavailable, SourceError
+from .poller import Poller
+from .position import Position
+from .stream import HubStream
+
+__all__ = ["Follower", "Mode", "Via"]
+
+log = logging.getLogger(__name__)
+
+Via = Literal["ws", "sse", "webhook", "poll"]
+Mode = Literal["push", "poll"]
+
+
+class _Lost:
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+class Follower:
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        position: Position,
+        *,
+        hub: str | None = None,
+        topic: str | None = None,
+        source: str | None = None,
+        via: Via = "ws",
+        fallback: bool = True,
+        token: str | None = None,
+        poll_interval: float = 5.0,
+        push_retry: float = 10.0,
+        overlap: timedelta = timedelta(seconds=30),
+        save: Callable[[Position], None] | None = None,
+        save_interval: float = 0.5,
+        callback_host: str = "127.0.0.1",
+        callback_port: int = 0,
+        callback_url: str | None = None,
+        on_mode: Callable[[Mode, str], None] | None = None,
+    ) -> None:
+        if via != "poll" and (hub is None or topic is None):
+            raise ValueError("push needs hub and topic")
+        self.session = session
+        self.position = position
+        self.hub = None if hub is None else hub.rstrip("/")
+        self.topic = topic
+        self.via = via
+        self.token = token
+        self.poll_interval = poll_interval
+        self.push_retry = push_retry
+        self._save = save
+        self._save_interval = save_interval
+        self._on_mode = on_mode
+        poll_start = source
+        if poll_start is None and self.hub is not None:
+            poll_start = f"{self.hub}/.well-known/resourcesync"
+        self.poller: Poller | None = None
+        if poll_start is not None and (via == "poll" or fallback):
+            self.poller = Poller(session, poll_start, topic=topic, overlap=overlap)
+        self.mode: Mode = "poll" if via == "poll" else "push"
+        self._queue: asyncio.Queue[list[ChangeEvent] | _Lost] = asyncio.Queue(1000)
+        self._producer: asyncio.Task[None] | None = None
+        self._receiver: CallbackReceiver | None = None
+        self._receiver_opts = (callback_host, callback_port, callback_url)
+        self._next_push = 0.0
+        self._dirty = False
+        self._saved_at = 0.0
+
+    async def __aenter__(self) -> Follower:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Connect push in the background; its changes queue up until :meth:`batches`."""
+        if self.via != "poll":
+            self._start_push()
+
+    async def close(self) -> None:
+        await self._stop_push()
+        if self._receiver is not None:
+            await self._receiver.close()
+            self._receiver = None
+        self.flush()
+
+    def flush(self) -> None:
+        """Save the position now if it changed."""
+        if self._dirty and self._save is not None:
+            self._save(self.position)
+            self._dirty = False
+            self._saved_at = time.monotonic()
+
+    async def events(self) -> AsyncIterator[ChangeEvent]:
+        async for batch in self.batches():
+            for event in batch:
+                yield event
+
+    async def batches(self) -> AsyncIterator[list[ChangeEvent]]:
+        """New changes, batch by batch, forever (until cancelled)."""
+        while True:
+            if self.mode == "push":
+                try:
+                    item = await asyncio.wait_for(
+                        self._queue.get(), self._save_interval if self._dirty else None
+                    )
+                except TimeoutError:
+                    self.flush()
+                    continue
+                if isinstance(item, _Lost):
+                    self._push_lost(item.error)
+                    continue
+                new = [e for e in item if self.position.accept(e)]
+            else:
+                new = await self._poll_once()
+            if new:
+                self._dirty = True
+                yield new
+                self._maybe_save()
+            elif self.mode == "poll":
+                await self._idle()
+
+    def _set_mode(self, mode: Mode, why: str) -> None:
+        if mode != self.mode:
+            log.info("switching to %s: %s", mode, why)
+        self.mode = mode
+        if self._on_mode is not None:
+            self._on_mode(mode, why)
+
+    def _push_lost(self, error: Exception) -> None:
+        if self.poller is None:
+            # Nothing to fall back on: keep trying push.
+            log.warning("push lost (%s); retrying", error)
+            self._next_push = time.monotonic() + min(self.push_retry, 1.0)
+            self._set_mode("poll", f"push lost: {error}")
+            return
+        self._next_push = time.monotonic() + self.push_retry
+        self._set_mode("poll", f"push lost: {error}")
+
+    async def _poll_once(self) -> list[ChangeEvent]:
+        if self.poller is not None:
+            try:
+                changes = await self.poller.poll(self.position.watermark)
+            except SourceError as exc:
+                log.warning("poll failed: %s", exc)
+                changes = []
+            new = [e for e in changes if self.position.accept(e)]
+            if new:
+                return new
+        if self.via != "poll" and time.monotonic() >= self._next_push:
+            self._start_push()
+            self._set_mode("push", "retrying push")
+        return []
+
+    async def _idle(self) -> None:
+        self._maybe_save(force=True)
+        until_push = max(0.05, self._next_push - time.monotonic())
+        if self.poller is None:
+            delay = until_push
+        else:
+            delay = self.poll_interval
+            if self.via != "poll":
+                delay = min(delay, until_push)
+        await asyncio.sleep(delay)
+
+    def _maybe_save(self, force: bool = False) -> None:
+        if force or time.monotonic() - self._saved_at >= self._save_interval:
+            self.flush()
+
+    def _start_push(self) -> None:
+        if self._producer is not None and not self._producer.done():
+            return
+        while not self._queue.empty():  # stale batches of a previous connection
+            self._queue.get_nowait()
+        self._producer = asyncio.create_task(self._produce())
+
+    async def _stop_push(self) -> None:
+        if self._producer is not None:
+            self._producer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._producer
+            self._producer = None
+
+    async def _produce(self) -> None:
+        assert self.hub is not None and self.topic is not None
+        try:
+            if self.via == "webhook":
+                await self._produce_webhook()
+            else:
+                stream = HubStream(
+                    self.session, self.hub, self.topic, transport=self.via,  # type: ignore[arg-type]
+                    since=self.position.event_id, token=self.token,
+                )
+                async for batch in stream.batches():
+                    await self._queue.put(batch)
+        except PushUnavailable as exc:
+            await self._queue.put(_Lost(exc))
+        except Exception as exc:  # a bug or a bad message must not hang the follower
+            log.exception("push failed")
+            await self._queue.put(_Lost(exc))
+
+    async def _produce_webhook(self) -> None:
+        assert self.hub is not None and self.topic is not None
+        if self._receiver is None:
+            host, port, url = self._receiver_opts
+            self._receiver = CallbackReceiver(
+                self.session, self.hub, self.topic, host=host, port=port, callback_url=url,
+            )
+            await self._receiver.start()
+        receiver = self._receiver
+        await receiver.subscribe(since=self.position.event_id)
+
+        async def watch() -> None:
+            # WebSub has no liveness signal: check the hub's health while subscribed.
+            while True:
+                await asyncio.sleep(self.poll_interval)
+                try:
+                    async with self.session.get(
+                        f"{self.hub}/healthz", timeout=aiohttp.ClientTimeout(total=5)
+                    ) as resp:
+                        if resp.status >= 500:
+                            raise PushUnavailable(f"hub unhealthy: HTTP {resp.status}")
+                except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                    raise PushUnavailable(f"hub unreachable: {exc}") from exc
+
+        watcher = asyncio.create_task(watch())
+        try:
+            batches = receiver.batches().__aiter__()
+            while True:
+                getter = asyncio.ensure_future(batches.__anext__())
+                done, _ = await asyncio.wait({getter, watcher},
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if watcher in done:
+                    getter.cancel()
+                    watcher.result()
+                await self._queue.put(getter.result())
+        finally:
+            watcher.cancel()

@@ -1,0 +1,285 @@
+"""A local directory that mirrors a set of resources: baseline, incremental, audit.
+
+Files live where :mod:`subscriber.paths` maps their URIs. Writes are atomic: bytes go to a
+temporary file next to the target (``.rshub-tmp-*``) and are renamed over it, so a reader
+never sees half a resource. Bytes that do not match the ``length`` or ``hash`` announced
+for them are *rejected*: reported, not written, and the previous copy is kept.
+
+Changes of one batch are collapsed per URI (the last one wins: a fetch always gets the
+current bytes) and applied with at most ``concurrency`` requests in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import aiohttp
+
+from resourcesync import Entry
+
+from .events import ChangeEvent
+from .exceptions import UnsafePathError
+from .integrity import matches
+from .paths import RESERVED_PREFIX, uri_to_path
+from .progress import Progress
+
+__all__ = ["AuditReport", "Mirror", "Stats"]
+
+log = logging.getLogger(__name__)
+
+_TMP = RESERVED_PREFIX + "-tmp-"
+
+
+@dataclass
+class Stats:
+    fetched: int = 0
+    unchanged: int = 0
+    deleted: int = 0
+    #: Announced as created/updated but 404/410 at the Source: removed locally.
+    gone: int = 0
+    #: Bytes that did not match the announced length/hash, or unsafe URIs.
+    rejected: int = 0
+    #: Fetches that failed (network, HTTP errors) after retries.
+    failed: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return (f"fetched {self.fetched}, unchanged {self.unchanged}, deleted {self.deleted}, "
+                f"gone {self.gone}, rejected {self.rejected}, failed {self.failed}")
+
+
+@dataclass
+class AuditReport:
+    missing: list[str] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)
+    different: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.extra or self.different)
+
+    def lines(self) -> list[str]:
+        return ([f"missing {u}" for u in self.missing] + [f"extra {p}" for p in self.extra]
+                + [f"different {d}" for d in self.different])
+
+
+class Mirror:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        session: aiohttp.ClientSession,
+        *,
+        concurrency: int = 16,
+        retries: int = 2,
+        timeout: float = 60.0,
+        report: Callable[[str], None] | None = None,
+    ) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.session = session
+        self.retries = retries
+        self.timeout = aiohttp.ClientTimeout(total=timeout)
+        self.stats = Stats()
+        self._limit = asyncio.Semaphore(concurrency)
+        self._report = report
+
+    @property
+    def state_dir(self) -> Path:
+        """Where rshub keeps its own files (the position); never mirrored into."""
+        return self.root / RESERVED_PREFIX
+
+    def path_of(self, uri: str) -> Path:
+        return uri_to_path(self.root, uri)
+
+    def _problem(self, text: str) -> None:
+        self.stats.problems.append(text)
+        log.warning("%s", text)
+        if self._report is not None:
+            self._report(text)
+
+    async def apply(self, batch: Iterable[ChangeEvent]) -> None:
+        """Apply changes: fetch created/updated, remove deleted."""
+        latest: dict[str, ChangeEvent] = {}
+        for event in batch:
+            latest.pop(event.loc, None)
+            latest[event.loc] = event
+        await asyncio.gather(*(self._limited(self._apply_one(e)) for e in latest.values()))
+
+    async def _limited(self, work: Awaitable[None]) -> None:
+        async with self._limit:
+            await work
+
+    async def _apply_one(self, event: ChangeEvent) -> None:
+        try:
+            path = self.path_of(event.loc)
+        except UnsafePathError as exc:
+            self.stats.rejected += 1
+            self._problem(f"rejected {exc}")
+            return
+        if event.change == "deleted":
+            if self._remove(path):
+                self.stats.deleted += 1
+            return
+        await self._fetch(event.loc, path, length=event.length, hash=event.hash)
+
+    async def _fetch(self, loc: str, path: Path, *, length: int | None,
+                     hash: str | None) -> None:
+        data: bytes | None = None
+        error = ""
+        for attempt in range(self.retries + 1):
+            try:
+                async with self.session.get(loc, timeout=self.timeout) as resp:
+                    if resp.status in (404, 410):
+                        self._remove(path)
+                        self.stats.gone += 1
+                        return
+                    if resp.status == 200:
+                        data = await resp.read()
+                        break
+                    error = f"HTTP {resp.status}"
+                    if resp.status < 500 and resp.status != 429:
+                        break
+            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                error = str(exc) or type(exc).__name__
+            await asyncio.sleep(0.2 * 2**attempt)
+        if data is None:
+            self.stats.failed += 1
+            self._problem(f"failed {loc}: {error}")
+            return
+        problem = matches(data, length=length, hash=hash)
+        if problem is not None:
+            self.stats.rejected += 1
+            self._problem(f"rejected {loc}: {problem}")
+            return
+        try:
+            self._write(path, data)
+        except OSError as exc:
+            self.stats.failed += 1
+            self._problem(f"failed {loc}: cannot write {path}: {exc}")
+            return
+        self.stats.fetched += 1
+
+    def _write(self, path: Path, data: bytes) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.parent / f"{_TMP}{path.name[:64]}-{secrets.token_hex(4)}"
+        try:
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+
+    def _remove(self, path: Path) -> bool:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        except IsADirectoryError:
+            return False
+        parent = path.parent
+        while parent != self.root and self.root in parent.parents:
+            try:
+                parent.rmdir()
+            except OSError:
+                break
+            parent = parent.parent
+        return True
+
+    def local_files(self) -> set[Path]:
+        """Every mirrored file (rshub's own files and temporary files left out)."""
+        found = set()
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            dirnames[:] = [d for d in dirnames if not d.startswith(RESERVED_PREFIX)]
+            for name in filenames:
+                if not name.startswith(RESERVED_PREFIX):
+                    found.add(Path(dirpath, name))
+        return found
+
+    async def baseline(
+        self,
+        entries: AsyncIterator[tuple[Entry, datetime | None]],
+        *,
+        progress: Progress | None = None,
+        prune: bool = True,
+    ) -> datetime | None:
+        """Make the mirror equal to a Resource List; return the list's ``at``.
+
+        Local files that already match (by hash, else by length) are kept; files the list
+        does not name are removed when ``prune``.
+        """
+        items: list[Entry] = []
+        at: datetime | None = None
+        async for entry, entry_at in entries:
+            items.append(entry)
+            at = at or entry_at
+        if progress is not None:
+            progress.total = len(items)
+        expected: set[Path] = set()
+
+        async def one(entry: Entry) -> None:
+            try:
+                path = self.path_of(entry.loc)
+            except UnsafePathError as exc:
+                self.stats.rejected += 1
+                self._problem(f"rejected {exc}")
+                return
+            expected.add(path)
+            md = entry.md
+            length, hash = (md.length, md.hash) if md is not None else (None, None)
+            if (length is not None or hash) and _same(path, length, hash):
+                self.stats.unchanged += 1
+            else:
+                await self._fetch(entry.loc, path, length=length, hash=hash)
+            if progress is not None:
+                progress.advance()
+
+        await asyncio.gather(*(self._limited(one(e)) for e in items))
+        if progress is not None:
+            progress.close()
+        if prune:
+            for path in self.local_files() - expected:
+                if self._remove(path):
+                    self.stats.deleted += 1
+        return at
+
+    async def audit(self, entries: AsyncIterator[tuple[Entry, datetime | None]]) -> AuditReport:
+        """Compare the mirror with a Resource List: missing, extra and different files."""
+        report = AuditReport()
+        expected: set[Path] = set()
+        async for entry, _ in entries:
+            try:
+                path = self.path_of(entry.loc)
+            except UnsafePathError as exc:
+                report.missing.append(f"{entry.loc} ({exc})")
+                continue
+            expected.add(path)
+            md = entry.md
+            if not path.is_file():
+                report.missing.append(entry.loc)
+            elif md is not None and (md.length is not None or md.hash):
+                problem = matches(path.read_bytes(), length=md.length, hash=md.hash)
+                if problem is not None:
+                    report.different.append(f"{entry.loc}: {problem}")
+        report.extra = sorted(str(p.relative_to(self.root))
+                              for p in self.local_files() - expected)
+        report.missing.sort()
+        report.different.sort()
+        return report
+
+
+def _same(path: Path, length: int | None, hash: str | None) -> bool:
+    try:
+        if length is not None and path.stat().st_size != length:
+            return False
+        return not hash or matches(path.read_bytes(), length=None, hash=hash) is None
+    except OSError:
+        return False

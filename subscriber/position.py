@@ -1,0 +1,131 @@
+"""Where a subscriber stands in a topic, and the rule that drops changes already delivered.
+
+A :class:`Position` holds three things:
+
+- ``event_id``: the last hub event id delivered (push transports, and ``hub.since``);
+- ``watermark``: the latest change time delivered, which a poller resumes from;
+- ``recent``: the ``(loc, lastmod)`` keys of the latest deliveries (bounded), which is how
+  a change that arrives twice by different transports, or from a plain Source that has no
+  event ids, is recognised.
+
+It is saved as JSON by :class:`PositionFile`, atomically (temporary file + rename), so a
+restart resumes where the last save stopped. Saves happen after the caller has handled a
+batch: delivery is at least once across crashes, exactly once otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from resourcesync import format_datetime, parse_datetime
+
+from .events import ChangeEvent, event_order
+from .exceptions import PositionError
+
+__all__ = ["MAX_RECENT", "Position", "PositionFile"]
+
+#: How many recent ``(loc, lastmod)`` keys are remembered for de-duplication.
+MAX_RECENT = 20_000
+
+_VERSION = 1
+
+
+@dataclass
+class Position:
+    event_id: str | None = None
+    watermark: datetime | None = None
+    recent: OrderedDict[tuple[str, str], None] = field(default_factory=OrderedDict)
+    #: Free-form facts the caller keeps with the position (e.g. "baseline done").
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def seen(self, event: ChangeEvent) -> bool:
+        """Whether ``event`` was already delivered (by id, else by ``(loc, lastmod)``)."""
+        if event.id is not None and self.event_id is not None:
+            new, last = event_order(event.id), event_order(self.event_id)
+            if new is not None and last is not None:
+                if new <= last:
+                    return True
+            elif event.id == self.event_id:
+                return True
+        return event.key in self.recent
+
+    def record(self, event: ChangeEvent, *, now: datetime | None = None) -> None:
+        """Note ``event`` as delivered (or as seen, for a duplicate carrying a newer id).
+
+        The watermark never moves past ``now``: a publisher's clock running ahead must not
+        make a later poll skip changes.
+        """
+        if event.id is not None:
+            new, last = event_order(event.id), None
+            if self.event_id is not None:
+                last = event_order(self.event_id)
+            if last is None or new is None or new > last:
+                self.event_id = event.id
+        self.recent[event.key] = None
+        self.recent.move_to_end(event.key)
+        while len(self.recent) > MAX_RECENT:
+            self.recent.popitem(last=False)
+        when = min(event.when, now or datetime.now(UTC))
+        if self.watermark is None or when > self.watermark:
+            self.watermark = when
+
+    def accept(self, event: ChangeEvent) -> bool:
+        """Record ``event``; return True when it is new and must be delivered."""
+        duplicate = self.seen(event)
+        self.record(event)
+        return not duplicate
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": _VERSION,
+            "event_id": self.event_id,
+            "watermark": None if self.watermark is None else format_datetime(self.watermark),
+            "recent": [list(key) for key in self.recent],
+            "extra": self.extra,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> Position:
+        if obj.get("version") != _VERSION:
+            raise PositionError(f"unknown position version {obj.get('version')!r}")
+        watermark = obj.get("watermark")
+        return cls(
+            event_id=obj.get("event_id"),
+            watermark=None if watermark is None else parse_datetime(watermark),
+            recent=OrderedDict(
+                ((str(loc), str(lastmod)), None) for loc, lastmod in obj.get("recent", [])
+            ),
+            extra=dict(obj.get("extra") or {}),
+        )
+
+
+class PositionFile:
+    """A :class:`Position` kept in a JSON file, replaced atomically on every save."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def load(self) -> Position:
+        """The saved position, or a fresh one if there is no file yet."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return Position()
+        except OSError as exc:
+            raise PositionError(f"{self.path}: {exc}") from exc
+        try:
+            return Position.from_json(json.loads(data))
+        except (ValueError, TypeError, KeyError) as exc:
+            raise PositionError(f"{self.path}: corrupt position file: {exc}") from exc
+
+    def save(self, position: Position) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(position.to_json()))
+        os.replace(tmp, self.path)

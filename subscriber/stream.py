@@ -1,0 +1,164 @@
+"""The hub's WebSocket and server-sent-event streams of one topic.
+
+``GET {hub}/topics/{name}/ws?since=ID``: each text message is a JSON array of events.
+``GET {hub}/topics/{name}/events``: each SSE message is one JSON event, ``id:`` its event
+id; resumed with ``Last-Event-ID``.
+
+:class:`HubStream` yields batches of :class:`ChangeEvent` and remembers the last event id.
+When the hub closes the WebSocket because the client is too slow (1008 policy violation,
+1013 try again later), it reconnects at once from that id. Any other loss raises
+:class:`PushUnavailable` unless ``persistent=True``, in which case it reconnects with
+exponential back-off (capped at ``max_backoff``) forever.
+
+No back-pressure reaches the hub beyond TCP's: a slow consumer is closed by the hub and
+resumes; nothing is lost as long as the hub retains the events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+import aiohttp
+import orjson
+
+from .events import ChangeEvent
+from .exceptions import PushUnavailable, StreamClosed
+from .sse import SSEReader
+
+__all__ = ["RESUMABLE_CLOSE_CODES", "HubStream", "Transport"]
+
+log = logging.getLogger(__name__)
+
+Transport = Literal["ws", "sse"]
+
+#: WebSocket close codes after which the client reconnects immediately from its last id.
+RESUMABLE_CLOSE_CODES = frozenset({1008, 1013})
+
+
+def _events(payload: Any, topic: str) -> list[ChangeEvent]:
+    items = payload if isinstance(payload, list) else [payload]
+    out = []
+    for item in items:
+        event = ChangeEvent.from_json(item)
+        out.append(event if event.topic is not None else
+                   ChangeEvent.from_json({**item, "topic": topic}))
+    return out
+
+
+class HubStream:
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        hub: str,
+        topic: str,
+        *,
+        transport: Transport = "ws",
+        since: str | None = None,
+        token: str | None = None,
+        persistent: bool = False,
+        connect_timeout: float = 5.0,
+        heartbeat: float = 10.0,
+        max_backoff: float = 30.0,
+    ) -> None:
+        self.session = session
+        self.hub = hub.rstrip("/")
+        self.topic = topic
+        self.transport = transport
+        #: Id of the last event yielded; the next connection resumes after it.
+        self.last_id = since
+        self.persistent = persistent
+        self.connect_timeout = connect_timeout
+        self.heartbeat = heartbeat
+        self.max_backoff = max_backoff
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        #: Set once a connection is established; cleared when it is lost.
+        self.connected = asyncio.Event()
+
+    async def batches(self) -> AsyncIterator[list[ChangeEvent]]:
+        """Batches of events in order, across reconnections."""
+        backoff = 0.1
+        while True:
+            try:
+                connect = self._ws if self.transport == "ws" else self._sse
+                async for batch in connect():
+                    backoff = 0.1
+                    if batch:
+                        self.last_id = batch[-1].id or self.last_id
+                        yield batch
+                raise PushUnavailable("stream ended")
+            except StreamClosed as exc:
+                self.connected.clear()
+                if exc.code in RESUMABLE_CLOSE_CODES:
+                    log.info("%s; resuming after %s", exc, self.last_id)
+                    continue
+                if not self.persistent:
+                    raise
+                log.warning("%s; reconnecting in %.1fs", exc, backoff)
+            except PushUnavailable as exc:
+                self.connected.clear()
+                if not self.persistent:
+                    raise
+                log.warning("%s; reconnecting in %.1fs", exc, backoff)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, self.max_backoff)
+
+    async def _ws(self) -> AsyncIterator[list[ChangeEvent]]:
+        url = f"{self.hub}/topics/{self.topic}/ws"
+        params = {"since": self.last_id} if self.last_id else {}
+        try:
+            ws = await self.session.ws_connect(
+                url, params=params, headers=self._headers, heartbeat=self.heartbeat,
+                timeout=aiohttp.ClientWSTimeout(ws_close=self.connect_timeout),
+            )
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise PushUnavailable(f"cannot open {url}: {exc}") from exc
+        self.connected.set()
+        async with ws:
+            while True:
+                try:
+                    msg = await ws.receive()
+                except (aiohttp.ClientError, OSError) as exc:
+                    raise PushUnavailable(f"{url}: {exc}") from exc
+                if msg.type == aiohttp.WSMsgType.TEXT:
+                    yield _events(orjson.loads(msg.data), self.topic)
+                elif msg.type == aiohttp.WSMsgType.BINARY:
+                    yield _events(orjson.loads(msg.data), self.topic)
+                elif msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING,
+                                  aiohttp.WSMsgType.CLOSED):
+                    raise StreamClosed(ws.close_code, str(msg.extra or ""))
+                elif msg.type == aiohttp.WSMsgType.ERROR:
+                    raise PushUnavailable(f"{url}: {ws.exception()}")
+
+    async def _sse(self) -> AsyncIterator[list[ChangeEvent]]:
+        url = f"{self.hub}/topics/{self.topic}/events"
+        headers = {"Accept": "text/event-stream", **self._headers}
+        if self.last_id:
+            headers["Last-Event-ID"] = self.last_id
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout)
+        try:
+            resp = await self.session.get(url, headers=headers, timeout=timeout)
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise PushUnavailable(f"cannot open {url}: {exc}") from exc
+        async with resp:
+            if resp.status != 200:
+                raise PushUnavailable(f"{url}: HTTP {resp.status}")
+            self.connected.set()
+            reader = SSEReader()
+            try:
+                async for raw in resp.content:
+                    msg = reader.feed_line(raw.decode("utf-8").rstrip("\r\n"))
+                    if msg is None:
+                        continue
+                    if msg.event == "error":  # the hub's "too slow, resume" notice
+                        raise StreamClosed(1013, msg.data)
+                    if msg.event not in ("message", "change"):
+                        continue
+                    batch = _events(orjson.loads(msg.data), self.topic)
+                    if msg.id and batch and batch[-1].id is None:
+                        batch[-1] = ChangeEvent.from_json({**batch[-1].to_json(), "id": msg.id})
+                    yield batch
+            except (aiohttp.ClientError, OSError) as exc:
+                raise PushUnavailable(f"{url}: {exc}") from exc
