@@ -97,6 +97,8 @@ class Follower:
         self._receiver: CallbackReceiver | None = None
         self._receiver_opts = (callback_host, callback_port, callback_url)
         self._next_push = 0.0
+        #: Set when push connected, or failed to.
+        self._ready = asyncio.Event()
         self._dirty = False
         self._saved_at = 0.0
 
@@ -110,10 +112,16 @@ class Follower:
     ) -> None:
         await self.close()
 
-    async def start(self) -> None:
-        """Connect push in the background; its changes queue up until :meth:`batches`."""
+    async def start(self, *, wait: float = 10.0) -> None:
+        """Connect push in the background; its changes queue up until :meth:`batches`.
+
+        Waits (at most ``wait`` seconds) until push is connected or known to be down, so
+        that a baseline taken after this call misses nothing that push will not bring.
+        """
         if self.via != "poll":
             self._start_push()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ready.wait(), wait)
 
     async def close(self) -> None:
         await self._stop_push()
@@ -210,6 +218,7 @@ class Follower:
             return
         while not self._queue.empty():  # stale batches of a previous connection
             self._queue.get_nowait()
+        self._ready.clear()
         self._producer = asyncio.create_task(self._produce())
 
     async def _stop_push(self) -> None:
@@ -229,12 +238,19 @@ class Follower:
                     self.session, self.hub, self.topic, transport=self.via,  # type: ignore[arg-type]
                     since=self.position.event_id, token=self.token,
                 )
-                async for batch in stream.batches():
-                    await self._queue.put(batch)
+                watcher = asyncio.create_task(stream.connected.wait())
+                watcher.add_done_callback(lambda _: self._ready.set())
+                try:
+                    async for batch in stream.batches():
+                        await self._queue.put(batch)
+                finally:
+                    watcher.cancel()
         except PushUnavailable as exc:
+            self._ready.set()
             await self._queue.put(_Lost(exc))
         except Exception as exc:  # a bug or a bad message must not hang the follower
             log.exception("push failed")
+            self._ready.set()
             await self._queue.put(_Lost(exc))
 
     async def _produce_webhook(self) -> None:
@@ -247,6 +263,7 @@ class Follower:
             await self._receiver.start()
         receiver = self._receiver
         await receiver.subscribe(since=self.position.event_id)
+        self._ready.set()
 
         async def watch() -> None:
             # WebSub has no liveness signal: check the hub's health while subscribed.

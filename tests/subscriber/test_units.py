@@ -1,0 +1,129 @@
+"""Pure parts: path mapping, position and de-duplication, WebSub rules, integrity, SSE."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from subscriber.events import ChangeEvent, event_order
+from subscriber.exceptions import PositionError, UnsafePathError
+from subscriber.integrity import matches
+from subscriber.paths import uri_to_path, uri_to_relpath
+from subscriber.position import Position, PositionFile
+from subscriber.sse import SSEReader
+from subscriber.websub import sign, subscription_form, verification_answer, verify_signature
+
+
+@pytest.mark.parametrize(("uri", "rel"), [
+    ("http://Example.org/a/b.txt", "http/example.org/a/b.txt"),
+    ("https://example.org:8443/a%20b/c", "https/example.org_8443/a%20b/c"),
+    ("http://example.org/a b/c", "http/example.org/a%20b/c"),
+    ("http://example.org/", "http/example.org/index"),
+    ("http://example.org", "http/example.org/index"),
+    ("http://example.org/dir/", "http/example.org/dir/index"),
+    ("http://example.org/q?x=1&y=/z", "http/example.org/q%3Fx=1&y=%2Fz"),
+    ("http://example.org/a%2Fb", "http/example.org/a%2Fb"),
+    ("http://example.org/f#frag", "http/example.org/f"),
+])
+def test_uri_mapping(uri: str, rel: str) -> None:
+    assert uri_to_relpath(uri) == rel
+
+
+@pytest.mark.parametrize("uri", [
+    "http://example.org/../etc/passwd",
+    "http://example.org/a/%2e%2E/b",
+    "http://example.org/a/./b",
+    "http://example.org/a//b",
+    "file:///etc/passwd",
+    "ftp://example.org/x",
+    "http:///nohost",
+    "http://exa_mple.org/x",
+    "http://example.org/.rshub/state.json",
+    "http://example.org/" + "x" * 300,
+])
+def test_unsafe_uris_are_refused(uri: str, tmp_path: Path) -> None:
+    with pytest.raises(UnsafePathError):
+        uri_to_path(tmp_path, uri)
+
+
+def test_mapping_stays_inside_root(tmp_path: Path) -> None:
+    path = uri_to_path(tmp_path, "http://example.org/a/b")
+    assert tmp_path.resolve() in path.resolve().parents
+
+
+def _ev(loc: str, lastmod: str = "2026-01-01T00:00:00Z", id: str | None = None) -> ChangeEvent:
+    return ChangeEvent(loc=loc, lastmod=lastmod, change="updated", id=id)
+
+
+def test_position_dedupes_by_id_then_by_key() -> None:
+    pos = Position()
+    assert pos.accept(_ev("a", id="5-0"))
+    assert not pos.accept(_ev("a", id="5-0"))
+    assert not pos.accept(_ev("b", id="4-9"))  # older id: already delivered
+    assert pos.accept(_ev("c", id="10-0"))
+    assert not pos.accept(_ev("c"))  # same change from a Change List (no id)
+    assert pos.accept(_ev("c", lastmod="2026-01-01T00:00:01Z"))
+    assert pos.event_id == "10-0"
+    assert event_order("10-3") == (10, 3) and event_order("x") is None
+
+
+def test_position_watermark_never_passes_now() -> None:
+    pos = Position()
+    pos.accept(_ev("a", lastmod="2999-01-01T00:00:00Z"))
+    assert pos.watermark is not None and pos.watermark.year < 2999
+
+
+def test_position_file_round_trip(tmp_path: Path) -> None:
+    store = PositionFile(tmp_path / "s" / "state.json")
+    assert store.load().event_id is None
+    pos = Position()
+    pos.accept(_ev("a", id="1-1"))
+    pos.extra["baseline"] = True
+    store.save(pos)
+    again = store.load()
+    assert again.event_id == "1-1" and ("a", "2026-01-01T00:00:00Z") in again.recent
+    assert again.extra == {"baseline": True} and again.watermark == pos.watermark
+    (tmp_path / "s" / "state.json").write_text("{not json")
+    with pytest.raises(PositionError):
+        store.load()
+
+
+def test_websub_signature_and_verification() -> None:
+    body = b"<urlset/>"
+    header = sign("s3cret", body)
+    assert header.startswith("sha256=")
+    assert verify_signature("s3cret", header, body)
+    assert verify_signature("s3cret", sign("s3cret", body, "sha512"), body)
+    assert not verify_signature("s3cret", header, body + b" ")
+    assert not verify_signature("other", header, body)
+    assert not verify_signature("s3cret", None, body)
+    assert not verify_signature("s3cret", "md5=abc", body)
+    query = {"hub.mode": "subscribe", "hub.topic": "T", "hub.challenge": "xyz"}
+    assert verification_answer(query, topic="T", wanted={"subscribe"}) == "xyz"
+    assert verification_answer(query, topic="T", wanted=set()) is None
+    assert verification_answer(query, topic="U", wanted={"subscribe"}) is None
+    form = subscription_form("subscribe", topic="T", callback="C", secret="s",
+                             lease_seconds=60, since="1-0")
+    assert form["hub.since"] == "1-0" and form["hub.lease_seconds"] == "60"
+    assert "hub.secret" not in subscription_form("unsubscribe", topic="T", callback="C",
+                                                 secret="s")
+
+
+def test_integrity() -> None:
+    data = b"hello"
+    md5 = "md5:5d41402abc4b2a76b9719d911017c592"
+    assert matches(data, length=5, hash=md5) is None
+    assert matches(data, length=4, hash=None) is not None
+    assert matches(b"hellO", length=None, hash=md5) is not None
+    assert matches(data, length=None, hash="sha-256:" + "0" * 64) is not None
+    assert matches(data, length=None, hash="crc32:zzz") is None  # unknown: not checked
+
+
+def test_sse_reader() -> None:
+    reader = SSEReader()
+    lines = ["retry: 1000", "", ": heartbeat", "", "id: 1-0", "data: {\"a\":", "data: 1}", "",
+             "event: error", "data: too slow", ""]
+    msgs = [m for m in (reader.feed_line(line) for line in lines) if m is not None]
+    assert msgs[0].data == '{"a":\n1}' and msgs[0].id == "1-0" and msgs[0].event == "message"
+    assert msgs[1].event == "error" and reader.last_id == "1-0"
