@@ -17,6 +17,7 @@ from hub.settings import Settings
 from publisher.changes import make_change
 from resourcesync import Entry
 from tests.conftest import start_hub
+from tests.support import free_port
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -82,3 +83,46 @@ class LosingProxy:
             self.lose -= 1
             return web.json_response({"error": "answer lost on the way back"}, status=503)
         return web.Response(body=payload, status=status, content_type="application/json")
+
+
+class SSEServer:
+    """Serves ``events`` (``(id, data)``) as an event stream that honours ``Last-Event-ID``.
+
+    The first connection is cut after ``cut_after`` events, to test reconnecting.
+    """
+
+    def __init__(self, events: list[tuple[str, str]], *, cut_after: int | None = None) -> None:
+        self.events = events
+        self.cut_after = cut_after
+        self.last_event_ids: list[str | None] = []
+        self.app = web.Application()
+        self.app.router.add_get("/stream", self._stream)
+
+    async def _stream(self, request: web.Request) -> web.StreamResponse:
+        last = request.headers.get("Last-Event-ID")
+        self.last_event_ids.append(last)
+        ids = [event_id for event_id, _ in self.events]
+        start = ids.index(last) + 1 if last else 0
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b": hello\n\nretry: 10\n\n")
+        for n, (event_id, data) in enumerate(self.events[start:]):
+            if self.cut_after is not None and n == self.cut_after:
+                self.cut_after = None
+                request.transport.close()  # type: ignore[union-attr]
+                return resp
+            await resp.write(f"event: message\nid: {event_id}\ndata: {data}\n\n".encode())
+        return resp
+
+
+@asynccontextmanager
+async def serve(app: web.Application) -> AsyncIterator[str]:
+    """Run ``app`` on 127.0.0.1 and yield its base URL."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
