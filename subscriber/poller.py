@@ -70,6 +70,8 @@ class Poller:
         self.overlap = overlap
         self.documents = DocumentClient(session)
         self._found: Discovery | None = None
+        #: Change Lists whose current version was returned by a poll.
+        self._consumed: set[str] = set()
 
     async def discover(self) -> Discovery:
         if self._found is None:
@@ -147,8 +149,9 @@ class Poller:
                 if fetched.changed and fetched.doc is not None:
                     out.extend(_changes(fetched.doc, threshold))
             return out
-        if not result.changed:
+        if not result.changed and found.changelist in self._consumed:
             return []
+        self._consumed.add(found.changelist)
         return _changes(doc, threshold)
 
     async def resources(self) -> AsyncIterator[tuple[Entry, datetime | None]]:

@@ -129,6 +129,9 @@ class TestSource:
         return self._xml(request, f'<urlset {NS}><rs:md capability="resourcelist" at="{at}"/>'
                          f"{urls}</urlset>")
 
+    def _up(self) -> str:
+        return f'<rs:ln rel="up" href="{self.url}/capabilitylist.xml"/>'
+
     def _entries(self, changes: list[dict[str, Any]]) -> str:
         out = []
         for c in changes:
@@ -150,7 +153,7 @@ class TestSource:
     async def _changelist(self, request: web.Request) -> web.Response:
         start = "2025-01-01T00:00:00Z"
         if not self.index:
-            return self._xml(request, f'<urlset {NS}><rs:md capability="changelist" '
+            return self._xml(request, f'<urlset {NS}>{self._up()}<rs:md capability="changelist" '
                              f'from="{start}"/>{self._entries(self.log)}</urlset>')
         pages = self._pages()
         items = []
@@ -160,7 +163,7 @@ class TestSource:
                      if i < len(pages) - 1 else "")
             items.append(f'<sitemap><loc>{self.url}/changelist/{i}.xml</loc>'
                          f'<rs:md capability="changelist" from="{frm}"{until}/></sitemap>')
-        return self._xml(request, f'<sitemapindex {NS}><rs:md capability="changelist"/>'
+        return self._xml(request, f'<sitemapindex {NS}>{self._up()}<rs:md capability="changelist"/>'
                          + "".join(items) + "</sitemapindex>")
 
     async def _page(self, request: web.Request) -> web.Response:
@@ -168,5 +171,5 @@ class TestSource:
         pages = self._pages()
         if n >= len(pages):
             raise web.HTTPNotFound()
-        return self._xml(request, f'<urlset {NS}><rs:md capability="changelist" '
+        return self._xml(request, f'<urlset {NS}>{self._up()}<rs:md capability="changelist" '
                          f'from="2025-01-01T00:00:00Z"/>{self._entries(pages[n])}</urlset>')
