@@ -7,6 +7,8 @@ front, without re-encoding (:func:`with_id`).
 
 from __future__ import annotations
 
+import functools
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -26,6 +28,12 @@ def _link(link: Link) -> dict[str, Any]:
     return out
 
 
+@functools.lru_cache(maxsize=4096)
+def _w3c(moment: datetime) -> str:
+    # Publishers' batches share timestamps; formatting is most of the per-change cost.
+    return format_datetime(moment)
+
+
 def change_from_entry(entry: Entry, index: int) -> Change:
     """The stored form of one Change List entry."""
     md = entry.md
@@ -33,9 +41,11 @@ def change_from_entry(entry: Entry, index: int) -> Change:
     when = entry.change_time
     if change is None or when is None:  # the parser's validation makes this unreachable
         raise BadRequest(f"entry {index}: a change needs rs:md change and lastmod")
+    if "\0" in entry.loc:
+        raise BadRequest(f"entry {index}: loc contains a NUL character")
     event: dict[str, Any] = {
         "loc": entry.loc,
-        "lastmod": format_datetime(when),
+        "lastmod": _w3c(when),
         "change": str(change),
     }
     if md is not None:
