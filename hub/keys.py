@@ -36,8 +36,23 @@ def cursors(topic: str) -> str:
 
 
 def pages(topic: str) -> str:
-    """Materialized Change List page boundaries (see ``hub.changelists``)."""
+    """Sorted set of closed Change List pages, scored by page number (see ``hub.pages``)."""
     return f"{PREFIX}{{{topic}}}:pages"
+
+
+def pages_head(topic: str) -> str:
+    """Hash: the open Change List page and how far the stream was scanned (``hub.pages``)."""
+    return f"{PREFIX}{{{topic}}}:pages:head"
+
+
+def resourcelist_snapshot(topic: str) -> str:
+    """Hash: the current Resource List snapshot (id, at, completed, pages, last_id)."""
+    return f"{PREFIX}{{{topic}}}:rl:snapshot"
+
+
+def resourcelist_page(topic: str, snapshot: str, page: int) -> str:
+    """One rendered page of a Resource List snapshot (expires with the snapshot)."""
+    return f"{PREFIX}{{{topic}}}:rl:{snapshot}:{page}"
 
 
 def resources(topic: str) -> str:

@@ -69,6 +69,19 @@ class Settings(BaseSettings):
     # -- materialized documents --------------------------------------------------------
     #: A Change List page closes after this many seconds (or at 50,000 entries).
     changelist_page_seconds: int = Field(3600, ge=1)
+    #: A Change List page closes at this many entries (the Sitemaps limit is the maximum).
+    changelist_page_entries: int = Field(50_000, ge=1, le=50_000)
+    #: How often a background task brings every topic's page boundaries up to date (0 = only
+    #: when a document is requested). Keep it far below the retention period.
+    changelist_scan_seconds: float = Field(1.0, ge=0, le=3600)
+    #: Resource List entries per document; above this the Resource List becomes an index.
+    resourcelist_page_entries: int = Field(50_000, ge=1, le=50_000)
+    #: A paged Resource List snapshot is reused for this long (while the topic changes).
+    resourcelist_snapshot_seconds: int = Field(60, ge=0, le=86_400)
+    #: How long the pages of a Resource List snapshot stay fetchable.
+    resourcelist_snapshot_ttl_seconds: int = Field(3600, ge=60, le=7 * 86_400)
+    #: In-process cache of rendered closed Change List pages (0 = no cache).
+    document_cache_bytes: int = Field(64 * 1024 * 1024, ge=0, le=4 * 1024**3)
 
     @field_validator("appendfsync")
     @classmethod

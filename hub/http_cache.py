@@ -1,0 +1,184 @@
+"""HTTP behaviour of the served documents: validators, 304s, caching headers, gzip, streaming.
+
+Every document gets a weak ``ETag`` (weak because the same document may go out gzipped or
+not, RFC 9110 §8.8.1) and a ``Last-Modified``; a conditional GET that matches gets ``304 Not
+Modified`` (``If-None-Match`` wins over ``If-Modified-Since``, RFC 9110 §13.2.2). Closed
+Change List pages and Resource List snapshot pages never change and say so
+(``Cache-Control: public, max-age=31536000, immutable``); everything else must be
+revalidated (``no-cache``). Bodies are gzipped when the client accepts gzip, and written in
+chunks as they are rendered, never built whole (except pages kept in :class:`ByteCache`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+from collections import OrderedDict
+from collections.abc import AsyncIterable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import format_datetime as http_date
+from email.utils import parsedate_to_datetime
+
+from aiohttp import web
+from aiohttp.web_response import ContentCoding
+
+XML = "application/xml"
+IMMUTABLE = "public, max-age=31536000, immutable"
+REVALIDATE = "no-cache"
+
+
+@dataclass(frozen=True, slots=True)
+class Validators:
+    """What identifies one version of a document."""
+
+    #: Opaque version tag, without quotes or ``W/``.
+    tag: str
+    #: When that version last changed (ms since the epoch).
+    modified_ms: int
+    immutable: bool = False
+    #: False while a newer version could share this one's Last-Modified second: then
+    #: If-Modified-Since alone never answers 304 (ETags still do).
+    settled: bool = True
+
+    @property
+    def etag(self) -> str:
+        return f'W/"{self.tag}"'
+
+    @property
+    def last_modified(self) -> str:
+        moment = datetime.fromtimestamp(self.modified_ms // 1000, tz=UTC)
+        return http_date(moment, usegmt=True)
+
+
+def _etag_matches(header: str, tag: str) -> bool:
+    """Weak comparison of ``tag`` with an ``If-None-Match`` list (RFC 9110 §13.1.2)."""
+    for item in header.split(","):
+        item = item.strip()
+        if item == "*":
+            return True
+        if item.startswith("W/"):
+            item = item[2:]
+        if item.strip('"') == tag:
+            return True
+    return False
+
+
+def not_modified(request: web.Request, validators: Validators) -> bool:
+    inm = request.headers.get("If-None-Match")
+    if inm is not None:
+        return _etag_matches(inm, validators.tag)
+    ims = request.headers.get("If-Modified-Since")
+    if ims is not None and (validators.immutable or validators.settled):
+        try:
+            since = parsedate_to_datetime(ims)
+        except (TypeError, ValueError, IndexError):
+            return False
+        if since.tzinfo is None:
+            since = since.replace(tzinfo=UTC)
+        return validators.modified_ms // 1000 <= int(since.timestamp())
+    return False
+
+
+def accepts_gzip(request: web.Request) -> bool:
+    for item in request.headers.get("Accept-Encoding", "").lower().split(","):
+        coding, _, params = item.strip().partition(";")
+        if coding.strip() in ("gzip", "x-gzip", "*"):
+            q = params.strip()
+            return not (q.startswith("q=") and float(q[2:] or 0) == 0)
+    return False
+
+
+def _headers(validators: Validators, extra: dict[str, str] | None) -> dict[str, str]:
+    headers = {
+        "ETag": validators.etag,
+        "Last-Modified": validators.last_modified,
+        "Cache-Control": IMMUTABLE if validators.immutable else REVALIDATE,
+        "Vary": "Accept-Encoding",
+    }
+    if extra:
+        headers.update(extra)
+    return headers
+
+
+async def stream(
+    request: web.Request,
+    validators: Validators,
+    body: AsyncIterable[bytes] | Iterable[bytes],
+    *,
+    headers: dict[str, str] | None = None,
+) -> web.StreamResponse:
+    """Answer with ``body`` chunk by chunk (gzipped on the fly if accepted), or a 304."""
+    all_headers = _headers(validators, headers)
+    if not_modified(request, validators):
+        return web.Response(status=304, headers=all_headers)
+    resp = web.StreamResponse(headers=all_headers)
+    resp.content_type = XML
+    resp.charset = "utf-8"
+    if accepts_gzip(request):
+        resp.enable_compression(ContentCoding.gzip)
+    await resp.prepare(request)
+    if request.method != "HEAD":
+        if isinstance(body, AsyncIterable):
+            async for chunk in body:
+                await resp.write(chunk)
+        else:
+            for chunk in body:
+                await resp.write(chunk)
+    await resp.write_eof()
+    return resp
+
+
+class ByteCache:
+    """A bounded LRU of rendered immutable documents, with their gzipped form made lazily."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[str, bytes] = OrderedDict()
+        self._size = 0
+
+    def get(self, key: str) -> bytes | None:
+        value = self._items.get(key)
+        if value is not None:
+            self._items.move_to_end(key)
+        return value
+
+    def put(self, key: str, value: bytes) -> None:
+        if len(value) > self.max_bytes:
+            return
+        old = self._items.pop(key, None)
+        if old is not None:
+            self._size -= len(old)
+        self._items[key] = value
+        self._size += len(value)
+        while self._size > self.max_bytes:
+            _, dropped = self._items.popitem(last=False)
+            self._size -= len(dropped)
+
+    async def gzipped(self, key: str, raw: bytes) -> bytes:
+        gz = self.get(key + "|gz")
+        if gz is None:
+            gz = await asyncio.get_running_loop().run_in_executor(None, gzip.compress, raw, 6)
+            self.put(key + "|gz", gz)
+        return gz
+
+
+async def send_cached(
+    request: web.Request,
+    validators: Validators,
+    cache: ByteCache,
+    key: str,
+    raw: bytes,
+    *,
+    headers: dict[str, str] | None = None,
+) -> web.StreamResponse:
+    """Answer with a cached rendering (its gzipped form if accepted), or a 304."""
+    all_headers = _headers(validators, headers)
+    if not_modified(request, validators):
+        return web.Response(status=304, headers=all_headers)
+    body = raw
+    if accepts_gzip(request):
+        body = await cache.gzipped(key, raw)
+        all_headers["Content-Encoding"] = "gzip"
+    resp = web.Response(body=body, headers=all_headers, content_type=XML, charset="utf-8")
+    return resp
