@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 
 import aiohttp
 from aiohttp import web
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from . import __version__, documents, ingest, streams, websub_http
 from .auth import PublisherAuth
@@ -40,9 +42,26 @@ async def _redis_ctx(app: web.Application) -> AsyncIterator[None]:
         retention_seconds=settings.retention_seconds,
         retention_max_events=settings.retention_max_events,
         idempotency_seconds=settings.idempotency_seconds,
+        topic_retention_seconds=settings.topic_retention_seconds,
+        topic_retention_max_events=settings.topic_retention_max_events,
     )
+    sweeper = asyncio.create_task(_sweep_retention(app), name="retention")
     yield
+    sweeper.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await sweeper
     await redis.aclose()
+
+
+async def _sweep_retention(app: web.Application) -> None:
+    store, every = app[STORE], app[SETTINGS].retention_sweep_seconds
+    while True:
+        await asyncio.sleep(every)
+        try:
+            for topic in await store.topics():
+                await store.trim(topic)
+        except RedisError as exc:
+            log.warning("retention sweep failed: %s", exc)
 
 
 async def _http_ctx(app: web.Application) -> AsyncIterator[None]:

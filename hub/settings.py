@@ -41,6 +41,11 @@ class Settings(BaseSettings):
     retention_seconds: int = Field(7 * 24 * 3600, ge=0)
     #: Retention per topic: at most this many events are kept (0 = no length bound).
     retention_max_events: int = Field(1_000_000, ge=0)
+    #: Per-topic overrides of the two retention bounds: ``{"news": 3600}``.
+    topic_retention_seconds: dict[str, int] = Field(default_factory=dict)
+    topic_retention_max_events: dict[str, int] = Field(default_factory=dict)
+    #: How often quiet topics are trimmed (publishes trim their topic anyway).
+    retention_sweep_seconds: float = Field(60.0, gt=0)
     #: How long an Idempotency-Key is remembered.
     idempotency_seconds: int = Field(24 * 3600, ge=1)
 

@@ -43,11 +43,30 @@ while pos <= #packed do
   end
   pos = c + 1
 end
-if ARGV[3] ~= '0' then redis.call('XTRIM', stream, 'MAXLEN', '~', ARGV[3]) end
-if ARGV[4] ~= '' then redis.call('XTRIM', stream, 'MINID', '~', ARGV[4]) end
+-- Retention, exact so that 'trimmed_through' names the newest event ever trimmed: a client
+-- resuming from an older id is told it has a gap (Redis 6.2 does not report trimmed ids).
+local trimmed = false
+if ARGV[4] ~= '' then
+  local last = redis.call('XREVRANGE', stream, '(' .. ARGV[4], '-', 'COUNT', 1)
+  if #last > 0 then
+    trimmed = last[1][1]
+    redis.call('XTRIM', stream, 'MINID', ARGV[4])
+  end
+end
+if ARGV[3] ~= '0' then
+  local excess = redis.call('XLEN', stream) - tonumber(ARGV[3])
+  if excess > 0 then
+    local cut = redis.call('XRANGE', stream, '-', '+', 'COUNT', excess)
+    trimmed = cut[#cut][1]
+    redis.call('XTRIM', stream, 'MAXLEN', ARGV[3])
+  end
+end
+if trimmed then redis.call('HSET', meta, 'trimmed_through', trimmed) end
 local joined = table.concat(ids, ' ')
-redis.call('HSET', meta, 'last_id', ids[#ids], 'last_publish_ms', ARGV[5])
-redis.call('HSETNX', meta, 'created_ms', ARGV[5])
+if #ids > 0 then
+  redis.call('HSET', meta, 'last_id', ids[#ids], 'last_publish_ms', ARGV[5])
+  redis.call('HSETNX', meta, 'created_ms', ARGV[5])
+end
 if #KEYS > 3 then redis.call('SET', KEYS[4], ARGV[1] .. '|' .. joined, 'EX', ARGV[2]) end
 return {0, joined}
 """
@@ -75,10 +94,14 @@ class EventStore:
         retention_seconds: int = 0,
         retention_max_events: int = 0,
         idempotency_seconds: int = 86400,
+        topic_retention_seconds: dict[str, int] | None = None,
+        topic_retention_max_events: dict[str, int] | None = None,
     ) -> None:
         self.redis = redis
         self.retention_seconds = retention_seconds
         self.retention_max_events = retention_max_events
+        self.topic_retention_seconds = topic_retention_seconds or {}
+        self.topic_retention_max_events = topic_retention_max_events or {}
         self.idempotency_seconds = idempotency_seconds
         self._append = redis.register_script(_APPEND)
         self._known_topics: set[str] = set()
@@ -94,8 +117,10 @@ class EventStore:
         """Store all ``changes`` atomically; return their event ids in order."""
         now_ms = int(time.time() * 1000)
         minid = ""
-        if self.retention_seconds:
-            minid = f"{now_ms - self.retention_seconds * 1000}-0"
+        max_age = self.topic_retention_seconds.get(topic, self.retention_seconds)
+        if max_age:
+            minid = f"{now_ms - max_age * 1000}-0"
+        max_events = self.topic_retention_max_events.get(topic, self.retention_max_events)
         script_keys = [keys.events(topic), keys.resources(topic), keys.topic_meta(topic)]
         if idempotency_key is not None:
             script_keys.append(keys.idempotency(topic, idempotency_key))
@@ -103,9 +128,9 @@ class EventStore:
             b"%s\0%s\0%s\0" % (c.loc.encode(), c.change.encode(), c.event) for c in changes
         )
         args: list[str | bytes | int] = [
-            digest, self.idempotency_seconds, self.retention_max_events, minid, now_ms, packed,
+            digest, self.idempotency_seconds, max_events, minid, now_ms, packed,
         ]
-        if topic not in self._known_topics:
+        if changes and topic not in self._known_topics:
             await self.redis.sadd(keys.TOPICS, topic)
             self._known_topics.add(topic)
         replayed, joined = await self._append(keys=script_keys, args=args)
@@ -118,6 +143,15 @@ class EventStore:
                     idempotency_key=idempotency_key,
                 )
         return Appended(ids=text.split(" ") if text else [], replayed=bool(replayed))
+
+    async def trim(self, topic: str) -> None:
+        """Apply retention now (publishes do it too; this covers quiet topics)."""
+        await self.append(topic, [])
+
+    async def trimmed_through(self, topic: str) -> str | None:
+        """Id of the newest event retention ever removed from ``topic``, if any."""
+        value = await self.redis.hget(keys.topic_meta(topic), "trimmed_through")
+        return _text(value) if value is not None else None
 
     async def read(
         self, topic: str, after: str | None, count: int, *, until: str = "+"

@@ -22,8 +22,9 @@ from collections.abc import AsyncIterator
 from aiohttp import WSCloseCode, web
 
 from . import topics
+from .exceptions import Gone
 from .feed import Event, EventKey, TopicFeed, parse_id
-from .state import FEEDS, SETTINGS
+from .state import FEEDS, SETTINGS, STORE
 
 log = logging.getLogger(__name__)
 
@@ -98,12 +99,29 @@ def _start_cursor(request: web.Request, feed: TopicFeed) -> EventKey:
     return feed.last_key
 
 
+async def check_no_gap(request: web.Request, topic: str, since: str) -> None:
+    """410 when retention removed events after ``since`` (``0`` asks for what is retained)."""
+    key = parse_id(since)
+    if key == (0, 0):
+        return
+    trimmed = await request.app[STORE].trimmed_through(topic)
+    if trimmed is not None and key < parse_id(trimmed):
+        base = request.app[SETTINGS].public_url
+        raise Gone(
+            f"events after {since} are no longer retained (trimmed through {trimmed}); "
+            f"re-baseline from {base}/topics/{topic}/resourcelist.xml and resume from its "
+            "position, or pass since=0 for what is retained",
+            trimmed_through=trimmed,
+            resourcelist=f"{base}/topics/{topic}/resourcelist.xml",
+        )
+
+
 @contextlib.asynccontextmanager
 async def _following(request: web.Request) -> AsyncIterator[tuple[str, ClientPump]]:
     topic = topics.check_name(request.match_info["name"])
     since = request.query.get("since") or request.headers.get("Last-Event-ID")
     if since:
-        parse_id(since.strip())  # 400 before any upgrade
+        await check_no_gap(request, topic, since.strip())  # 400/410 before any upgrade
     feeds = request.app[FEEDS]
     feed = await feeds.acquire(topic)
     capacity = request.app[SETTINGS].client_buffer_events
