@@ -12,7 +12,7 @@ from aiohttp import web
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from . import __version__, documents, ingest, streams, websub_http
+from . import __version__, documents, ingest, introspection, streams, websub_http
 from .auth import PublisherAuth
 from .errors import error_middleware
 from .settings import Settings
@@ -94,6 +94,7 @@ def create_app(settings: Settings, redis_url: str) -> web.Application:
     websub_http.setup(app)
     documents.setup(app)
     streams.setup(app)
+    introspection.setup(app)
 
     app.router.add_get("/healthz", healthz)
     app.router.add_post("/", websub_http.hub_endpoint)

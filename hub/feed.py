@@ -183,6 +183,10 @@ class FeedHub:
         self._feeds: dict[str, TopicFeed] = {}
         self._lock = asyncio.Lock()
 
+    @property
+    def consumer_count(self) -> int:
+        return sum(feed.consumers for feed in self._feeds.values())
+
     async def acquire(self, topic: str) -> TopicFeed:
         async with self._lock:
             feed = self._feeds.get(topic)

@@ -262,3 +262,22 @@ async def test_subscriptions_survive_restart_and_resume_from_cursor(
         await wait_for(lambda: len(callback.ids) >= 4)
         assert callback.ids == first + second
         await runner.cleanup()
+
+
+async def test_subscription_introspection_and_metrics(hub: Hub, callback: CallbackServer) -> None:
+    await subscribe(hub, callback, **{"hub.secret": "hidden"})
+    ids = (await (await hub.publish("t", notification(changes(2)))).json())["ids"]
+    await wait_for(lambda: len(callback.ids) >= 2)
+    body = await (await hub.session.get(f"{hub.url}/topics/t/subscriptions")).json()
+    [row] = body["subscriptions"]
+    assert row["callback"] == callback.url and row["state"] == "active"
+    assert row["secret"] is True and "hidden" not in str(body)
+
+    async def cursor_at_end() -> bool:
+        rows = (await (await hub.session.get(f"{hub.url}/topics/t/subscriptions")).json())
+        return rows["subscriptions"][0]["cursor"] == ids[-1]
+
+    await wait_for(cursor_at_end)
+    text = await (await hub.session.get(f"{hub.url}/metrics")).text()
+    assert 'rshub_subscriptions{state="active"} 1' in text
+    assert "rshub_delivered_changes_total 2" in text

@@ -1,0 +1,78 @@
+"""Operators' view: subscription state per topic, and Prometheus metrics.
+
+``GET /topics/{name}/subscriptions`` lists a topic's WebSub subscriptions (never their
+secrets) with state, lease expiry, failures, last error and delivery cursor. It needs a
+token that may publish to the topic; on a hub without tokens, only loopback clients may
+ask (callback URLs are not for everyone's eyes). ``GET /metrics`` is the Prometheus text
+format, with bounded label cardinality (no per-subscriber labels).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from aiohttp import web
+
+from . import keys, topics
+from .exceptions import Forbidden
+from .ingest import AUTH
+from .state import DELIVERY, FEEDS, REDIS, STORE
+from .subscriptions import State, SubscriptionStore
+
+
+def _check_operator(request: web.Request, topic: str) -> None:
+    auth = request.app[AUTH]
+    if not auth.open:
+        auth.check(topic, request.headers.get("Authorization"))
+        return
+    remote = request.remote or ""
+    try:
+        loopback = ipaddress.ip_address(remote).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise Forbidden("subscription details are only shown to loopback clients on an open hub")
+
+
+async def subscriptions(request: web.Request) -> web.Response:
+    topic = topics.check_name(request.match_info["name"])
+    _check_operator(request, topic)
+    redis = request.app[REDIS]
+    subs = await SubscriptionStore(redis).for_topic(topic)
+    cursors = await redis.hgetall(keys.cursors(topic))
+    store = request.app[STORE]
+    out = []
+    for sub in sorted(subs, key=lambda s: s.callback):
+        row = sub.public()
+        cursor = cursors.get(sub.callback.encode())
+        row["cursor"] = cursor.decode() if cursor else None
+        out.append(row)
+    return web.json_response(
+        {"topic": topic, "last_id": await store.last_id(topic), "subscriptions": out}
+    )
+
+
+async def metrics(request: web.Request) -> web.Response:
+    workers = list(request.app[DELIVERY].workers.values())
+    suspended = sum(1 for w in workers if w.sub.state is State.SUSPENDED)
+    lines = [
+        "# HELP rshub_topics Topics that have been published to.",
+        "# TYPE rshub_topics gauge",
+        f"rshub_topics {len(await request.app[STORE].topics())}",
+        "# HELP rshub_subscriptions Running WebSub delivery workers by state.",
+        "# TYPE rshub_subscriptions gauge",
+        f'rshub_subscriptions{{state="active"}} {len(workers) - suspended}',
+        f'rshub_subscriptions{{state="suspended"}} {suspended}',
+        "# HELP rshub_delivered_changes_total Changes delivered to callbacks (2xx).",
+        "# TYPE rshub_delivered_changes_total counter",
+        f"rshub_delivered_changes_total {sum(w.delivered for w in workers)}",
+        "# HELP rshub_stream_consumers Live consumers (streams and workers) of topic feeds.",
+        "# TYPE rshub_stream_consumers gauge",
+        f"rshub_stream_consumers {request.app[FEEDS].consumer_count}",
+    ]
+    return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_get("/topics/{name}/subscriptions", subscriptions)
+    app.router.add_get("/metrics", metrics)
