@@ -20,9 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lxml import etree  # noqa: E402
+from lxml import etree
 
-from resourcesync import (  # noqa: E402
+from resourcesync import (
     Change,
     ChangeListNotification,
     Entry,
@@ -75,8 +75,12 @@ def best_of(func: Callable[[], object]) -> float:
 def main() -> None:
     data = make_notification()
     parser = etree.XMLParser(
-        resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False,
-        remove_comments=True, remove_pis=True,
+        resolve_entities=False,
+        no_network=True,
+        load_dtd=False,
+        huge_tree=False,
+        remove_comments=True,
+        remove_pis=True,
     )
 
     def bare_lxml() -> None:
@@ -90,8 +94,10 @@ def main() -> None:
     lxml_s = best_of(bare_lxml)
     parse_s = best_of(lambda: parse(data))
     serialize_s = best_of(lambda: serialize(doc))
-    print(f"python {platform.python_version()}, lxml {etree.__version__}, "
-          f"{platform.machine()}, {platform.processor() or platform.platform()}")
+    print(
+        f"python {platform.python_version()}, lxml {etree.__version__}, "
+        f"{platform.machine()}, {platform.processor() or platform.platform()}"
+    )
     print(f"document: {ENTRIES} entries, {len(data):,} bytes; best of {ROUNDS}x{REPEAT}")
     print(f"bare lxml        {ENTRIES / lxml_s:>12,.0f} entries/s")
     print(f"parse+validate   {ENTRIES / parse_s:>12,.0f} entries/s")
