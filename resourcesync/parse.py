@@ -182,6 +182,11 @@ def _build(
     return obj
 
 
+# A DOCTYPE sits in the prolog: looking at the first bytes rejects it before libxml2
+# reads any declaration. A DOCTYPE further in is still caught after parsing (docinfo).
+_HEAD = 4096
+_DOCTYPE_MARKERS = tuple("<!DOCTYPE".encode(codec) for codec in ("ascii", "utf-16-le", "utf-16-be"))
+
 _gc_lock = threading.Lock()
 _gc_pauses = 0
 _gc_was_enabled = False
@@ -237,12 +242,17 @@ def parse(
     size = data.nbytes if isinstance(data, memoryview) else len(data)
     if size > max_bytes:
         raise DocumentTooLargeError(size, max_bytes)
+    head = bytes(data[:_HEAD])
+    if any(marker in head for marker in _DOCTYPE_MARKERS):
+        raise UnsafeDocumentError("DOCTYPE declarations (DTDs, entities) are not allowed")
     try:
         root = etree.fromstring(data, _parser())
     except etree.XMLSyntaxError as exc:
         message = str(exc)
         if "depth" in message:
             raise UnsafeDocumentError(f"too deeply nested: {message}") from None
+        if "amplification" in message or "loop" in message:
+            raise UnsafeDocumentError(f"entity expansion refused: {message}") from None
         raise ParseError(f"not well-formed XML: {message}") from None
     except (ValueError, TypeError) as exc:
         raise ParseError(f"cannot parse input: {exc}") from None
