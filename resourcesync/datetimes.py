@@ -15,7 +15,7 @@ __all__ = ["format_datetime", "parse_datetime"]
 UTC = UTC
 
 # The common case, "2013-01-02T13:00:00Z", goes straight to datetime.fromisoformat.
-_FAST = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z", re.ASCII)
+UTC_SECONDS = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z", re.ASCII)
 
 # All six W3C forms: YYYY, YYYY-MM, YYYY-MM-DD, YYYY-MM-DDThh:mmTZD,
 # YYYY-MM-DDThh:mm:ssTZD and YYYY-MM-DDThh:mm:ss.sTZD. A time needs a TZD.
@@ -45,7 +45,7 @@ def parse_datetime(value: str) -> datetime:
     Raises:
         ValueError: ``value`` is not a W3C Datetime.
     """
-    if _FAST.fullmatch(value) is not None:
+    if UTC_SECONDS.fullmatch(value) is not None:
         try:
             return datetime.fromisoformat(value)
         except ValueError:

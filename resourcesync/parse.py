@@ -13,11 +13,12 @@ from __future__ import annotations
 import gc
 import threading
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, TypeVar
 
 from lxml import etree
 
-from .datetimes import parse_datetime
+from .datetimes import UTC_SECONDS, parse_datetime
 from .exceptions import (
     DocumentTooLargeError,
     ParseError,
@@ -338,6 +339,7 @@ def _entries(elements: list[Any]) -> tuple[Entry, ...]:
     """Build the entries: the hot loop, hence locals for globals and no pydantic."""
     loc_tag, lastmod_tag, md_tag, ln_tag, changefreq_tag = LOC, LASTMOD, RS_MD, RS_LN, CHANGEFREQ
     build, datetime_, new, setattr_ = _build, _datetime, _new, _setattr
+    fast, fromisoformat = UTC_SECONDS.fullmatch, datetime.fromisoformat
     md_table, md_defaults, ln_table, ln_defaults = (
         _MD_ATTRIBUTES,
         _MD_DEFAULTS,
@@ -361,7 +363,16 @@ def _entries(elements: list[Any]) -> tuple[Entry, ...]:
                 elif tag == lastmod_tag:
                     if lastmod is not None:
                         raise _Invalid("entry.element-repeated", "two <lastmod>")
-                    lastmod = datetime_((child.text or "").strip())
+                    text = (child.text or "").strip()
+                    # Inline fast path for "YYYY-MM-DDThh:mm:ssZ"; anything else, or an
+                    # impossible date, goes through parse_datetime for the full rules.
+                    if fast(text) is not None:
+                        try:
+                            lastmod = fromisoformat(text)
+                        except ValueError:
+                            lastmod = datetime_(text)  # raises the datetime.w3c error
+                    else:
+                        lastmod = datetime_(text)
                 elif tag == md_tag:
                     if md is not None:
                         raise _Invalid("entry.element-repeated", "two <rs:md>")

@@ -224,6 +224,7 @@ def _check_entries(entries: tuple[Entry, ...], profile: Profile, name: str, trus
     )
     seen_capabilities: set[str] = set()
     previous: datetime | None = None
+    hash_ok = _HASH_LIST.fullmatch  # the common, valid case without a function call
     for i, entry in enumerate(entries):
         if not entry.loc:
             raise ValidationError("entry.loc-required", name, i, "no <loc>")
@@ -240,7 +241,8 @@ def _check_entries(entries: tuple[Entry, ...], profile: Profile, name: str, trus
         else:
             if not trusted:
                 _check_values(md, name, i, "rs:md")
-            if md.hash is not None or md.path is not None:
+            digest = md.hash
+            if (digest is not None and hash_ok(digest) is None) or md.path is not None:
                 _check_common(md, name, i, "rs:md")
             if md.at is not None or md.from_ is not None:
                 _check_times(md, name, i, "rs:md")
