@@ -92,6 +92,8 @@ def _setup_logging(args: argparse.Namespace) -> None:
 def _check_target(args: argparse.Namespace) -> str | None:
     if args.source is None and args.topic is None:
         return "give --topic (and --hub), or --source"
+    if args.topic is None:
+        args.via = "poll"  # a plain Source: nothing to push
     if args.via != "poll" and args.topic is None:
         return "push needs --topic; use --via poll with --source alone"
     return None

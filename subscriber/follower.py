@@ -99,6 +99,8 @@ class Follower:
         self._next_push = 0.0
         #: Set when push connected, or failed to.
         self._ready = asyncio.Event()
+        #: Set while the push transport is connected (or subscribed).
+        self._connected = asyncio.Event()
         self._dirty = False
         self._saved_at = 0.0
 
@@ -117,11 +119,15 @@ class Follower:
 
         Waits (at most ``wait`` seconds) until push is connected or known to be down, so
         that a baseline taken after this call misses nothing that push will not bring.
+        Until push is connected the follower polls.
         """
+        self.mode = "poll"
         if self.via != "poll":
             self._start_push()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._ready.wait(), wait)
+            if self._connected.is_set():
+                self._set_mode("push", "connected")
 
     async def close(self) -> None:
         await self._stop_push()
@@ -153,18 +159,33 @@ class Follower:
                 except TimeoutError:
                     self.flush()
                     continue
-                if isinstance(item, _Lost):
-                    self._push_lost(item.error)
-                    continue
-                new = [e for e in item if self.position.accept(e)]
+                new = self._take(item)
             else:
-                new = await self._poll_once()
+                new = self._drain_push()
+                if self.mode == "poll" and not new:
+                    new = await self._poll_once()
             if new:
                 self._dirty = True
                 yield new
                 self._maybe_save()
             elif self.mode == "poll":
                 await self._idle()
+
+    def _take(self, item: list[ChangeEvent] | _Lost) -> list[ChangeEvent]:
+        if isinstance(item, _Lost):
+            self._push_lost(item.error)
+            return []
+        return [e for e in item if self.position.accept(e)]
+
+    def _drain_push(self) -> list[ChangeEvent]:
+        """While polling: take what a (re)connecting push producer has queued."""
+        new: list[ChangeEvent] = []
+        while not self._queue.empty():
+            new.extend(self._take(self._queue.get_nowait()))
+        if self._connected.is_set() and self._producer is not None \
+                and not self._producer.done():
+            self._set_mode("push", "push is back")
+        return new
 
     def _set_mode(self, mode: Mode, why: str) -> None:
         if mode != self.mode:
@@ -194,8 +215,7 @@ class Follower:
             if new:
                 return new
         if self.via != "poll" and time.monotonic() >= self._next_push:
-            self._start_push()
-            self._set_mode("push", "retrying push")
+            self._start_push()  # stays in poll mode until connected
         return []
 
     async def _idle(self) -> None:
@@ -219,6 +239,8 @@ class Follower:
         while not self._queue.empty():  # stale batches of a previous connection
             self._queue.get_nowait()
         self._ready.clear()
+        self._connected.clear()
+        self._next_push = time.monotonic() + self.push_retry
         self._producer = asyncio.create_task(self._produce())
 
     async def _stop_push(self) -> None:
@@ -239,19 +261,25 @@ class Follower:
                     since=self.position.event_id, token=self.token,
                 )
                 watcher = asyncio.create_task(stream.connected.wait())
-                watcher.add_done_callback(lambda _: self._ready.set())
+                watcher.add_done_callback(self._on_connected)
                 try:
                     async for batch in stream.batches():
                         await self._queue.put(batch)
                 finally:
                     watcher.cancel()
         except PushUnavailable as exc:
-            self._ready.set()
             await self._queue.put(_Lost(exc))
         except Exception as exc:  # a bug or a bad message must not hang the follower
             log.exception("push failed")
-            self._ready.set()
             await self._queue.put(_Lost(exc))
+        finally:
+            self._connected.clear()
+            self._ready.set()
+
+    def _on_connected(self, task: asyncio.Task[bool]) -> None:
+        if not task.cancelled():
+            self._connected.set()
+            self._ready.set()
 
     async def _produce_webhook(self) -> None:
         assert self.hub is not None and self.topic is not None
@@ -263,6 +291,7 @@ class Follower:
             await self._receiver.start()
         receiver = self._receiver
         await receiver.subscribe(since=self.position.event_id)
+        self._connected.set()
         self._ready.set()
 
         async def watch() -> None:

@@ -3,7 +3,9 @@
 Files live where :mod:`subscriber.paths` maps their URIs. Writes are atomic: bytes go to a
 temporary file next to the target (``.rshub-tmp-*``) and are renamed over it, so a reader
 never sees half a resource. Bytes that do not match the ``length`` or ``hash`` announced
-for them are *rejected*: reported, not written, and the previous copy is kept.
+for them are *rejected*: reported, not written, and the previous copy is kept. (When they
+equal the copy already held, the announcement is merely stale, e.g. a Change List entry
+re-read after a later change was applied, and nothing is reported.)
 
 Changes of one batch are collapsed per URI (the last one wins: a fetch always gets the
 current bytes) and applied with at most ``concurrency`` requests in flight.
@@ -155,6 +157,11 @@ class Mirror:
             self._problem(f"failed {loc}: {error}")
             return
         problem = matches(data, length=length, hash=hash)
+        if problem is not None and _holds(path, data):
+            # A stale announcement (the resource changed again since) for bytes we
+            # already have: nothing to accept or reject.
+            self.stats.unchanged += 1
+            return
         if problem is not None:
             self.stats.rejected += 1
             self._problem(f"rejected {loc}: {problem}")
@@ -274,6 +281,13 @@ class Mirror:
         report.missing.sort()
         report.different.sort()
         return report
+
+
+def _holds(path: Path, data: bytes) -> bool:
+    try:
+        return path.stat().st_size == len(data) and path.read_bytes() == data
+    except OSError:
+        return False
 
 
 def _same(path: Path, length: int | None, hash: str | None) -> bool:

@@ -109,12 +109,13 @@ class HubStream:
         url = f"{self.hub}/topics/{self.topic}/ws"
         params = {"since": self.last_id} if self.last_id else {}
         try:
-            ws = await self.session.ws_connect(
+            ws = await asyncio.wait_for(self.session.ws_connect(
                 url, params=params, headers=self._headers, heartbeat=self.heartbeat,
                 timeout=aiohttp.ClientWSTimeout(ws_close=self.connect_timeout),
-            )
+            ), self.connect_timeout)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise PushUnavailable(f"cannot open {url}: {exc}") from exc
+        log.info("connected to %s since %s", url, self.last_id)
         self.connected.set()
         async with ws:
             while True:
@@ -139,7 +140,9 @@ class HubStream:
             headers["Last-Event-ID"] = self.last_id
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout)
         try:
-            resp = await self.session.get(url, headers=headers, timeout=timeout)
+            resp = await asyncio.wait_for(
+                self.session.get(url, headers=headers, timeout=timeout), self.connect_timeout
+            )
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise PushUnavailable(f"cannot open {url}: {exc}") from exc
         async with resp:
