@@ -126,3 +126,30 @@ async def serve(app: web.Application) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
+
+
+class StaticSource:
+    """A pull-only Source serving ``docs`` (path -> bytes) with ETags; counts requests."""
+
+    def __init__(self) -> None:
+        self.docs: dict[str, bytes] = {}
+        self.requests: list[str] = []
+        self.not_modified: list[str] = []
+        self.fail: set[str] = set()
+        self.app = web.Application()
+        self.app.router.add_get("/{path:.*}", self._get)
+        self.url = ""
+
+    async def _get(self, request: web.Request) -> web.Response:
+        path = "/" + request.match_info["path"]
+        self.requests.append(path)
+        if path in self.fail:
+            return web.Response(status=500, text="source is broken")
+        if path not in self.docs:
+            return web.Response(status=404)
+        body = self.docs[path]
+        etag = f'"{hash(body) & 0xFFFFFFFF:x}"'
+        if request.headers.get("If-None-Match") == etag:
+            self.not_modified.append(path)
+            return web.Response(status=304, headers={"ETag": etag})
+        return web.Response(body=body, content_type="application/xml", headers={"ETag": etag})
