@@ -281,3 +281,38 @@ async def test_subscription_introspection_and_metrics(hub: Hub, callback: Callba
     text = await (await hub.session.get(f"{hub.url}/metrics")).text()
     assert 'rshub_subscriptions{state="active"} 1' in text
     assert "rshub_delivered_changes_total 2" in text
+
+
+class TestLeasesAndBatches:
+    @pytest.fixture
+    def hub_settings(self) -> dict[str, Any]:
+        return {"lease_seconds_min": 1, "delivery_batch_max_changes": 10,
+                "delivery_batch_max_bytes": 4096}
+
+    async def test_lease_expiry_ends_the_subscription(
+        self, hub: Hub, callback: CallbackServer
+    ) -> None:
+        from hub import keys
+        from hub.state import REDIS
+
+        await subscribe(hub, callback, **{"hub.lease_seconds": "1"})
+        assert callback.verifications[-1]["hub.lease_seconds"] == "1"
+        await wait_for(lambda: not hub_workers(hub), timeout=5)
+        assert await hub.app[REDIS].hlen(keys.subscriptions("t")) == 0
+
+    async def test_backlog_is_batched_by_count_and_bytes(
+        self, hub: Hub, callback: CallbackServer
+    ) -> None:
+        ids = (await (await hub.publish("t", notification(changes(25)))).json())["ids"]
+        await subscribe(hub, callback, **{"hub.since": "0"})
+        await wait_for(lambda: len(callback.ids) >= 25)
+        assert callback.ids == ids
+        assert max(len(d.ids) for d in callback.deliveries) <= 10
+        assert len(callback.deliveries) >= 3
+        # A bigger change set: the byte budget cuts batches before the count does.
+        big = [{**c, "loc": c["loc"] + "/" + "y" * 1500} for c in changes(6, start=100)]
+        more = (await (await hub.publish("t", notification(big))).json())["ids"]
+        await wait_for(lambda: len(callback.ids) >= 31)
+        assert callback.ids == ids + more
+        assert all(len(d.body) < 4096 + 2048 for d in callback.deliveries)
+        assert max(len(d.ids) for d in callback.deliveries[-3:]) <= 3
