@@ -9,13 +9,14 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from resourcesync import Entry, format_datetime
 from rshub.options import add_client_options, env_default
 
 from .exceptions import SubscriberError
@@ -214,7 +215,15 @@ async def _sync(args: argparse.Namespace) -> int:
             if not position.extra.get("baseline"):
                 before = datetime.now(UTC)
                 progress = Progress("baseline", enabled=args.progress)
-                at = await mirror.baseline(documents.resources(), progress=progress)
+
+                async def listed() -> AsyncIterator[tuple[Entry, datetime | None]]:
+                    # What the baseline holds need not come again from a Change List.
+                    async for entry, at in documents.resources():
+                        if entry.lastmod is not None:
+                            position.remember((entry.loc, format_datetime(entry.lastmod)))
+                        yield entry, at
+
+                at = await mirror.baseline(listed(), progress=progress)
                 if position.watermark is None:
                     position.watermark = min(at or before, before)
                 position.extra["baseline"] = True

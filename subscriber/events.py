@@ -66,15 +66,16 @@ class ChangeEvent:
 
     @classmethod
     def from_entry(
-        cls, entry: Entry, *, id: str | None = None, topic: str | None = None
+        cls, entry: Entry, *, id: str | None = None, topic: str | None = None,
+        default_time: datetime | None = None,
     ) -> ChangeEvent:
         """From a Change List or notification entry (1.0 or 1.1).
 
-        ``lastmod`` is the entry's ``<lastmod>`` when present, else its 1.1 ``datetime``;
-        ``time`` is the change time (``datetime`` first).
+        ``lastmod`` is the entry's ``<lastmod>`` when present, else its 1.1 ``datetime``,
+        else ``default_time``; ``time`` is the change time (``datetime`` first).
         """
         md = entry.md
-        when = entry.change_time
+        when = entry.change_time or default_time
         stamp = entry.lastmod if entry.lastmod is not None else when
         if stamp is None or md is None or md.change is None:
             raise ValueError(f"{entry.loc}: not a change entry (needs rs:md change and a time)")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import aiohttp
 
@@ -173,14 +173,23 @@ class Poller:
                 yield entry, doc.md.at
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def _changes(doc: Document, threshold: datetime | None) -> list[ChangeEvent]:
+    # An entry without any time breaks Z39.99 (lastmod is mandatory in 1.0 Change Lists),
+    # yet resync-simulator writes such "deleted" entries. Forward chronological order puts
+    # the change at or after the entry before it, so it takes that entry's time: stable
+    # across polls, hence usable for (loc, lastmod) de-duplication.
+    previous = doc.md.from_ or _EPOCH
     out = []
     for entry in doc.entries:
-        when = entry.change_time
-        if threshold is not None and when is not None and when < threshold:
+        when = entry.change_time or previous
+        previous = when
+        if threshold is not None and when < threshold:
             continue
         try:
-            out.append(ChangeEvent.from_entry(entry))
+            out.append(ChangeEvent.from_entry(entry, default_time=when))
         except ValueError as exc:
             log.warning("skipped a Change List entry: %s", exc)
     return out

@@ -75,6 +75,13 @@ class Position:
         if self.watermark is None or when > self.watermark:
             self.watermark = when
 
+    def remember(self, key: tuple[str, str]) -> None:
+        """Note a ``(loc, lastmod)`` as already held (e.g. from a baseline)."""
+        self.recent[key] = None
+        self.recent.move_to_end(key)
+        while len(self.recent) > MAX_RECENT:
+            self.recent.popitem(last=False)
+
     def accept(self, event: ChangeEvent) -> bool:
         """Record ``event``; return True when it is new and must be delivered."""
         duplicate = self.seen(event)
