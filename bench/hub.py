@@ -1,0 +1,968 @@
+"""Benchmark the hub end to end, each figure beside a baseline measured in the same run.
+
+Run ``.venv/bin/python bench/hub.py`` from the repository root (``--quick`` for a smaller,
+faster run; ``--only NAME`` to run some figures; ``--pause-before NAME`` to attach a
+profiler). It starts, all on 127.0.0.1:
+
+* an embedded ``redis-server`` (:class:`hub.embedded_redis.EmbeddedRedis`) in a temp dir;
+* the hub, ``python -m rshub serve --redis-url ...``, in its own process;
+* ``bare``: a bare aiohttp process answering 204 to publishes and broadcasting pre-built
+  WebSocket messages (the baselines for figures 1 and 3);
+* ``wsclients``: one process holding the 100 WebSocket clients (so the publisher in this
+  process never shares an event loop with the receiving side);
+* ``callbacks``: one aiohttp process with 100 WebSub callback paths ``/cb/{i}``.
+
+This process is the load generator (aiohttp ``ClientSession``) and the conductor; the helper
+processes are steered through small ``/ctl/...`` HTTP endpoints. Timestamps are
+``time.perf_counter_ns()`` (``CLOCK_MONOTONIC``, shared by every process on the machine): a
+publish embeds its send time in each ``loc`` (``http://bench/x/<i>?t=<ns>``) and receivers
+compute latency from it.
+
+Figures (targets from the hub's performance brief):
+
+1. single-change publishes/s at concurrency 32, vs the bare 204 app (ratio >= 0.5);
+2. changes/s ingested in 1,000-change notifications, vs redis-py pipelined ``XADD`` of the
+   same 1,000 JSON payloads on the same Redis (>= 50,000 changes/s);
+3. WebSocket fan-out to 100 clients: events/s delivered, vs the bare broadcast server
+   (ratio >= 0.5); p50/p99 publish-to-receive latency at a steady 1,000 changes/s
+   (p99 <= 50 ms);
+4. WebSub fan-out to 100 callbacks: changes/s delivered summed over callbacks (>= 3,000/s);
+   p50/p99 publish-to-callback latency at 20 changes/s (p99 <= 100 ms).
+
+Every helper process is killed at the end, also on error or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ctypes
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+SCRIPT = Path(__file__).resolve()
+ROOT = SCRIPT.parent.parent
+sys.path.insert(0, str(ROOT))
+
+HOST = "127.0.0.1"
+XML_HEADERS = {"Content-Type": "application/xml"}
+LASTMOD = "2024-01-01T00:00:00Z"
+NS_HEAD = (
+    '<?xml version="1.0" encoding="UTF-8"?>\n'
+    '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
+    'xmlns:rs="http://www.openarchives.org/rs/terms/">'
+    '<rs:md capability="changelist-notification"/>'
+)
+_T_STR = re.compile(r"\?t=(\d+)")
+_T_BYTES = re.compile(rb"\?t=(\d+)")
+#: How an event starts in the hub's (and the bare broadcaster's) WebSocket JSON.
+_EVENT_START = '{"id":'
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much work each figure does (``--quick`` shrinks it)."""
+
+    publish_seconds: float = 5.0
+    publish_warmup: int = 300
+    publish_concurrency: int = 32
+    fragments: int = 100
+    fragment_concurrency: int = 4
+    ws_clients: int = 100
+    ws_changes: int = 20_000
+    ws_fragment: int = 100
+    ws_latency_seconds: float = 10.0
+    websub_callbacks: int = 100
+    websub_changes: int = 10_000
+    websub_latency_seconds: float = 10.0
+
+
+QUICK = Sizes(
+    publish_seconds=2.0, publish_warmup=200, fragments=30, ws_changes=5_000,
+    ws_latency_seconds=3.0, websub_changes=5_000, websub_latency_seconds=3.0,
+)
+
+
+# -- payloads -----------------------------------------------------------------------------
+
+
+def url_entry(i: int, t_ns: int) -> str:
+    """One ``<url>``: distinct loc carrying its send time, full ``rs:md``."""
+    return (
+        f"<url><loc>http://bench/x/{i}?t={t_ns}</loc><lastmod>{LASTMOD}</lastmod>"
+        f'<rs:md change="updated" hash="md5:{i % 65536:032x}" length="{1000 + i % 1000}" '
+        f'type="text/html"/></url>'
+    )
+
+
+def notification(first: int, count: int, t_ns: int = 0) -> bytes:
+    """A ``changelist-notification`` with ``count`` changes."""
+    body = "".join(url_entry(first + k, t_ns) for k in range(count))
+    return (NS_HEAD + body + "</urlset>").encode()
+
+
+def client_event(event_id: str, topic: str, i: int, t_ns: int) -> bytes:
+    """The JSON event the hub would stream for ``url_entry(i, t_ns)``."""
+    return orjson.dumps({
+        "id": event_id, "topic": topic, "loc": f"http://bench/x/{i}?t={t_ns}",
+        "lastmod": LASTMOD, "change": "updated", "hash": f"md5:{i % 65536:032x}",
+        "length": 1000 + i % 1000, "type": "text/html",
+    })
+
+
+def stored_payloads(body: bytes) -> list[bytes]:
+    """The JSON the hub stores for each change of ``body`` (its own code path)."""
+    from hub.events import change_from_entry
+    from resourcesync import parse
+
+    doc = parse(body)
+    return [change_from_entry(entry, i).event for i, entry in enumerate(doc.entries)]
+
+
+def percentile(values: list[int], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return float(ordered[index])
+
+
+# -- receiving side: counts per sink (WebSocket client or callback path) ------------------
+
+
+@dataclass
+class Tally:
+    """Events per sink, when each sink reached the target, and optional latencies (ns)."""
+
+    sinks: int
+    target: int = 0
+    record_latency: bool = False
+    counts: list[int] = field(default_factory=list)
+    done_ns: list[int] = field(default_factory=list)
+    latencies: list[int] = field(default_factory=list)
+    verified: set[int] = field(default_factory=set)
+    finished: int = 0
+    all_done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def reset(self, target: int, record_latency: bool) -> None:
+        self.target = target
+        self.record_latency = record_latency
+        self.counts = [0] * self.sinks
+        self.done_ns = [0] * self.sinks
+        self.latencies = []
+        self.finished = 0
+        self.all_done = asyncio.Event()
+
+    def add(self, sink: int, events: int, now_ns: int, stamps: list[Any]) -> None:
+        if not self.counts:
+            return
+        self.counts[sink] += events
+        if self.target and not self.done_ns[sink] and self.counts[sink] >= self.target:
+            self.done_ns[sink] = now_ns
+            self.finished += 1
+            if self.finished == self.sinks:
+                self.all_done.set()
+        if self.record_latency:
+            self.latencies.extend(now_ns - int(t) for t in stamps)
+
+    async def expect(self, timeout: float) -> dict[str, Any]:
+        """Wait (bounded) until every sink has ``target`` events; report."""
+        if self.target:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.all_done.wait(), timeout)
+        complete = bool(self.counts) and min(self.counts) >= self.target
+        return {
+            "complete": complete,
+            "events": sum(self.counts),
+            "min_count": min(self.counts, default=0),
+            "done_ns": max(self.done_ns, default=0) if complete else time.perf_counter_ns(),
+            "p50_ms": percentile(self.latencies, 0.50) / 1e6,
+            "p99_ms": percentile(self.latencies, 0.99) / 1e6,
+            "max_ms": percentile(self.latencies, 1.0) / 1e6,
+            "samples": len(self.latencies),
+        }
+
+
+def control_routes(app: web.Application, tally: Tally) -> None:
+    """``/ctl/reset?target=N&latency=0|1``, ``/ctl/expect?timeout=S``, ``/ctl/verified``."""
+
+    async def reset(request: web.Request) -> web.Response:
+        tally.reset(int(request.query["target"]), request.query.get("latency") == "1")
+        return web.json_response({"ok": True})
+
+    async def expect(request: web.Request) -> web.Response:
+        return web.json_response(await tally.expect(float(request.query["timeout"])))
+
+    async def verified(_request: web.Request) -> web.Response:
+        return web.json_response({"verified": len(tally.verified)})
+
+    async def healthz(_request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app.router.add_post("/ctl/reset", reset)
+    app.router.add_post("/ctl/expect", expect)
+    app.router.add_get("/ctl/verified", verified)
+    app.router.add_get("/healthz", healthz)
+
+
+def serve(app: web.Application, port: int, **handler: Any) -> None:
+    web.run_app(app, host=HOST, port=port, print=None, access_log=None,
+                handle_signals=True, shutdown_timeout=1.0, **handler)
+
+
+# -- helper process: bare aiohttp baselines -----------------------------------------------
+
+
+def role_bare(port: int) -> None:
+    """204 to ``POST /topics/{name}``; WebSocket broadcast of pre-built messages."""
+    clients: list[web.WebSocketResponse] = []
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def publish(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(status=204)
+
+    async def websocket(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(max_msg_size=4096, compress=False)
+        await ws.prepare(request)
+        clients.append(ws)
+        try:
+            async for _msg in ws:
+                pass
+        finally:
+            clients.remove(ws)
+        return ws
+
+    async def broadcast(messages: list[str]) -> None:
+        for message in messages:
+            for ws in list(clients):
+                if not ws.closed:
+                    await ws.send_str(message)
+
+    async def start_broadcast(request: web.Request) -> web.Response:
+        """Build ``n`` events in messages of ``batch``, then send each to every client."""
+        n, batch = int(request.query["n"]), int(request.query["batch"])
+        topic = request.query.get("topic", "bare")
+        base_ms = int(time.time() * 1000)
+        messages = [
+            (b"[" + b",".join(
+                client_event(f"{base_ms}-{i}", topic, i, 0) for i in range(s, min(n, s + batch))
+            ) + b"]").decode()
+            for s in range(0, n, batch)
+        ]
+        t0 = time.perf_counter_ns()
+        task = asyncio.create_task(broadcast(messages))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        return web.json_response({"t0_ns": t0, "clients": len(clients)})
+
+    async def healthz(_request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.router.add_post("/topics/{name}", publish)
+    app.router.add_get("/topics/{name}/ws", websocket)
+    app.router.add_post("/ctl/broadcast", start_broadcast)
+    app.router.add_get("/healthz", healthz)
+    serve(app, port)
+
+
+# -- helper process: WebSocket clients ----------------------------------------------------
+
+
+def role_wsclients(port: int, sinks: int) -> None:
+    """``/ctl/connect?url=...`` (re)connects ``sinks`` clients; they count events."""
+    tally = Tally(sinks)
+    state: dict[str, Any] = {"tasks": [], "session": None}
+
+    async def client(i: int, session: aiohttp.ClientSession, url: str,
+                     connected: asyncio.Queue[int]) -> None:
+        try:
+            async with session.ws_connect(url, max_msg_size=64 * 1024 * 1024,
+                                          heartbeat=None) as ws:
+                connected.put_nowait(i)
+                async for msg in ws:
+                    if msg.type is not aiohttp.WSMsgType.TEXT:
+                        continue
+                    now = time.perf_counter_ns()
+                    data: str = msg.data
+                    stamps = _T_STR.findall(data) if tally.record_latency else []
+                    tally.add(i, data.count(_EVENT_START), now, stamps)
+        except (aiohttp.ClientError, OSError) as exc:
+            print(f"wsclient {i}: {exc!r}", file=sys.stderr)
+            connected.put_nowait(-1)
+
+    async def disconnect() -> None:
+        for task in state["tasks"]:
+            task.cancel()
+        for task in state["tasks"]:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        state["tasks"] = []
+        if state["session"] is not None:
+            await state["session"].close()
+            state["session"] = None
+
+    async def connect(request: web.Request) -> web.Response:
+        await disconnect()
+        url = request.query["url"]
+        tally.reset(0, False)
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        state["session"] = session
+        connected: asyncio.Queue[int] = asyncio.Queue()
+        state["tasks"] = [
+            asyncio.create_task(client(i, session, url, connected)) for i in range(sinks)
+        ]
+        ok = 0
+        deadline = time.monotonic() + 30
+        for _ in range(sinks):
+            try:
+                got = await asyncio.wait_for(connected.get(), max(0.1, deadline - time.monotonic()))
+            except TimeoutError:
+                break
+            ok += got >= 0
+        return web.json_response({"connected": ok})
+
+    async def disconnect_all(_request: web.Request) -> web.Response:
+        await disconnect()
+        return web.json_response({"connected": 0})
+
+    async def on_cleanup(_app: web.Application) -> None:
+        await disconnect()
+
+    app = web.Application()
+    control_routes(app, tally)
+    app.router.add_post("/ctl/connect", connect)
+    app.router.add_post("/ctl/disconnect", disconnect_all)
+    app.on_cleanup.append(on_cleanup)
+    serve(app, port)
+
+
+# -- helper process: WebSub callbacks -----------------------------------------------------
+
+
+def role_callbacks(port: int, sinks: int) -> None:
+    """``/cb/{i}``: echo ``hub.challenge``; count the ``<url>`` entries of each delivery.
+
+    Header limits are raised to 1 MiB: the hub's ``X-RSHub-Event-Ids`` header lists every
+    id of a delivery (~17 bytes each, up to 1,000 ids), beyond aiohttp's default 8,190.
+    """
+    tally = Tally(sinks)
+
+    async def verify(request: web.Request) -> web.Response:
+        i = int(request.match_info["i"])
+        if request.query.get("hub.mode") == "subscribe":
+            tally.verified.add(i)
+        return web.Response(text=request.query.get("hub.challenge", ""))
+
+    async def deliver(request: web.Request) -> web.Response:
+        body = await request.read()
+        now = time.perf_counter_ns()
+        i = int(request.match_info["i"])
+        stamps = _T_BYTES.findall(body) if tally.record_latency else []
+        tally.add(i, body.count(b"<url>"), now, stamps)
+        return web.Response(status=204)
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    control_routes(app, tally)
+    app.router.add_get("/cb/{i:\\d+}", verify)
+    app.router.add_post("/cb/{i:\\d+}", deliver)
+    serve(app, port, max_line_size=1 << 20, max_field_size=1 << 20)
+
+
+# -- conductor: processes -----------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:  # in the child between fork and exec
+    os.setsid()
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int) -> float:
+    """User+system CPU seconds used so far by ``pid`` (0 if unknown)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+class CpuMeter:
+    """Cores used per process over a stretch of time: ``with meter.measure(label):``."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.lines: list[str] = []
+
+    @contextlib.contextmanager
+    def measure(self, label: str) -> Iterator[None]:
+        before = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            wall = max(1e-6, time.perf_counter() - start)
+            used = {name: (cpu_seconds(pid) - before[name]) / wall
+                    for name, pid in self.pids.items()}
+            busy = ", ".join(f"{name} {cores:.2f}" for name, cores in used.items()
+                             if cores >= 0.02)
+            line = f"     cores used during {label} ({wall:.1f} s): {busy}"
+            self.lines.append(line)
+            print(line, flush=True)
+
+
+class Processes:
+    """The helper processes this run started; :meth:`stop_all` ends each by its pid."""
+
+    def __init__(self, logdir: Path) -> None:
+        self.logdir = logdir
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, args: list[str],
+              env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        log = (self.logdir / f"{name}.log").open("wb")
+        proc = subprocess.Popen(
+            args, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent, env={**os.environ, **(env or {})},
+        )
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+    def log_tail(self, name: str, chars: int = 1500) -> str:
+        path = self.logdir / f"{name}.log"
+        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)  # its own session: just it and kids
+        deadline = time.monotonic() + 5
+        for proc in self.procs.values():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+        self.procs.clear()
+
+
+async def wait_healthy(session: aiohttp.ClientSession, url: str, procs: Processes,
+                       name: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if procs.procs[name].poll() is not None:
+            raise RuntimeError(f"{name} exited early:\n{procs.log_tail(name)}")
+        with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+            async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as resp:
+                if resp.status == 200:
+                    return
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"{name} not healthy at {url} after {timeout}s:\n{procs.log_tail(name)}")
+
+
+# -- conductor: load generation -----------------------------------------------------------
+
+
+async def post_all(session: aiohttp.ClientSession, url: str, bodies: Callable[[int], bytes],
+                   count: int, concurrency: int, ok: tuple[int, ...] = (202, 204)) -> float:
+    """POST ``bodies(k)`` for k < count with ``concurrency`` in flight; seconds taken."""
+    next_k = 0
+    failures: list[str] = []
+
+    async def worker() -> None:
+        nonlocal next_k
+        while next_k < count and len(failures) < 5:
+            k = next_k
+            next_k += 1
+            async with session.post(url, data=bodies(k), headers=XML_HEADERS) as resp:
+                text = await resp.read()
+                if resp.status not in ok:
+                    failures.append(f"{resp.status}: {text[:200]!r}")
+
+    start = time.perf_counter()
+    await asyncio.wait_for(asyncio.gather(*(worker() for _ in range(concurrency))), 120)
+    elapsed = time.perf_counter() - start
+    if failures:
+        raise RuntimeError(f"publishes to {url} failed: {failures}")
+    return elapsed
+
+
+async def post_for(session: aiohttp.ClientSession, url: str, bodies: Callable[[int], bytes],
+                   seconds: float, concurrency: int) -> float:
+    """POST for ``seconds`` with ``concurrency`` in flight; completed requests per second."""
+    done = 0
+    failures: list[str] = []
+    start = time.perf_counter()
+    deadline = start + seconds
+
+    async def worker() -> None:
+        nonlocal done
+        while time.perf_counter() < deadline and len(failures) < 5:
+            async with session.post(url, data=bodies(done), headers=XML_HEADERS) as resp:
+                text = await resp.read()
+                if resp.status in (202, 204):
+                    done += 1
+                else:
+                    failures.append(f"{resp.status}: {text[:200]!r}")
+
+    await asyncio.wait_for(asyncio.gather(*(worker() for _ in range(concurrency))),
+                           seconds + 60)
+    elapsed = time.perf_counter() - start
+    if failures:
+        raise RuntimeError(f"publishes to {url} failed: {failures}")
+    return done / elapsed
+
+
+async def paced(session: aiohttp.ClientSession, url: str, per_post: int, interval: float,
+                seconds: float, first: int) -> int:
+    """POST ``per_post`` fresh changes every ``interval`` s for ``seconds``; changes sent."""
+    ticks = round(seconds / interval)
+    slots = asyncio.Semaphore(64)
+    failures: list[int] = []
+    tasks: list[asyncio.Task[None]] = []
+
+    async def one(k: int) -> None:
+        async with slots:
+            body = notification(first + k * per_post, per_post, time.perf_counter_ns())
+            async with session.post(url, data=body, headers=XML_HEADERS) as resp:
+                await resp.read()
+                if resp.status != 202:
+                    failures.append(resp.status)
+
+    start = time.perf_counter()
+    for k in range(ticks):
+        delay = start + k * interval - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(k)))
+    await asyncio.wait_for(asyncio.gather(*tasks), 60)
+    if failures:
+        raise RuntimeError(f"paced publishes failed: {failures[:5]}")
+    return ticks * per_post
+
+
+class Control:
+    """Calls a helper's ``/ctl`` endpoints."""
+
+    def __init__(self, session: aiohttp.ClientSession, base: str) -> None:
+        self.session = session
+        self.base = base
+
+    async def call(self, method: str, path: str, wait: float = 30.0,
+                   **params: Any) -> dict[str, Any]:
+        query = {k: str(v) for k, v in params.items()}
+        async with self.session.request(
+            method, self.base + path, params=query,
+            timeout=aiohttp.ClientTimeout(total=wait + 10),
+        ) as resp:
+            resp.raise_for_status()
+            return dict(await resp.json())
+
+    async def reset(self, target: int, latency: bool = False) -> None:
+        await self.call("POST", "/ctl/reset", target=target, latency=int(latency))
+
+    async def expect(self, timeout: float) -> dict[str, Any]:
+        return await self.call("POST", "/ctl/expect", wait=timeout, timeout=timeout)
+
+
+# -- results ------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    figure: str
+    value: float
+    unit: str
+    baseline: float | None = None
+    baseline_name: str = ""
+    #: ("ratio", 0.5) = value/baseline >= 0.5; ("min", x) = value >= x; ("max", x) <= x.
+    target: tuple[str, float] | None = None
+    note: str = ""
+
+    @property
+    def passed(self) -> bool | None:
+        if self.target is None:
+            return None
+        kind, bound = self.target
+        if kind == "ratio":
+            return bool(self.baseline) and self.value / (self.baseline or 1) >= bound
+        if kind == "min":
+            return self.value >= bound
+        return self.value <= bound
+
+    def cells(self) -> list[str]:
+        value = f"{self.value:,.0f} {self.unit}" if self.value >= 100 else \
+            f"{self.value:,.1f} {self.unit}"
+        base = "—"
+        if self.baseline is not None:
+            base = f"{self.baseline:,.0f} ({self.baseline_name})"
+        ratio = f"{self.value / self.baseline:.2f}" if self.baseline else "—"
+        if self.target is None:
+            goal = "—"
+        elif self.target[0] == "ratio":
+            goal = f"ratio {ratio} (>= {self.target[1]})"
+        elif self.target[0] == "min":
+            goal = f">= {self.target[1]:,.0f}" + (f" (ratio {ratio})" if self.baseline else "")
+        else:
+            goal = f"<= {self.target[1]:,.0f}"
+        verdict = {None: "info", True: "PASS", False: "FAIL"}[self.passed]
+        return [self.figure + (f" [{self.note}]" if self.note else ""), value, base, goal,
+                verdict]
+
+
+def print_table(rows: list[Row], title: str) -> None:
+    header = ["figure", "value", "baseline", "ratio / target", "result"]
+    table = [header] + [r.cells() for r in rows]
+    widths = [max(len(line[c]) for line in table) for c in range(len(header))]
+    print(f"\n{title}\n")
+    for n, line in enumerate(table):
+        print("| " + " | ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True))
+              + " |")
+        if n == 0:
+            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+
+
+# -- conductor: the figures ---------------------------------------------------------------
+
+
+@dataclass
+class Bench:
+    session: aiohttp.ClientSession
+    hub: str
+    bare: str
+    redis_url: str
+    sizes: Sizes
+    ws: Control
+    callbacks: Control
+    callbacks_base: str
+    pause_before: set[str]
+    hub_pid: int
+    cpu: CpuMeter
+    rows: list[Row] = field(default_factory=list)
+    seq: Iterator[int] = field(default_factory=lambda: iter(range(10**12)))
+
+    def fresh(self, n: int) -> int:
+        """First of ``n`` unused change numbers (distinct locs across the run)."""
+        first = next(self.seq)
+        for _ in range(n - 1):
+            next(self.seq)
+        return first
+
+    async def pause(self, name: str) -> None:
+        if name in self.pause_before:
+            print(f"  [pause] hub pid {self.hub_pid}: attach a profiler now; "
+                  f"starting '{name}' in 10 s", flush=True)
+            await asyncio.sleep(10)
+
+    async def publishes(self) -> None:
+        s = self.sizes
+        pool = [notification(i, 1) for i in range(100)]
+
+        async def rate(base: str, label: str) -> float:
+            url = f"{base}/topics/single"
+            await post_all(self.session, url, lambda k: pool[k % 100], s.publish_warmup,
+                           s.publish_concurrency)
+            with self.cpu.measure(label):
+                return await post_for(self.session, url, lambda k: pool[k % 100],
+                                      s.publish_seconds, s.publish_concurrency)
+
+        bare = await rate(self.bare, "bare 204 publishes")
+        await self.pause("publish")
+        hub = await rate(self.hub, "hub publishes")
+        self.rows.append(Row(f"1. single-change publishes/s (c=32, {s.publish_seconds:.0f} s)",
+                             hub, "/s", bare, "bare aiohttp 204", ("ratio", 0.5)))
+        print(f"  1. publishes/s hub {hub:,.0f} vs bare {bare:,.0f}", flush=True)
+
+    async def fragments(self) -> None:
+        from redis.asyncio import Redis
+
+        s = self.sizes
+        bodies = [notification(self.fresh(1000), 1000) for _ in range(8)]
+        payloads = [stored_payloads(b) for b in bodies]
+        redis = Redis.from_url(self.redis_url)
+        try:
+            async def pipelined(key: str, rounds: int) -> float:
+                start = time.perf_counter()
+                for r in range(rounds):
+                    pipe = redis.pipeline(transaction=False)
+                    for payload in payloads[r % len(payloads)]:
+                        pipe.xadd(key, {"e": payload})
+                    await pipe.execute()
+                return time.perf_counter() - start
+
+            await pipelined("bench:xadd", 3)
+            with self.cpu.measure("pipelined XADD"):
+                base_rate = s.fragments * 1000 / await pipelined("bench:xadd", s.fragments)
+            await redis.delete("bench:xadd")
+        finally:
+            await redis.aclose()
+        url = f"{self.hub}/topics/fragments"
+        await post_all(self.session, url, lambda k: bodies[k % 8], 3, 1)
+        await self.pause("fragments")
+        with self.cpu.measure("hub 1,000-change publishes"):
+            elapsed = await post_all(self.session, url, lambda k: bodies[k % 8], s.fragments,
+                                     s.fragment_concurrency)
+        hub = s.fragments * 1000 / elapsed
+        self.rows.append(Row("2. changes/s in 1,000-change publishes (c=4)", hub, "/s",
+                             base_rate, "redis-py pipelined XADD", ("min", 50_000)))
+        print(f"  2. changes/s hub {hub:,.0f} vs XADD {base_rate:,.0f}", flush=True)
+
+    async def websocket(self) -> None:
+        s = self.sizes
+        n, frag = s.ws_changes, s.ws_fragment
+        topic = "wsbench"
+        hub_ws = f"ws://{HOST}:{self.hub.rsplit(':', 1)[1]}/topics/{topic}/ws"
+        url = f"{self.hub}/topics/{topic}"
+        await self.session.post(url, data=notification(self.fresh(1), 1), headers=XML_HEADERS)
+        got = await self.ws.call("POST", "/ctl/connect", url=hub_ws)
+        if got["connected"] != s.ws_clients:
+            raise RuntimeError(f"only {got['connected']} WebSocket clients connected to the hub")
+        # probe: one change reaches everybody
+        await self.ws.reset(1)
+        await self.session.post(url, data=notification(self.fresh(1), 1), headers=XML_HEADERS)
+        probe = await self.ws.expect(20)
+        if not probe["complete"]:
+            raise RuntimeError(f"WebSocket probe did not reach every client: {probe}")
+
+        first = self.fresh(n)
+        bodies = [notification(first + k * frag, frag) for k in range(n // frag)]
+        await self.ws.reset(n)
+        await self.pause("ws")
+        with self.cpu.measure("hub WebSocket fan-out"):
+            t0 = time.perf_counter_ns()
+            took = await post_all(self.session, url, lambda k: bodies[k], len(bodies), 4)
+            res = await self.ws.expect(90)
+        print(f"     (publishing the {n:,} changes took {took:.2f} s of "
+              f"{(res['done_ns'] - t0) / 1e9:.2f} s)", flush=True)
+        hub_rate = res["events"] / ((res["done_ns"] - t0) / 1e9)
+        hub_note = "" if res["complete"] else f"INCOMPLETE min {res['min_count']}/{n}"
+
+        # steady 1,000 changes/s: 10 changes every 10 ms, latency measured at the clients
+        changes = round(s.ws_latency_seconds / 0.01) * 10
+        await self.ws.reset(changes, latency=True)
+        with self.cpu.measure("WebSocket latency run"):
+            await paced(self.session, url, 10, 0.01, s.ws_latency_seconds,
+                        self.fresh(changes))
+            lat = await self.ws.expect(30)
+        lat_note = "" if lat["complete"] else f"INCOMPLETE min {lat['min_count']}/{changes}"
+
+        # baseline: the bare broadcaster, same clients, same batch size
+        bare_ws = f"ws://{HOST}:{self.bare.rsplit(':', 1)[1]}/topics/{topic}/ws"
+        got = await self.ws.call("POST", "/ctl/connect", url=bare_ws)
+        if got["connected"] != s.ws_clients:
+            raise RuntimeError(f"only {got['connected']} clients connected to the bare server")
+        await self.ws.reset(n)
+        with self.cpu.measure("bare broadcast"):
+            t0 = time.perf_counter_ns()
+            await Control(self.session, self.bare).call("POST", "/ctl/broadcast", n=n,
+                                                        batch=frag, topic=topic)
+            base = await self.ws.expect(90)
+        base_rate = base["events"] / ((base["done_ns"] - t0) / 1e9)
+        await self.ws.call("POST", "/ctl/disconnect")
+
+        self.rows.append(Row(f"3. WebSocket events/s delivered ({s.ws_clients} clients)",
+                             hub_rate, "/s", base_rate, "bare aiohttp broadcast",
+                             ("ratio", 0.5), hub_note))
+        self.rows.append(Row("3. WebSocket latency p50 @1,000 changes/s", lat["p50_ms"], "ms",
+                             note=lat_note))
+        self.rows.append(Row("3. WebSocket latency p99 @1,000 changes/s", lat["p99_ms"], "ms",
+                             target=("max", 50), note=lat_note))
+        print(f"  3. ws events/s hub {hub_rate:,.0f} vs bare {base_rate:,.0f}; latency p50 "
+              f"{lat['p50_ms']:.1f} ms p99 {lat['p99_ms']:.1f} ms max {lat['max_ms']:.1f} ms "
+              f"({lat['samples']:,} samples)", flush=True)
+
+    async def websub(self) -> None:
+        s = self.sizes
+        topic = "websubbench"
+        url = f"{self.hub}/topics/{topic}"
+        await self.session.post(url, data=notification(self.fresh(1), 1), headers=XML_HEADERS)
+        for i in range(s.websub_callbacks):
+            form = {"hub.mode": "subscribe", "hub.topic": url,
+                    "hub.callback": f"{self.callbacks_base}/cb/{i}"}
+            async with self.session.post(f"{self.hub}/", data=form) as resp:
+                if resp.status != 202:
+                    raise RuntimeError(f"subscribe {i}: {resp.status} {await resp.text()}")
+        deadline = time.monotonic() + 30
+        verified = 0
+        while time.monotonic() < deadline:
+            verified = (await self.callbacks.call("GET", "/ctl/verified"))["verified"]
+            if verified >= s.websub_callbacks:
+                break
+            await asyncio.sleep(0.1)
+        if verified < s.websub_callbacks:
+            raise RuntimeError(f"only {verified} callbacks verified")
+        # probes until one change reaches every callback (activation follows verification)
+        await self.callbacks.reset(1)
+        probe: dict[str, Any] = {}
+        for _ in range(15):
+            await self.session.post(url, data=notification(self.fresh(1), 1),
+                                    headers=XML_HEADERS)
+            probe = await self.callbacks.expect(1)
+            if probe["complete"]:
+                break
+        if not probe.get("complete"):
+            raise RuntimeError(f"WebSub probe did not reach every callback: {probe}")
+        await asyncio.sleep(0.5)  # let straggling probe deliveries finish
+
+        n, frag = s.websub_changes, 100
+        first = self.fresh(n)
+        bodies = [notification(first + k * frag, frag) for k in range(n // frag)]
+        await self.callbacks.reset(n)
+        await self.pause("websub")
+        with self.cpu.measure("hub WebSub fan-out"):
+            t0 = time.perf_counter_ns()
+            await post_all(self.session, url, lambda k: bodies[k], len(bodies), 4)
+            res = await self.callbacks.expect(90)
+        rate = res["events"] / ((res["done_ns"] - t0) / 1e9)
+        note = "" if res["complete"] else f"INCOMPLETE min {res['min_count']}/{n}"
+
+        changes = round(s.websub_latency_seconds / 0.05)
+        await asyncio.sleep(0.5)
+        await self.callbacks.reset(changes, latency=True)
+        with self.cpu.measure("WebSub latency run"):
+            await paced(self.session, url, 1, 0.05, s.websub_latency_seconds,
+                        self.fresh(changes))
+            lat = await self.callbacks.expect(30)
+        lat_note = "" if lat["complete"] else f"INCOMPLETE min {lat['min_count']}/{changes}"
+
+        self.rows.append(Row(f"4. WebSub changes/s delivered (sum, {s.websub_callbacks} "
+                             "callbacks)", rate, "/s", target=("min", 3000), note=note))
+        self.rows.append(Row("4. WebSub latency p50 @20 changes/s", lat["p50_ms"], "ms",
+                             note=lat_note))
+        self.rows.append(Row("4. WebSub latency p99 @20 changes/s", lat["p99_ms"], "ms",
+                             target=("max", 100), note=lat_note))
+        print(f"  4. websub changes/s {rate:,.0f}; latency p50 {lat['p50_ms']:.1f} ms "
+              f"p99 {lat['p99_ms']:.1f} ms max {lat['max_ms']:.1f} ms "
+              f"({lat['samples']:,} samples)", flush=True)
+
+
+FIGURES = ("publish", "fragments", "ws", "websub")
+
+
+async def conduct(args: argparse.Namespace, procs: Processes, redis_url: str,
+                  redis_pid: int) -> list[Row]:
+    sizes = QUICK if args.quick else Sizes()
+    py = sys.executable
+    me = str(SCRIPT)
+    hub_port, bare_port, ws_port, cb_port = (free_port() for _ in range(4))
+    hub = procs.start("hub", [py, "-m", "rshub", "serve", "--host", HOST,
+                              "--port", str(hub_port), "--redis-url", redis_url,
+                              "--log-level", args.hub_log_level],
+                      env=dict(item.split("=", 1) for item in args.hub_env or ()))
+    procs.start("bare", [py, me, "--role", "bare", "--port", str(bare_port)])
+    procs.start("wsclients", [py, me, "--role", "wsclients", "--port", str(ws_port),
+                              "--sinks", str(sizes.ws_clients)])
+    procs.start("callbacks", [py, me, "--role", "callbacks", "--port", str(cb_port),
+                              "--sinks", str(sizes.websub_callbacks)])
+    connector = aiohttp.TCPConnector(limit=64)
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        urls = {"hub": f"http://{HOST}:{hub_port}", "bare": f"http://{HOST}:{bare_port}",
+                "wsclients": f"http://{HOST}:{ws_port}", "callbacks": f"http://{HOST}:{cb_port}"}
+        for name, base in urls.items():
+            await wait_healthy(session, base + "/healthz", procs, name)
+        print(f"hub pid {hub.pid} at {urls['hub']}, redis {redis_url}", flush=True)
+        bench = Bench(
+            session=session, hub=urls["hub"], bare=urls["bare"], redis_url=redis_url,
+            sizes=sizes, ws=Control(session, urls["wsclients"]),
+            callbacks=Control(session, urls["callbacks"]), callbacks_base=urls["callbacks"],
+            pause_before=set(args.pause_before or ()), hub_pid=hub.pid,
+            cpu=CpuMeter({"hub": hub.pid, "redis": redis_pid, "loadgen": os.getpid()}
+                         | {name: procs.procs[name].pid
+                            for name in ("bare", "wsclients", "callbacks")}),
+        )
+        steps: dict[str, Callable[[], Awaitable[None]]] = {
+            "publish": bench.publishes, "fragments": bench.fragments,
+            "ws": bench.websocket, "websub": bench.websub,
+        }
+        for name in args.only or FIGURES:
+            await steps[name]()
+            if hub.poll() is not None:
+                raise RuntimeError(f"the hub exited during '{name}':\n{procs.log_tail('hub')}")
+    return bench.rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true", help="smaller counts, shorter runs")
+    parser.add_argument("--only", action="append", choices=FIGURES,
+                        help="run only this figure (repeatable)")
+    parser.add_argument("--pause-before", action="append", choices=FIGURES,
+                        help="print the hub pid and wait 10 s before this figure's hub run")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the temp dir with the helper processes' logs")
+    parser.add_argument("--hub-log-level", default="WARNING", help="the hub's --log-level")
+    parser.add_argument("--hub-env", action="append", metavar="RSHUB_X=VALUE",
+                        help="extra environment for the hub (repeatable), e.g. a setting")
+    parser.add_argument("--role", choices=("bare", "wsclients", "callbacks"),
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--sinks", type=int, default=100, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.role == "bare":
+        role_bare(args.port)
+        return 0
+    if args.role == "wsclients":
+        role_wsclients(args.port, args.sinks)
+        return 0
+    if args.role == "callbacks":
+        role_callbacks(args.port, args.sinks)
+        return 0
+
+    from hub.embedded_redis import EmbeddedRedis
+
+    started = time.perf_counter()
+    print(f"rshub hub benchmark: Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
+          f"{'quick' if args.quick else 'full'} run", flush=True)
+    tmp = Path(tempfile.mkdtemp(prefix="rshub-bench-"))
+    procs = Processes(tmp)
+    redis = EmbeddedRedis(tmp / "redis")
+    try:
+        redis_url = redis.start()
+        rows = asyncio.run(asyncio.wait_for(conduct(args, procs, redis_url, redis.pid or 0), 225))
+    except (RuntimeError, TimeoutError) as exc:
+        print(f"benchmark failed: {exc!s}", file=sys.stderr)
+        return 1
+    finally:
+        procs.stop_all()
+        redis.stop()
+        if args.keep:
+            print(f"logs kept in {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print_table(rows, f"Results ({time.perf_counter() - started:.0f} s wall)")
+    return 0 if all(r.passed is not False for r in rows) else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
