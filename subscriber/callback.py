@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 import aiohttp
 from aiohttp import web
@@ -132,7 +132,7 @@ class CallbackReceiver:
             await self._runner.cleanup()
             self._runner = None
 
-    async def batches(self) -> AsyncIterator[list[ChangeEvent]]:
+    async def batches(self) -> AsyncGenerator[list[ChangeEvent], None]:
         """Delivered batches, in the order the hub sent them."""
         while True:
             item = await self._queue.get()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Literal
 
 import aiohttp
@@ -77,7 +77,7 @@ class HubStream:
         #: Set once a connection is established; cleared when it is lost.
         self.connected = asyncio.Event()
 
-    async def batches(self) -> AsyncIterator[list[ChangeEvent]]:
+    async def batches(self) -> AsyncGenerator[list[ChangeEvent], None]:
         """Batches of events in order, across reconnections."""
         backoff = 0.1
         while True:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncGenerator
 
 import aiohttp
 import pytest
@@ -15,12 +16,15 @@ from tests.conftest import Hub
 from tests.support import changes, notification
 
 
-async def _collect(it: object, n: int) -> list[ChangeEvent]:
+async def _collect(it: AsyncGenerator[list[ChangeEvent], None], n: int) -> list[ChangeEvent]:
     out: list[ChangeEvent] = []
-    async for batch in it:  # type: ignore[attr-defined]
-        out.extend(batch)
-        if len(out) >= n:
-            return out
+    try:
+        async for batch in it:
+            out.extend(batch)
+            if len(out) >= n:
+                return out
+    finally:
+        await it.aclose()  # closes the connection now, not at garbage collection
     return out
 
 
