@@ -104,39 +104,47 @@ class Batch:
 
 
 class Batcher:
-    """The queue of unsent changes, cut into batches by :class:`BatchPolicy`."""
+    """The queue of unsent changes, cut into batches by :class:`BatchPolicy`.
+
+    The head batch (what :meth:`take` would return) is tracked as changes are added, so
+    :meth:`add` and :meth:`due` cost O(1) per change, :meth:`take` O(batch).
+    """
 
     def __init__(self, policy: BatchPolicy) -> None:
         self.policy = policy
         self._queue: deque[_Slot] = deque()
+        self._head = 0  # length of the head batch
+        self._head_newest: datetime | None = None
+        self._head_closed = False  # full, or followed by an out-of-order change
 
     def __len__(self) -> int:
         return len(self._queue)
 
     def add(self, ticket: Ticket, entries: Sequence[Entry], now: float) -> None:
         for index, entry in enumerate(entries):
-            self._queue.append(_Slot(ticket, index, entry, entry.change_time, now))
+            slot = _Slot(ticket, index, entry, entry.change_time, now)
+            self._queue.append(slot)
+            self._grow_head(slot)
 
-    def _full_length(self) -> int:
-        """Length of the next batch if it were cut now."""
-        limit = min(self.policy.max_changes, len(self._queue))
-        newest: datetime | None = None
-        for n in range(limit):
-            when = self._queue[n].when
-            if when is not None:
-                if newest is not None and when < newest:
-                    return n
-                newest = when
-        return limit
+    def _grow_head(self, slot: _Slot) -> None:
+        if self._head_closed:
+            return
+        when = slot.when
+        if when is not None and self._head_newest is not None and when < self._head_newest:
+            self._head_closed = True
+            return
+        self._head += 1
+        if when is not None:
+            self._head_newest = when
+        if self._head >= self.policy.max_changes:
+            self._head_closed = True
 
     def due(self, now: float, *, flushing: bool = False) -> bool:
         """Whether a batch should be sent now (``flushing``: anything queued is due)."""
         if not self._queue:
             return False
-        if flushing or now - self._queue[0].queued_at >= self.policy.max_wait:
-            return True
-        n = self._full_length()
-        return n >= self.policy.max_changes or n < len(self._queue)
+        return (flushing or self._head_closed
+                or now - self._queue[0].queued_at >= self.policy.max_wait)
 
     def wait_time(self, now: float) -> float | None:
         """Seconds until the oldest queued change is due; ``None`` when nothing is queued."""
@@ -146,12 +154,18 @@ class Batcher:
 
     def take(self) -> Batch:
         """Remove and return the next batch (empty when nothing is queued)."""
-        n = self._full_length()
-        return Batch(tuple(self._queue.popleft() for _ in range(n)))
+        batch = Batch(tuple(self._queue.popleft() for _ in range(self._head)))
+        self._head, self._head_newest, self._head_closed = 0, None, False
+        for slot in self._queue:
+            self._grow_head(slot)
+            if self._head_closed:
+                break
+        return batch
 
     def fail_all(self, exc: BaseException) -> int:
         """Fail every queued change's ticket with ``exc``; return how many changes."""
         count = len(self._queue)
         while self._queue:
             self._queue.popleft().ticket.failed(exc)
+        self._head, self._head_newest, self._head_closed = 0, None, False
         return count

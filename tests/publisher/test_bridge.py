@@ -11,7 +11,7 @@ import pytest
 from publisher import Publisher, RetryPolicy
 from publisher.bridge import Bridge
 from publisher.exceptions import SourceError
-from publisher.position import Position
+from publisher.position import Position, in_order
 from publisher.state import StateFile
 from resourcesync import (
     CapabilityList,
@@ -197,3 +197,15 @@ async def test_broken_source_is_reported_and_polled_again(hub: Hub, caplog: Any)
             await bridge.run(interval=0.0, polls=2)
     assert source.requests.count("/cl.xml") == 3
     assert "poll of" in caplog.text and "HTTP 500" in caplog.text
+
+
+def test_untimed_entries_get_the_time_the_order_bounds() -> None:
+    """resync-simulator in 1.0 mode writes deletions with neither lastmod nor datetime."""
+    untimed = Entry(loc="http://src.example/gone", md=Metadata(change="deleted"))
+    head, mid = untimed, untimed.model_copy(update={"loc": "http://src.example/gone2"})
+    entries, inferred = in_order([head, v10("a", "created", 3), mid, v10("b", "created", 5)])
+    assert inferred == 2
+    assert [(e.loc.rsplit("/", 1)[1], e.change_time) for e in entries] == [
+        ("gone", t(3)), ("a", t(3)), ("gone2", t(3)), ("b", t(5))]
+    assert in_order([head], t(1))[0][0].lastmod == t(1)  # the list's `from` bounds it
+    assert in_order([head]) == ([], 1)  # no bound at all: left for a later poll
