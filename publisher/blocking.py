@@ -63,8 +63,8 @@ class BlockingPublisher:
         def relay(done: asyncio.Future[list[str]]) -> None:
             if done.cancelled():
                 outer.cancel()
-            elif done.exception() is not None:
-                outer.set_exception(done.exception())  # type: ignore[arg-type]
+            elif (exc := done.exception()) is not None:
+                outer.set_exception(exc)
             else:
                 outer.set_result(done.result())
 
