@@ -220,7 +220,7 @@ async def _sync(args: argparse.Namespace) -> int:
                     # What the baseline holds need not come again from a Change List.
                     async for entry, at in documents.resources():
                         if entry.lastmod is not None:
-                            position.remember((entry.loc, format_datetime(entry.lastmod)))
+                            position.remember(entry.loc, format_datetime(entry.lastmod))
                         yield entry, at
 
                 at = await mirror.baseline(listed(), progress=progress)

@@ -2,7 +2,9 @@
 
 Push transports carry the hub's event id; Change Lists of a plain ResourceSync Source do
 not. :attr:`ChangeEvent.key` is therefore the identity used for de-duplication across
-transports: ``(loc, lastmod)``, with the event id on top when known.
+transports: ``(loc, lastmod, change)``, with the event id on top when known. The change
+type belongs to the identity: a Source may create and delete a resource within one
+``lastmod`` tick (ResourceSync 1.0 Sources often write no time on deletions at all).
 """
 
 from __future__ import annotations
@@ -39,9 +41,9 @@ class ChangeEvent:
     time: datetime | None = field(default=None, compare=False)
 
     @property
-    def key(self) -> tuple[str, str]:
-        """Identity across transports: ``(loc, lastmod)``."""
-        return (self.loc, self.lastmod)
+    def key(self) -> tuple[str, str, str]:
+        """Identity across transports: ``(loc, lastmod, change)``."""
+        return (self.loc, self.lastmod, self.change)
 
     @property
     def when(self) -> datetime:

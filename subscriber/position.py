@@ -30,22 +30,24 @@ from .exceptions import PositionError
 
 __all__ = ["MAX_RECENT", "Position", "PositionFile"]
 
-#: How many recent ``(loc, lastmod)`` keys are remembered for de-duplication.
+#: How many recent ``(loc, lastmod, change)`` keys are remembered for de-duplication.
 MAX_RECENT = 20_000
 
-_VERSION = 1
+Key = tuple[str, str, str]
+
+_VERSION = 2
 
 
 @dataclass
 class Position:
     event_id: str | None = None
     watermark: datetime | None = None
-    recent: OrderedDict[tuple[str, str], None] = field(default_factory=OrderedDict)
+    recent: OrderedDict[Key, None] = field(default_factory=OrderedDict)
     #: Free-form facts the caller keeps with the position (e.g. "baseline done").
     extra: dict[str, Any] = field(default_factory=dict)
 
     def seen(self, event: ChangeEvent) -> bool:
-        """Whether ``event`` was already delivered (by id, else by ``(loc, lastmod)``)."""
+        """Whether ``event`` was already delivered (by id, else by its :attr:`key`)."""
         if event.id is not None and self.event_id is not None:
             new, last = event_order(event.id), event_order(self.event_id)
             if new is not None and last is not None:
@@ -67,16 +69,18 @@ class Position:
                 last = event_order(self.event_id)
             if last is None or new is None or new > last:
                 self.event_id = event.id
-        self.recent[event.key] = None
-        self.recent.move_to_end(event.key)
-        while len(self.recent) > MAX_RECENT:
-            self.recent.popitem(last=False)
+        self._note(event.key)
         when = min(event.when, now or datetime.now(UTC))
         if self.watermark is None or when > self.watermark:
             self.watermark = when
 
-    def remember(self, key: tuple[str, str]) -> None:
-        """Note a ``(loc, lastmod)`` as already held (e.g. from a baseline)."""
+    def remember(self, loc: str, lastmod: str) -> None:
+        """Note a resource state as already held (e.g. from a baseline): a later creation
+        or update announced with this ``lastmod`` is then a duplicate."""
+        self._note((loc, lastmod, "created"))
+        self._note((loc, lastmod, "updated"))
+
+    def _note(self, key: Key) -> None:
         self.recent[key] = None
         self.recent.move_to_end(key)
         while len(self.recent) > MAX_RECENT:
@@ -106,7 +110,8 @@ class Position:
             event_id=obj.get("event_id"),
             watermark=None if watermark is None else parse_datetime(watermark),
             recent=OrderedDict(
-                ((str(loc), str(lastmod)), None) for loc, lastmod in obj.get("recent", [])
+                ((str(loc), str(lastmod), str(change)), None)
+                for loc, lastmod, change in obj.get("recent", [])
             ),
             extra=dict(obj.get("extra") or {}),
         )

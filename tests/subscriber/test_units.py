@@ -82,7 +82,7 @@ def test_position_file_round_trip(tmp_path: Path) -> None:
     pos.extra["baseline"] = True
     store.save(pos)
     again = store.load()
-    assert again.event_id == "1-1" and ("a", "2026-01-01T00:00:00Z") in again.recent
+    assert again.event_id == "1-1" and ("a", "2026-01-01T00:00:00Z", "updated") in again.recent
     assert again.extra == {"baseline": True} and again.watermark == pos.watermark
     (tmp_path / "s" / "state.json").write_text("{not json")
     with pytest.raises(PositionError):
@@ -127,3 +127,21 @@ def test_sse_reader() -> None:
     msgs = [m for m in (reader.feed_line(line) for line in lines) if m is not None]
     assert msgs[0].data == '{"a":\n1}' and msgs[0].id == "1-0" and msgs[0].event == "message"
     assert msgs[1].event == "error" and reader.last_id == "1-0"
+
+
+def test_create_then_delete_in_one_lastmod_tick_are_both_delivered() -> None:
+    # Regression: a ResourceSync 1.0 Source (resync-simulator) writes deletions without a
+    # time, so a deletion can share its creation's lastmod; keyed by (loc, lastmod) alone
+    # the deletion was dropped as a duplicate and the mirror kept a deleted file.
+    pos = Position()
+    created = ChangeEvent(loc="a", lastmod="2026-01-01T00:00:00Z", change="created")
+    deleted = ChangeEvent(loc="a", lastmod="2026-01-01T00:00:00Z", change="deleted")
+    assert pos.accept(created) and pos.accept(deleted)
+    assert not pos.accept(deleted)
+
+
+def test_baseline_state_makes_a_matching_update_a_duplicate() -> None:
+    pos = Position()
+    pos.remember("a", "2026-01-01T00:00:00Z")
+    assert not pos.accept(_ev("a"))
+    assert pos.accept(ChangeEvent(loc="a", lastmod="2026-01-01T00:00:00Z", change="deleted"))
