@@ -16,7 +16,7 @@ from . import __version__, documents, ingest, introspection, streams, websub_htt
 from .auth import PublisherAuth
 from .errors import error_middleware
 from .settings import Settings
-from .state import HTTP, REDIS, SETTINGS, STORE
+from .state import HTTP, REDIS, REDIS_URL, SETTINGS, STORE
 from .store import EventStore
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,9 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def _redis_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
-    redis = Redis.from_url(app[_REDIS_URL], max_connections=512, health_check_interval=30)
+    redis = Redis.from_url(
+        app[REDIS_URL], max_connections=512, health_check_interval=30, socket_timeout=10
+    )
     app[REDIS] = redis
     app[STORE] = EventStore(
         redis,
@@ -77,9 +79,6 @@ async def _http_ctx(app: web.Application) -> AsyncIterator[None]:
     await session.close()
 
 
-_REDIS_URL = web.AppKey("redis_url", str)
-
-
 def create_app(settings: Settings, redis_url: str) -> web.Application:
     """Build the hub for ``settings`` on the Redis at ``redis_url``."""
     app = web.Application(
@@ -87,7 +86,7 @@ def create_app(settings: Settings, redis_url: str) -> web.Application:
         client_max_size=settings.max_body_bytes,
     )
     app[SETTINGS] = settings
-    app[_REDIS_URL] = redis_url
+    app[REDIS_URL] = redis_url
     app[ingest.AUTH] = PublisherAuth(settings)
     app.cleanup_ctx.append(_redis_ctx)
     app.cleanup_ctx.append(_http_ctx)

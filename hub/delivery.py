@@ -3,10 +3,11 @@
 Contract (WebSub §7, plus rshub's guarantees): **at-least-once, in event-id order per
 subscription**. A worker reads the events after its cursor (shared in-memory tail, Redis
 for older ones), POSTs them as one ``changelist-notification`` (bounded count and bytes),
-and advances the cursor in Redis only after a 2xx. Failures are retried with exponential
-back-off and jitter (``Retry-After`` honoured, capped); ``410 Gone`` ends the subscription;
-after ``suspend_after_failures`` consecutive failures the subscription is marked suspended
-and probed at the longest back-off until its callback recovers. Each worker has exactly one
+and advances the cursor only after a 2xx (written to Redis within 50 ms, coalesced).
+Failures are retried with exponential back-off and jitter (``Retry-After`` honoured,
+capped); ``410 Gone`` ends the subscription; after ``suspend_after_failures`` consecutive
+failures the subscription is marked suspended and probed at the longest back-off until its
+callback recovers. Each worker has exactly one
 request in flight, so a slow or dead callback delays nobody else.
 """
 
@@ -25,7 +26,7 @@ from . import notification, websub
 from .feed import Event, FeedHub, parse_id
 from .links import format_links
 from .settings import Settings
-from .subscriptions import State, Subscription, SubscriptionStore
+from .subscriptions import CursorWriter, State, Subscription, SubscriptionStore
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +49,14 @@ class DeliveryWorker:
         session: aiohttp.ClientSession,
         store: SubscriptionStore,
         feeds: FeedHub,
+        cursors: CursorWriter,
     ) -> None:
         self.sub = sub
         self.settings = settings
         self.session = session
         self.store = store
         self.feeds = feeds
+        self.cursors = cursors
         self.task: asyncio.Task[None] | None = None
         self.delivered = 0
 
@@ -96,6 +99,7 @@ class DeliveryWorker:
                 self.delivered += len(batch)
         except _Gone as exc:
             log.info("subscription %s -> %s ended: %s", sub.topic, sub.callback, exc)
+            self.cursors.forget(sub.topic, sub.callback)
             await self.store.delete(sub.topic, sub.callback)
         finally:
             await self.feeds.release(feed)
@@ -142,7 +146,7 @@ class DeliveryWorker:
 
     async def _succeeded(self, last_id: str) -> None:
         sub = self.sub
-        await self.store.set_cursor(sub.topic, sub.callback, last_id)
+        self.cursors.mark(sub.topic, sub.callback, last_id)
         if sub.failures or sub.state is not State.ACTIVE:
             if sub.state is State.SUSPENDED:
                 log.info("subscription %s -> %s resumed", sub.topic, sub.callback)
@@ -185,11 +189,13 @@ class DeliveryService:
         self.feeds = feeds
         self.last_id = last_id
         self.workers: dict[tuple[str, str], DeliveryWorker] = {}
+        self.cursors = CursorWriter(store.redis)
         self._tasks: set[asyncio.Task[None]] = set()
         self._verify_slots = asyncio.Semaphore(64)
 
     async def start(self) -> None:
         """Resume every stored subscription from its cursor (after a restart too)."""
+        self.cursors.start()
         for sub in await self.store.all():
             if sub.expired:
                 await self.store.delete(sub.topic, sub.callback)
@@ -204,11 +210,13 @@ class DeliveryService:
                 await task
         await asyncio.gather(*(w.stop() for w in self.workers.values()))
         self.workers.clear()
+        await self.cursors.close()
 
     def _run_worker(self, sub: Subscription) -> None:
         key = (sub.topic, sub.callback)
         worker = DeliveryWorker(
-            sub, settings=self.settings, session=self.session, store=self.store, feeds=self.feeds
+            sub, settings=self.settings, session=self.session, store=self.store,
+            feeds=self.feeds, cursors=self.cursors,
         )
         self.workers[key] = worker
         worker.start()
@@ -263,9 +271,11 @@ class DeliveryService:
         if old is not None:
             await old.stop()
         if req.mode is websub.Mode.UNSUBSCRIBE:
+            self.cursors.forget(req.topic, req.callback)
             await self.store.delete(req.topic, req.callback)
             log.info("unsubscribed %s from %s", req.callback, req.topic)
             return
+        await self.cursors.flush()  # a re-subscription continues from the newest cursor
         previous = await self.store.get(req.topic, req.callback)
         cursor = req.since
         if cursor is None and previous is None:

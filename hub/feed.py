@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 
 EventKey = tuple[int, int]
 
+#: XREAD BLOCK time; the feeds' Redis client has no socket timeout (see FeedHub).
+_BLOCK_MS = 5000
+
 _ID = re.compile(r"(\d{1,20})(?:-(\d{1,20}))?")
 
 
@@ -119,7 +122,7 @@ class TopicFeed:
         while True:
             try:
                 result = await self.redis.xread(
-                    {stream: format_id(self.last_key)}, count=5000, block=5000
+                    {stream: format_id(self.last_key)}, count=5000, block=_BLOCK_MS
                 )
                 failures = 0
             except RedisError as exc:

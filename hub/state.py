@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     pass
 
 SETTINGS = web.AppKey("settings", Settings)
+REDIS_URL = web.AppKey("redis_url", str)
 REDIS = web.AppKey("redis", Redis)
 HTTP = web.AppKey("http", aiohttp.ClientSession)
 STORE = web.AppKey("store", "EventStore")

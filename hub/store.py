@@ -47,10 +47,19 @@ end
 -- resuming from an older id is told it has a gap (Redis 6.2 does not report trimmed ids).
 local trimmed = false
 if ARGV[4] ~= '' then
-  local last = redis.call('XREVRANGE', stream, '(' .. ARGV[4], '-', 'COUNT', 1)
-  if #last > 0 then
-    trimmed = last[1][1]
-    redis.call('XTRIM', stream, 'MINID', ARGV[4])
+  -- Look before trimming: XREVRANGE from MINID walks the whole stream on Redis 6.2 when
+  -- nothing is older, which is the usual case.
+  local first = redis.call('XRANGE', stream, '-', '+', 'COUNT', 1)
+  local ms = function(id) return tonumber(string.match(id, '^%d+')) end
+  if #first > 0 and ms(first[1][1]) < ms(ARGV[4]) then
+    local old = redis.call('XRANGE', stream, '-', '(' .. ARGV[4], 'COUNT', 10000)
+    if #old == 10000 then
+      old = redis.call('XREVRANGE', stream, '(' .. ARGV[4], '-', 'COUNT', 1)
+    end
+    if #old > 0 then
+      trimmed = old[#old][1]
+      redis.call('XTRIM', stream, 'MINID', ARGV[4])
+    end
   end
 end
 if ARGV[3] ~= '0' then

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import time
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 
 import orjson
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from . import keys
+
+log = logging.getLogger(__name__)
 
 
 class State(StrEnum):
@@ -91,9 +97,6 @@ class SubscriptionStore:
         value = await self.redis.hget(keys.cursors(topic), callback)
         return _text(value) if value is not None else None
 
-    async def set_cursor(self, topic: str, callback: str, event_id: str) -> None:
-        await self.redis.hset(keys.cursors(topic), callback, event_id)
-
     async def all(self) -> list[Subscription]:
         subs: list[Subscription] = []
         for topic in await self.redis.smembers(keys.SUBSCRIBED_TOPICS):
@@ -108,3 +111,56 @@ class SubscriptionStore:
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+class CursorWriter:
+    """Coalesces delivery-cursor writes: one pipelined round trip per ``interval``.
+
+    A cursor is durable up to ``interval`` after its delivery succeeded; a crash in between
+    means that batch is delivered again (at-least-once, same event ids), never skipped.
+    """
+
+    def __init__(self, redis: Redis, interval: float = 0.05) -> None:
+        self.redis = redis
+        self.interval = interval
+        self._dirty: dict[tuple[str, str], str] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="cursor-writer")
+
+    def mark(self, topic: str, callback: str, event_id: str) -> None:
+        self._dirty[(topic, callback)] = event_id
+
+    def forget(self, topic: str, callback: str) -> None:
+        self._dirty.pop((topic, callback), None)
+
+    async def flush(self) -> None:
+        if not self._dirty:
+            return
+        dirty, self._dirty = self._dirty, {}
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for (topic, callback), event_id in dirty.items():
+                    pipe.hset(keys.cursors(topic), callback, event_id)
+                await pipe.execute()
+        except RedisError:
+            for key, event_id in dirty.items():  # keep them for the next round
+                self._dirty.setdefault(key, event_id)
+            raise
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                await self.flush()
+            except RedisError as exc:
+                log.warning("cursor flush failed (will retry): %s", exc)
+
+    async def close(self) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        with contextlib.suppress(RedisError):
+            await self.flush()

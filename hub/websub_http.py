@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from aiohttp import web
+from redis.asyncio import Redis
 
 from . import ingest, websub
 from .callbacks import check_callback_address
 from .delivery import DeliveryService
 from .exceptions import BadRequest
 from .feed import FeedHub
-from .state import DELIVERY, FEEDS, HTTP, REDIS, SETTINGS, STORE
+from .state import DELIVERY, FEEDS, HTTP, REDIS, REDIS_URL, SETTINGS, STORE
 from .subscriptions import SubscriptionStore
 
 _FORM = "application/x-www-form-urlencoded"
@@ -19,7 +20,9 @@ _MAX_FORM_BYTES = 16 * 1024
 
 
 async def _delivery_ctx(app: web.Application) -> AsyncIterator[None]:
-    feeds = FeedHub(app[REDIS])
+    # Feeds block in XREAD: their own client, with no socket timeout to trip over.
+    blocking = Redis.from_url(app[REDIS_URL], socket_timeout=None, health_check_interval=30)
+    feeds = FeedHub(blocking)
     app[FEEDS] = feeds
     service = DeliveryService(
         app[SETTINGS], app[HTTP], SubscriptionStore(app[REDIS]), feeds, app[STORE].last_id
@@ -29,6 +32,7 @@ async def _delivery_ctx(app: web.Application) -> AsyncIterator[None]:
     yield
     await service.close()
     await feeds.close()
+    await blocking.aclose()
 
 
 def setup(app: web.Application) -> None:
