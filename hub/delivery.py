@@ -30,10 +30,11 @@ from .subscriptions import CursorWriter, State, Subscription, SubscriptionStore
 
 log = logging.getLogger(__name__)
 
-#: Header carrying the id of the last change in a delivery body (resume point).
+#: Headers naming the first and last event ids of a delivery body and their count (each
+#: entry's own id is its ``rs:md/@rshub:id``, see :mod:`hub.notification`).
+FIRST_EVENT_ID_HEADER = "X-RSHub-First-Event-Id"
 LAST_EVENT_ID_HEADER = "X-RSHub-Last-Event-Id"
-#: Header carrying every event id of the body, space-separated, in ``<url>`` order.
-EVENT_IDS_HEADER = "X-RSHub-Event-Ids"
+EVENT_COUNT_HEADER = "X-RSHub-Event-Count"
 
 
 class _Gone(Exception):
@@ -112,8 +113,9 @@ class DeliveryWorker:
         headers = {
             "Content-Type": "application/xml",
             "Link": format_links(self.settings.public_url + "/", sub.topic_url),
+            FIRST_EVENT_ID_HEADER: batch[0].id,
             LAST_EVENT_ID_HEADER: batch[-1].id,
-            EVENT_IDS_HEADER: " ".join(e.id for e in batch),
+            EVENT_COUNT_HEADER: str(len(batch)),
         }
         if sub.secret:
             headers["X-Hub-Signature"] = websub.signature(sub.secret, body)

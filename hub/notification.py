@@ -5,6 +5,10 @@ the same event goes to every subscriber. Each entry carries the publisher's ``la
 the hub's receipt time as the ResourceSync 1.1 ``rs:md/@datetime`` (the event id's
 milliseconds): receipt order is the order subscribers get, so the entries are always in
 forward chronological order (Z39.99 §12.1) even when publishers' clocks disagree.
+
+Each entry also names its event id, as the extension attribute ``rshub:id`` on its
+``rs:md`` (namespace :data:`RSHUB_NS`), so a subscriber can de-duplicate and resume
+entry by entry; a header listing every id would outgrow common header-size limits.
 """
 
 from __future__ import annotations
@@ -16,10 +20,14 @@ from xml.sax.saxutils import escape, quoteattr
 from .events import decode
 from .feed import Event
 
+#: Namespace of rshub's extension attributes in delivered documents.
+RSHUB_NS = "urn:rshub:1"
+
 HEAD = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n'
     b'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
-    b'xmlns:rs="http://www.openarchives.org/rs/terms/">'
+    b'xmlns:rs="http://www.openarchives.org/rs/terms/" '
+    b'xmlns:rshub="' + RSHUB_NS.encode() + b'">'
 )
 TAIL = b"</urlset>"
 
@@ -43,6 +51,7 @@ def render_entry(event: Event) -> bytes:
     parts = [
         "<url><loc>", escape(data["loc"]), "</loc><lastmod>", data["lastmod"], "</lastmod>",
         f'<rs:md change="{data["change"]}" datetime="{receipt_time(event.id)}"',
+        f' rshub:id="{event.id}"',
     ]
     for name in _MD_ATTRS:
         if name in data:

@@ -8,8 +8,8 @@
   echoing ``hub.challenge``; anything else gets 404;
 - checks ``X-Hub-Signature`` in constant time; a delivery without a valid signature is
   acknowledged (WebSub §8 allows it, to stop probing) but dropped and counted;
-- reads ``X-RSHub-Event-Ids`` (one id per ``<url>``, in order) or at least
-  ``X-RSHub-Last-Event-Id``, so the caller can de-duplicate and resume;
+- reads each entry's event id from its ``rs:md/@rshub:id`` (or at least the delivery's
+  ``X-RSHub-Last-Event-Id``), so the caller can de-duplicate and resume;
 - renews the lease at 80 % of what the hub granted;
 - unsubscribes in :meth:`close`.
 
@@ -39,7 +39,8 @@ __all__ = ["CallbackReceiver"]
 log = logging.getLogger(__name__)
 
 LAST_ID_HEADER = "X-RSHub-Last-Event-Id"
-IDS_HEADER = "X-RSHub-Event-Ids"
+#: The hub's per-entry event id: an extension attribute of ``rs:md``.
+ID_ATTRIBUTE = "{urn:rshub:1}id"
 
 
 class CallbackReceiver:
@@ -206,8 +207,10 @@ class CallbackReceiver:
         except DocumentError as exc:
             log.warning("dropped an unreadable delivery: %s", exc)
             return web.Response(status=400, text=str(exc))
-        ids: list[str | None] = list(request.headers.get(IDS_HEADER, "").split())
-        if len(ids) != len(doc.entries):
+        ids: list[str | None] = [
+            e.md.extra.get(ID_ATTRIBUTE) if e.md is not None else None for e in doc.entries
+        ]
+        if None in ids:
             last = request.headers.get(LAST_ID_HEADER)
             ids = [None] * (len(doc.entries) - 1) + [last] if doc.entries else []
         batch = [

@@ -58,9 +58,10 @@ class CallbackServer:
                 self.refused += 1
                 return web.Response(status=status)
         doc = parse(body)
-        ids = request.headers["X-RSHub-Event-Ids"].split()
-        assert len(ids) == len(doc.entries)
+        ids = [e.md.extra["{urn:rshub:1}id"] for e in doc.entries]  # type: ignore[union-attr]
+        assert request.headers["X-RSHub-First-Event-Id"] == ids[0]
         assert request.headers["X-RSHub-Last-Event-Id"] == ids[-1]
+        assert request.headers["X-RSHub-Event-Count"] == str(len(ids))
         self.deliveries.append(
             Delivery(body, dict(request.headers), ids, [e.loc for e in doc.entries])
         )

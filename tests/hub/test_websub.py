@@ -316,3 +316,15 @@ class TestLeasesAndBatches:
         assert callback.ids == ids + more
         assert all(len(d.body) < 4096 + 2048 for d in callback.deliveries)
         assert max(len(d.ids) for d in callback.deliveries[-3:]) <= 3
+
+
+async def test_large_batches_fit_default_receiver_header_limits(
+    hub: Hub, callback: CallbackServer
+) -> None:
+    # Regression: a header listing all 1,000 ids of a batch (about 17 KB) was refused by
+    # aiohttp's default 8,190-byte limit and the hub retried forever.
+    ids = (await (await hub.publish("t", notification(changes(1000)))).json())["ids"]
+    await subscribe(hub, callback, **{"hub.since": "0"})
+    await wait_for(lambda: len(callback.ids) >= 1000)
+    assert callback.ids == ids and callback.refused == 0
+    assert max(len(d.ids) for d in callback.deliveries) > 500
