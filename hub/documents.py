@@ -31,16 +31,17 @@ from .state import REDIS, SETTINGS, STORE
 log = logging.getLogger(__name__)
 
 
-async def _scan_forever(app: web.Application, interval: float) -> None:
+async def _scan_forever(app: web.Application, interval: float, stop: asyncio.Event) -> None:
     """Advance every topic's page chain, so boundaries are recorded before retention trims."""
     chain, store = app[changelists.PAGES], app[STORE]
-    while True:
+    while not stop.is_set():
         try:
             for topic in await store.topics():
                 await chain.advance(topic)
         except RedisError as exc:  # Redis away for a moment: try again next round
             log.warning("Change List page scan failed: %s", exc)
-        await asyncio.sleep(interval)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval)
 
 
 async def _documents_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -51,14 +52,21 @@ async def _documents_ctx(app: web.Application) -> AsyncIterator[None]:
         max_entries=settings.changelist_page_entries,
     )
     app[changelists.DOC_CACHE] = ByteCache(settings.document_cache_bytes)
+    stop = asyncio.Event()
     task = None
     if settings.changelist_scan_seconds:
-        task = asyncio.create_task(_scan_forever(app, settings.changelist_scan_seconds))
+        task = asyncio.create_task(
+            _scan_forever(app, settings.changelist_scan_seconds, stop), name="page-scan"
+        )
     yield
     if task is not None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        # Stop by event rather than cancel(): a cancellation landing inside a Redis call
+        # can be swallowed by the client, which would leave this wait hanging.
+        stop.set()
+        try:
+            await asyncio.wait_for(task, 5.0)
+        except TimeoutError:
+            log.warning("Change List page scan did not stop in time")
 
 
 def setup(app: web.Application) -> None:

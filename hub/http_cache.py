@@ -115,7 +115,8 @@ async def stream(
     resp = web.StreamResponse(headers=all_headers)
     resp.content_type = XML
     resp.charset = "utf-8"
-    if accepts_gzip(request):
+    if request.method != "HEAD" and accepts_gzip(request):
+        # (not for HEAD: aiohttp would still send the empty gzip stream's bytes)
         resp.enable_compression(ContentCoding.gzip)
     await resp.prepare(request)
     if request.method != "HEAD":
