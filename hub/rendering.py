@@ -11,7 +11,8 @@ Change List entries carry (Z39.99 §12.1, ResourceSync 1.1):
 - ``rs:md/@datetime``: the hub's receipt time (the event id's milliseconds), which is what
   orders the entries: receipt order is forward chronological by construction, whatever the
   publishers' clocks say;
-- ``rs:md/@hub:id`` (namespace :data:`HUB_NS`): the hub's event id, so a client can switch
+- ``rs:md/@rshub:id`` (namespace :data:`RSHUB_NS`, the same extension attribute as in the
+  WebSub bodies of :mod:`hub.notification`): the hub's event id, so a client can switch
   between the push streams and polling at an exact position.
 """
 
@@ -25,8 +26,7 @@ from xml.sax.saxutils import escape
 
 import orjson
 
-#: Namespace of the hub's own attributes (``hub:id`` on a Change List entry's ``rs:md``).
-HUB_NS = "urn:x-rshub:terms"
+from .notification import RSHUB_NS
 
 _NS = (
     'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
@@ -34,7 +34,7 @@ _NS = (
 )
 DECLARATION = '<?xml version="1.0" encoding="UTF-8"?>\n'
 URLSET_OPEN = f"{DECLARATION}<urlset {_NS}>"
-CHANGES_OPEN = f'{DECLARATION}<urlset {_NS} xmlns:hub="{HUB_NS}">'
+CHANGES_OPEN = f'{DECLARATION}<urlset {_NS} xmlns:rshub="{RSHUB_NS}">'
 URLSET_CLOSE = "</urlset>"
 INDEX_OPEN = f"{DECLARATION}<sitemapindex {_NS}>"
 INDEX_CLOSE = "</sitemapindex>"
@@ -98,7 +98,7 @@ def change_entry(event_id: str, stored: bytes, floor_ms: int) -> str:
     when = max(event_ms(event_id), floor_ms)
     text = (
         f"<url><loc>{escape(data['loc'])}</loc><lastmod>{data['lastmod']}</lastmod>"
-        f'<rs:md change="{data["change"]}" datetime="{w3c_ms(when)}" hub:id="{event_id}"'
+        f'<rs:md change="{data["change"]}" datetime="{w3c_ms(when)}" rshub:id="{event_id}"'
         f"{_md_extra(data)}/>"
     )
     if "links" in data:

@@ -23,7 +23,7 @@ from resourcesync import (
     parse,
 )
 
-HUB_NS = "urn:x-rshub:terms"
+RSHUB_NS = "urn:rshub:1"
 
 
 def links(doc: Document) -> dict[str, str]:
@@ -32,7 +32,7 @@ def links(doc: Document) -> dict[str, str]:
 
 def event_id(entry: object) -> str:
     md = entry.md  # type: ignore[attr-defined]
-    return md.extra[f"{{{HUB_NS}}}id"]
+    return md.extra[f"{{{RSHUB_NS}}}id"]
 
 
 def check_document(doc: Document, url: str, hub_url: str, topic: str) -> None:

@@ -1,0 +1,106 @@
+"""The Resource List: folded latest state, exact snapshot times, paging into an index."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from resourcesync import ResourceList, ResourceListIndex, parse, parse_datetime
+from tests.conftest import Hub
+from tests.hub.documents_support import get_doc, links
+from tests.support import changes, notification
+
+LIMIT = 4
+
+
+@pytest.fixture
+def hub_settings() -> dict[str, Any]:
+    return {"resourcelist_page_entries": LIMIT, "resourcelist_snapshot_seconds": 3600}
+
+
+async def publish(hub: Hub, topic: str, items: list[dict[str, Any]]) -> list[str]:
+    resp = await hub.publish(topic, notification(items))
+    assert resp.status == 202
+    return list((await resp.json())["ids"])
+
+
+async def test_latest_state_of_each_uri(hub: Hub) -> None:
+    r = "http://example.org/"
+    sha = "md5:" + "a" * 32
+    await publish(hub, "f", [
+        {"loc": r + "a", "lastmod": "2026-01-01T00:00:00Z", "change": "created"},
+        {"loc": r + "b", "lastmod": "2026-01-01T00:00:01Z", "change": "created"},
+        {"loc": r + "c", "lastmod": "2026-01-01T00:00:02Z", "change": "created"},
+    ])
+    ids = await publish(hub, "f", [
+        {"loc": r + "a", "lastmod": "2026-01-02T00:00:00Z", "change": "updated",
+         "hash": sha, "length": 12, "type": "text/plain"},
+        {"loc": r + "b", "lastmod": "2026-01-02T00:00:01Z", "change": "deleted"},
+    ])
+    resp, doc, _ = await get_doc(hub.session, f"{hub.url}/topics/f/resourcelist.xml", hub.url, "f")
+    assert isinstance(doc, ResourceList)
+    by_loc = {e.loc: e for e in doc.entries}
+    assert sorted(by_loc) == [r + "a", r + "c"]
+    a = by_loc[r + "a"]
+    assert a.lastmod == parse_datetime("2026-01-02T00:00:00Z")
+    assert (a.md.hash, a.md.length, a.md.type) == (sha, 12, "text/plain")
+    # `at` is the snapshot's Redis time: never before the last change it contains.
+    last_ms = int(ids[-1].split("-")[0])
+    assert doc.md.at is not None and doc.md.at.timestamp() * 1000 >= last_ms
+    assert doc.md.completed == doc.md.at
+    etag = resp.headers["ETag"]
+    async with hub.session.get(
+        f"{hub.url}/topics/f/resourcelist.xml", headers={"If-None-Match": etag}
+    ) as again:
+        assert again.status == 304
+    await publish(hub, "f", [{"loc": r + "d", "change": "created"}])
+    async with hub.session.get(
+        f"{hub.url}/topics/f/resourcelist.xml", headers={"If-None-Match": etag}
+    ) as again:
+        assert again.status == 200
+
+
+async def test_index_and_pages_beyond_the_limit(hub: Hub) -> None:
+    await publish(hub, "big", changes(10))
+    await publish(hub, "big", [{"loc": "http://example.org/r3", "change": "deleted"}])
+    url = f"{hub.url}/topics/big/resourcelist.xml"
+    resp, index, _ = await get_doc(hub.session, url, hub.url, "big")
+    assert isinstance(index, ResourceListIndex)
+    assert index.md.completed is not None and index.md.completed >= index.md.at
+    assert len(index.entries) == 3
+    seen: list[str] = []
+    for entry in index.entries:
+        assert entry.md.at == index.md.at
+        page_resp, page, _ = await get_doc(hub.session, entry.loc, hub.url, "big")
+        assert isinstance(page, ResourceList)
+        assert links(page)["index"] == url
+        assert page.md.at == index.md.at and len(page.entries) <= LIMIT
+        assert "immutable" in page_resp.headers["Cache-Control"]
+        seen += [e.loc for e in page.entries]
+    assert sorted(seen) == sorted(f"http://example.org/r{i}" for i in range(10) if i != 3)
+    # the snapshot is reused within resourcelist_snapshot_seconds
+    again, same, _ = await get_doc(hub.session, url, hub.url, "big")
+    assert [e.loc for e in same.entries] == [e.loc for e in index.entries]
+    assert again.headers["ETag"] == resp.headers["ETag"]
+
+
+async def test_unknown_topic_and_page(hub: Hub) -> None:
+    async with hub.session.get(f"{hub.url}/topics/none/resourcelist.xml") as resp:
+        assert resp.status == 404
+        assert "unknown topic" in (await resp.json())["error"]
+    await publish(hub, "t", changes(1))
+    async with hub.session.get(f"{hub.url}/topics/t/resourcelist/123-00000.xml") as resp:
+        assert resp.status == 404
+        assert "snapshots expire" in (await resp.json())["error"]
+
+
+async def test_served_from_the_fold_only(hub: Hub) -> None:
+    """A topic whose every resource was deleted has an empty, valid Resource List."""
+    await publish(hub, "gone", [{"loc": "http://example.org/x", "change": "created"}])
+    await publish(hub, "gone", [{"loc": "http://example.org/x", "change": "deleted"}])
+    _, doc, body = await get_doc(
+        hub.session, f"{hub.url}/topics/gone/resourcelist.xml", hub.url, "gone"
+    )
+    assert isinstance(doc, ResourceList) and doc.entries == ()
+    assert parse(body, validate=True) == doc
