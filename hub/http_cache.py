@@ -138,6 +138,10 @@ class ByteCache:
         self._items: OrderedDict[str, bytes] = OrderedDict()
         self._size = 0
 
+    def clear(self) -> None:
+        self._items.clear()
+        self._size = 0
+
     def get(self, key: str) -> bytes | None:
         value = self._items.get(key)
         if value is not None:
