@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from . import keys, rendering
 from .discovery import DocumentUrls, known_topic, urls
 from .exceptions import NotFound
-from .http_cache import ByteCache, Validators, send_cached, stream
+from .http_cache import ByteCache, Validators, not_modified, send_cached, stream
 from .links import format_links
 from .pages import Chain, Page, PageChain
 from .state import REDIS
@@ -118,7 +118,10 @@ async def serve_page(
             return await send_cached(request, validators, cache, validators.tag, cached,
                                      headers=headers)
     redis = request.app[REDIS]
-    rows = [] if request.method == "HEAD" else await _first_batch(redis, topic, page)
+    if request.method == "HEAD" or not_modified(request, validators):
+        rows = []  # stream() answers 304 / headers only: nothing to read
+    else:
+        rows = await _first_batch(redis, topic, page)
     keep: list[bytes] | None = [] if page.closed else None
     body = _body(redis, topic, page, _head(u, topic, page), rows, keep)
     resp = await stream(request, validators, body, headers=headers)
