@@ -52,6 +52,7 @@ async def _redis_ctx(app: web.Application) -> AsyncIterator[None]:
     sweeper.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await sweeper
+    await app[STORE].close()
     await redis.aclose()
 
 

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from redis.exceptions import RedisError
 
 from resourcesync import DocumentError
 
@@ -35,6 +36,13 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             "index": getattr(exc, "index", None),
         }
         return error_response(getattr(exc, "http_status", 400), str(exc), **detail)
+    except RedisError as exc:
+        log.warning("storage error on %s %s: %s", request.method, request.path, exc)
+        return error_response(
+            503,
+            f"storage unavailable ({exc}); a publish may or may not have been stored: "
+            "retry it with the same Idempotency-Key",
+        )
     except web.HTTPException as exc:
         if exc.status >= 400 and exc.content_type != "application/json":
             return error_response(exc.status, exc.reason if not exc.text else exc.text)

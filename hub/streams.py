@@ -92,8 +92,14 @@ async def _until_overflow_or_done(
     return pump.overflowed.is_set()
 
 
+def _since(request: web.Request) -> str | None:
+    """The resume point; ``Last-Event-ID`` wins, as an SSE client reconnecting to the same
+    URL (``?since=`` included) sends it with the newer position."""
+    return request.headers.get("Last-Event-ID") or request.query.get("since") or None
+
+
 def _start_cursor(request: web.Request, feed: TopicFeed) -> EventKey:
-    since = request.query.get("since") or request.headers.get("Last-Event-ID")
+    since = _since(request)
     if since:
         return parse_id(since.strip())
     return feed.last_key
@@ -119,7 +125,7 @@ async def check_no_gap(request: web.Request, topic: str, since: str) -> None:
 @contextlib.asynccontextmanager
 async def _following(request: web.Request) -> AsyncIterator[tuple[str, ClientPump]]:
     topic = topics.check_name(request.match_info["name"])
-    since = request.query.get("since") or request.headers.get("Last-Event-ID")
+    since = _since(request)
     if since:
         await check_no_gap(request, topic, since.strip())  # 400/410 before any upgrade
     feeds = request.app[FEEDS]

@@ -146,3 +146,11 @@ class TestSlowConsumers:
 
 async def _closed_soon(hub: Hub, topic: str) -> bool | None:
     return True if _feed_consumers(hub, topic) == 0 else None
+
+
+async def test_sse_last_event_id_wins_over_since(hub: Hub) -> None:
+    # A browser EventSource reconnects to the same URL (with ?since=) and adds the header.
+    ids = (await (await hub.publish("t", notification(changes(4)))).json())["ids"]
+    async with hub.session.get(f"{hub.url}/topics/t/events?since=0",
+                               headers={"Last-Event-ID": ids[2]}) as resp:
+        assert [e["id"] for e in await sse_collect(resp, 1)] == ids[3:]
