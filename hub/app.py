@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 
@@ -18,6 +17,7 @@ from .errors import error_middleware
 from .settings import Settings
 from .state import HTTP, REDIS, REDIS_URL, SETTINGS, STORE
 from .store import EventStore
+from .tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +49,7 @@ async def _redis_ctx(app: web.Application) -> AsyncIterator[None]:
     )
     sweeper = asyncio.create_task(_sweep_retention(app), name="retention")
     yield
-    sweeper.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await sweeper
+    await cancel_and_wait([sweeper])
     await app[STORE].close()
     await redis.aclose()
 

@@ -27,6 +27,7 @@ from .feed import Event, FeedHub, parse_id
 from .links import format_links
 from .settings import Settings
 from .subscriptions import CursorWriter, State, Subscription, SubscriptionStore
+from .tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +66,7 @@ class DeliveryWorker:
         self.task = asyncio.create_task(self.run(), name=f"deliver:{self.sub.callback}")
 
     async def stop(self) -> None:
-        if self.task and not self.task.done():
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
+        await cancel_and_wait([self.task])
 
     def _batch(self, events: list[Event]) -> list[Event]:
         """Cut ``events`` to the byte budget (always at least one event)."""
@@ -205,11 +203,7 @@ class DeliveryService:
                 self._run_worker(sub)
 
     async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(list(self._tasks))
         await asyncio.gather(*(w.stop() for w in self.workers.values()))
         self.workers.clear()
         await self.cursors.close()

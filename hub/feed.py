@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import contextlib
 import logging
 import re
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -25,6 +24,7 @@ from redis.exceptions import RedisError
 from . import keys
 from .events import with_id
 from .exceptions import BadRequest
+from .tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,10 @@ class Event:
         return self._xml
 
 
+class Follower(Protocol):
+    def offer(self, events: list[Event]) -> None: ...
+
+
 class TopicFeed:
     """The live tail of one topic; see the module docstring."""
 
@@ -87,6 +91,7 @@ class TopicFeed:
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.consumers = 0
+        self._followers: set[Follower] = set()
         self._messages: OrderedDict[tuple[str, str], str] = OrderedDict()
 
     def ws_message(self, events: list[Event]) -> str:
@@ -106,10 +111,7 @@ class TopicFeed:
         self._task = asyncio.create_task(self._tail(), name=f"feed:{self.topic}")
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait([self._task])
 
     @property
     def last_key(self) -> EventKey:
@@ -143,6 +145,15 @@ class TopicFeed:
                 del self._keys[:overflow]
             self._changed.set()
             self._changed = asyncio.Event()
+            for follower in list(self._followers):
+                follower.offer(fresh)
+
+    def follow(self, follower: Follower) -> None:
+        """Push every batch read from now on to ``follower.offer`` (synchronously)."""
+        self._followers.add(follower)
+
+    def unfollow(self, follower: Follower) -> None:
+        self._followers.discard(follower)
 
     async def read_after(
         self, cursor: EventKey, limit: int, *, timeout: float | None = None

@@ -4,10 +4,10 @@ Both replay from ``?since=ID`` (or SSE's ``Last-Event-ID``) and then follow live
 either they start at the current end. Events are the JSON objects of DESIGN.md; a WebSocket
 text message is a JSON array of one or more of them, an SSE event carries one.
 
-Back-pressure: a pump reads from the topic feed into a per-client queue bounded by
-``client_buffer_events``. While a client replays history the pump waits for room. Once it
-has caught up with the live end, a client whose queue fills is too slow for the stream: it
-is disconnected (WebSocket close code 1013, SSE ``event: error``) with a reason naming the
+Back-pressure: a client replaying history pulls it at its own pace. Once it has caught up
+with the live end, the feed pushes new events into its queue, bounded by
+``client_buffer_events``; a client whose queue fills is too slow for the stream: it is
+disconnected (WebSocket close code 1013, SSE ``event: error``) with a reason naming the
 id to resume from, and loses nothing by resuming from its last received id. A client that
 reads nothing at all is cut off after one heartbeat interval.
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import AsyncIterator
 
 from aiohttp import WSCloseCode, web
@@ -25,70 +26,97 @@ from . import topics
 from .exceptions import Gone
 from .feed import Event, EventKey, TopicFeed, parse_id
 from .state import FEEDS, SETTINGS, STORE
+from .tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
 _READ_BATCH = 1000
 
 
-class ClientPump:
-    """Moves events from a :class:`TopicFeed` into one client's bounded queue."""
+class ClientStream:
+    """One client's position in a topic: pulls history, then is pushed live events.
+
+    While behind, :meth:`next` reads from the feed (ring or Redis) at the client's own
+    pace. Once caught up it follows the feed, which hands every new batch to
+    :meth:`offer` synchronously, so a live client costs no task of its own beyond its
+    sender, and all live clients share one encoded message per batch.
+    """
 
     def __init__(self, feed: TopicFeed, cursor: EventKey, capacity: int) -> None:
         self.feed = feed
         self.cursor = cursor
         self.capacity = capacity
-        self.queue: asyncio.Queue[list[Event]] = asyncio.Queue()
-        self.queued = 0
-        self._room = asyncio.Event()
-        self._room.set()
+        self.live = False
+        self._pending: deque[list[Event]] = deque()
+        self._count = 0
+        self._wakeup = asyncio.Event()
         #: Set when the client fell too far behind the live stream.
         self.overflowed = asyncio.Event()
         #: Id of the last event handed to the transport.
         self.last_sent: str | None = None
 
-    async def run(self) -> None:
-        caught_up = False
-        while True:
-            events = await self.feed.read_after(self.cursor, min(_READ_BATCH, self.capacity))
-            while self.queued and self.queued + len(events) > self.capacity:
-                if caught_up:  # it kept up once, and now the live stream outruns it
-                    self.overflowed.set()
-                    return
-                self._room.clear()  # still replaying history: wait, don't drop
-                await self._room.wait()
-            self.queue.put_nowait(events)
-            self.queued += len(events)
-            self.cursor = events[-1].key
-            caught_up = caught_up or self.cursor >= self.feed.last_key
+    def offer(self, events: list[Event]) -> None:
+        """Called by the feed for each new batch while the client is live."""
+        if events[0].key <= self.cursor:  # only when a client resumed from a future id
+            events = [e for e in events if e.key > self.cursor]
+            if not events:
+                return
+        if self._count and self._count + len(events) > self.capacity:
+            self.feed.unfollow(self)
+            self.overflowed.set()
+            self._wakeup.set()
+            return
+        self._pending.append(events)
+        self._count += len(events)
+        self.cursor = events[-1].key
+        self._wakeup.set()
 
-    async def get(self, timeout: float) -> list[Event] | None:
+    async def next(self, timeout: float) -> list[Event] | None:
         """The next events, or ``None`` when ``timeout`` passes first (heartbeat time)."""
-        try:
-            events = await asyncio.wait_for(self.queue.get(), timeout)
-        except TimeoutError:
-            return None
-        self.queued -= len(events)
-        self._room.set()
+        if not self.live:
+            if self.cursor < self.feed.last_key:
+                events = await self.feed.read_after(
+                    self.cursor, min(_READ_BATCH, self.capacity), timeout=timeout
+                )
+                if events:
+                    self.cursor = events[-1].key
+                    return events
+            if self.cursor >= self.feed.last_key:  # caught up: no await since the check
+                self.live = True
+                self.feed.follow(self)
+        if not self._pending:
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), timeout)
+            except TimeoutError:
+                return None
+            if not self._pending:
+                return None
+        if len(self._pending) == 1:
+            events = self._pending.popleft()
+        else:
+            events = [e for batch in self._pending for e in batch]
+            self._pending.clear()
+        self._count -= len(events)
         return events
+
+    def close(self) -> None:
+        if self.live:
+            self.feed.unfollow(self)
 
     def resume_hint(self) -> str:
         return self.last_sent or "the id of the last event you received"
 
 
 async def _until_overflow_or_done(
-    pump: ClientPump, *tasks: asyncio.Task[None]
+    pump: ClientStream, *tasks: asyncio.Task[None]
 ) -> bool:
     """Wait until one task ends or the pump overflows; cancel the rest. True on overflow."""
     overflow = asyncio.create_task(pump.overflowed.wait())
     try:
         await asyncio.wait({overflow, *tasks}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (overflow, *tasks):
-            task.cancel()
-        for task in (overflow, *tasks):
-            with contextlib.suppress(asyncio.CancelledError, ConnectionError):
-                await task
+        await cancel_and_wait([overflow, *tasks])
     return pump.overflowed.is_set()
 
 
@@ -123,7 +151,7 @@ async def check_no_gap(request: web.Request, topic: str, since: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _following(request: web.Request) -> AsyncIterator[tuple[str, ClientPump]]:
+async def _following(request: web.Request) -> AsyncIterator[tuple[str, ClientStream]]:
     topic = topics.check_name(request.match_info["name"])
     since = _since(request)
     if since:
@@ -131,14 +159,11 @@ async def _following(request: web.Request) -> AsyncIterator[tuple[str, ClientPum
     feeds = request.app[FEEDS]
     feed = await feeds.acquire(topic)
     capacity = request.app[SETTINGS].client_buffer_events
-    pump = ClientPump(feed, _start_cursor(request, feed), capacity)
-    task = asyncio.create_task(pump.run(), name=f"pump:{topic}")
+    client = ClientStream(feed, _start_cursor(request, feed), capacity)
     try:
-        yield topic, pump
+        yield topic, client
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        client.close()
         await feeds.release(feed)
 
 
@@ -152,7 +177,7 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
 
         async def send() -> None:
             while not ws.closed:
-                events = await pump.get(settings.heartbeat_seconds)
+                events = await pump.next(settings.heartbeat_seconds)
                 if events:  # None: idle; aiohttp's heartbeat pings keep the line alive
                     await ws.send_str(pump.feed.ws_message(events))
                     pump.last_sent = events[-1].id
@@ -195,7 +220,7 @@ async def server_sent_events(request: web.Request) -> web.StreamResponse:
 
         async def send() -> None:
             while True:
-                events = await pump.get(settings.heartbeat_seconds)
+                events = await pump.next(settings.heartbeat_seconds)
                 if events is None:
                     await resp.write(b": heartbeat\n\n")
                     continue

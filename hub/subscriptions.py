@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from . import keys
+from .tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -158,9 +159,6 @@ class CursorWriter:
                 log.warning("cursor flush failed (will retry): %s", exc)
 
     async def close(self) -> None:
-        if self._task:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait([self._task])
         with contextlib.suppress(RedisError):
             await self.flush()

@@ -154,3 +154,31 @@ async def test_sse_last_event_id_wins_over_since(hub: Hub) -> None:
     async with hub.session.get(f"{hub.url}/topics/t/events?since=0",
                                headers={"Last-Event-ID": ids[2]}) as resp:
         assert [e["id"] for e in await sse_collect(resp, 1)] == ids[3:]
+
+
+class TestStalledClient:
+    @pytest.fixture
+    def hub_settings(self) -> dict[str, Any]:
+        return {"heartbeat_seconds": 0.5, "client_buffer_events": 50}
+
+    async def test_client_that_reads_nothing_is_cut_off(self, hub: Hub) -> None:
+        """A peer that completes the handshake and then never reads must not pin the
+        hub's memory or its sender: it is dropped within a few heartbeats."""
+        port = int(hub.url.rsplit(":", 1)[1])
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            b"GET /topics/t/ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            b"Sec-WebSocket-Version: 13\r\n\r\n"
+        )
+        await writer.drain()
+        assert b"101" in await reader.readline()
+        try:
+            await wait_for(lambda: _feed_consumers(hub, "t") >= 1)
+            big = [{**c, "loc": c["loc"] + "/" + "z" * 4000} for c in changes(100)]
+            async with asyncio.timeout(30):
+                while _feed_consumers(hub, "t") > 0:
+                    await hub.publish("t", notification(big))
+            assert (await hub.session.get(f"{hub.url}/healthz")).status == 200
+        finally:
+            writer.transport.abort()
