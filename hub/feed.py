@@ -78,9 +78,11 @@ class Follower(Protocol):
 class TopicFeed:
     """The live tail of one topic; see the module docstring."""
 
-    def __init__(self, redis: Redis, topic: str, *, ring_events: int = 50_000,
-                 read_count: int = 1000) -> None:
+    def __init__(self, redis: Redis, topic: str, *, blocking: Redis | None = None,
+                 ring_events: int = 50_000, read_count: int = 1000) -> None:
         self.redis = redis
+        #: Client for XREAD BLOCK only: no socket timeout to trip over while it waits.
+        self.blocking = blocking or redis
         self.topic = topic
         self.ring_events = ring_events
         self.read_count = read_count
@@ -123,7 +125,7 @@ class TopicFeed:
         failures = 0
         while True:
             try:
-                result = await self.redis.xread(
+                result = await self.blocking.xread(
                     {stream: format_id(self.last_key)}, count=5000, block=_BLOCK_MS
                 )
                 failures = 0
@@ -191,8 +193,9 @@ class TopicFeed:
 class FeedHub:
     """Creates a :class:`TopicFeed` per followed topic and stops it when nobody follows."""
 
-    def __init__(self, redis: Redis, **feed_options: Any) -> None:
+    def __init__(self, redis: Redis, blocking: Redis | None = None, **feed_options: Any) -> None:
         self.redis = redis
+        self.blocking = blocking
         self.feed_options = feed_options
         self._feeds: dict[str, TopicFeed] = {}
         self._lock = asyncio.Lock()
@@ -205,7 +208,9 @@ class FeedHub:
         async with self._lock:
             feed = self._feeds.get(topic)
             if feed is None:
-                feed = TopicFeed(self.redis, topic, **self.feed_options)
+                feed = TopicFeed(
+                    self.redis, topic, blocking=self.blocking, **self.feed_options
+                )
                 await feed.start()
                 self._feeds[topic] = feed
             feed.consumers += 1

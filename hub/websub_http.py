@@ -22,7 +22,7 @@ _MAX_FORM_BYTES = 16 * 1024
 async def _delivery_ctx(app: web.Application) -> AsyncIterator[None]:
     # Feeds block in XREAD: their own client, with no socket timeout to trip over.
     blocking = Redis.from_url(app[REDIS_URL], socket_timeout=None, health_check_interval=30)
-    feeds = FeedHub(blocking)
+    feeds = FeedHub(app[REDIS], blocking)
     app[FEEDS] = feeds
     service = DeliveryService(
         app[SETTINGS], app[HTTP], SubscriptionStore(app[REDIS]), feeds, app[STORE].last_id
