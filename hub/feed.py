@@ -94,14 +94,14 @@ class TopicFeed:
         self._task: asyncio.Task[None] | None = None
         self.consumers = 0
         self._followers: set[Follower] = set()
-        self._messages: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._messages: OrderedDict[tuple[str, str], bytes] = OrderedDict()
 
-    def ws_message(self, events: list[Event]) -> str:
-        """A JSON array of ``events``, cached: live clients mostly get identical slices."""
+    def ws_message(self, events: list[Event]) -> bytes:
+        """A JSON array of ``events`` (UTF-8), cached: live clients get identical batches."""
         key = (events[0].id, events[-1].id)
         message = self._messages.get(key)
         if message is None:
-            message = (b"[" + b",".join(e.json(self.topic) for e in events) + b"]").decode()
+            message = b"[" + b",".join(e.json(self.topic) for e in events) + b"]"
             self._messages[key] = message
             if len(self._messages) > 64:
                 self._messages.popitem(last=False)

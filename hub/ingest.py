@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 
+import orjson
 from aiohttp import web
 
 from resourcesync import ChangeList, ChangeListNotification, parse
@@ -66,11 +67,9 @@ async def publish(request: web.Request, topic: str) -> web.Response:
     stored = await request.app[STORE].append(
         topic, changes, digest=digest, idempotency_key=idempotency_key
     )
-    return web.json_response(
-        {"topic": topic, "accepted": len(stored.ids), "ids": stored.ids,
-         "replayed": stored.replayed},
-        status=202,
-    )
+    answer = {"topic": topic, "accepted": len(stored.ids), "ids": stored.ids,
+              "replayed": stored.replayed}
+    return web.Response(body=orjson.dumps(answer), status=202, content_type="application/json")
 
 
 async def publish_to_named_topic(request: web.Request) -> web.Response:

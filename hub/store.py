@@ -8,17 +8,16 @@ the Python side to one round trip per request, whatever the number of changes.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
 import time
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
 from . import keys
 from .exceptions import Conflict
+from .script_pipe import ScriptPipe
 
 # KEYS: 1 events stream, 2 resources hash, 3 meta hash, [4 idempotency key]
 # ARGV: 1 body digest, 2 idempotency ttl, 3 maxlen (0 = none), 4 minid ('' = none),
@@ -99,53 +98,6 @@ class Appended(NamedTuple):
     replayed: bool
 
 
-class ScriptPipeline:
-    """Sends concurrent EVALSHA calls together: one pipelined round trip per batch.
-
-    Requests that arrive while a batch is in flight wait for the next one. Each script
-    still runs atomically on its own; only the network round trips are shared, which is
-    what single-change publishes under concurrency spend most of their time on.
-    """
-
-    def __init__(self, redis: Redis) -> None:
-        self.redis = redis
-        self._pending: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
-        self._task: asyncio.Task[None] | None = None
-
-    def call(self, *args: Any) -> asyncio.Future[Any]:
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending.append((args, future))
-        if self._task is None:
-            self._task = asyncio.create_task(self._flush())
-        return future
-
-    async def _flush(self) -> None:
-        try:
-            while self._pending:
-                batch, self._pending = self._pending, []
-                try:
-                    async with self.redis.pipeline(transaction=False) as pipe:
-                        for args, _ in batch:
-                            pipe.execute_command("EVALSHA", *args)
-                        results = await pipe.execute(raise_on_error=False)
-                except Exception as exc:  # handed to every waiting caller
-                    results = [exc] * len(batch)
-                for (_, future), result in zip(batch, results, strict=True):
-                    if future.done():
-                        continue
-                    if isinstance(result, BaseException):
-                        future.set_exception(result)
-                    else:
-                        future.set_result(result)
-        finally:
-            self._task = None
-
-    async def close(self) -> None:
-        if self._task is not None:
-            with contextlib.suppress(Exception):
-                await self._task
-
-
 class EventStore:
     def __init__(
         self,
@@ -164,7 +116,7 @@ class EventStore:
         self.topic_retention_max_events = topic_retention_max_events or {}
         self.idempotency_seconds = idempotency_seconds
         self._append_sha = hashlib.sha1(_APPEND.encode()).hexdigest()
-        self._scripts = ScriptPipeline(redis)
+        self._scripts = ScriptPipe(redis)
         self._known_topics: set[str] = set()
 
     async def append(
@@ -194,7 +146,7 @@ class EventStore:
         if changes and topic not in self._known_topics:
             await self.redis.sadd(keys.TOPICS, topic)
             self._known_topics.add(topic)
-        command = (self._append_sha, len(script_keys), *script_keys, *args)
+        command = ("EVALSHA", self._append_sha, len(script_keys), *script_keys, *args)
         try:
             replayed, joined = await self._scripts.call(*command)
         except NoScriptError:  # a fresh (or flushed) Redis: load once, then go on

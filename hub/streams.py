@@ -20,7 +20,7 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator
 
-from aiohttp import WSCloseCode, web
+from aiohttp import WSCloseCode, WSMsgType, web
 
 from . import topics
 from .exceptions import Gone
@@ -179,7 +179,8 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
             while not ws.closed:
                 events = await pump.next(settings.heartbeat_seconds)
                 if events:  # None: idle; aiohttp's heartbeat pings keep the line alive
-                    await ws.send_str(pump.feed.ws_message(events))
+                    # Pre-encoded text frame: no per-client re-encoding of a shared message.
+                    await ws.send_frame(pump.feed.ws_message(events), WSMsgType.TEXT)
                     pump.last_sent = events[-1].id
 
         too_slow = await _until_overflow_or_done(
