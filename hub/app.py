@@ -89,12 +89,12 @@ def create_app(settings: Settings, redis_url: str) -> web.Application:
     app[ingest.AUTH] = PublisherAuth(settings)
     app.cleanup_ctx.append(_redis_ctx)
     app.cleanup_ctx.append(_http_ctx)
+    # The hot routes first: aiohttp tries dynamic resources in registration order.
+    app.router.add_post("/topics/{name}", ingest.publish_to_named_topic)
+    app.router.add_post("/", websub_http.hub_endpoint)
+    app.router.add_get("/healthz", healthz)
     websub_http.setup(app)
     documents.setup(app)
     streams.setup(app)
     introspection.setup(app)
-
-    app.router.add_get("/healthz", healthz)
-    app.router.add_post("/", websub_http.hub_endpoint)
-    app.router.add_post("/topics/{name}", ingest.publish_to_named_topic)
     return app
