@@ -63,7 +63,8 @@ async def publish(request: web.Request, topic: str) -> web.Response:
     if not doc.entries:
         raise BadRequest("the notification carries no changes")
     changes = [change_from_entry(entry, i) for i, entry in enumerate(doc.entries)]
-    digest = hashlib.sha256(body).hexdigest()
+    # The digest only matters to tell a retry from a reuse of its Idempotency-Key.
+    digest = hashlib.sha256(body).hexdigest() if idempotency_key is not None else ""
     stored = await request.app[STORE].append(
         topic, changes, digest=digest, idempotency_key=idempotency_key
     )

@@ -193,6 +193,10 @@ _gc_pauses = 0
 _gc_was_enabled = False
 
 
+#: Below this many entries a document builds too few objects for pausing the GC to pay.
+_GC_PAUSE_MIN_ENTRIES = 64
+
+
 def _pause_gc() -> None:
     """Pause the cyclic GC while building models: none of them form cycles, and
     collections triggered by thousands of young objects cost about 15% of parsing.
@@ -320,11 +324,14 @@ def parse(
     try:
         md = _build(Metadata, md_element, _MD_ATTRIBUTES, _MD_DEFAULTS)
         links = tuple(_build(Link, el, _LN_ATTRIBUTES, _LN_DEFAULTS) for el in link_elements)
-        _pause_gc()
-        try:
+        if len(entry_elements) < _GC_PAUSE_MIN_ENTRIES:
             entries = _entries(entry_elements)
-        finally:
-            _resume_gc()
+        else:
+            _pause_gc()
+            try:
+                entries = _entries(entry_elements)
+            finally:
+                _resume_gc()
     except _Invalid as exc:
         if exc.index is None and exc.rule == "entry.capability-value":
             exc.rule = "document.capability-value"
