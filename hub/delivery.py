@@ -228,9 +228,15 @@ class DeliveryService:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def request(self, req: websub.SubscriptionRequest) -> None:
-        """Accepted (202): verify intent in the background, then (de)activate."""
-        self._spawn(self._verify(req))
+    async def request(self, req: websub.SubscriptionRequest) -> None:
+        """Accepted (202): verify intent in the background, then (de)activate.
+
+        A new subscription without ``hub.since`` starts at the topic's end as of *this*
+        request, not of its later verification: changes published after the subscriber
+        got its 202 are delivered, whatever the verification takes.
+        """
+        start = await self.last_id(req.topic) if req.since is None else None
+        self._spawn(self._verify(req, start or "0-0"))
 
     def deny(self, callback: str, topic_url: str, reason: str) -> None:
         self._spawn(self._send_denial(callback, topic_url, reason))
@@ -244,7 +250,7 @@ class DeliveryService:
             ) as resp:
                 await resp.read()
 
-    async def _verify(self, req: websub.SubscriptionRequest) -> None:
+    async def _verify(self, req: websub.SubscriptionRequest, start: str) -> None:
         challenge = websub.new_challenge()
         lease = req.lease_seconds if req.mode is websub.Mode.SUBSCRIBE else None
         url = websub.verification_url(req.callback, req.mode, req.topic_url, challenge, lease)
@@ -275,7 +281,7 @@ class DeliveryService:
         previous = await self.store.get(req.topic, req.callback)
         cursor = req.since
         if cursor is None and previous is None:
-            cursor = await self.last_id(req.topic) or "0-0"
+            cursor = start
         sub = Subscription(
             topic=req.topic, topic_url=req.topic_url, callback=req.callback,
             lease_seconds=req.lease_seconds, expires_at=time.time() + req.lease_seconds,

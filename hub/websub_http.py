@@ -70,7 +70,7 @@ async def _websub_request(request: web.Request) -> web.Response:
             f"to {settings.public_url}/topics/{{name}}"
         )
     await check_callback_address(parsed.callback, allow_private=settings.private_callbacks_allowed)
-    service.request(parsed)
+    await service.request(parsed)
     return web.Response(
         status=202,
         text=f"{parsed.mode} request for {parsed.topic_url} accepted; verifying intent\n",

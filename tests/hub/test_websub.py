@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -328,3 +329,29 @@ async def test_large_batches_fit_default_receiver_header_limits(
     await wait_for(lambda: len(callback.ids) >= 1000)
     assert callback.ids == ids and callback.refused == 0
     assert max(len(d.ids) for d in callback.deliveries) > 500
+
+
+async def test_changes_published_after_the_202_are_delivered(hub: Hub) -> None:
+    """Verification is asynchronous: a new subscription starts where the topic stood when
+    the subscriber got its 202, not when the hub finished verifying."""
+    slow = CallbackServer()
+    release = asyncio.Event()
+    original = slow._verify
+
+    async def slow_verify(request: Any) -> Any:
+        await asyncio.wait_for(release.wait(), 10)
+        return await original(request)
+
+    slow._verify = slow_verify  # type: ignore[method-assign]
+    await slow.start()
+    try:
+        await hub.publish("t", notification(changes(1)))  # before: not delivered
+        form = {"hub.mode": "subscribe", "hub.topic": f"{hub.url}/topics/t",
+                "hub.callback": slow.url}
+        assert (await hub.session.post(hub.url + "/", data=form)).status == 202
+        after = (await (await hub.publish("t", notification(changes(2, start=1)))).json())
+        release.set()
+        await wait_for(lambda: len(slow.ids) >= 2)
+        assert slow.ids == after["ids"]
+    finally:
+        await slow.stop()
