@@ -22,8 +22,13 @@ def _is_public(address: str) -> bool:
     return ip.is_global and not ip.is_multicast
 
 
-async def check_callback_address(url: str, *, allow_private: bool, timeout: float = 5.0) -> None:
-    """Raise :class:`BadRequest` unless ``url``'s host resolves only to allowed addresses."""
+async def check_callback_address(
+    url: str, *, allow_private: bool, timeout: float = 5.0, what: str = "hub.callback"
+) -> None:
+    """Raise :class:`BadRequest` unless ``url``'s host resolves only to allowed addresses.
+
+    ``what`` names the URL in the error (the hub also fetches publish-ping URLs).
+    """
     if allow_private:
         return
     parts = urlsplit(url)
@@ -35,11 +40,11 @@ async def check_callback_address(url: str, *, allow_private: bool, timeout: floa
             loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), timeout
         )
     except (OSError, TimeoutError) as exc:
-        raise BadRequest(f"hub.callback host {host!r} does not resolve: {exc}") from None
+        raise BadRequest(f"{what} host {host!r} does not resolve: {exc}") from None
     for info in infos:
         address = str(info[4][0])
         if not _is_public(address):
             raise BadRequest(
-                f"hub.callback {host!r} resolves to non-public address {address}; "
-                "private callbacks are not allowed on this hub (RSHUB_ALLOW_PRIVATE_CALLBACKS)"
+                f"{what} {host!r} resolves to non-public address {address}; private "
+                "addresses are not allowed on this hub (RSHUB_ALLOW_PRIVATE_CALLBACKS)"
             )

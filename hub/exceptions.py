@@ -13,7 +13,8 @@
         ├── Conflict                409
         ├── Gone                    410  (e.g. a resume id older than retention)
         ├── PayloadTooLarge         413
-        └── UnsupportedMediaType    415
+        ├── UnsupportedMediaType    415
+        └── BadGateway              502  (a fetched topic URL failed)
 
 Document errors from :mod:`resourcesync` (``DocumentError`` and subclasses) are mapped by
 the same middleware using their own ``http_status``.
@@ -75,3 +76,7 @@ class PayloadTooLarge(RequestError):
 
 class UnsupportedMediaType(RequestError):
     http_status = 415
+
+
+class BadGateway(RequestError):
+    http_status = 502

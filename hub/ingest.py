@@ -20,6 +20,7 @@ from .events import change_from_entry
 from .exceptions import BadRequest, UnsupportedMediaType
 from .links import parse_link_header
 from .state import SETTINGS, STORE
+from .store import Change
 
 AUTH = web.AppKey("auth", PublisherAuth)
 
@@ -46,15 +47,11 @@ def _idempotency_key(request: web.Request) -> str | None:
     return key
 
 
-async def publish(request: web.Request, topic: str) -> web.Response:
-    """Validate, authorise and store one notification for ``topic``."""
-    request.app[AUTH].check(topic, request.headers.get("Authorization"))
-    _check_content_type(request)
-    idempotency_key = _idempotency_key(request)
-    body = await request.read()
+def changes_from_document(body: bytes, max_bytes: int) -> list[Change]:
+    """The changes of a ``changelist-notification`` (or Change List) body; 4xx otherwise."""
     if not body:
         raise BadRequest("empty body: expected a changelist-notification XML document")
-    doc = parse(body, max_bytes=request.app[SETTINGS].max_body_bytes)
+    doc = parse(body, max_bytes=max_bytes)
     if not isinstance(doc, ChangeListNotification | ChangeList) or doc.is_index:
         raise BadRequest(
             "expected a changelist-notification (or Change List) document, "
@@ -62,7 +59,16 @@ async def publish(request: web.Request, topic: str) -> web.Response:
         )
     if not doc.entries:
         raise BadRequest("the notification carries no changes")
-    changes = [change_from_entry(entry, i) for i, entry in enumerate(doc.entries)]
+    return [change_from_entry(entry, i) for i, entry in enumerate(doc.entries)]
+
+
+async def publish(request: web.Request, topic: str) -> web.Response:
+    """Validate, authorise and store one notification for ``topic``."""
+    request.app[AUTH].check(topic, request.headers.get("Authorization"))
+    _check_content_type(request)
+    idempotency_key = _idempotency_key(request)
+    body = await request.read()
+    changes = changes_from_document(body, request.app[SETTINGS].max_body_bytes)
     # The digest only matters to tell a retry from a reuse of its Idempotency-Key.
     digest = hashlib.sha256(body).hexdigest() if idempotency_key is not None else ""
     stored = await request.app[STORE].append(

@@ -66,3 +66,8 @@ def topic_meta(topic: str) -> str:
 
 #: Set of topic names that have (or had) WebSub subscriptions.
 SUBSCRIBED_TOPICS = PREFIX + "subscribed-topics"
+
+
+def pinged(topic: str) -> str:
+    """Set of digests of changes already stored from publish pings of the topic's URL."""
+    return f"{PREFIX}{{{topic}}}:pinged"

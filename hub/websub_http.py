@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from redis.asyncio import Redis
 
-from . import ingest, websub
+from . import ingest, ping, websub
 from .callbacks import check_callback_address
 from .delivery import DeliveryService
 from .exceptions import BadRequest
@@ -65,10 +65,7 @@ async def _websub_request(request: web.Request) -> web.Response:
         service.deny(exc.callback, exc.topic_url, exc.message)
         return web.Response(status=202, text=f"denied: {exc.message}\n")
     if isinstance(parsed, tuple):
-        raise BadRequest(
-            "hub.mode=publish pings are not supported: POST the change notification itself "
-            f"to {settings.public_url}/topics/{{name}}"
-        )
+        return await ping.publish_ping(request, parsed[1])
     await check_callback_address(parsed.callback, allow_private=settings.private_callbacks_allowed)
     await service.request(parsed)
     return web.Response(
