@@ -18,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import orjson
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -51,7 +52,7 @@ def format_id(key: EventKey) -> str:
 class Event:
     """One stored change with its lazily computed, shared encodings."""
 
-    __slots__ = ("_json", "_xml", "data", "id", "key")
+    __slots__ = ("_fields", "_json", "_xml", "data", "id", "key")
 
     def __init__(self, event_id: str, data: bytes) -> None:
         self.id = event_id
@@ -59,6 +60,14 @@ class Event:
         self.data = data
         self._json: bytes | None = None
         self._xml: bytes | None = None
+        self._fields: dict[str, Any] | None = None
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        """The stored change, decoded (once, for filters)."""
+        if self._fields is None:
+            self._fields = orjson.loads(self.data)
+        return self._fields
 
     def json(self, topic: str) -> bytes:
         if self._json is None:

@@ -25,6 +25,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from . import topics
 from .exceptions import Gone
 from .feed import Event, EventKey, TopicFeed, parse_id
+from .filters import EventFilter
 from .state import FEEDS, SETTINGS, STORE
 from .tasks import cancel_and_wait
 
@@ -42,10 +43,12 @@ class ClientStream:
     sender, and all live clients share one encoded message per batch.
     """
 
-    def __init__(self, feed: TopicFeed, cursor: EventKey, capacity: int) -> None:
+    def __init__(self, feed: TopicFeed, cursor: EventKey, capacity: int,
+                 event_filter: EventFilter | None = None) -> None:
         self.feed = feed
         self.cursor = cursor
         self.capacity = capacity
+        self.filter = event_filter
         self.live = False
         self._pending: deque[list[Event]] = deque()
         self._count = 0
@@ -72,7 +75,23 @@ class ClientStream:
         self._wakeup.set()
 
     async def next(self, timeout: float) -> list[Event] | None:
-        """The next events, or ``None`` when ``timeout`` passes first (heartbeat time)."""
+        """The next events, or ``None`` when ``timeout`` passes first (heartbeat time).
+
+        With a filter, a batch may come back empty: everything in it was filtered out.
+        """
+        events = await self._next(timeout)
+        if events and self.filter is not None:
+            accepts = self.filter.accepts
+            return [e for e in events if accepts(e.fields)]
+        return events
+
+    def message(self, events: list[Event]) -> bytes:
+        """The WebSocket message for ``events``: shared by every unfiltered client."""
+        if self.filter is None:
+            return self.feed.ws_message(events)
+        return b"[" + b",".join(e.json(self.feed.topic) for e in events) + b"]"
+
+    async def _next(self, timeout: float) -> list[Event] | None:
         if not self.live:
             if self.cursor < self.feed.last_key:
                 events = await self.feed.read_after(
@@ -156,10 +175,11 @@ async def _following(request: web.Request) -> AsyncIterator[tuple[str, ClientStr
     since = _since(request)
     if since:
         await check_no_gap(request, topic, since.strip())  # 400/410 before any upgrade
+    event_filter = EventFilter.from_query(request.query, request.query.getall("prefix", []))
     feeds = request.app[FEEDS]
     feed = await feeds.acquire(topic)
     capacity = request.app[SETTINGS].client_buffer_events
-    client = ClientStream(feed, _start_cursor(request, feed), capacity)
+    client = ClientStream(feed, _start_cursor(request, feed), capacity, event_filter)
     try:
         yield topic, client
     finally:
@@ -180,7 +200,7 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
                 events = await pump.next(settings.heartbeat_seconds)
                 if events:  # None: idle; aiohttp's heartbeat pings keep the line alive
                     # Pre-encoded text frame: no per-client re-encoding of a shared message.
-                    await ws.send_frame(pump.feed.ws_message(events), WSMsgType.TEXT)
+                    await ws.send_frame(pump.message(events), WSMsgType.TEXT)
                     pump.last_sent = events[-1].id
 
         too_slow = await _until_overflow_or_done(
@@ -220,11 +240,16 @@ async def server_sent_events(request: web.Request) -> web.StreamResponse:
         await resp.write(b"retry: 1000\n\n")
 
         async def send() -> None:
+            loop = asyncio.get_running_loop()
+            written = loop.time()
             while True:
                 events = await pump.next(settings.heartbeat_seconds)
-                if events is None:
-                    await resp.write(b": heartbeat\n\n")
+                if not events:  # idle, or everything filtered out
+                    if loop.time() - written >= settings.heartbeat_seconds:
+                        await resp.write(b": heartbeat\n\n")
+                        written = loop.time()
                     continue
+                written = loop.time()
                 await resp.write(b"".join(
                     b"id: %s\ndata: %s\n\n" % (e.id.encode(), e.json(topic)) for e in events
                 ))

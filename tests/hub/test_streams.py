@@ -182,3 +182,30 @@ class TestStalledClient:
             assert (await hub.session.get(f"{hub.url}/healthz")).status == 200
         finally:
             writer.transport.abort()
+
+
+async def test_filters_by_change_type_and_prefix(hub: Hub) -> None:
+    mixed = [
+        {"loc": "http://a.example/1", "change": "created"},
+        {"loc": "http://b.example/2", "change": "updated"},
+        {"loc": "http://a.example/3", "change": "deleted"},
+        {"loc": "http://a.example/4", "change": "updated"},
+    ]
+    ids = (await (await hub.publish("t", notification(mixed))).json())["ids"]
+    url = f"{hub.url}/topics/t/ws?since=0&change=created,updated&prefix=http://a.example/"
+    async with hub.session.ws_connect(url) as ws:
+        got = await ws_collect(ws, 2)
+        assert [e["id"] for e in got] == [ids[0], ids[3]]
+        live = (await (await hub.publish("t", notification([
+            {"loc": "http://b.example/5", "change": "created"},
+            {"loc": "http://a.example/6", "change": "created"},
+        ]))).json())["ids"]
+        assert [e["id"] for e in await ws_collect(ws, 1)] == live[1:]
+    async with hub.session.get(f"{hub.url}/topics/t/events?since=0&change=deleted") as resp:
+        assert [e["id"] for e in await sse_collect(resp, 1)] == [ids[2]]
+
+
+async def test_bad_filter_is_400(hub: Hub) -> None:
+    resp = await hub.session.get(f"{hub.url}/topics/t/events?change=exploded")
+    assert resp.status == 400
+    assert "change filter" in (await resp.json())["error"]
