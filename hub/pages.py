@@ -23,9 +23,10 @@ number, member ``"n first last from until count"``) and the open page's progress
 publishes, so concurrent requests and hub processes always agree on the boundaries.
 
 Every event is scanned once by that script (a background task keeps the chain current, see
-:mod:`hub.documents`). Non-guarantee: on Redis < 7, which does not report trimmed ids, an
-empty open page whose predecessor was trimmed is assumed to have lost nothing; this holds as
-long as the chain is advanced more often than retention trims (seconds versus days).
+:mod:`hub.documents`). Events that retention removes before the chain scanned them (a burst
+beyond the length bound between two scans) are detected through the newest trimmed id the
+store records (``trimmed_through`` in the topic's meta hash): the empty open page is then
+withdrawn too and the chain restarts after them, as in rule 5.
 """
 
 from __future__ import annotations
@@ -78,6 +79,13 @@ end
 -- Rule 5: the open page lost its first event to retention: withdraw it, restart at F.
 if first ~= '' and F and before(first, F) then
   n, from, first, scanned, count, wend = n + 1, ms(F), '', '', 0, 0
+end
+-- Rule 5 also when retention removed events the chain never scanned (a burst beyond the
+-- length bound between two scans; the store records the newest trimmed id): the empty
+-- open page must not claim them, so it is withdrawn and the chain restarts after them.
+local T = redis.call('HGET', meta, 'trimmed_through')
+if T and first == '' and scanned ~= '' and before(scanned, T) then
+  n, from, scanned, count, wend = n + 1, F and ms(F) or ms(T), T, 0, 0
 end
 
 local function close(upto)

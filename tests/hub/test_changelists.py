@@ -7,7 +7,7 @@ import gzip
 import io
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -277,3 +277,29 @@ async def _race(redis_url: str, publishers: list[list[list[tuple[str, str]]]], p
         assert len(poller.seen) == len(acknowledged)
         index = await hub.session.get(f"{hub.url}/topics/{topic}/changelist.xml")
         parse(await index.read(), validate=True)
+
+
+async def test_events_trimmed_before_the_chain_saw_them_are_not_papered_over(
+    redis_url: str,
+) -> None:
+    """A burst larger than the length bound between two scans: the trimmed events were
+    never paged, so the empty open page must not carry on as if nothing was lost."""
+    async with own_hub(redis_url, changelist_page_entries=3, changelist_scan_seconds=0,
+                       topic_retention_max_events={"b": 5}) as hub:
+        first = await publish(hub, "b", changes(3))  # page 1 closes at its 3rd entry
+        before = await crawl(hub.session, hub.url, "b")
+        open_page = before.index.entries[-1].loc
+        burst = await publish(hub, "b", changes(10, start=3))  # keeps the last 5 only
+        after = await crawl(hub.session, hub.url, "b")
+        assert [event_id(e) for e in after.entries] == burst[5:]
+        # The page that was open before the burst is gone, not silently continued ...
+        async with hub.session.get(open_page) as resp:
+            assert resp.status == 404
+        # ... and nothing served claims to cover the lost events.
+        served_from = min(parse_w3c(e.md.from_) for e in after.index.entries)  # type: ignore[union-attr]
+        assert served_from >= datetime.fromtimestamp(int(burst[5].split("-")[0]) / 1000, UTC)
+        assert first  # (page 1 itself was withdrawn with its trimmed events)
+
+
+def parse_w3c(value: Any) -> datetime:
+    return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
