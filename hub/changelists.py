@@ -10,11 +10,12 @@ sent, the connection is cut rather than the page finished short.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 from aiohttp import web
 from redis.asyncio import Redis
 
-from . import keys, rendering
+from . import keys, rendering, replies
 from .discovery import DocumentUrls, known_topic, urls
 from .exceptions import NotFound
 from .http_cache import ByteCache, Validators, not_modified, send_cached, stream
@@ -57,22 +58,22 @@ def _head(u: DocumentUrls, topic: str, page: Page) -> str:
     )
 
 
-async def _first_batch(redis: Redis, topic: str, page: Page) -> list[tuple[bytes, dict]]:
+async def _first_batch(redis: Redis, topic: str, page: Page) -> list[Any]:
     if page.first is None or page.last is None:
         return []
     rows = await redis.xrange(
         keys.events(topic), page.first, page.last, count=min(READ_BATCH, page.count)
     )
-    if not rows or rows[0][0].decode() != page.first:
+    if replies.first_id(rows) != page.first:
         raise NotFound(
             f"Change List page {page.n} of {topic!r} was withdrawn: retention trimmed it",
             topic=topic, page=page.n,
         )
-    return rows
+    return list(rows or [])
 
 
 async def _body(
-    redis: Redis, topic: str, page: Page, head: str, rows: list[tuple[bytes, dict]],
+    redis: Redis, topic: str, page: Page, head: str, rows: list[Any],
     keep: list[bytes] | None,
 ) -> AsyncIterator[bytes]:
     field = keys.EVENT_FIELD
@@ -90,11 +91,11 @@ async def _body(
         yield chunk
         if sent >= page.count:
             break
-        last = rows[-1][0].decode()
-        rows = await redis.xrange(
+        last = replies.text(rows[-1][0])
+        rows = list(await redis.xrange(
             keys.events(topic), f"({last}", page.last or "+",
             count=min(READ_BATCH, page.count - sent),
-        )
+        ) or [])
     if page.first is not None:
         still = await redis.xrange(keys.events(topic), page.first, page.first, count=1)
         if sent != page.count or not still:

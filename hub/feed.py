@@ -22,7 +22,7 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from . import keys
+from . import keys, replies
 from .events import with_id
 from .exceptions import BadRequest
 from .tasks import cancel_and_wait
@@ -118,7 +118,8 @@ class TopicFeed:
 
     async def start(self) -> None:
         rows = await self.redis.xrevrange(keys.events(self.topic), "+", "-", count=1)
-        self.base = parse_id(_text(rows[0][0])) if rows else (0, 0)
+        last = replies.first_id(rows)
+        self.base = parse_id(last) if last else (0, 0)
         self._task = asyncio.create_task(self._tail(), name=f"feed:{self.topic}")
 
     async def stop(self) -> None:
@@ -145,8 +146,7 @@ class TopicFeed:
                 continue
             if not result:
                 continue
-            rows = result[0][1]
-            fresh = [Event(_text(eid), fields[keys.EVENT_FIELD]) for eid, fields in rows]
+            fresh = [Event(eid, data) for eid, data in replies.xread_events(result)]
             self._events.extend(fresh)
             self._keys.extend(e.key for e in fresh)
             overflow = len(self._events) - self.ring_events
@@ -196,7 +196,7 @@ class TopicFeed:
             keys.events(self.topic), f"({format_id(cursor)}", format_id(self.base),
             count=min(limit, self.read_count),
         )
-        return [Event(_text(eid), fields[keys.EVENT_FIELD]) for eid, fields in rows]
+        return [Event(eid, data) for eid, data in replies.events(rows)]
 
 
 class FeedHub:
@@ -237,6 +237,3 @@ class FeedHub:
             await feed.stop()
         self._feeds.clear()
 
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -13,7 +13,7 @@ import ipaddress
 
 from aiohttp import web
 
-from . import keys, topics
+from . import keys, replies, topics
 from .exceptions import Forbidden
 from .ingest import AUTH
 from .state import DELIVERY, FEEDS, REDIS, STORE
@@ -45,7 +45,7 @@ async def subscriptions(request: web.Request) -> web.Response:
     for sub in sorted(subs, key=lambda s: s.callback):
         row = sub.public()
         cursor = cursors.get(sub.callback.encode())
-        row["cursor"] = cursor.decode() if cursor else None
+        row["cursor"] = replies.text(cursor) if cursor else None
         out.append(row)
     return web.json_response(
         {"topic": topic, "last_id": await store.last_id(topic), "subscriptions": out}

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from . import keys
+from . import keys, replies
 
 #: How long after a window's end the page is closed by time, to absorb small backward
 #: steps of the Redis clock (stream ids never go back, but their ms part follows the clock).
@@ -173,12 +173,9 @@ class Chain:
         return next((p for p in self.closed if p.n == n), None)
 
 
-def _text(value: bytes | str | int) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
 
 def _record(member: bytes | str) -> Page:
-    n, first, last, from_ms, until_ms, count = _text(member).split(" ")
+    n, first, last, from_ms, until_ms, count = replies.text(member).split(" ")
     return Page(int(n), first, last, int(from_ms), int(until_ms), int(count))
 
 
@@ -207,7 +204,7 @@ class PageChain:
             )
             if not int(out[7]):
                 break
-        n, from_ms, first, last, count = (_text(v) for v in out[:5])
+        n, from_ms, first, last, count = (replies.text(v) for v in out[:5])
         open_page = Page(
             int(n), first or None, last if first else None, int(from_ms), None, int(count)
         )

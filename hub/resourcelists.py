@@ -20,11 +20,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Iterator
+from typing import Any, cast
 
 from aiohttp import web
 from redis.asyncio import Redis
 
-from . import keys, rendering
+from . import keys, rendering, replies
 from .discovery import DocumentUrls, known_topic, urls
 from .exceptions import NotFound
 from .http_cache import Validators, stream
@@ -103,12 +104,12 @@ async def _current_snapshot(request: web.Request, topic: str) -> dict[str, str]:
     lock = locks.setdefault(topic, asyncio.Lock())
     async with lock:
         raw = await redis.hgetall(keys.resourcelist_snapshot(topic))
-        snap = {k.decode(): v.decode() for k, v in raw.items()}
+        snap = {replies.text(k): replies.text(v) for k, v in raw.items()}
         if snap:
             now = _ms(await redis.time())
             last_id = await redis.hget(keys.topic_meta(topic), "last_id")
             fresh = now - int(snap["at"]) < settings.resourcelist_snapshot_seconds * 1000
-            unchanged = last_id is not None and last_id.decode() == snap["last_id"]
+            unchanged = last_id is not None and replies.text(last_id) == snap["last_id"]
             alive = await redis.exists(keys.resourcelist_page(topic, snap["id"], 0))
             if alive and (fresh or unchanged):
                 return snap
@@ -152,10 +153,10 @@ async def _take_snapshot(
     completed_ms = max(_ms(await redis.time()), at_ms)
     snap = {
         "id": snap_id, "at": str(at_ms), "completed": str(completed_ms), "pages": str(k),
-        "last_id": last_id.decode() if last_id else "",
+        "last_id": replies.text(last_id) if last_id else "",
     }
     async with redis.pipeline(transaction=True) as pipe:
-        pipe.hset(keys.resourcelist_snapshot(topic), mapping=snap)
+        pipe.hset(keys.resourcelist_snapshot(topic), mapping=cast("dict[Any, Any]", snap))
         pipe.expire(keys.resourcelist_snapshot(topic), ttl)
         await pipe.execute()
     return snap
@@ -175,7 +176,7 @@ async def resource_list_page(request: web.Request) -> web.StreamResponse:
         )
     u = urls(request)
     validators = Validators(f"{u.tag}-rlp-{topic}-{snap_id}-{k}", int(snap_id), immutable=True)
-    return await stream(request, validators, [body])
+    return await stream(request, validators, [replies.bytes_(body)])
 
 
 def setup(app: web.Application) -> None:

@@ -15,7 +15,7 @@ from typing import NamedTuple
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
-from . import keys
+from . import keys, replies
 from .exceptions import Conflict
 from .script_pipe import ScriptPipe
 
@@ -172,7 +172,7 @@ class EventStore:
     async def trimmed_through(self, topic: str) -> str | None:
         """Id of the newest event retention ever removed from ``topic``, if any."""
         value = await self.redis.hget(keys.topic_meta(topic), "trimmed_through")
-        return _text(value) if value is not None else None
+        return replies.text(value) if value is not None else None
 
     async def read(
         self, topic: str, after: str | None, count: int, *, until: str = "+"
@@ -180,21 +180,21 @@ class EventStore:
         """Up to ``count`` events with id > ``after`` (all from the start if None)."""
         start = f"({after}" if after and after != "0" and after != "0-0" else "-"
         rows = await self.redis.xrange(keys.events(topic), start, until, count=count)
-        return [(_text(eid), fields[keys.EVENT_FIELD]) for eid, fields in rows]
+        return replies.events(rows)
 
     async def first_id(self, topic: str) -> str | None:
         rows = await self.redis.xrange(keys.events(topic), "-", "+", count=1)
-        return _text(rows[0][0]) if rows else None
+        return replies.first_id(rows)
 
     async def last_id(self, topic: str) -> str | None:
         rows = await self.redis.xrevrange(keys.events(topic), "+", "-", count=1)
-        return _text(rows[0][0]) if rows else None
+        return replies.first_id(rows)
 
     async def length(self, topic: str) -> int:
         return int(await self.redis.xlen(keys.events(topic)))
 
     async def topics(self) -> list[str]:
-        return sorted(_text(t) for t in await self.redis.smembers(keys.TOPICS))
+        return sorted(replies.text(t) for t in await self.redis.smembers(keys.TOPICS))
 
     async def exists(self, topic: str) -> bool:
         if topic in self._known_topics:
@@ -204,6 +204,3 @@ class EventStore:
             self._known_topics.add(topic)
         return found
 
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

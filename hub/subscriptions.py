@@ -13,7 +13,7 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from . import keys
+from . import keys, replies
 from .tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ class Subscription:
         return orjson.dumps(asdict(self))
 
     @classmethod
-    def from_json(cls, data: bytes) -> Subscription:
+    def from_json(cls, data: bytes | str) -> Subscription:
         raw = orjson.loads(data)
         raw["state"] = State(raw.get("state", State.ACTIVE))
         return cls(**raw)
@@ -79,7 +79,7 @@ class SubscriptionStore:
             pipe.hget(keys.cursors(sub.topic), sub.callback)
             pipe.sadd(keys.SUBSCRIBED_TOPICS, sub.topic)
             results = await pipe.execute()
-        return _text(results[2])
+        return replies.text(results[2])
 
     async def save(self, sub: Subscription) -> None:
         await self.redis.hset(keys.subscriptions(sub.topic), sub.callback, sub.to_json())
@@ -96,12 +96,12 @@ class SubscriptionStore:
 
     async def cursor(self, topic: str, callback: str) -> str | None:
         value = await self.redis.hget(keys.cursors(topic), callback)
-        return _text(value) if value is not None else None
+        return replies.text(value) if value is not None else None
 
     async def all(self) -> list[Subscription]:
         subs: list[Subscription] = []
         for topic in await self.redis.smembers(keys.SUBSCRIBED_TOPICS):
-            rows = await self.redis.hgetall(keys.subscriptions(_text(topic)))
+            rows = await self.redis.hgetall(keys.subscriptions(replies.text(topic)))
             subs.extend(Subscription.from_json(data) for data in rows.values())
         return subs
 
@@ -109,9 +109,6 @@ class SubscriptionStore:
         rows = await self.redis.hgetall(keys.subscriptions(topic))
         return [Subscription.from_json(data) for data in rows.values()]
 
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 class CursorWriter:

@@ -251,7 +251,7 @@ def parse(
     if any(marker in head for marker in _DOCTYPE_MARKERS):
         raise UnsafeDocumentError("DOCTYPE declarations (DTDs, entities) are not allowed")
     try:
-        root = etree.fromstring(data, _parser())
+        root = etree.fromstring(data if isinstance(data, bytes) else bytes(data), _parser())
     except etree.XMLSyntaxError as exc:
         message = str(exc)
         if "depth" in message:
@@ -354,7 +354,7 @@ def _entries(elements: list[Any]) -> tuple[Entry, ...]:
         _LN_DEFAULTS,
     )
     entry_fields = _ENTRY_FIELDS
-    entries = []
+    entries: list[Entry] = []
     append = entries.append
     index = 0
     try:
