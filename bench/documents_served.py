@@ -84,8 +84,9 @@ async def main(rounds: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         redis = EmbeddedRedis(Path(tmp))
         redis.start()
-        settings = Settings(host="127.0.0.1", port=free_port(), changelist_scan_seconds=0,
-                            retention_max_events=0)
+        settings = Settings(
+            host="127.0.0.1", port=free_port(), changelist_scan_seconds=0, retention_max_events=0
+        )
         app = create_app(settings, redis.url)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
@@ -95,8 +96,11 @@ async def main(rounds: int) -> None:
                 base = settings.public_url
                 for start in range(0, N + 1, 10_000):
                     body = notification(changes(min(10_000, N + 1 - start), start=start))
-                    async with session.post(f"{base}/topics/b", data=io.BytesIO(body),
-                                            headers={"Content-Type": "application/xml"}) as r:
+                    async with session.post(
+                        f"{base}/topics/b",
+                        data=io.BytesIO(body),
+                        headers={"Content-Type": "application/xml"},
+                    ) as r:
                         assert r.status == 202
                 url = f"{base}/topics/b/changelist/00000001.xml"
                 cold: list[float] = []
@@ -115,9 +119,7 @@ async def main(rounds: int) -> None:
                     (await timed_get(session, url, **{"Accept-Encoding": "gzip"}))[0]
                     for _ in range(rounds)
                 ]
-            rows = await app[REDIS].xrange(
-                keys.events("b"), "-", "+", count=N
-            )
+            rows = await app[REDIS].xrange(keys.events("b"), "-", "+", count=N)
             lx: list[float] = []
             for _ in range(rounds):
                 start = time.perf_counter()
@@ -126,8 +128,10 @@ async def main(rounds: int) -> None:
         finally:
             await runner.cleanup()
             redis.stop()
-    print(f"Serving one closed 50,000-entry Change List page ({len(page) / 1e6:.1f} MB), "
-          f"{rounds} rounds, Python {sys.version.split()[0]}")
+    print(
+        f"Serving one closed 50,000-entry Change List page ({len(page) / 1e6:.1f} MB), "
+        f"{rounds} rounds, Python {sys.version.split()[0]}"
+    )
     print(f"{'':36} {'entries/s':>12} {'best':>12} {'median ms':>9}")
     print(f"{'hub, cold (Redis -> XML -> HTTP)':36} {rate(cold)}")
     print(f"{'hub, cached page (HTTP)':36} {rate(cached)}")

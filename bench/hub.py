@@ -94,8 +94,13 @@ class Sizes:
 
 
 QUICK = Sizes(
-    publish_seconds=2.0, publish_warmup=200, fragments=30, ws_changes=5_000,
-    ws_latency_seconds=3.0, websub_changes=5_000, websub_latency_seconds=3.0,
+    publish_seconds=2.0,
+    publish_warmup=200,
+    fragments=30,
+    ws_changes=5_000,
+    ws_latency_seconds=3.0,
+    websub_changes=5_000,
+    websub_latency_seconds=3.0,
 )
 
 
@@ -119,11 +124,18 @@ def notification(first: int, count: int, t_ns: int = 0) -> bytes:
 
 def client_event(event_id: str, topic: str, i: int, t_ns: int) -> bytes:
     """The JSON event the hub would stream for ``url_entry(i, t_ns)``."""
-    return orjson.dumps({
-        "id": event_id, "topic": topic, "loc": f"http://bench/x/{i}?t={t_ns}",
-        "lastmod": LASTMOD, "change": "updated", "hash": f"md5:{i % 65536:032x}",
-        "length": 1000 + i % 1000, "type": "text/html",
-    })
+    return orjson.dumps(
+        {
+            "id": event_id,
+            "topic": topic,
+            "loc": f"http://bench/x/{i}?t={t_ns}",
+            "lastmod": LASTMOD,
+            "change": "updated",
+            "hash": f"md5:{i % 65536:032x}",
+            "length": 1000 + i % 1000,
+            "type": "text/html",
+        }
+    )
 
 
 def stored_payloads(body: bytes) -> list[bytes]:
@@ -222,8 +234,16 @@ def control_routes(app: web.Application, tally: Tally) -> None:
 
 
 def serve(app: web.Application, port: int, **handler: Any) -> None:
-    web.run_app(app, host=HOST, port=port, print=None, access_log=None,
-                handle_signals=True, shutdown_timeout=1.0, **handler)
+    web.run_app(
+        app,
+        host=HOST,
+        port=port,
+        print=None,
+        access_log=None,
+        handle_signals=True,
+        shutdown_timeout=1.0,
+        **handler,
+    )
 
 
 # -- helper process: bare aiohttp baselines -----------------------------------------------
@@ -261,9 +281,13 @@ def role_bare(port: int) -> None:
         topic = request.query.get("topic", "bare")
         base_ms = int(time.time() * 1000)
         messages = [
-            (b"[" + b",".join(
-                client_event(f"{base_ms}-{i}", topic, i, 0) for i in range(s, min(n, s + batch))
-            ) + b"]").decode()
+            (
+                b"["
+                + b",".join(
+                    client_event(f"{base_ms}-{i}", topic, i, 0) for i in range(s, min(n, s + batch))
+                )
+                + b"]"
+            ).decode()
             for s in range(0, n, batch)
         ]
         t0 = time.perf_counter_ns()
@@ -291,11 +315,11 @@ def role_wsclients(port: int, sinks: int) -> None:
     tally = Tally(sinks)
     state: dict[str, Any] = {"tasks": [], "session": None}
 
-    async def client(i: int, session: aiohttp.ClientSession, url: str,
-                     connected: asyncio.Queue[int]) -> None:
+    async def client(
+        i: int, session: aiohttp.ClientSession, url: str, connected: asyncio.Queue[int]
+    ) -> None:
         try:
-            async with session.ws_connect(url, max_msg_size=64 * 1024 * 1024,
-                                          heartbeat=None) as ws:
+            async with session.ws_connect(url, max_msg_size=64 * 1024 * 1024, heartbeat=None) as ws:
                 connected.put_nowait(i)
                 async for msg in ws:
                     if msg.type is not aiohttp.WSMsgType.TEXT:
@@ -424,10 +448,10 @@ class CpuMeter:
             yield
         finally:
             wall = max(1e-6, time.perf_counter() - start)
-            used = {name: (cpu_seconds(pid) - before[name]) / wall
-                    for name, pid in self.pids.items()}
-            busy = ", ".join(f"{name} {cores:.2f}" for name, cores in used.items()
-                             if cores >= 0.02)
+            used = {
+                name: (cpu_seconds(pid) - before[name]) / wall for name, pid in self.pids.items()
+            }
+            busy = ", ".join(f"{name} {cores:.2f}" for name, cores in used.items() if cores >= 0.02)
             line = f"     cores used during {label} ({wall:.1f} s): {busy}"
             self.lines.append(line)
             print(line, flush=True)
@@ -440,12 +464,18 @@ class Processes:
         self.logdir = logdir
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, name: str, args: list[str],
-              env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def start(
+        self, name: str, args: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         log = (self.logdir / f"{name}.log").open("wb")
         proc = subprocess.Popen(
-            args, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent, env={**os.environ, **(env or {})},
+            args,
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
+            env={**os.environ, **(env or {})},
         )
         log.close()
         self.procs[name] = proc
@@ -471,8 +501,9 @@ class Processes:
         self.procs.clear()
 
 
-async def wait_healthy(session: aiohttp.ClientSession, url: str, procs: Processes,
-                       name: str, timeout: float = 30.0) -> None:
+async def wait_healthy(
+    session: aiohttp.ClientSession, url: str, procs: Processes, name: str, timeout: float = 30.0
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if procs.procs[name].poll() is not None:
@@ -488,8 +519,14 @@ async def wait_healthy(session: aiohttp.ClientSession, url: str, procs: Processe
 # -- conductor: load generation -----------------------------------------------------------
 
 
-async def post_all(session: aiohttp.ClientSession, url: str, bodies: Callable[[int], bytes],
-                   count: int, concurrency: int, ok: tuple[int, ...] = (202, 204)) -> float:
+async def post_all(
+    session: aiohttp.ClientSession,
+    url: str,
+    bodies: Callable[[int], bytes],
+    count: int,
+    concurrency: int,
+    ok: tuple[int, ...] = (202, 204),
+) -> float:
     """POST ``bodies(k)`` for k < count with ``concurrency`` in flight; seconds taken."""
     next_k = 0
     failures: list[str] = []
@@ -512,8 +549,13 @@ async def post_all(session: aiohttp.ClientSession, url: str, bodies: Callable[[i
     return elapsed
 
 
-async def post_for(session: aiohttp.ClientSession, url: str, bodies: Callable[[int], bytes],
-                   seconds: float, concurrency: int) -> float:
+async def post_for(
+    session: aiohttp.ClientSession,
+    url: str,
+    bodies: Callable[[int], bytes],
+    seconds: float,
+    concurrency: int,
+) -> float:
     """POST for ``seconds`` with ``concurrency`` in flight; completed requests per second."""
     done = 0
     failures: list[str] = []
@@ -530,16 +572,21 @@ async def post_for(session: aiohttp.ClientSession, url: str, bodies: Callable[[i
                 else:
                     failures.append(f"{resp.status}: {text[:200]!r}")
 
-    await asyncio.wait_for(asyncio.gather(*(worker() for _ in range(concurrency))),
-                           seconds + 60)
+    await asyncio.wait_for(asyncio.gather(*(worker() for _ in range(concurrency))), seconds + 60)
     elapsed = time.perf_counter() - start
     if failures:
         raise RuntimeError(f"publishes to {url} failed: {failures}")
     return done / elapsed
 
 
-async def paced(session: aiohttp.ClientSession, url: str, per_post: int, interval: float,
-                seconds: float, first: int) -> int:
+async def paced(
+    session: aiohttp.ClientSession,
+    url: str,
+    per_post: int,
+    interval: float,
+    seconds: float,
+    first: int,
+) -> int:
     """POST ``per_post`` fresh changes every ``interval`` s for ``seconds``; changes sent."""
     ticks = round(seconds / interval)
     slots = asyncio.Semaphore(64)
@@ -573,11 +620,14 @@ class Control:
         self.session = session
         self.base = base
 
-    async def call(self, method: str, path: str, wait: float = 30.0,
-                   **params: Any) -> dict[str, Any]:
+    async def call(
+        self, method: str, path: str, wait: float = 30.0, **params: Any
+    ) -> dict[str, Any]:
         query = {k: str(v) for k, v in params.items()}
         async with self.session.request(
-            method, self.base + path, params=query,
+            method,
+            self.base + path,
+            params=query,
             timeout=aiohttp.ClientTimeout(total=wait + 10),
         ) as resp:
             resp.raise_for_status()
@@ -616,8 +666,11 @@ class Row:
         return self.value <= bound
 
     def cells(self) -> list[str]:
-        value = f"{self.value:,.0f} {self.unit}" if self.value >= 100 else \
-            f"{self.value:,.1f} {self.unit}"
+        value = (
+            f"{self.value:,.0f} {self.unit}"
+            if self.value >= 100
+            else f"{self.value:,.1f} {self.unit}"
+        )
         base = "—"
         if self.baseline is not None:
             base = f"{self.baseline:,.0f} ({self.baseline_name})"
@@ -631,8 +684,7 @@ class Row:
         else:
             goal = f"<= {self.target[1]:,.0f}"
         verdict = {None: "info", True: "PASS", False: "FAIL"}[self.passed]
-        return [self.figure + (f" [{self.note}]" if self.note else ""), value, base, goal,
-                verdict]
+        return [self.figure + (f" [{self.note}]" if self.note else ""), value, base, goal, verdict]
 
 
 def print_table(rows: list[Row], title: str) -> None:
@@ -641,8 +693,7 @@ def print_table(rows: list[Row], title: str) -> None:
     widths = [max(len(line[c]) for line in table) for c in range(len(header))]
     print(f"\n{title}\n")
     for n, line in enumerate(table):
-        print("| " + " | ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True))
-              + " |")
+        print("| " + " | ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)) + " |")
         if n == 0:
             print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
 
@@ -675,8 +726,11 @@ class Bench:
 
     async def pause(self, name: str) -> None:
         if name in self.pause_before:
-            print(f"  [pause] hub pid {self.hub_pid}: attach a profiler now; "
-                  f"starting '{name}' in 10 s", flush=True)
+            print(
+                f"  [pause] hub pid {self.hub_pid}: attach a profiler now; "
+                f"starting '{name}' in 10 s",
+                flush=True,
+            )
             await asyncio.sleep(10)
 
     async def publishes(self) -> None:
@@ -685,17 +739,31 @@ class Bench:
 
         async def rate(base: str, label: str) -> float:
             url = f"{base}/topics/single"
-            await post_all(self.session, url, lambda k: pool[k % 100], s.publish_warmup,
-                           s.publish_concurrency)
+            await post_all(
+                self.session, url, lambda k: pool[k % 100], s.publish_warmup, s.publish_concurrency
+            )
             with self.cpu.measure(label):
-                return await post_for(self.session, url, lambda k: pool[k % 100],
-                                      s.publish_seconds, s.publish_concurrency)
+                return await post_for(
+                    self.session,
+                    url,
+                    lambda k: pool[k % 100],
+                    s.publish_seconds,
+                    s.publish_concurrency,
+                )
 
         bare = await rate(self.bare, "bare 204 publishes")
         await self.pause("publish")
         hub = await rate(self.hub, "hub publishes")
-        self.rows.append(Row(f"1. single-change publishes/s (c=32, {s.publish_seconds:.0f} s)",
-                             hub, "/s", bare, "bare aiohttp 204", ("ratio", 0.5)))
+        self.rows.append(
+            Row(
+                f"1. single-change publishes/s (c=32, {s.publish_seconds:.0f} s)",
+                hub,
+                "/s",
+                bare,
+                "bare aiohttp 204",
+                ("ratio", 0.5),
+            )
+        )
         print(f"  1. publishes/s hub {hub:,.0f} vs bare {bare:,.0f}", flush=True)
 
     async def fragments(self) -> None:
@@ -706,6 +774,7 @@ class Bench:
         payloads = [stored_payloads(b) for b in bodies]
         redis = Redis.from_url(self.redis_url)
         try:
+
             async def pipelined(key: str, rounds: int) -> float:
                 start = time.perf_counter()
                 for r in range(rounds):
@@ -725,11 +794,20 @@ class Bench:
         await post_all(self.session, url, lambda k: bodies[k % 8], 3, 1)
         await self.pause("fragments")
         with self.cpu.measure("hub 1,000-change publishes"):
-            elapsed = await post_all(self.session, url, lambda k: bodies[k % 8], s.fragments,
-                                     s.fragment_concurrency)
+            elapsed = await post_all(
+                self.session, url, lambda k: bodies[k % 8], s.fragments, s.fragment_concurrency
+            )
         hub = s.fragments * 1000 / elapsed
-        self.rows.append(Row("2. changes/s in 1,000-change publishes (c=4)", hub, "/s",
-                             base_rate, "redis-py pipelined XADD", ("min", 50_000)))
+        self.rows.append(
+            Row(
+                "2. changes/s in 1,000-change publishes (c=4)",
+                hub,
+                "/s",
+                base_rate,
+                "redis-py pipelined XADD",
+                ("min", 50_000),
+            )
+        )
         print(f"  2. changes/s hub {hub:,.0f} vs XADD {base_rate:,.0f}", flush=True)
 
     async def websocket(self) -> None:
@@ -757,8 +835,11 @@ class Bench:
             t0 = time.perf_counter_ns()
             took = await post_all(self.session, url, lambda k: bodies[k], len(bodies), 4)
             res = await self.ws.expect(90)
-        print(f"     (publishing the {n:,} changes took {took:.2f} s of "
-              f"{(res['done_ns'] - t0) / 1e9:.2f} s)", flush=True)
+        print(
+            f"     (publishing the {n:,} changes took {took:.2f} s of "
+            f"{(res['done_ns'] - t0) / 1e9:.2f} s)",
+            flush=True,
+        )
         hub_rate = res["events"] / ((res["done_ns"] - t0) / 1e9)
         hub_note = "" if res["complete"] else f"INCOMPLETE min {res['min_count']}/{n}"
 
@@ -766,8 +847,7 @@ class Bench:
         changes = round(s.ws_latency_seconds / 0.01) * 10
         await self.ws.reset(changes, latency=True)
         with self.cpu.measure("WebSocket latency run"):
-            await paced(self.session, url, 10, 0.01, s.ws_latency_seconds,
-                        self.fresh(changes))
+            await paced(self.session, url, 10, 0.01, s.ws_latency_seconds, self.fresh(changes))
             lat = await self.ws.expect(30)
         lat_note = "" if lat["complete"] else f"INCOMPLETE min {lat['min_count']}/{changes}"
 
@@ -779,22 +859,42 @@ class Bench:
         await self.ws.reset(n)
         with self.cpu.measure("bare broadcast"):
             t0 = time.perf_counter_ns()
-            await Control(self.session, self.bare).call("POST", "/ctl/broadcast", n=n,
-                                                        batch=frag, topic=topic)
+            await Control(self.session, self.bare).call(
+                "POST", "/ctl/broadcast", n=n, batch=frag, topic=topic
+            )
             base = await self.ws.expect(90)
         base_rate = base["events"] / ((base["done_ns"] - t0) / 1e9)
         await self.ws.call("POST", "/ctl/disconnect")
 
-        self.rows.append(Row(f"3. WebSocket events/s delivered ({s.ws_clients} clients)",
-                             hub_rate, "/s", base_rate, "bare aiohttp broadcast",
-                             ("ratio", 0.5), hub_note))
-        self.rows.append(Row("3. WebSocket latency p50 @1,000 changes/s", lat["p50_ms"], "ms",
-                             note=lat_note))
-        self.rows.append(Row("3. WebSocket latency p99 @1,000 changes/s", lat["p99_ms"], "ms",
-                             target=("max", 50), note=lat_note))
-        print(f"  3. ws events/s hub {hub_rate:,.0f} vs bare {base_rate:,.0f}; latency p50 "
-              f"{lat['p50_ms']:.1f} ms p99 {lat['p99_ms']:.1f} ms max {lat['max_ms']:.1f} ms "
-              f"({lat['samples']:,} samples)", flush=True)
+        self.rows.append(
+            Row(
+                f"3. WebSocket events/s delivered ({s.ws_clients} clients)",
+                hub_rate,
+                "/s",
+                base_rate,
+                "bare aiohttp broadcast",
+                ("ratio", 0.5),
+                hub_note,
+            )
+        )
+        self.rows.append(
+            Row("3. WebSocket latency p50 @1,000 changes/s", lat["p50_ms"], "ms", note=lat_note)
+        )
+        self.rows.append(
+            Row(
+                "3. WebSocket latency p99 @1,000 changes/s",
+                lat["p99_ms"],
+                "ms",
+                target=("max", 50),
+                note=lat_note,
+            )
+        )
+        print(
+            f"  3. ws events/s hub {hub_rate:,.0f} vs bare {base_rate:,.0f}; latency p50 "
+            f"{lat['p50_ms']:.1f} ms p99 {lat['p99_ms']:.1f} ms max {lat['max_ms']:.1f} ms "
+            f"({lat['samples']:,} samples)",
+            flush=True,
+        )
 
     async def websub(self) -> None:
         s = self.sizes
@@ -802,8 +902,11 @@ class Bench:
         url = f"{self.hub}/topics/{topic}"
         await self.session.post(url, data=notification(self.fresh(1), 1), headers=XML_HEADERS)
         for i in range(s.websub_callbacks):
-            form = {"hub.mode": "subscribe", "hub.topic": url,
-                    "hub.callback": f"{self.callbacks_base}/cb/{i}"}
+            form = {
+                "hub.mode": "subscribe",
+                "hub.topic": url,
+                "hub.callback": f"{self.callbacks_base}/cb/{i}",
+            }
             async with self.session.post(f"{self.hub}/", data=form) as resp:
                 if resp.status != 202:
                     raise RuntimeError(f"subscribe {i}: {resp.status} {await resp.text()}")
@@ -820,8 +923,7 @@ class Bench:
         await self.callbacks.reset(1)
         probe: dict[str, Any] = {}
         for _ in range(15):
-            await self.session.post(url, data=notification(self.fresh(1), 1),
-                                    headers=XML_HEADERS)
+            await self.session.post(url, data=notification(self.fresh(1), 1), headers=XML_HEADERS)
             probe = await self.callbacks.expect(1)
             if probe["complete"]:
                 break
@@ -845,60 +947,118 @@ class Bench:
         await asyncio.sleep(0.5)
         await self.callbacks.reset(changes, latency=True)
         with self.cpu.measure("WebSub latency run"):
-            await paced(self.session, url, 1, 0.05, s.websub_latency_seconds,
-                        self.fresh(changes))
+            await paced(self.session, url, 1, 0.05, s.websub_latency_seconds, self.fresh(changes))
             lat = await self.callbacks.expect(30)
         lat_note = "" if lat["complete"] else f"INCOMPLETE min {lat['min_count']}/{changes}"
 
-        self.rows.append(Row(f"4. WebSub changes/s delivered (sum, {s.websub_callbacks} "
-                             "callbacks)", rate, "/s", target=("min", 3000), note=note))
-        self.rows.append(Row("4. WebSub latency p50 @20 changes/s", lat["p50_ms"], "ms",
-                             note=lat_note))
-        self.rows.append(Row("4. WebSub latency p99 @20 changes/s", lat["p99_ms"], "ms",
-                             target=("max", 100), note=lat_note))
-        print(f"  4. websub changes/s {rate:,.0f}; latency p50 {lat['p50_ms']:.1f} ms "
-              f"p99 {lat['p99_ms']:.1f} ms max {lat['max_ms']:.1f} ms "
-              f"({lat['samples']:,} samples)", flush=True)
+        self.rows.append(
+            Row(
+                f"4. WebSub changes/s delivered (sum, {s.websub_callbacks} callbacks)",
+                rate,
+                "/s",
+                target=("min", 3000),
+                note=note,
+            )
+        )
+        self.rows.append(
+            Row("4. WebSub latency p50 @20 changes/s", lat["p50_ms"], "ms", note=lat_note)
+        )
+        self.rows.append(
+            Row(
+                "4. WebSub latency p99 @20 changes/s",
+                lat["p99_ms"],
+                "ms",
+                target=("max", 100),
+                note=lat_note,
+            )
+        )
+        print(
+            f"  4. websub changes/s {rate:,.0f}; latency p50 {lat['p50_ms']:.1f} ms "
+            f"p99 {lat['p99_ms']:.1f} ms max {lat['max_ms']:.1f} ms "
+            f"({lat['samples']:,} samples)",
+            flush=True,
+        )
 
 
 FIGURES = ("publish", "fragments", "ws", "websub")
 
 
-async def conduct(args: argparse.Namespace, procs: Processes, redis_url: str,
-                  redis_pid: int) -> list[Row]:
+async def conduct(
+    args: argparse.Namespace, procs: Processes, redis_url: str, redis_pid: int
+) -> list[Row]:
     sizes = QUICK if args.quick else Sizes()
     py = sys.executable
     me = str(SCRIPT)
     hub_port, bare_port, ws_port, cb_port = (free_port() for _ in range(4))
-    hub = procs.start("hub", [py, "-m", "rshub", "serve", "--host", HOST,
-                              "--port", str(hub_port), "--redis-url", redis_url,
-                              "--log-level", args.hub_log_level],
-                      env=dict(item.split("=", 1) for item in args.hub_env or ()))
+    hub = procs.start(
+        "hub",
+        [
+            py,
+            "-m",
+            "rshub",
+            "serve",
+            "--host",
+            HOST,
+            "--port",
+            str(hub_port),
+            "--redis-url",
+            redis_url,
+            "--log-level",
+            args.hub_log_level,
+        ],
+        env=dict(item.split("=", 1) for item in args.hub_env or ()),
+    )
     procs.start("bare", [py, me, "--role", "bare", "--port", str(bare_port)])
-    procs.start("wsclients", [py, me, "--role", "wsclients", "--port", str(ws_port),
-                              "--sinks", str(sizes.ws_clients)])
-    procs.start("callbacks", [py, me, "--role", "callbacks", "--port", str(cb_port),
-                              "--sinks", str(sizes.websub_callbacks)])
+    procs.start(
+        "wsclients",
+        [py, me, "--role", "wsclients", "--port", str(ws_port), "--sinks", str(sizes.ws_clients)],
+    )
+    procs.start(
+        "callbacks",
+        [
+            py,
+            me,
+            "--role",
+            "callbacks",
+            "--port",
+            str(cb_port),
+            "--sinks",
+            str(sizes.websub_callbacks),
+        ],
+    )
     connector = aiohttp.TCPConnector(limit=64)
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        urls = {"hub": f"http://{HOST}:{hub_port}", "bare": f"http://{HOST}:{bare_port}",
-                "wsclients": f"http://{HOST}:{ws_port}", "callbacks": f"http://{HOST}:{cb_port}"}
+        urls = {
+            "hub": f"http://{HOST}:{hub_port}",
+            "bare": f"http://{HOST}:{bare_port}",
+            "wsclients": f"http://{HOST}:{ws_port}",
+            "callbacks": f"http://{HOST}:{cb_port}",
+        }
         for name, base in urls.items():
             await wait_healthy(session, base + "/healthz", procs, name)
         print(f"hub pid {hub.pid} at {urls['hub']}, redis {redis_url}", flush=True)
         bench = Bench(
-            session=session, hub=urls["hub"], bare=urls["bare"], redis_url=redis_url,
-            sizes=sizes, ws=Control(session, urls["wsclients"]),
-            callbacks=Control(session, urls["callbacks"]), callbacks_base=urls["callbacks"],
-            pause_before=set(args.pause_before or ()), hub_pid=hub.pid,
-            cpu=CpuMeter({"hub": hub.pid, "redis": redis_pid, "loadgen": os.getpid()}
-                         | {name: procs.procs[name].pid
-                            for name in ("bare", "wsclients", "callbacks")}),
+            session=session,
+            hub=urls["hub"],
+            bare=urls["bare"],
+            redis_url=redis_url,
+            sizes=sizes,
+            ws=Control(session, urls["wsclients"]),
+            callbacks=Control(session, urls["callbacks"]),
+            callbacks_base=urls["callbacks"],
+            pause_before=set(args.pause_before or ()),
+            hub_pid=hub.pid,
+            cpu=CpuMeter(
+                {"hub": hub.pid, "redis": redis_pid, "loadgen": os.getpid()}
+                | {name: procs.procs[name].pid for name in ("bare", "wsclients", "callbacks")}
+            ),
         )
         steps: dict[str, Callable[[], Awaitable[None]]] = {
-            "publish": bench.publishes, "fragments": bench.fragments,
-            "ws": bench.websocket, "websub": bench.websub,
+            "publish": bench.publishes,
+            "fragments": bench.fragments,
+            "ws": bench.websocket,
+            "websub": bench.websub,
         }
         for name in args.only or FIGURES:
             await steps[name]()
@@ -910,17 +1070,28 @@ async def conduct(args: argparse.Namespace, procs: Processes, redis_url: str,
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="smaller counts, shorter runs")
-    parser.add_argument("--only", action="append", choices=FIGURES,
-                        help="run only this figure (repeatable)")
-    parser.add_argument("--pause-before", action="append", choices=FIGURES,
-                        help="print the hub pid and wait 10 s before this figure's hub run")
-    parser.add_argument("--keep", action="store_true",
-                        help="keep the temp dir with the helper processes' logs")
+    parser.add_argument(
+        "--only", action="append", choices=FIGURES, help="run only this figure (repeatable)"
+    )
+    parser.add_argument(
+        "--pause-before",
+        action="append",
+        choices=FIGURES,
+        help="print the hub pid and wait 10 s before this figure's hub run",
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the temp dir with the helper processes' logs"
+    )
     parser.add_argument("--hub-log-level", default="WARNING", help="the hub's --log-level")
-    parser.add_argument("--hub-env", action="append", metavar="RSHUB_X=VALUE",
-                        help="extra environment for the hub (repeatable), e.g. a setting")
-    parser.add_argument("--role", choices=("bare", "wsclients", "callbacks"),
-                        help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--hub-env",
+        action="append",
+        metavar="RSHUB_X=VALUE",
+        help="extra environment for the hub (repeatable), e.g. a setting",
+    )
+    parser.add_argument(
+        "--role", choices=("bare", "wsclients", "callbacks"), help=argparse.SUPPRESS
+    )
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--sinks", type=int, default=100, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -938,8 +1109,11 @@ def main() -> int:
     from hub.embedded_redis import EmbeddedRedis
 
     started = time.perf_counter()
-    print(f"rshub hub benchmark: Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
-          f"{'quick' if args.quick else 'full'} run", flush=True)
+    print(
+        f"rshub hub benchmark: Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
+        f"{'quick' if args.quick else 'full'} run",
+        flush=True,
+    )
     tmp = Path(tempfile.mkdtemp(prefix="rshub-bench-"))
     procs = Processes(tmp)
     redis = EmbeddedRedis(tmp / "redis")

@@ -47,9 +47,14 @@ ROUNDS = 3
 def changes(n: int, prefix: str) -> list[Entry]:
     start = datetime(2026, 1, 1, tzinfo=UTC)
     return [
-        make_change(f"http://example.org/{prefix}/{i}", "updated",
-                    start + timedelta(milliseconds=i), hash=f"md5:{i:032x}", length=100 + i,
-                    type="text/html")
+        make_change(
+            f"http://example.org/{prefix}/{i}",
+            "updated",
+            start + timedelta(milliseconds=i),
+            hash=f"md5:{i:032x}",
+            length=100 + i,
+            type="text/html",
+        )
         for i in range(n)
     ]
 
@@ -61,8 +66,12 @@ async def best(label: str, n: int, run: Callable[[int], Awaitable[None]]) -> flo
         await run(round_)
         rates.append(n / (time.perf_counter() - started))
     rate = max(rates)
-    print(f"  {label:<32} {rate:>10,.0f} changes/s  (rounds: "
-          + ", ".join(f"{r:,.0f}" for r in rates) + ")", flush=True)
+    print(
+        f"  {label:<32} {rate:>10,.0f} changes/s  (rounds: "
+        + ", ".join(f"{r:,.0f}" for r in rates)
+        + ")",
+        flush=True,
+    )
     return rate
 
 
@@ -71,35 +80,45 @@ async def measure(hub: str, quick: bool) -> dict[str, float]:
     single_n = 500 if quick else 2_000
     entries = changes(batched_n, "b")
     singles = entries[:single_n]
-    bodies = [notification(entries[i:i + 1000]) for i in range(0, batched_n, 1000)]
+    bodies = [notification(entries[i : i + 1000]) for i in range(0, batched_n, 1000)]
     results: dict[str, float] = {}
 
     async with aiohttp.ClientSession() as session:
+
         async def raw(round_: int) -> None:
             url = f"{hub}/topics/raw-{round_}"
             for body in bodies:
-                async with session.post(url, data=body,
-                                        headers={"Content-Type": "application/xml"}) as resp:
+                async with session.post(
+                    url, data=body, headers={"Content-Type": "application/xml"}
+                ) as resp:
                     await resp.read()
                     assert resp.status == 202, resp.status
 
         results["baseline"] = await best("baseline (raw 1,000-change POSTs)", batched_n, raw)
 
-    def library(policy: BatchPolicy, name: str,
-                items: list[Entry]) -> Callable[[int], Awaitable[None]]:
+    def library(
+        policy: BatchPolicy, name: str, items: list[Entry]
+    ) -> Callable[[int], Awaitable[None]]:
         async def run(round_: int) -> None:
-            async with Publisher(hub, f"{name}-{round_}", batching=policy,
-                                 max_queued=len(items)) as pub:
+            async with Publisher(
+                hub, f"{name}-{round_}", batching=policy, max_queued=len(items)
+            ) as pub:
                 for entry in items:
                     await pub.put(entry)
+
         return run
 
-    results["on"] = await best("publisher, batching 1,000", batched_n,
-                               library(BatchPolicy(max_changes=1000), "on", entries))
-    results["default"] = await best("publisher, default BatchPolicy()", batched_n,
-                                    library(BatchPolicy(), "default", entries))
-    results["off"] = await best("publisher, batching off", single_n,
-                                library(BatchPolicy.off(), "off", singles))
+    results["on"] = await best(
+        "publisher, batching 1,000",
+        batched_n,
+        library(BatchPolicy(max_changes=1000), "on", entries),
+    )
+    results["default"] = await best(
+        "publisher, default BatchPolicy()", batched_n, library(BatchPolicy(), "default", entries)
+    )
+    results["off"] = await best(
+        "publisher, batching off", single_n, library(BatchPolicy.off(), "off", singles)
+    )
     return results
 
 
@@ -123,23 +142,42 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller run")
     args = parser.parse_args()
-    print(f"publisher benchmark: CPython {platform.python_version()}, {platform.machine()}, "
-          f"{os.cpu_count()} CPUs", flush=True)
-    with tempfile.TemporaryDirectory(prefix="rshub-bench-") as tmp, \
-            EmbeddedRedis(Path(tmp) / "redis", appendfsync="everysec") as redis:
+    print(
+        f"publisher benchmark: CPython {platform.python_version()}, {platform.machine()}, "
+        f"{os.cpu_count()} CPUs",
+        flush=True,
+    )
+    with (
+        tempfile.TemporaryDirectory(prefix="rshub-bench-") as tmp,
+        EmbeddedRedis(Path(tmp) / "redis", appendfsync="everysec") as redis,
+    ):
         port = _free_port()
         hub = f"http://127.0.0.1:{port}"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "rshub", "serve", "--redis-url", redis.url, "--port",
-             str(port), "--log-level", "WARNING"], cwd=tmp)
+            [
+                sys.executable,
+                "-m",
+                "rshub",
+                "serve",
+                "--redis-url",
+                redis.url,
+                "--port",
+                str(port),
+                "--log-level",
+                "WARNING",
+            ],
+            cwd=tmp,
+        )
         try:
             wait_healthy(hub, proc)
             results = asyncio.run(measure(hub, args.quick))
         finally:
             proc.terminate()
             proc.wait(10)
-    print(f"  library with batching / baseline: {results['on'] / results['baseline']:.2f}; "
-          f"batching on / off: {results['on'] / results['off']:.0f}x")
+    print(
+        f"  library with batching / baseline: {results['on'] / results['baseline']:.2f}; "
+        f"batching on / off: {results['on'] / results['off']:.0f}x"
+    )
     return 0
 
 

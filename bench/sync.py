@@ -44,19 +44,23 @@ def free_port() -> int:
 
 def notification(changes: list[tuple[str, str]]) -> bytes:
     urls = "".join(
-        f"<url><loc>{loc}</loc><lastmod>{lastmod}</lastmod><rs:md change=\"updated\"/></url>"
+        f'<url><loc>{loc}</loc><lastmod>{lastmod}</lastmod><rs:md change="updated"/></url>'
         for loc, lastmod in changes
     )
-    return ('<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
-            'xmlns:rs="http://www.openarchives.org/rs/terms/">'
-            '<rs:md capability="changelist-notification"/>' + urls + "</urlset>").encode()
+    return (
+        '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
+        'xmlns:rs="http://www.openarchives.org/rs/terms/">'
+        '<rs:md capability="changelist-notification"/>' + urls + "</urlset>"
+    ).encode()
 
 
 def start_hub(data: Path, port: int) -> subprocess.Popen[bytes]:
     with open(data / "hub.log", "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "rshub", "serve", "--port", str(port), "--data-dir",
-             str(data)], stdout=log, stderr=subprocess.STDOUT)
+            [sys.executable, "-m", "rshub", "serve", "--port", str(port), "--data-dir", str(data)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -69,8 +73,9 @@ def start_hub(data: Path, port: int) -> subprocess.Popen[bytes]:
 
 def sync(data: Path, name: str, *args: str) -> subprocess.Popen[bytes]:
     with open(data / f"{name}.log", "wb") as log:
-        return subprocess.Popen([sys.executable, "-m", "rshub", "sync", *args],
-                                stdout=subprocess.DEVNULL, stderr=log)
+        return subprocess.Popen(
+            [sys.executable, "-m", "rshub", "sync", *args], stdout=subprocess.DEVNULL, stderr=log
+        )
 
 
 def pct(values: list[float], q: float) -> float:
@@ -103,30 +108,77 @@ async def main() -> None:
         procs: list[subprocess.Popen[bytes]] = []
         try:
             async with aiohttp.ClientSession() as session:
+
                 async def publish(changes: list[tuple[str, str]]) -> None:
-                    async with session.post(f"{hub_url}/topics/bench", data=notification(changes),
-                                            headers={"Content-Type": "application/xml"}) as r:
+                    async with session.post(
+                        f"{hub_url}/topics/bench",
+                        data=notification(changes),
+                        headers={"Content-Type": "application/xml"},
+                    ) as r:
                         assert r.status == 202, await r.text()
 
                 names = list(files)
                 for i in range(0, RESOURCES, 1000):
-                    await publish([(f"{source}/files/{n}", "2026-01-01T00:00:00Z")
-                                   for n in names[i:i + 1000]])
+                    await publish(
+                        [
+                            (f"{source}/files/{n}", "2026-01-01T00:00:00Z")
+                            for n in names[i : i + 1000]
+                        ]
+                    )
 
                 # Baseline of 10,000 resources from the hub's Resource List.
                 t0 = time.monotonic()
-                base = sync(data, "baseline", "--dest", str(data / "baseline"), "--hub",
-                            hub_url, "--topic", "bench", "--once", "--no-progress")
+                base = sync(
+                    data,
+                    "baseline",
+                    "--dest",
+                    str(data / "baseline"),
+                    "--hub",
+                    hub_url,
+                    "--topic",
+                    "bench",
+                    "--once",
+                    "--no-progress",
+                )
                 assert await asyncio.to_thread(base.wait) == 0, (data / "baseline.log").read_text()
                 baseline_s = time.monotonic() - t0
 
                 # Live followers: push (WebSocket) and polling.
                 dests = {"push": data / "push", "poll": data / "poll"}
-                procs.append(sync(data, "push", "--dest", str(dests["push"]), "--hub", hub_url,
-                                  "--topic", "bench", "--no-progress", "--concurrency", "32"))
-                procs.append(sync(data, "poll", "--dest", str(dests["poll"]), "--hub", hub_url,
-                                  "--topic", "bench", "--via", "poll", "--interval",
-                                  str(POLL_INTERVAL), "--no-progress", "--concurrency", "32"))
+                procs.append(
+                    sync(
+                        data,
+                        "push",
+                        "--dest",
+                        str(dests["push"]),
+                        "--hub",
+                        hub_url,
+                        "--topic",
+                        "bench",
+                        "--no-progress",
+                        "--concurrency",
+                        "32",
+                    )
+                )
+                procs.append(
+                    sync(
+                        data,
+                        "poll",
+                        "--dest",
+                        str(dests["poll"]),
+                        "--hub",
+                        hub_url,
+                        "--topic",
+                        "bench",
+                        "--via",
+                        "poll",
+                        "--interval",
+                        str(POLL_INTERVAL),
+                        "--no-progress",
+                        "--concurrency",
+                        "32",
+                    )
+                )
                 rel = Path("http", f"127.0.0.1_{src_port}", "files")
                 probe = rel / names[-1]
                 deadline = time.monotonic() + 60
@@ -178,15 +230,21 @@ async def main() -> None:
             hub.wait(15)
             await runner.cleanup()
 
-    print(f"| measure | value |\n|---|---|\n"
-          f"| baseline, {RESOURCES:,} small resources from the hub's Resource List | "
-          f"{baseline_s:.1f} s ({RESOURCES / baseline_s:,.0f} resources/s) |")
-    for mode, label in (("push", "push (WebSocket)"),
-                        ("poll", f"polling, interval {POLL_INTERVAL:g} s")):
+    print(
+        f"| measure | value |\n|---|---|\n"
+        f"| baseline, {RESOURCES:,} small resources from the hub's Resource List | "
+        f"{baseline_s:.1f} s ({RESOURCES / baseline_s:,.0f} resources/s) |"
+    )
+    for mode, label in (
+        ("push", "push (WebSocket)"),
+        ("poll", f"polling, interval {POLL_INTERVAL:g} s"),
+    ):
         values = [v * 1000 for v in latencies[mode]]
-        print(f"| change-to-mirror latency, {label}, n={len(values)} | "
-              f"p50 {pct(values, 0.5):.0f} ms, p99 {pct(values, 0.99):.0f} ms, "
-              f"mean {statistics.mean(values):.0f} ms |")
+        print(
+            f"| change-to-mirror latency, {label}, n={len(values)} | "
+            f"p50 {pct(values, 0.5):.0f} ms, p99 {pct(values, 0.99):.0f} ms, "
+            f"mean {statistics.mean(values):.0f} ms |"
+        )
     print(f"\ncpus: {os.cpu_count()}, python {sys.version.split()[0]}")
 
 

@@ -67,13 +67,18 @@ async def _first_batch(redis: Redis, topic: str, page: Page) -> list[Any]:
     if replies.first_id(rows) != page.first:
         raise NotFound(
             f"Change List page {page.n} of {topic!r} was withdrawn: retention trimmed it",
-            topic=topic, page=page.n,
+            topic=topic,
+            page=page.n,
         )
     return list(rows or [])
 
 
 async def _body(
-    redis: Redis, topic: str, page: Page, head: str, rows: list[Any],
+    redis: Redis,
+    topic: str,
+    page: Page,
+    head: str,
+    rows: list[Any],
     keep: list[bytes] | None,
 ) -> AsyncIterator[bytes]:
     field = keys.EVENT_FIELD
@@ -92,10 +97,15 @@ async def _body(
         if sent >= page.count:
             break
         last = replies.text(rows[-1][0])
-        rows = list(await redis.xrange(
-            keys.events(topic), f"({last}", page.last or "+",
-            count=min(READ_BATCH, page.count - sent),
-        ) or [])
+        rows = list(
+            await redis.xrange(
+                keys.events(topic),
+                f"({last}",
+                page.last or "+",
+                count=min(READ_BATCH, page.count - sent),
+            )
+            or []
+        )
     if page.first is not None:
         still = await redis.xrange(keys.events(topic), page.first, page.first, count=1)
         if sent != page.count or not still:
@@ -107,7 +117,10 @@ async def _body(
 
 
 async def serve_page(
-    request: web.Request, topic: str, chain: Chain, page: Page,
+    request: web.Request,
+    topic: str,
+    chain: Chain,
+    page: Page,
     headers: dict[str, str] | None = None,
 ) -> web.StreamResponse:
     u = urls(request)
@@ -116,8 +129,9 @@ async def serve_page(
     if page.closed:
         cached = cache.get(validators.tag)
         if cached is not None:
-            return await send_cached(request, validators, cache, validators.tag, cached,
-                                     headers=headers)
+            return await send_cached(
+                request, validators, cache, validators.tag, cached, headers=headers
+            )
     redis = request.app[REDIS]
     if request.method == "HEAD" or not_modified(request, validators):
         rows = []  # stream() answers 304 / headers only: nothing to read
@@ -141,7 +155,8 @@ async def changelist_page(request: web.Request) -> web.StreamResponse:
         raise NotFound(
             f"no Change List page {n} for topic {topic!r}: {why}; "
             f"see {urls(request).changelist_index(topic)}",
-            topic=topic, page=n,
+            topic=topic,
+            page=n,
         )
     return await serve_page(request, topic, chain, page)
 
@@ -162,7 +177,7 @@ async def changelist_index(request: web.Request) -> web.StreamResponse:
     topic = await known_topic(request)
     chain = await request.app[PAGES].advance(topic, "all")
     u = urls(request)
-    closed = sorted(chain.closed, key=lambda p: p.n)[-(MAX_INDEX_ENTRIES - 1):]
+    closed = sorted(chain.closed, key=lambda p: p.n)[-(MAX_INDEX_ENTRIES - 1) :]
     listed = [*closed, chain.open]
     opened = chain.open
     tag = f"{u.tag}-cli-{topic}-{listed[0].n}-{opened.n}-{opened.first}-{opened.last}"

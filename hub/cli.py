@@ -30,10 +30,18 @@ def add_parsers(subparsers: Any) -> None:
     parser.add_argument("--redis-url", help="use this Redis instead of an embedded one")
     parser.add_argument("--data-dir", help="embedded Redis data directory (default ./rshub-data)")
     parser.add_argument("--base-url", help="public base URL when behind a proxy")
-    parser.add_argument("--token", action="append", dest="tokens",
-                        help="bearer token allowed to publish to any topic (repeatable)")
-    parser.add_argument("--open", action="store_true", default=None,
-                        help="allow a non-loopback bind with no publisher tokens")
+    parser.add_argument(
+        "--token",
+        action="append",
+        dest="tokens",
+        help="bearer token allowed to publish to any topic (repeatable)",
+    )
+    parser.add_argument(
+        "--open",
+        action="store_true",
+        default=None,
+        help="allow a non-loopback bind with no publisher tokens",
+    )
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     parser.set_defaults(run=run_serve)
 
@@ -77,21 +85,31 @@ def run_serve(args: argparse.Namespace) -> int:
         if redis_url is None:
             embedded = EmbeddedRedis(settings.data_dir / "redis", appendfsync=settings.appendfsync)
             redis_url = embedded.start()
-            log.info("embedded redis-server pid %s at %s, data in %s",
-                     embedded.pid, redis_url, embedded.data_dir)
+            log.info(
+                "embedded redis-server pid %s at %s, data in %s",
+                embedded.pid,
+                redis_url,
+                embedded.data_dir,
+            )
         app = create_app(settings, redis_url)
         tune_gc(settings.gc_young_threshold)
         log.info("rshub hub at %s", settings.public_url)
         web.run_app(
-            app, host=settings.host, port=settings.port, print=None,
-            access_log=None, handle_signals=True, shutdown_timeout=5.0,
+            app,
+            host=settings.host,
+            port=settings.port,
+            print=None,
+            access_log=None,
+            handle_signals=True,
+            shutdown_timeout=5.0,
         )
     except HubError as exc:
         print(f"rshub serve: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
-        print(f"rshub serve: cannot listen on {settings.host}:{settings.port}: {exc}",
-              file=sys.stderr)
+        print(
+            f"rshub serve: cannot listen on {settings.host}:{settings.port}: {exc}", file=sys.stderr
+        )
         return 1
     finally:
         if embedded is not None:

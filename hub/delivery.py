@@ -123,7 +123,10 @@ class DeliveryWorker:
             retry_after: float | None = None
             try:
                 async with self.session.post(
-                    sub.callback, data=body, headers=headers, allow_redirects=False,
+                    sub.callback,
+                    data=body,
+                    headers=headers,
+                    allow_redirects=False,
                     timeout=aiohttp.ClientTimeout(total=self.settings.delivery_timeout),
                 ) as resp:
                     status = resp.status
@@ -159,8 +162,13 @@ class DeliveryWorker:
         sub.last_error = error
         if sub.failures >= self.settings.suspend_after_failures and sub.state is State.ACTIVE:
             sub.state = State.SUSPENDED
-            log.warning("subscription %s -> %s suspended after %d failures: %s",
-                        sub.topic, sub.callback, sub.failures, error)
+            log.warning(
+                "subscription %s -> %s suspended after %d failures: %s",
+                sub.topic,
+                sub.callback,
+                sub.failures,
+                error,
+            )
             await self.store.save(sub)
         elif sub.failures == 1:
             await self.store.save(sub)
@@ -211,8 +219,12 @@ class DeliveryService:
     def _run_worker(self, sub: Subscription) -> None:
         key = (sub.topic, sub.callback)
         worker = DeliveryWorker(
-            sub, settings=self.settings, session=self.session, store=self.store,
-            feeds=self.feeds, cursors=self.cursors,
+            sub,
+            settings=self.settings,
+            session=self.session,
+            store=self.store,
+            feeds=self.feeds,
+            cursors=self.cursors,
         )
         self.workers[key] = worker
         worker.start()
@@ -244,10 +256,14 @@ class DeliveryService:
     async def _send_denial(self, callback: str, topic_url: str, reason: str) -> None:
         url = websub.denial_url(callback, topic_url, reason)
         with contextlib.suppress(aiohttp.ClientError, TimeoutError, OSError):
-            async with self._verify_slots, self.session.get(
-                url, allow_redirects=False,
-                timeout=aiohttp.ClientTimeout(total=self.settings.verify_timeout),
-            ) as resp:
+            async with (
+                self._verify_slots,
+                self.session.get(
+                    url,
+                    allow_redirects=False,
+                    timeout=aiohttp.ClientTimeout(total=self.settings.verify_timeout),
+                ) as resp,
+            ):
                 await resp.read()
 
     async def _verify(self, req: websub.SubscriptionRequest, start: str) -> None:
@@ -255,18 +271,26 @@ class DeliveryService:
         lease = req.lease_seconds if req.mode is websub.Mode.SUBSCRIBE else None
         url = websub.verification_url(req.callback, req.mode, req.topic_url, challenge, lease)
         try:
-            async with self._verify_slots, self.session.get(
-                url, allow_redirects=False,
-                timeout=aiohttp.ClientTimeout(total=self.settings.verify_timeout),
-            ) as resp:
+            async with (
+                self._verify_slots,
+                self.session.get(
+                    url,
+                    allow_redirects=False,
+                    timeout=aiohttp.ClientTimeout(total=self.settings.verify_timeout),
+                ) as resp,
+            ):
                 body = await resp.content.read(4096)
                 ok = 200 <= resp.status < 300 and body.strip() == challenge.encode()
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             log.info("verification of %s for %s failed: %s", req.callback, req.topic, exc)
             return
         if not ok:
-            log.info("verification of %s for %s refused (status %s)",
-                     req.callback, req.topic, resp.status)
+            log.info(
+                "verification of %s for %s refused (status %s)",
+                req.callback,
+                req.topic,
+                resp.status,
+            )
             return
         key = (req.topic, req.callback)
         old = self.workers.pop(key, None)
@@ -283,12 +307,14 @@ class DeliveryService:
         if cursor is None and previous is None:
             cursor = start
         sub = Subscription(
-            topic=req.topic, topic_url=req.topic_url, callback=req.callback,
-            lease_seconds=req.lease_seconds, expires_at=time.time() + req.lease_seconds,
+            topic=req.topic,
+            topic_url=req.topic_url,
+            callback=req.callback,
+            lease_seconds=req.lease_seconds,
+            expires_at=time.time() + req.lease_seconds,
             secret=req.secret,
             created_at=previous.created_at if previous else time.time(),
         )
         await self.store.activate(sub, cursor)
         log.info("subscribed %s to %s", req.callback, req.topic)
         self._run_worker(sub)
-

@@ -88,9 +88,7 @@ async def capability_list(request: web.Request) -> web.StreamResponse:
         + rendering.root("capabilitylist", [("up", u.source_description)])
         + rendering.capability_entry(u.resourcelist(topic), "resourcelist")
         + rendering.capability_entry(u.changelist_index(topic), "changelist")
-        + rendering.capability_entry(
-            u.topic(topic), "changelist-notification", [("hub", u.hub)]
-        )
+        + rendering.capability_entry(u.topic(topic), "changelist-notification", [("hub", u.hub)])
         + rendering.URLSET_CLOSE
     )
     validators = Validators(f"{u.tag}-cap-{topic}", await _created_ms(request, topic))

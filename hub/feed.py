@@ -87,8 +87,15 @@ class Follower(Protocol):
 class TopicFeed:
     """The live tail of one topic; see the module docstring."""
 
-    def __init__(self, redis: Redis, topic: str, *, blocking: Redis | None = None,
-                 ring_events: int = 50_000, read_count: int = 1000) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        topic: str,
+        *,
+        blocking: Redis | None = None,
+        ring_events: int = 50_000,
+        read_count: int = 1000,
+    ) -> None:
         self.redis = redis
         #: Client for XREAD BLOCK only: no socket timeout to trip over while it waits.
         self.blocking = blocking or redis
@@ -183,7 +190,7 @@ class TopicFeed:
                 continue
             start = bisect.bisect_right(self._keys, cursor)
             if start < len(self._events):
-                return self._events[start:start + limit]
+                return self._events[start : start + limit]
             changed = self._changed
             try:
                 await asyncio.wait_for(changed.wait(), timeout)
@@ -193,7 +200,9 @@ class TopicFeed:
     async def _read_redis(self, cursor: EventKey, limit: int) -> list[Event]:
         assert self.base is not None
         rows = await self.redis.xrange(
-            keys.events(self.topic), f"({format_id(cursor)}", format_id(self.base),
+            keys.events(self.topic),
+            f"({format_id(cursor)}",
+            format_id(self.base),
             count=min(limit, self.read_count),
         )
         return [Event(eid, data) for eid, data in replies.events(rows)]
@@ -217,9 +226,7 @@ class FeedHub:
         async with self._lock:
             feed = self._feeds.get(topic)
             if feed is None:
-                feed = TopicFeed(
-                    self.redis, topic, blocking=self.blocking, **self.feed_options
-                )
+                feed = TopicFeed(self.redis, topic, blocking=self.blocking, **self.feed_options)
                 await feed.start()
                 self._feeds[topic] = feed
             feed.consumers += 1
@@ -236,4 +243,3 @@ class FeedHub:
         for feed in list(self._feeds.values()):
             await feed.stop()
         self._feeds.clear()
-

@@ -74,8 +74,12 @@ async def publish(request: web.Request, topic: str) -> web.Response:
     stored = await request.app[STORE].append(
         topic, changes, digest=digest, idempotency_key=idempotency_key
     )
-    answer = {"topic": topic, "accepted": len(stored.ids), "ids": stored.ids,
-              "replayed": stored.replayed}
+    answer = {
+        "topic": topic,
+        "accepted": len(stored.ids),
+        "ids": stored.ids,
+        "replayed": stored.replayed,
+    }
     return web.Response(body=orjson.dumps(answer), status=202, content_type="application/json")
 
 

@@ -64,6 +64,7 @@ def topic_meta(topic: str) -> str:
     """Hash of small per-topic facts (created time, last publish, ...)."""
     return f"{PREFIX}{{{topic}}}:meta"
 
+
 #: Set of topic names that have (or had) WebSub subscriptions.
 SUBSCRIBED_TOPICS = PREFIX + "subscribed-topics"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-_LINK = re.compile(r'<([^>]*)>\s*((?:;\s*[^;,]+)*)')
+_LINK = re.compile(r"<([^>]*)>\s*((?:;\s*[^;,]+)*)")
 _PARAM = re.compile(r';\s*([A-Za-z0-9_*-]+)\s*=\s*(?:"([^"]*)"|([^;,\s]+))')
 
 

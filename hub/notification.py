@@ -49,7 +49,11 @@ def render_entry(event: Event) -> bytes:
     """One ``<url>`` element for ``event``."""
     data = decode(event.data)
     parts = [
-        "<url><loc>", escape(data["loc"]), "</loc><lastmod>", data["lastmod"], "</lastmod>",
+        "<url><loc>",
+        escape(data["loc"]),
+        "</loc><lastmod>",
+        data["lastmod"],
+        "</lastmod>",
         f'<rs:md change="{data["change"]}" datetime="{receipt_time(event.id)}"',
         f' rshub:id="{event.id}"',
     ]

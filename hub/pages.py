@@ -173,7 +173,6 @@ class Chain:
         return next((p for p in self.closed if p.n == n), None)
 
 
-
 def _record(member: bytes | str) -> Page:
     n, first, last, from_ms, until_ms, count = replies.text(member).split(" ")
     return Page(int(n), first, last, int(from_ms), int(until_ms), int(count))
@@ -195,7 +194,10 @@ class PageChain:
         number for that page only.
         """
         script_keys = [
-            keys.events(topic), keys.pages(topic), keys.pages_head(topic), keys.topic_meta(topic)
+            keys.events(topic),
+            keys.pages(topic),
+            keys.pages_head(topic),
+            keys.topic_meta(topic),
         ]
         while True:
             out = await self._advance(

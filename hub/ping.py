@@ -30,7 +30,9 @@ from .store import Change
 async def _fetch(session: aiohttp.ClientSession, url: str, limit: int, timeout: float) -> bytes:
     try:
         async with session.get(
-            url, allow_redirects=False, timeout=aiohttp.ClientTimeout(total=timeout),
+            url,
+            allow_redirects=False,
+            timeout=aiohttp.ClientTimeout(total=timeout),
             headers={"Accept": "application/xml"},
         ) as resp:
             if resp.status != 200:
@@ -53,10 +55,13 @@ async def publish_ping(request: web.Request, url: str) -> web.Response:
     topic = topics.name_from_url(settings.public_url, url)
     app[AUTH].check(topic, request.headers.get("Authorization"))
     if url.startswith(f"{settings.public_url}/topics/"):
-        answer = {"topic": topic, "accepted": 0, "ids": [],
-                  "note": "a topic of this hub: POST its notifications to it"}
-        return web.Response(body=orjson.dumps(answer), status=202,
-                            content_type="application/json")
+        answer = {
+            "topic": topic,
+            "accepted": 0,
+            "ids": [],
+            "note": "a topic of this hub: POST its notifications to it",
+        }
+        return web.Response(body=orjson.dumps(answer), status=202, content_type="application/json")
     await check_callback_address(
         url, allow_private=settings.private_callbacks_allowed, what="hub.url"
     )

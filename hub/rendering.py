@@ -121,7 +121,8 @@ def resource_entry(stored: bytes) -> str:
 def index_entry(loc: str, **times: int | None) -> str:
     """One ``<sitemap>`` of an index, with an ``rs:md`` of its times (ms)."""
     md = "".join(
-        f' {name.rstrip("_")}="{w3c_ms(value)}"' for name, value in times.items()
+        f' {name.rstrip("_")}="{w3c_ms(value)}"'
+        for name, value in times.items()
         if value is not None
     )
     return f"<sitemap><loc>{escape(loc)}</loc><rs:md{md}/></sitemap>"

@@ -80,7 +80,10 @@ async def _index(request: web.Request, topic: str) -> web.StreamResponse:
     snapshot = await _current_snapshot(request, topic)
     u = urls(request)
     snap_id, at_ms, completed_ms, count = (
-        snapshot["id"], int(snapshot["at"]), int(snapshot["completed"]), int(snapshot["pages"])
+        snapshot["id"],
+        int(snapshot["at"]),
+        int(snapshot["completed"]),
+        int(snapshot["pages"]),
     )
     parts = [
         rendering.INDEX_OPEN,
@@ -152,7 +155,10 @@ async def _take_snapshot(
         await flush()
     completed_ms = max(_ms(await redis.time()), at_ms)
     snap = {
-        "id": snap_id, "at": str(at_ms), "completed": str(completed_ms), "pages": str(k),
+        "id": snap_id,
+        "at": str(at_ms),
+        "completed": str(completed_ms),
+        "pages": str(k),
         "last_id": replies.text(last_id) if last_id else "",
     }
     async with redis.pipeline(transaction=True) as pipe:

@@ -46,8 +46,9 @@ class _Link:
         setup: list[tuple[Any, ...]] = []
         if options.get("password"):
             user = options.get("username")
-            setup.append(("AUTH", user, options["password"]) if user else
-                         ("AUTH", options["password"]))
+            setup.append(
+                ("AUTH", user, options["password"]) if user else ("AUTH", options["password"])
+            )
         if options.get("db"):
             setup.append(("SELECT", options["db"]))
         if setup:
@@ -87,9 +88,7 @@ class ScriptPipe:
         self.redis = redis
         self.timeout = timeout
         pool = redis.connection_pool
-        self._raw = pool.connection_class is Connection and not pool.connection_kwargs.get(
-            "ssl"
-        )
+        self._raw = pool.connection_class is Connection and not pool.connection_kwargs.get("ssl")
         self._options = dict(pool.connection_kwargs)
         self._link: _Link | None = None
         self._pending: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []

@@ -141,7 +141,12 @@ class EventStore:
             b"%s\0%s\0%s\0" % (c.loc.encode(), c.change.encode(), c.event) for c in changes
         )
         args: list[str | bytes | int] = [
-            digest, self.idempotency_seconds, max_events, minid, now_ms, packed,
+            digest,
+            self.idempotency_seconds,
+            max_events,
+            minid,
+            now_ms,
+            packed,
         ]
         if changes and topic not in self._known_topics:
             await self.redis.sadd(keys.TOPICS, topic)
@@ -203,4 +208,3 @@ class EventStore:
         if found:
             self._known_topics.add(topic)
         return found
-

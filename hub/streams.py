@@ -43,8 +43,13 @@ class ClientStream:
     sender, and all live clients share one encoded message per batch.
     """
 
-    def __init__(self, feed: TopicFeed, cursor: EventKey, capacity: int,
-                 event_filter: EventFilter | None = None) -> None:
+    def __init__(
+        self,
+        feed: TopicFeed,
+        cursor: EventKey,
+        capacity: int,
+        event_filter: EventFilter | None = None,
+    ) -> None:
         self.feed = feed
         self.cursor = cursor
         self.capacity = capacity
@@ -127,9 +132,7 @@ class ClientStream:
         return self.last_sent or "the id of the last event you received"
 
 
-async def _until_overflow_or_done(
-    pump: ClientStream, *tasks: asyncio.Task[None]
-) -> bool:
+async def _until_overflow_or_done(pump: ClientStream, *tasks: asyncio.Task[None]) -> bool:
     """Wait until one task ends or the pump overflows; cancel the rest. True on overflow."""
     overflow = asyncio.create_task(pump.overflowed.wait())
     try:
@@ -250,9 +253,11 @@ async def server_sent_events(request: web.Request) -> web.StreamResponse:
                         written = loop.time()
                     continue
                 written = loop.time()
-                await resp.write(b"".join(
-                    b"id: %s\ndata: %s\n\n" % (e.id.encode(), e.json(topic)) for e in events
-                ))
+                await resp.write(
+                    b"".join(
+                        b"id: %s\ndata: %s\n\n" % (e.id.encode(), e.json(topic)) for e in events
+                    )
+                )
                 pump.last_sent = events[-1].id
 
         if await _until_overflow_or_done(pump, asyncio.create_task(send())):

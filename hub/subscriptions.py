@@ -110,7 +110,6 @@ class SubscriptionStore:
         return [Subscription.from_json(data) for data in rows.values()]
 
 
-
 class CursorWriter:
     """Coalesces delivery-cursor writes: one pipelined round trip per ``interval``.
 

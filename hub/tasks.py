@@ -10,9 +10,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
-async def cancel_and_wait(
-    tasks: Iterable[asyncio.Task[Any] | None], timeout: float = 5.0
-) -> None:
+async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any] | None], timeout: float = 5.0) -> None:
     """Cancel ``tasks`` and wait up to ``timeout`` for them to end.
 
     A task that swallows its cancellation (a client library catching it mid-call, say) is

@@ -31,7 +31,7 @@ def name_from_url(base_url: str, url: str) -> str:
     """
     prefix = f"{base_url}/topics/"
     if url.startswith(prefix):
-        return check_name(url[len(prefix):])
+        return check_name(url[len(prefix) :])
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise BadRequest(f"topic must be an absolute http(s) URL, got {url[:200]!r}")

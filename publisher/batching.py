@@ -143,8 +143,9 @@ class Batcher:
         """Whether a batch should be sent now (``flushing``: anything queued is due)."""
         if not self._queue:
             return False
-        return (flushing or self._head_closed
-                or now - self._queue[0].queued_at >= self.policy.max_wait)
+        return (
+            flushing or self._head_closed or now - self._queue[0].queued_at >= self.policy.max_wait
+        )
 
     def wait_time(self, now: float) -> float | None:
         """Seconds until the oldest queued change is due; ``None`` when nothing is queued."""

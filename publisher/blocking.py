@@ -31,8 +31,9 @@ class BlockingPublisher:
 
     def __init__(self, hub: str, topic: str, **options: Any) -> None:
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever,
-                                        name=f"rshub-publisher:{topic}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name=f"rshub-publisher:{topic}", daemon=True
+        )
         self._thread.start()
         self._closed = False
 

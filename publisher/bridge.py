@@ -131,21 +131,28 @@ class Bridge:
             return
         saved = self.state.load()
         if saved and saved.get("source") != self.source_url:
-            log.info("state file %s is for %s, not %s: starting afresh", self.state.path,
-                     saved.get("source"), self.source_url)
+            log.info(
+                "state file %s is for %s, not %s: starting afresh",
+                self.state.path,
+                saved.get("source"),
+                self.source_url,
+            )
             return
-        self.positions = {url: Position.from_json(p)
-                          for url, p in dict(saved.get("feeds") or {}).items()}
+        self.positions = {
+            url: Position.from_json(p) for url, p in dict(saved.get("feeds") or {}).items()
+        }
         self._pending = saved.get("pending") or None
 
     def _save_state(self) -> None:
         if self.state is None:
             return
-        self.state.save({
-            "source": self.source_url,
-            "feeds": {url: p.to_json() for url, p in self.positions.items()},
-            "pending": self._pending,
-        })
+        self.state.save(
+            {
+                "source": self.source_url,
+                "feeds": {url: p.to_json() for url, p in self.positions.items()},
+                "pending": self._pending,
+            }
+        )
 
     # -- polling -----------------------------------------------------------------------
 
@@ -161,13 +168,17 @@ class Bridge:
             try:
                 result = await self.poll()
                 if result.published:
-                    log.info("published %d new changes from %s", result.published,
-                             ", ".join(result.feeds))
+                    log.info(
+                        "published %d new changes from %s",
+                        result.published,
+                        ", ".join(result.feeds),
+                    )
             except PublishRejected:
                 raise
             except (SourceError, PublisherError) as exc:
-                log.error("poll of %s failed: %s; next poll in %.0fs", self.source_url, exc,
-                          interval)
+                log.error(
+                    "poll of %s failed: %s; next poll in %.0fs", self.source_url, exc, interval
+                )
             done += 1
             if polls is None or done < polls:
                 await asyncio.sleep(max(0.0, started + interval - time.monotonic()))
@@ -189,8 +200,9 @@ class Bridge:
                 await session.close()
         return result
 
-    async def _discover(self, session: aiohttp.ClientSession, url: str, depth: int,
-                        result: PollResult) -> list[str]:
+    async def _discover(
+        self, session: aiohttp.ClientSession, url: str, depth: int, result: PollResult
+    ) -> list[str]:
         if depth > _MAX_DEPTH:
             raise SourceError(f"{url}: discovery nested more than {_MAX_DEPTH} levels deep")
         doc, _changed = await self._fetch(session, url, result, commit=True)
@@ -202,13 +214,17 @@ class Bridge:
                 feeds += await self._discover(session, entry.loc, depth + 1, result)
             return feeds
         if isinstance(doc, CapabilityList):
-            return [e.loc for e in doc.entries
-                    if e.md is not None and e.md.capability is Capability.CHANGELIST]
-        raise SourceError(f"{url} is a {type(doc).__name__}; give the bridge a Source "
-                          "Description, Capability List, Change List Index or Change List")
+            return [
+                e.loc
+                for e in doc.entries
+                if e.md is not None and e.md.capability is Capability.CHANGELIST
+            ]
+        raise SourceError(
+            f"{url} is a {type(doc).__name__}; give the bridge a Source "
+            "Description, Capability List, Change List Index or Change List"
+        )
 
-    async def _read_feed(self, session: aiohttp.ClientSession, url: str,
-                         result: PollResult) -> int:
+    async def _read_feed(self, session: aiohttp.ClientSession, url: str, result: PollResult) -> int:
         doc, changed = await self._fetch(session, url, result, commit=False)
         if isinstance(doc, ChangeList) and doc.md.until is not None:
             index = next((ln.href for ln in doc.links if ln.rel == "index"), None)
@@ -226,20 +242,31 @@ class Bridge:
         elif isinstance(doc, ChangeList):
             count = await self._publish(url, doc, url)
         else:
-            raise SourceError(f"{url}: expected a Change List or Change List Index, got a "
-                              f"{type(doc).__name__}")
+            raise SourceError(
+                f"{url}: expected a Change List or Change List Index, got a {type(doc).__name__}"
+            )
         self._commit(url)
         return count
 
-    async def _read_index(self, session: aiohttp.ClientSession, feed: str, url: str,
-                          index: ChangeListIndex, result: PollResult) -> int:
+    async def _read_index(
+        self,
+        session: aiohttp.ClientSession,
+        feed: str,
+        url: str,
+        index: ChangeListIndex,
+        result: PollResult,
+    ) -> int:
         count = 0
         for entry in index.entries:  # forward chronological order (Section 12.2)
             position = self.positions.get(feed, Position())
             until = entry.md.until if entry.md is not None else None
             pending_here = self._pending is not None and self._pending.get("feed") == feed
-            if (until is not None and position.time is not None and until < position.time
-                    and not pending_here):
+            if (
+                until is not None
+                and position.time is not None
+                and until < position.time
+                and not pending_here
+            ):
                 continue  # closed, and everything in it was published
             doc, changed = await self._fetch(session, entry.loc, result, commit=False)
             if not changed and not pending_here:
@@ -254,13 +281,21 @@ class Bridge:
         entries, untimed = in_order(doc.entries, doc.md.from_)
         if untimed and not self._warned_untimed:
             self._warned_untimed = True
-            log.warning("%s: %d entries have neither lastmod nor datetime; each gets the time "
-                        "of the change before it (Section 12.1 order)", url, untimed)
+            log.warning(
+                "%s: %d entries have neither lastmod nor datetime; each gets the time "
+                "of the change before it (Section 12.1 order)",
+                url,
+                untimed,
+            )
         position = self._start_position(feed, entries)
         if position.time is not None and doc.md.from_ is not None and doc.md.from_ > position.time:
-            log.warning("%s starts at %s, after the last change published (%s): changes in "
-                        "between may be missing at the Source", url,
-                        format_datetime(doc.md.from_), format_datetime(position.time))
+            log.warning(
+                "%s starts at %s, after the last change published (%s): changes in "
+                "between may be missing at the Source",
+                url,
+                format_datetime(doc.md.from_),
+                format_datetime(position.time),
+            )
         new = _valid(position.new_entries(entries), url)
         published = 0
         while new:
@@ -274,14 +309,15 @@ class Bridge:
             self._save_state()
             sent = await self.publisher.send(chunk, idempotency_key=key)
             if sent.replayed:
-                log.info("hub already had %d changes of %s (resent after a restart)",
-                         len(chunk), url)
+                log.info(
+                    "hub already had %d changes of %s (resent after a restart)", len(chunk), url
+                )
             position = position.after(chunk)
             self.positions[feed] = position
             self._pending = None
             self._save_state()
             published += len(chunk)
-            new = new[len(chunk):]
+            new = new[len(chunk) :]
         if self._pending is not None and self._pending.get("feed") == feed:
             self._pending = None  # nothing left to resend: the Source moved on
             self._save_state()
@@ -303,8 +339,9 @@ class Bridge:
 
     # -- HTTP --------------------------------------------------------------------------
 
-    async def _fetch(self, session: aiohttp.ClientSession, url: str, result: PollResult, *,
-                     commit: bool) -> tuple[Document, bool]:
+    async def _fetch(
+        self, session: aiohttp.ClientSession, url: str, result: PollResult, *, commit: bool
+    ) -> tuple[Document, bool]:
         """GET ``url`` conditionally; return its document and whether it changed.
 
         A document is fetched once per poll. ``commit`` remembers its validators at once
@@ -321,7 +358,8 @@ class Bridge:
                 headers["If-Modified-Since"] = cached.last_modified
         try:
             async with session.get(
-                url, headers=headers,
+                url,
+                headers=headers,
                 timeout=aiohttp.ClientTimeout(total=self.request_timeout),
             ) as resp:
                 result.documents_fetched += 1

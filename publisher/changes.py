@@ -41,8 +41,7 @@ def make_change(
     standard does not allow.
     """
     try:
-        md = Metadata(change=Change(change), datetime=datetime, hash=hash, length=length,
-                      type=type)
+        md = Metadata(change=Change(change), datetime=datetime, hash=hash, length=length, type=type)
         entry = Entry(loc=loc, lastmod=lastmod, md=md, links=tuple(links))
     except ValueError as exc:  # pydantic's ValidationError and the enum's ValueError
         raise UsageError(f"not a valid change for {loc!r}: {exc}") from None
@@ -57,8 +56,9 @@ def check_change(entry: Entry) -> None:
     """Raise :class:`UsageError` unless ``entry`` may travel in a change notification."""
     # A one-entry notification, built without pydantic re-validation (about 3x faster):
     # only the ResourceSync rules matter here, and ``validate`` checks every one of them.
-    doc = construct(ChangeListNotification, {"md": _NOTIFICATION_MD, "entries": (entry,),
-                                             "links": ()})
+    doc = construct(
+        ChangeListNotification, {"md": _NOTIFICATION_MD, "entries": (entry,), "links": ()}
+    )
     try:
         validate(doc)
     except DocumentError as exc:

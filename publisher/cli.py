@@ -39,27 +39,48 @@ def add_parsers(subparsers: Any) -> None:
 
 # -- rshub publish -------------------------------------------------------------------------
 
+
 def _add_publish(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "publish", help="send a change notification to a topic",
+        "publish",
+        help="send a change notification to a topic",
         description="Send one change (from flags) or a change notification / Change List "
-                    "(XML file, or - for stdin) to a topic; print the event ids assigned.",
+        "(XML file, or - for stdin) to a topic; print the event ids assigned.",
     )
     add_client_options(parser)
     parser.add_argument("file", nargs="?", help="notification or Change List XML ('-': stdin)")
     parser.add_argument("--loc", help="URI of the changed resource")
-    parser.add_argument("--change", choices=_CHANGES, default="updated",
-                        help="nature of the change (default %(default)s)")
+    parser.add_argument(
+        "--change",
+        choices=_CHANGES,
+        default="updated",
+        help="nature of the change (default %(default)s)",
+    )
     parser.add_argument("--lastmod", help="W3C datetime of the change (default: now)")
     parser.add_argument("--hash", help="e.g. md5:... or sha-256:...")
     parser.add_argument("--length", type=int, help="length in bytes")
     parser.add_argument("--type", help="media type")
-    parser.add_argument("--link", nargs=2, action="append", metavar=("REL", "HREF"), default=[],
-                        help="an rs:ln link (repeatable)")
-    parser.add_argument("--retry-for", type=float, default=30.0, metavar="SECONDS",
-                        help="keep retrying an unreachable hub this long (default %(default)s)")
-    parser.add_argument("--batch-size", type=int, default=1000,
-                        help="changes per notification when sending a file (default %(default)s)")
+    parser.add_argument(
+        "--link",
+        nargs=2,
+        action="append",
+        metavar=("REL", "HREF"),
+        default=[],
+        help="an rs:ln link (repeatable)",
+    )
+    parser.add_argument(
+        "--retry-for",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="keep retrying an unreachable hub this long (default %(default)s)",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=1000,
+        help="changes per notification when sending a file (default %(default)s)",
+    )
     parser.set_defaults(run=run_publish)
 
 
@@ -74,8 +95,17 @@ def _entries_from_args(args: argparse.Namespace) -> list[Any]:
         except ValueError as exc:
             raise UsageError(f"--lastmod: {exc}") from None
         links = [Link(rel=rel, href=href) for rel, href in args.link]
-        return [make_change(args.loc, args.change, when, hash=args.hash, length=args.length,
-                            type=args.type, links=links)]
+        return [
+            make_change(
+                args.loc,
+                args.change,
+                when,
+                hash=args.hash,
+                length=args.length,
+                type=args.type,
+                links=links,
+            )
+        ]
     if not args.file:
         raise UsageError("nothing to publish: give --loc (one change) or a file ('-': stdin)")
     try:
@@ -87,8 +117,10 @@ def _entries_from_args(args: argparse.Namespace) -> list[Any]:
     except DocumentError as exc:
         raise UsageError(f"{args.file}: {exc}") from None
     if not isinstance(doc, ChangeListNotification | ChangeList) or doc.is_index:
-        raise UsageError(f"{args.file}: a changelist-notification or Change List is needed, "
-                         f"not a {type(doc).__name__}")
+        raise UsageError(
+            f"{args.file}: a changelist-notification or Change List is needed, "
+            f"not a {type(doc).__name__}"
+        )
     if not doc.entries:
         raise UsageError(f"{args.file}: the document lists no changes")
     return list(doc.entries)
@@ -97,9 +129,12 @@ def _entries_from_args(args: argparse.Namespace) -> list[Any]:
 async def _publish(args: argparse.Namespace) -> list[str]:
     entries = _entries_from_args(args)
     async with Publisher(
-        args.hub, args.topic, token=args.token,
+        args.hub,
+        args.topic,
+        token=args.token,
         batching=BatchPolicy(max_changes=max(1, min(args.batch_size, 50_000)), max_wait=0),
-        retry=RetryPolicy(give_up_after=args.retry_for), max_queued=max(len(entries), 1),
+        retry=RetryPolicy(give_up_after=args.retry_for),
+        max_queued=max(len(entries), 1),
         close_timeout=None,
     ) as pub:
         return await pub.publish(entries)
@@ -115,34 +150,63 @@ def run_publish(args: argparse.Namespace) -> int:
 
 # -- rshub wikipedia -----------------------------------------------------------------------
 
+
 def _add_wikipedia(subparsers: Any) -> None:
     from .editfeed import DEFAULT_STREAM
 
     parser = subparsers.add_parser(
-        "wikipedia", help="publish the edits of a Wikimedia EventStreams feed",
+        "wikipedia",
+        help="publish the edits of a Wikimedia EventStreams feed",
         description="Follow a Wikimedia EventStreams recentchange feed (or replay a recorded "
-                    "one) and publish each page change as a ResourceSync change.",
+        "one) and publish each page change as a ResourceSync change.",
     )
     add_client_options(parser, topic_required=False)
-    parser.add_argument("--stream", default=env_default("stream", DEFAULT_STREAM),
-                        help="SSE URL of a recentchange stream (default %(default)s)")
-    parser.add_argument("--replay", metavar="FILE",
-                        help="replay a recorded feed instead ('sample': the generated sample "
-                             "shipped with rshub)")
-    parser.add_argument("--rate", type=float, default=0.0,
-                        help="replay this many events per second (default: as fast as possible)")
-    parser.add_argument("--wiki", action="append", default=[],
-                        help="only this wiki, e.g. enwiki or en.wikipedia.org (repeatable)")
-    parser.add_argument("--namespace", action="append", type=int, default=[],
-                        help="only this namespace number, e.g. 0 (repeatable)")
-    parser.add_argument("--bots", action=argparse.BooleanOptionalAction, default=True,
-                        help="publish bot edits too (default: yes; --no-bots to skip them)")
-    parser.add_argument("--categorize", action="store_true",
-                        help="publish category membership changes as category page updates")
-    parser.add_argument("--state", default=env_default("state", "rshub-wikipedia.state.json"),
-                        help="file keeping the last published event id (default %(default)s)")
-    parser.add_argument("--from-start", action="store_true",
-                        help="ignore the saved position")
+    parser.add_argument(
+        "--stream",
+        default=env_default("stream", DEFAULT_STREAM),
+        help="SSE URL of a recentchange stream (default %(default)s)",
+    )
+    parser.add_argument(
+        "--replay",
+        metavar="FILE",
+        help="replay a recorded feed instead ('sample': the generated sample shipped with rshub)",
+    )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="replay this many events per second (default: as fast as possible)",
+    )
+    parser.add_argument(
+        "--wiki",
+        action="append",
+        default=[],
+        help="only this wiki, e.g. enwiki or en.wikipedia.org (repeatable)",
+    )
+    parser.add_argument(
+        "--namespace",
+        action="append",
+        type=int,
+        default=[],
+        help="only this namespace number, e.g. 0 (repeatable)",
+    )
+    parser.add_argument(
+        "--bots",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="publish bot edits too (default: yes; --no-bots to skip them)",
+    )
+    parser.add_argument(
+        "--categorize",
+        action="store_true",
+        help="publish category membership changes as category page updates",
+    )
+    parser.add_argument(
+        "--state",
+        default=env_default("state", "rshub-wikipedia.state.json"),
+        help="file keeping the last published event id (default %(default)s)",
+    )
+    parser.add_argument("--from-start", action="store_true", help="ignore the saved position")
     parser.add_argument("--limit", type=int, help="stop after reading this many events")
     parser.add_argument("--log-level", default="INFO")
     parser.set_defaults(run=run_wikipedia)
@@ -162,20 +226,35 @@ async def _wikipedia(args: argparse.Namespace) -> int:
     position = "" if args.from_start else saved_position(state, source)
     if position:
         log.info("resuming %s after event %s", source, position[:120])
-    events = (replay(path, rate=args.rate, after=position) if path
-              else stream(args.stream, after=position))
+    events = (
+        replay(path, rate=args.rate, after=position)
+        if path
+        else stream(args.stream, after=position)
+    )
     topic = args.topic or "wikipedia"
-    async with Publisher(args.hub, topic, token=args.token,
-                         batching=BatchPolicy(max_changes=500, max_wait=0.2)) as pub:
+    async with Publisher(
+        args.hub, topic, token=args.token, batching=BatchPolicy(max_changes=500, max_wait=0.2)
+    ) as pub:
         log.info("publishing %s to %s/topics/%s", source, pub.hub, topic)
         stats = await follow(
-            events, pub, edit_filter=EditFilter.of(args.wiki, args.namespace, args.bots),
-            state=state, source=source, categorize=args.categorize, limit=args.limit,
+            events,
+            pub,
+            edit_filter=EditFilter.of(args.wiki, args.namespace, args.bots),
+            state=state,
+            source=source,
+            categorize=args.categorize,
+            limit=args.limit,
             position=position,
         )
     counts = ", ".join(f"{n} {kind}" for kind, n in sorted(stats.by_change.items())) or "none"
-    log.info("read %d events (%d filtered out, %d without a page change); published %d "
-             "changes: %s", stats.read, stats.filtered, stats.unmapped, stats.changes, counts)
+    log.info(
+        "read %d events (%d filtered out, %d without a page change); published %d changes: %s",
+        stats.read,
+        stats.filtered,
+        stats.unmapped,
+        stats.changes,
+        counts,
+    )
     return 0
 
 
@@ -187,20 +266,29 @@ def run_wikipedia(args: argparse.Namespace) -> int:
 
 # -- rshub bridge --------------------------------------------------------------------------
 
+
 def _add_bridge(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "bridge", help="push the new changes of a pull-only ResourceSync Source",
+        "bridge",
+        help="push the new changes of a pull-only ResourceSync Source",
         description="Poll a pull-only ResourceSync Source (its Source Description, Capability "
-                    "List, Change List Index or Change List URL) and publish its new changes.",
+        "List, Change List Index or Change List URL) and publish its new changes.",
     )
     add_client_options(parser)
     parser.add_argument("--source", required=True, help="URL of the Source's document")
-    parser.add_argument("--interval", type=float, default=60.0,
-                        help="seconds between polls (default %(default)s)")
-    parser.add_argument("--state", default=env_default("state", "rshub-bridge.state.json"),
-                        help="file keeping the position per Change List (default %(default)s)")
-    parser.add_argument("--since", help="on the first run, skip changes before this W3C "
-                                        "datetime ('now': skip those listed at the first poll)")
+    parser.add_argument(
+        "--interval", type=float, default=60.0, help="seconds between polls (default %(default)s)"
+    )
+    parser.add_argument(
+        "--state",
+        default=env_default("state", "rshub-bridge.state.json"),
+        help="file keeping the position per Change List (default %(default)s)",
+    )
+    parser.add_argument(
+        "--since",
+        help="on the first run, skip changes before this W3C "
+        "datetime ('now': skip those listed at the first poll)",
+    )
     parser.add_argument("--once", action="store_true", help="poll once and exit")
     parser.add_argument("--log-level", default="INFO")
     parser.set_defaults(run=run_bridge)
@@ -212,8 +300,9 @@ async def _bridge(args: argparse.Namespace) -> int:
     if args.interval <= 0:
         raise UsageError("--interval must be positive")
     async with Publisher(args.hub, args.topic, token=args.token) as pub:
-        bridge = Bridge(args.source, pub, state=StateFile(args.state) if args.state else None,
-                        since=args.since)
+        bridge = Bridge(
+            args.source, pub, state=StateFile(args.state) if args.state else None, since=args.since
+        )
         log.info("bridging %s to %s every %.0fs", args.source, pub.url, args.interval)
         await bridge.run(args.interval, polls=1 if args.once else None)
     return 0
@@ -227,10 +316,13 @@ def run_bridge(args: argparse.Namespace) -> int:
 
 # -- shared --------------------------------------------------------------------------------
 
+
 def _logging(level: str) -> None:
-    logging.basicConfig(level=getattr(logging, str(level).upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    logging.basicConfig(
+        level=getattr(logging, str(level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
 
 
 def _run(command: str, coro: Coroutine[Any, Any, Any]) -> tuple[int, Any]:

@@ -188,8 +188,9 @@ class Publisher:
         """
         batch = self._prepare(entries)
         if self.queued + len(batch) > self.max_queued:
-            raise QueueFullError(self._full_message(len(batch)), queued=self.queued,
-                                 limit=self.max_queued)
+            raise QueueFullError(
+                self._full_message(len(batch)), queued=self.queued, limit=self.max_queued
+            )
         return self._enqueue(batch)
 
     async def put(self, entries: Entry | Iterable[Entry]) -> asyncio.Future[list[str]]:
@@ -250,10 +251,14 @@ class Publisher:
     def _full_message(self, wanted: int) -> str:
         why = "the hub is slower than the submissions"
         if self.down_since is not None:
-            why = (f"the hub has been failing for {time.monotonic() - self.down_since:.0f}s"
-                   f" ({self.last_error})")
-        return (f"publisher queue full: {self.queued} of {self.max_queued} changes waiting for "
-                f"{self.url}, cannot take {wanted} more; {why}")
+            why = (
+                f"the hub has been failing for {time.monotonic() - self.down_since:.0f}s"
+                f" ({self.last_error})"
+            )
+        return (
+            f"publisher queue full: {self.queued} of {self.max_queued} changes waiting for "
+            f"{self.url}, cannot take {wanted} more; {why}"
+        )
 
     # -- sending -----------------------------------------------------------------------
 
@@ -279,7 +284,8 @@ class Publisher:
             result = await self.send(batch.entries)
             if len(result.ids) != len(batch):
                 raise PublishRejected(
-                    f"hub stored {len(result.ids)} changes of {len(batch)}", status=202,
+                    f"hub stored {len(result.ids)} changes of {len(batch)}",
+                    status=202,
                     error="event id count mismatch",
                 )
         except PublisherError as exc:
@@ -287,10 +293,16 @@ class Publisher:
             log.error("%d changes not published to %s: %s", len(batch), self.url, exc)
             batch.failed(exc)
         except asyncio.CancelledError:
-            batch.failed(UnsentChangesError(
-                f"publisher closed before {len(batch)} changes were stored", count=len(batch)))
-            self._batcher.fail_all(UnsentChangesError(
-                "publisher closed before these changes were sent", count=len(self._batcher)))
+            batch.failed(
+                UnsentChangesError(
+                    f"publisher closed before {len(batch)} changes were stored", count=len(batch)
+                )
+            )
+            self._batcher.fail_all(
+                UnsentChangesError(
+                    "publisher closed before these changes were sent", count=len(self._batcher)
+                )
+            )
             raise
         else:
             batch.stored(result.ids)
@@ -332,13 +344,22 @@ class Publisher:
                         f" {exc}"
                     ) from None
                 self.stats["retries"] += 1
-                log.warning("publish to %s failed (%s); attempt %d, retrying in %.2fs "
-                            "with the same Idempotency-Key", self.url, exc, attempt, delay)
+                log.warning(
+                    "publish to %s failed (%s); attempt %d, retrying in %.2fs "
+                    "with the same Idempotency-Key",
+                    self.url,
+                    exc,
+                    attempt,
+                    delay,
+                )
                 await asyncio.sleep(delay)
                 continue
             if self.down_since is not None:
-                log.info("hub %s reachable again after %.1fs", self.hub,
-                         time.monotonic() - self.down_since)
+                log.info(
+                    "hub %s reachable again after %.1fs",
+                    self.hub,
+                    time.monotonic() - self.down_since,
+                )
             self.down_since = None
             self.last_error = None
             self.stats["notifications"] += 1
@@ -353,7 +374,9 @@ class Publisher:
             headers["Authorization"] = f"Bearer {self.token}"
         try:
             async with self._session.post(
-                self.url, data=body, headers=headers,
+                self.url,
+                data=body,
+                headers=headers,
                 timeout=aiohttp.ClientTimeout(total=self.request_timeout),
             ) as resp:
                 raw = await resp.read()
@@ -364,16 +387,23 @@ class Publisher:
             raise _Transient(f"HTTP {status}: {_error_text(raw)}")
         if not 200 <= status < 300:
             error = _error_text(raw)
-            raise PublishRejected(f"hub refused the notification for topic {self.topic!r}: "
-                                  f"HTTP {status}: {error}", status=status, error=error)
+            raise PublishRejected(
+                f"hub refused the notification for topic {self.topic!r}: HTTP {status}: {error}",
+                status=status,
+                error=error,
+            )
         try:
             answer: dict[str, Any] = orjson.loads(raw)
             ids = [str(i) for i in answer["ids"]]
         except (ValueError, KeyError, TypeError):
-            raise PublishRejected(f"hub answered HTTP {status} without event ids: {raw[:200]!r}",
-                                  status=status, error="unexpected answer") from None
-        return PublishResult(str(answer.get("topic", self.topic)), ids,
-                             bool(answer.get("replayed", False)))
+            raise PublishRejected(
+                f"hub answered HTTP {status} without event ids: {raw[:200]!r}",
+                status=status,
+                error="unexpected answer",
+            ) from None
+        return PublishResult(
+            str(answer.get("topic", self.topic)), ids, bool(answer.get("replayed", False))
+        )
 
 
 def _error_text(raw: bytes) -> str:

@@ -130,12 +130,15 @@ async def replay(
         yield event
 
 
-async def stream(url: str = DEFAULT_STREAM, *, after: str = "",
-                 session: aiohttp.ClientSession | None = None,
-                 reconnect_delay: float = 1.0) -> AsyncIterator[FeedEvent]:
+async def stream(
+    url: str = DEFAULT_STREAM,
+    *,
+    after: str = "",
+    session: aiohttp.ClientSession | None = None,
+    reconnect_delay: float = 1.0,
+) -> AsyncIterator[FeedEvent]:
     """Yield a live SSE feed's events, resuming after ``after`` (``Last-Event-ID``)."""
-    source = EventSource(url, session=session, last_event_id=after,
-                         reconnect_delay=reconnect_delay)
+    source = EventSource(url, session=session, last_event_id=after, reconnect_delay=reconnect_delay)
     async for event in source:
         if event.event != "message":
             continue
@@ -184,8 +187,12 @@ def saved_position(state: StateFile | None, source: str) -> str:
     saved = state.load()
     if saved.get("source") != source:
         if saved:
-            log.info("state file %s is for %s, not %s: starting afresh", state.path,
-                     saved.get("source"), source)
+            log.info(
+                "state file %s is for %s, not %s: starting afresh",
+                state.path,
+                saved.get("source"),
+                source,
+            )
         return ""
     return str(saved.get("last_event_id") or "")
 

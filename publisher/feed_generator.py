@@ -33,8 +33,10 @@ from .wikipedia import page_url
 
 __all__ = ["generate", "write"]
 
-NOTE = ("GENERATED sample of the Wikimedia EventStreams recentchange feed for rshub demos and "
-        "tests: synthetic users, titles and revisions in the real event format; not real edits.")
+NOTE = (
+    "GENERATED sample of the Wikimedia EventStreams recentchange feed for rshub demos and "
+    "tests: synthetic users, titles and revisions in the real event format; not real edits."
+)
 
 #: (wiki dbname, server name, language) of the wikis in the sample.
 WIKIS = (
@@ -46,13 +48,53 @@ WIKIS = (
     ("wikidatawiki", "www.wikidata.org", "en"),
 )
 #: Weights of each kind of event, roughly as on the live feed.
-KINDS = (("edit", 56), ("new", 8), ("categorize", 20), ("delete", 4), ("restore", 2),
-         ("move", 4), ("upload", 2), ("patrol", 2), ("block", 1), ("protect", 1))
-_NAMESPACES = {0: "", 1: "Talk:", 2: "User:", 4: "Project:", 6: "File:", 10: "Template:",
-               14: "Category:"}
-_WORDS = ("River", "History", "Museum", "Station", "Album", "Bridge", "Festival", "Castle",
-          "Library", "Mountain", "Garden", "Railway", "Theatre", "Island", "Village", "Comet",
-          "Harbour", "Orchestra", "Valley", "Lighthouse", "Cathedral", "Forest", "Mill", "Ode")
+KINDS = (
+    ("edit", 56),
+    ("new", 8),
+    ("categorize", 20),
+    ("delete", 4),
+    ("restore", 2),
+    ("move", 4),
+    ("upload", 2),
+    ("patrol", 2),
+    ("block", 1),
+    ("protect", 1),
+)
+_NAMESPACES = {
+    0: "",
+    1: "Talk:",
+    2: "User:",
+    4: "Project:",
+    6: "File:",
+    10: "Template:",
+    14: "Category:",
+}
+_WORDS = (
+    "River",
+    "History",
+    "Museum",
+    "Station",
+    "Album",
+    "Bridge",
+    "Festival",
+    "Castle",
+    "Library",
+    "Mountain",
+    "Garden",
+    "Railway",
+    "Theatre",
+    "Island",
+    "Village",
+    "Comet",
+    "Harbour",
+    "Orchestra",
+    "Valley",
+    "Lighthouse",
+    "Cathedral",
+    "Forest",
+    "Mill",
+    "Ode",
+)
 _FIRST_ID = 1_700_000_000
 
 
@@ -77,8 +119,16 @@ class _Wiki:
                 title = f"Q{self.rng.randrange(1, 130_000_000)}"
             else:
                 words = " ".join(self.rng.sample(_WORDS, self.rng.choice((1, 2, 3))))
-                suffix = self.rng.choice(("", "", f" ({self.rng.randrange(1800, 2030)})",
-                                          " & Co.", " – Übersicht", "/Archive 1"))
+                suffix = self.rng.choice(
+                    (
+                        "",
+                        "",
+                        f" ({self.rng.randrange(1800, 2030)})",
+                        " & Co.",
+                        " – Übersicht",
+                        "/Archive 1",
+                    )
+                )
                 title = _NAMESPACES[namespace] + words + suffix
             if title not in self.pages and title not in self.deleted:
                 return title
@@ -88,8 +138,9 @@ class _Wiki:
         return self.next_rev
 
 
-def _base(wiki: _Wiki, when: datetime, offset: int, kind: str, page: _Page,
-          rng: random.Random) -> dict[str, Any]:
+def _base(
+    wiki: _Wiki, when: datetime, offset: int, kind: str, page: _Page, rng: random.Random
+) -> dict[str, Any]:
     user = f"Generated{rng.choice(('Editor', 'Bot', 'User'))}{rng.randrange(1, 400)}"
     title_url = page_url(f"https://{wiki.server}", page.title)
     dt = when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -129,22 +180,33 @@ def _edit_fields(event: dict[str, Any], wiki: _Wiki, page: _Page, old: _Page | N
     event["length"] = {"new": page.length} | ({"old": old.length} if old else {})
     event["revision"] = {"new": page.revision} | ({"old": old.revision} if old else {})
     oldid = f"&oldid={old.revision}" if old else ""
-    event["notify_url"] = (f"https://{wiki.server}/w/index.php?diff={page.revision}{oldid}")
+    event["notify_url"] = f"https://{wiki.server}/w/index.php?diff={page.revision}{oldid}"
 
 
-def _log_fields(event: dict[str, Any], log_type: str, action: str,
-                params: dict[str, Any] | list[Any], rng: random.Random) -> None:
-    event.update({
-        "log_id": rng.randrange(100_000_000, 999_999_999),
-        "log_type": log_type,
-        "log_action": action,
-        "log_params": params,
-        "log_action_comment": f"generated {log_type}/{action}",
-    })
+def _log_fields(
+    event: dict[str, Any],
+    log_type: str,
+    action: str,
+    params: dict[str, Any] | list[Any],
+    rng: random.Random,
+) -> None:
+    event.update(
+        {
+            "log_id": rng.randrange(100_000_000, 999_999_999),
+            "log_type": log_type,
+            "log_action": action,
+            "log_params": params,
+            "log_action_comment": f"generated {log_type}/{action}",
+        }
+    )
 
 
-def generate(count: int = 2400, *, seed: int = 5, start: datetime | None = None,
-             ) -> Iterator[tuple[str, dict[str, Any]]]:
+def generate(
+    count: int = 2400,
+    *,
+    seed: int = 5,
+    start: datetime | None = None,
+) -> Iterator[tuple[str, dict[str, Any]]]:
     """Yield ``count`` (SSE id, recentchange event) pairs in time order."""
     rng = random.Random(seed)
     when = start or datetime(2026, 1, 5, 12, 0, 0, tzinfo=UTC)
@@ -164,30 +226,42 @@ def generate(count: int = 2400, *, seed: int = 5, start: datetime | None = None,
         if event is None:
             continue
         millis = int(when.timestamp() * 1000)
-        sse_id = json.dumps([
-            {"topic": "eqiad.mediawiki.recentchange", "partition": 0, "timestamp": millis},
-            {"topic": "codfw.mediawiki.recentchange", "partition": 0, "offset": -1},
-        ], separators=(",", ":"))
+        sse_id = json.dumps(
+            [
+                {"topic": "eqiad.mediawiki.recentchange", "partition": 0, "timestamp": millis},
+                {"topic": "codfw.mediawiki.recentchange", "partition": 0, "offset": -1},
+            ],
+            separators=(",", ":"),
+        )
         yield sse_id, event
         produced += 1
 
 
-def _event(wiki: _Wiki, kind: str, when: datetime, offset: int,
-           rng: random.Random) -> dict[str, Any] | None:
+def _event(
+    wiki: _Wiki, kind: str, when: datetime, offset: int, rng: random.Random
+) -> dict[str, Any] | None:
     pages = list(wiki.pages.values())
     if kind == "new" or (not pages and kind in ("edit", "move", "delete", "categorize")):
-        namespace = 6 if wiki.dbname == "commonswiki" and rng.random() < 0.5 else rng.choice(
-            (0, 0, 1, 2, 4, 10, 14))
-        page = _Page(wiki.new_title(namespace), namespace, wiki.revision(),
-                     rng.randrange(50, 20_000))
+        namespace = (
+            6
+            if wiki.dbname == "commonswiki" and rng.random() < 0.5
+            else rng.choice((0, 0, 1, 2, 4, 10, 14))
+        )
+        page = _Page(
+            wiki.new_title(namespace), namespace, wiki.revision(), rng.randrange(50, 20_000)
+        )
         wiki.pages[page.title] = page
         event = _base(wiki, when, offset, "new", page, rng)
         _edit_fields(event, wiki, page, None)
         return event
     if kind == "edit":
         old = rng.choice(pages)
-        page = _Page(old.title, old.namespace, wiki.revision(),
-                     max(0, old.length + rng.randrange(-900, 2500)))
+        page = _Page(
+            old.title,
+            old.namespace,
+            wiki.revision(),
+            max(0, old.length + rng.randrange(-900, 2500)),
+        )
         wiki.pages[page.title] = page
         event = _base(wiki, when, offset, "edit", page, rng)
         _edit_fields(event, wiki, page, old)
@@ -221,8 +295,13 @@ def _event(wiki: _Wiki, kind: str, when: datetime, offset: int,
         if not noredir:  # a redirect stays behind at the old title
             wiki.pages[page.title] = _Page(page.title, page.namespace, wiki.revision(), 40)
         event = _base(wiki, when, offset, "log", page, rng)
-        _log_fields(event, "move", rng.choice(("move", "move", "move_redir")),
-                    {"target": target, "noredir": "1" if noredir else "0"}, rng)
+        _log_fields(
+            event,
+            "move",
+            rng.choice(("move", "move", "move_redir")),
+            {"target": target, "noredir": "1" if noredir else "0"},
+            rng,
+        )
         return event
     if kind == "upload":
         title = wiki.new_title(6)
@@ -233,9 +312,16 @@ def _event(wiki: _Wiki, kind: str, when: datetime, offset: int,
             page, action = rng.choice(files), "overwrite"
         wiki.pages[page.title] = page
         event = _base(wiki, when, offset, "log", page, rng)
-        _log_fields(event, "upload", action, {"img_sha1": f"{rng.getrandbits(160):040x}",
-                                              "img_timestamp": when.strftime("%Y%m%d%H%M%S")},
-                    rng)
+        _log_fields(
+            event,
+            "upload",
+            action,
+            {
+                "img_sha1": f"{rng.getrandbits(160):040x}",
+                "img_timestamp": when.strftime("%Y%m%d%H%M%S"),
+            },
+            rng,
+        )
         return event
     # patrol, block, protect: logged, but no page content changes
     page = rng.choice(pages)
@@ -249,11 +335,22 @@ def _event(wiki: _Wiki, kind: str, when: datetime, offset: int,
 
 def write(path: str | Path, count: int = 2400, *, seed: int = 5) -> int:
     """Write a generated feed to ``path`` (gzipped if it ends in ``.gz``); return ``count``."""
-    lines = [json.dumps({"generated": True, "generator": "publisher.feed_generator",
-                         "seed": seed, "events": count, "note": NOTE}, ensure_ascii=False)]
+    lines = [
+        json.dumps(
+            {
+                "generated": True,
+                "generator": "publisher.feed_generator",
+                "seed": seed,
+                "events": count,
+                "note": NOTE,
+            },
+            ensure_ascii=False,
+        )
+    ]
     for sse_id, event in generate(count, seed=seed):
-        lines.append(json.dumps({"id": sse_id, "data": event}, ensure_ascii=False,
-                                separators=(",", ":")))
+        lines.append(
+            json.dumps({"id": sse_id, "data": event}, ensure_ascii=False, separators=(",", ":"))
+        )
     data = ("\n".join(lines) + "\n").encode()
     target = Path(path)
     if target.suffix == ".gz":

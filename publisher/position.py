@@ -106,12 +106,16 @@ class Position:
         return Position(time, seen)
 
     def to_json(self) -> dict[str, Any]:
-        return {"time": None if self.time is None else format_datetime(self.time),
-                "seen": self.seen}
+        return {
+            "time": None if self.time is None else format_datetime(self.time),
+            "seen": self.seen,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> Position:
         if not data or not data.get("time"):
             return cls()
-        return cls(parse_datetime(str(data["time"])),
-                   {str(k): int(v) for k, v in dict(data.get("seen") or {}).items()})
+        return cls(
+            parse_datetime(str(data["time"])),
+            {str(k): int(v) for k, v in dict(data.get("seen") or {}).items()},
+        )

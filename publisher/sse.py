@@ -184,16 +184,25 @@ class EventSource:
                 failures += 1
                 wait = min(delay * 2 ** (failures - 1), self.max_reconnect_delay)
                 wait *= 0.5 + random.random() / 2
-                log.warning("event stream %s: %s; reconnecting in %.1fs (Last-Event-ID %s)",
-                            self.url, reason, wait, self.last_event_id or "none")
+                log.warning(
+                    "event stream %s: %s; reconnecting in %.1fs (Last-Event-ID %s)",
+                    self.url,
+                    reason,
+                    wait,
+                    self.last_event_id or "none",
+                )
                 await asyncio.sleep(wait)
         finally:
             if own:
                 await session.close()
 
     async def _connect(self, session: aiohttp.ClientSession) -> AsyncIterator[Event]:
-        headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache",
-                   "User-Agent": USER_AGENT, **self.headers}
+        headers = {
+            "Accept": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "User-Agent": USER_AGENT,
+            **self.headers,
+        }
         if self.last_event_id:
             headers["Last-Event-ID"] = self.last_event_id
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=self.read_timeout)

@@ -69,8 +69,9 @@ class EditFilter:
     bots: bool = True
 
     @classmethod
-    def of(cls, wikis: Iterable[str] = (), namespaces: Iterable[int] = (),
-           bots: bool = True) -> EditFilter:
+    def of(
+        cls, wikis: Iterable[str] = (), namespaces: Iterable[int] = (), bots: bool = True
+    ) -> EditFilter:
         return cls(frozenset(wikis), frozenset(namespaces), bots)
 
     def accepts(self, event: Mapping[str, Any]) -> bool:
@@ -89,13 +90,15 @@ def page_url(server_url: str, title: str) -> str:
     return f"{server_url.rstrip('/')}/wiki/{quote(title.replace(' ', '_'), safe=_TITLE_SAFE)}"
 
 
-def revision_url(server_url: str, script_path: str, title: str, revision: int, *,
-                 raw: bool = False) -> str:
+def revision_url(
+    server_url: str, script_path: str, title: str, revision: int, *, raw: bool = False
+) -> str:
     """The permanent URL of one revision (``index.php?title=...&oldid=N``)."""
     encoded = quote(title.replace(" ", "_"), safe=_TITLE_SAFE)
     action = "&action=raw" if raw else ""
-    return (f"{server_url.rstrip('/')}{script_path}/index.php?title={encoded}{action}"
-            f"&oldid={revision}")
+    return (
+        f"{server_url.rstrip('/')}{script_path}/index.php?title={encoded}{action}&oldid={revision}"
+    )
 
 
 def _event_time(event: Mapping[str, Any]) -> datetime:
@@ -123,12 +126,17 @@ def _revision_links(event: Mapping[str, Any], server: str, title: str) -> tuple[
     if isinstance(new, int):
         links.append(Link(rel="latest-version", href=revision_url(server, script, title, new)))
     if isinstance(old, int):
-        links.append(Link(rel="predecessor-version",
-                          href=revision_url(server, script, title, old)))
+        links.append(Link(rel="predecessor-version", href=revision_url(server, script, title, old)))
     if isinstance(new, int):
         length = (event.get("length") or {}).get("new")
-        links.append(Link(rel="alternate", href=revision_url(server, script, title, new, raw=True),
-                          type=WIKITEXT_TYPE, length=length if isinstance(length, int) else None))
+        links.append(
+            Link(
+                rel="alternate",
+                href=revision_url(server, script, title, new, raw=True),
+                type=WIKITEXT_TYPE,
+                length=length if isinstance(length, int) else None,
+            )
+        )
     return tuple(links)
 
 

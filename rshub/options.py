@@ -15,11 +15,18 @@ def env_default(name: str, default: str | None = None) -> str | None:
 
 def add_client_options(parser: argparse.ArgumentParser, *, topic_required: bool = True) -> None:
     """``--hub``, ``--topic`` and ``--token``, as DESIGN.md fixes them."""
-    parser.add_argument("--hub", default=env_default("hub", DEFAULT_HUB),
-                        help="hub base URL (RSHUB_HUB, default %(default)s)")
+    parser.add_argument(
+        "--hub",
+        default=env_default("hub", DEFAULT_HUB),
+        help="hub base URL (RSHUB_HUB, default %(default)s)",
+    )
     topic = env_default("topic")
-    parser.add_argument("--topic", default=topic, required=topic_required and topic is None,
-                        help="topic name (RSHUB_TOPIC)")
-    parser.add_argument("--token", default=env_default("token"),
-                        help="bearer token for publishing (RSHUB_TOKEN)")
-
+    parser.add_argument(
+        "--topic",
+        default=topic,
+        required=topic_required and topic is None,
+        help="topic name (RSHUB_TOPIC)",
+    )
+    parser.add_argument(
+        "--token", default=env_default("token"), help="bearer token for publishing (RSHUB_TOKEN)"
+    )

@@ -69,9 +69,7 @@ class CallbackReceiver:
         self.verify_timeout = verify_timeout
         self.secret = secrets.token_hex(32)
         self._path = f"/websub/{secrets.token_urlsafe(16)}"
-        self._queue: asyncio.Queue[list[ChangeEvent] | PushUnavailable] = asyncio.Queue(
-            queue_size
-        )
+        self._queue: asyncio.Queue[list[ChangeEvent] | PushUnavailable] = asyncio.Queue(queue_size)
         self._max_body = max_body
         self._wanted: set[str] = set()
         self._verified: dict[str, asyncio.Event] = {}
@@ -147,8 +145,12 @@ class CallbackReceiver:
         self._wanted.add(mode)
         self._denied = None
         form = subscription_form(
-            mode, topic=self.topic_uri, callback=self.callback_url, secret=self.secret,
-            lease_seconds=self.lease_seconds, since=since,
+            mode,
+            topic=self.topic_uri,
+            callback=self.callback_url,
+            secret=self.secret,
+            lease_seconds=self.lease_seconds,
+            since=since,
         )
         try:
             async with self.session.post(f"{self.hub}/", data=form) as resp:
@@ -159,8 +161,9 @@ class CallbackReceiver:
         except (aiohttp.ClientError, OSError) as exc:
             raise PushUnavailable(f"cannot reach hub for {mode}: {exc}") from exc
         except TimeoutError:
-            raise PushUnavailable(f"hub did not verify {mode} within "
-                                  f"{self.verify_timeout:.0f}s") from None
+            raise PushUnavailable(
+                f"hub did not verify {mode} within {self.verify_timeout:.0f}s"
+            ) from None
         finally:
             if mode == "unsubscribe":
                 self._wanted.difference_update(("subscribe", "unsubscribe"))

@@ -33,25 +33,50 @@ _VIA = ("ws", "sse", "webhook", "poll")
 
 def _add_follow_options(parser: argparse.ArgumentParser) -> None:
     add_client_options(parser, topic_required=False)
-    parser.add_argument("--via", choices=_VIA, default=env_default("via", "ws"),
-                        help="push transport, or poll only (RSHUB_VIA, default %(default)s)")
-    parser.add_argument("--source", default=env_default("source"),
-                        help="poll this ResourceSync Source (Source Description, Capability "
-                             "List or Change List URL) instead of the hub's documents")
-    parser.add_argument("--interval", type=float,
-                        default=float(env_default("interval", "5") or 5),
-                        help="polling interval in seconds (default %(default)s)")
-    parser.add_argument("--push-retry", type=float, default=10.0,
-                        help="while polling, retry push every N seconds (default %(default)s)")
-    parser.add_argument("--overlap", type=float, default=30.0,
-                        help="seconds of Change List re-read after the last change, the clock "
-                             "skew tolerated between Source and subscriber (default %(default)s)")
-    parser.add_argument("--no-fallback", action="store_true",
-                        help="never poll; only reconnect push")
-    parser.add_argument("--callback-url", default=env_default("callback_url"),
-                        help="public URL of the WebSub callback (--via webhook)")
-    parser.add_argument("--listen", default=env_default("listen", "127.0.0.1:0"),
-                        help="HOST:PORT for the WebSub callback server (default %(default)s)")
+    parser.add_argument(
+        "--via",
+        choices=_VIA,
+        default=env_default("via", "ws"),
+        help="push transport, or poll only (RSHUB_VIA, default %(default)s)",
+    )
+    parser.add_argument(
+        "--source",
+        default=env_default("source"),
+        help="poll this ResourceSync Source (Source Description, Capability "
+        "List or Change List URL) instead of the hub's documents",
+    )
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=float(env_default("interval", "5") or 5),
+        help="polling interval in seconds (default %(default)s)",
+    )
+    parser.add_argument(
+        "--push-retry",
+        type=float,
+        default=10.0,
+        help="while polling, retry push every N seconds (default %(default)s)",
+    )
+    parser.add_argument(
+        "--overlap",
+        type=float,
+        default=30.0,
+        help="seconds of Change List re-read after the last change, the clock "
+        "skew tolerated between Source and subscriber (default %(default)s)",
+    )
+    parser.add_argument(
+        "--no-fallback", action="store_true", help="never poll; only reconnect push"
+    )
+    parser.add_argument(
+        "--callback-url",
+        default=env_default("callback_url"),
+        help="public URL of the WebSub callback (--via webhook)",
+    )
+    parser.add_argument(
+        "--listen",
+        default=env_default("listen", "127.0.0.1:0"),
+        help="HOST:PORT for the WebSub callback server (default %(default)s)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log transport switches")
 
 
@@ -60,8 +85,9 @@ def add_parsers(subparsers: Any) -> None:
     sub = subparsers.add_parser("subscribe", help=text, description=text)
     _add_follow_options(sub)
     sub.add_argument("--since", default=None, help="resume after this event id")
-    sub.add_argument("--state", default=None,
-                     help="keep the position in this file and resume from it")
+    sub.add_argument(
+        "--state", default=None, help="keep the position in this file and resume from it"
+    )
     sub.add_argument("--limit", type=int, default=None, help="exit after N changes")
     sub.set_defaults(run=run_subscribe)
 
@@ -69,23 +95,35 @@ def add_parsers(subparsers: Any) -> None:
     sync = subparsers.add_parser("sync", help=text, description=text)
     _add_follow_options(sync)
     sync.add_argument("--dest", required=True, help="mirror directory")
-    sync.add_argument("--audit", action="store_true",
-                      help="compare the mirror with the current Resource List and exit "
-                           "(1 on differences)")
-    sync.add_argument("--once", action="store_true",
-                      help="baseline if needed, catch up by polling once, then exit")
-    sync.add_argument("--concurrency", type=int, default=16,
-                      help="parallel fetches (default %(default)s)")
+    sync.add_argument(
+        "--audit",
+        action="store_true",
+        help="compare the mirror with the current Resource List and exit (1 on differences)",
+    )
+    sync.add_argument(
+        "--once",
+        action="store_true",
+        help="baseline if needed, catch up by polling once, then exit",
+    )
+    sync.add_argument(
+        "--concurrency", type=int, default=16, help="parallel fetches (default %(default)s)"
+    )
     progress = sync.add_mutually_exclusive_group()
-    progress.add_argument("--progress", dest="progress", action="store_true", default=None,
-                          help="always draw the baseline progress bar")
+    progress.add_argument(
+        "--progress",
+        dest="progress",
+        action="store_true",
+        default=None,
+        help="always draw the baseline progress bar",
+    )
     progress.add_argument("--no-progress", dest="progress", action="store_false")
     sync.set_defaults(run=run_sync)
 
 
 def _setup_logging(args: argparse.Namespace) -> None:
     logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
+        level=logging.INFO if args.verbose else logging.WARNING,
+        stream=sys.stderr,
         format="rshub %(levelname)s %(message)s",
     )
 
@@ -100,19 +138,34 @@ def _check_target(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _follower(args: argparse.Namespace, session: aiohttp.ClientSession, position: Position,
-              save: Callable[[Position], None] | None) -> Follower:
+def _follower(
+    args: argparse.Namespace,
+    session: aiohttp.ClientSession,
+    position: Position,
+    save: Callable[[Position], None] | None,
+) -> Follower:
     host, _, port = args.listen.rpartition(":")
 
     def on_mode(mode: Mode, why: str) -> None:
         log.info("now %s (%s)", mode, why)
 
     return Follower(
-        session, position, hub=args.hub, topic=args.topic, source=args.source, via=args.via,
-        fallback=not args.no_fallback, token=args.token, poll_interval=args.interval,
-        push_retry=args.push_retry, overlap=timedelta(seconds=args.overlap), save=save,
-        callback_host=host or "127.0.0.1", callback_port=int(port or 0),
-        callback_url=args.callback_url, on_mode=on_mode,
+        session,
+        position,
+        hub=args.hub,
+        topic=args.topic,
+        source=args.source,
+        via=args.via,
+        fallback=not args.no_fallback,
+        token=args.token,
+        poll_interval=args.interval,
+        push_retry=args.push_retry,
+        overlap=timedelta(seconds=args.overlap),
+        save=save,
+        callback_host=host or "127.0.0.1",
+        callback_port=int(port or 0),
+        callback_url=args.callback_url,
+        on_mode=on_mode,
     )
 
 
@@ -196,8 +249,11 @@ async def _sync(args: argparse.Namespace) -> int:
             audit = await mirror.audit(documents.resources())
             for line in audit.lines():
                 print(line)
-            print(f"rshub sync: audit: {len(audit.missing)} missing, {len(audit.extra)} extra, "
-                  f"{len(audit.different)} different", file=sys.stderr)
+            print(
+                f"rshub sync: audit: {len(audit.missing)} missing, {len(audit.extra)} extra, "
+                f"{len(audit.different)} different",
+                file=sys.stderr,
+            )
             return 0 if audit.ok else 1
 
         store = PositionFile(mirror.state_dir / "state.json")
@@ -228,8 +284,7 @@ async def _sync(args: argparse.Namespace) -> int:
                     position.watermark = min(at or before, before)
                 position.extra["baseline"] = True
                 store.save(position)
-                report(f"baseline: {mirror.stats.summary()} "
-                       f"in {time.monotonic() - started:.1f}s")
+                report(f"baseline: {mirror.stats.summary()} in {time.monotonic() - started:.1f}s")
             if args.once:
                 batch = await follower.poller.poll(position.watermark) if follower.poller else []
                 await mirror.apply([e for e in batch if position.accept(e)])

@@ -68,7 +68,11 @@ class ChangeEvent:
 
     @classmethod
     def from_entry(
-        cls, entry: Entry, *, id: str | None = None, topic: str | None = None,
+        cls,
+        entry: Entry,
+        *,
+        id: str | None = None,
+        topic: str | None = None,
         default_time: datetime | None = None,
     ) -> ChangeEvent:
         """From a Change List or notification entry (1.0 or 1.1).

@@ -109,7 +109,9 @@ class Follower:
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         await self.close()
@@ -182,8 +184,7 @@ class Follower:
         new: list[ChangeEvent] = []
         while not self._queue.empty():
             new.extend(self._take(self._queue.get_nowait()))
-        if self._connected.is_set() and self._producer is not None \
-                and not self._producer.done():
+        if self._connected.is_set() and self._producer is not None and not self._producer.done():
             self._set_mode("push", "push is back")
         return new
 
@@ -257,8 +258,12 @@ class Follower:
                 await self._produce_webhook()
             else:
                 stream = HubStream(
-                    self.session, self.hub, self.topic, transport=self.via,  # type: ignore[arg-type]
-                    since=self.position.event_id, token=self.token,
+                    self.session,
+                    self.hub,
+                    self.topic,
+                    transport=self.via,  # type: ignore[arg-type]
+                    since=self.position.event_id,
+                    token=self.token,
                 )
                 watcher = asyncio.create_task(stream.connected.wait())
                 watcher.add_done_callback(self._on_connected)
@@ -286,7 +291,12 @@ class Follower:
         if self._receiver is None:
             host, port, url = self._receiver_opts
             self._receiver = CallbackReceiver(
-                self.session, self.hub, self.topic, host=host, port=port, callback_url=url,
+                self.session,
+                self.hub,
+                self.topic,
+                host=host,
+                port=port,
+                callback_url=url,
             )
             await self._receiver.start()
         receiver = self._receiver
@@ -312,8 +322,7 @@ class Follower:
             batches = receiver.batches().__aiter__()
             while True:
                 getter = asyncio.ensure_future(batches.__anext__())
-                done, _ = await asyncio.wait({getter, watcher},
-                                             return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait({getter, watcher}, return_when=asyncio.FIRST_COMPLETED)
                 if watcher in done:
                     getter.cancel()
                     watcher.result()

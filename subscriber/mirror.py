@@ -54,8 +54,10 @@ class Stats:
     problems: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
-        return (f"fetched {self.fetched}, unchanged {self.unchanged}, deleted {self.deleted}, "
-                f"gone {self.gone}, rejected {self.rejected}, failed {self.failed}")
+        return (
+            f"fetched {self.fetched}, unchanged {self.unchanged}, deleted {self.deleted}, "
+            f"gone {self.gone}, rejected {self.rejected}, failed {self.failed}"
+        )
 
 
 @dataclass
@@ -69,8 +71,11 @@ class AuditReport:
         return not (self.missing or self.extra or self.different)
 
     def lines(self) -> list[str]:
-        return ([f"missing {u}" for u in self.missing] + [f"extra {p}" for p in self.extra]
-                + [f"different {d}" for d in self.different])
+        return (
+            [f"missing {u}" for u in self.missing]
+            + [f"extra {p}" for p in self.extra]
+            + [f"different {d}" for d in self.different]
+        )
 
 
 class Mirror:
@@ -132,8 +137,7 @@ class Mirror:
             return
         await self._fetch(event.loc, path, length=event.length, hash=event.hash)
 
-    async def _fetch(self, loc: str, path: Path, *, length: int | None,
-                     hash: str | None) -> None:
+    async def _fetch(self, loc: str, path: Path, *, length: int | None, hash: str | None) -> None:
         data: bytes | None = None
         error = ""
         for attempt in range(self.retries + 1):
@@ -276,8 +280,7 @@ class Mirror:
                 problem = matches(path.read_bytes(), length=md.length, hash=md.hash)
                 if problem is not None:
                     report.different.append(f"{entry.loc}: {problem}")
-        report.extra = sorted(str(p.relative_to(self.root))
-                              for p in self.local_files() - expected)
+        report.extra = sorted(str(p.relative_to(self.root)) for p in self.local_files() - expected)
         report.missing.sort()
         report.different.sort()
         return report

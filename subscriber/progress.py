@@ -10,8 +10,14 @@ __all__ = ["Progress"]
 
 
 class Progress:
-    def __init__(self, label: str, *, stream: TextIO | None = None, enabled: bool | None = None,
-                 width: int = 30) -> None:
+    def __init__(
+        self,
+        label: str,
+        *,
+        stream: TextIO | None = None,
+        enabled: bool | None = None,
+        width: int = 30,
+    ) -> None:
         self.label = label
         self.stream = stream or sys.stderr
         self.enabled = self.stream.isatty() if enabled is None else enabled

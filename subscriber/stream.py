@@ -43,8 +43,9 @@ def _events(payload: Any, topic: str) -> list[ChangeEvent]:
     out = []
     for item in items:
         event = ChangeEvent.from_json(item)
-        out.append(event if event.topic is not None else
-                   ChangeEvent.from_json({**item, "topic": topic}))
+        out.append(
+            event if event.topic is not None else ChangeEvent.from_json({**item, "topic": topic})
+        )
     return out
 
 
@@ -109,10 +110,16 @@ class HubStream:
         url = f"{self.hub}/topics/{self.topic}/ws"
         params = {"since": self.last_id} if self.last_id else {}
         try:
-            ws = await asyncio.wait_for(self.session.ws_connect(
-                url, params=params, headers=self._headers, heartbeat=self.heartbeat,
-                timeout=aiohttp.ClientWSTimeout(ws_close=self.connect_timeout),
-            ), self.connect_timeout)
+            ws = await asyncio.wait_for(
+                self.session.ws_connect(
+                    url,
+                    params=params,
+                    headers=self._headers,
+                    heartbeat=self.heartbeat,
+                    timeout=aiohttp.ClientWSTimeout(ws_close=self.connect_timeout),
+                ),
+                self.connect_timeout,
+            )
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise PushUnavailable(f"cannot open {url}: {exc}") from exc
         log.info("connected to %s since %s", url, self.last_id)
@@ -127,8 +134,11 @@ class HubStream:
                     yield _events(orjson.loads(msg.data), self.topic)
                 elif msg.type == aiohttp.WSMsgType.BINARY:
                     yield _events(orjson.loads(msg.data), self.topic)
-                elif msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING,
-                                  aiohttp.WSMsgType.CLOSED):
+                elif msg.type in (
+                    aiohttp.WSMsgType.CLOSE,
+                    aiohttp.WSMsgType.CLOSING,
+                    aiohttp.WSMsgType.CLOSED,
+                ):
                     raise StreamClosed(ws.close_code, str(msg.extra or ""))
                 elif msg.type == aiohttp.WSMsgType.ERROR:
                     raise PushUnavailable(f"{url}: {ws.exception()}")

@@ -6,12 +6,15 @@ import hmac
 from collections.abc import Mapping
 
 __all__ = [
-    "SIGNATURE_ALGORITHMS", "sign", "subscription_form", "verification_answer", "verify_signature",
+    "SIGNATURE_ALGORITHMS",
+    "sign",
+    "subscription_form",
+    "verification_answer",
+    "verify_signature",
 ]
 
 #: ``X-Hub-Signature`` methods WebSub allows (§8) and their hashlib names.
-SIGNATURE_ALGORITHMS = {"sha1": "sha1", "sha256": "sha256", "sha384": "sha384",
-                        "sha512": "sha512"}
+SIGNATURE_ALGORITHMS = {"sha1": "sha1", "sha256": "sha256", "sha384": "sha384", "sha512": "sha512"}
 
 
 def subscription_form(
@@ -56,9 +59,7 @@ def verify_signature(secret: str, header: str | None, body: bytes) -> bool:
     return hmac.compare_digest(expected, value.strip().lower())
 
 
-def verification_answer(
-    query: Mapping[str, str], *, topic: str, wanted: set[str]
-) -> str | None:
+def verification_answer(query: Mapping[str, str], *, topic: str, wanted: set[str]) -> str | None:
     """The body to answer a verification GET with, or ``None`` to refuse it (404).
 
     ``wanted`` holds the modes we asked for on ``topic`` (``subscribe``, ``unsubscribe``).

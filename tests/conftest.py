@@ -43,7 +43,8 @@ class Hub:
 
     async def publish(self, topic: str, body: bytes, **headers: str) -> aiohttp.ClientResponse:
         resp = await self.session.post(
-            f"{self.url}/topics/{topic}", data=body,
+            f"{self.url}/topics/{topic}",
+            data=body,
             headers={"Content-Type": "application/xml", **headers},
         )
         await resp.read()

@@ -55,8 +55,11 @@ def changes(
 ) -> list[dict[str, Any]]:
     """``n`` updated-changes with distinct locs and non-decreasing lastmods."""
     return [
-        {"loc": f"{prefix}{i}", "lastmod": f"2026-01-01T00:00:{(i // 1000) % 60:02d}Z",
-         "change": "updated"}
+        {
+            "loc": f"{prefix}{i}",
+            "lastmod": f"2026-01-01T00:00:{(i // 1000) % 60:02d}Z",
+            "change": "updated",
+        }
         for i in range(start, start + n)
     ]
 
@@ -80,8 +83,9 @@ async def wait_for(
 class HubProcess:
     """``rshub serve`` as a real child process (embedded Redis under ``data_dir``)."""
 
-    def __init__(self, data_dir: str, port: int | None = None, *args: str,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, data_dir: str, port: int | None = None, *args: str, env: dict[str, str] | None = None
+    ) -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
         self.args = args
@@ -95,9 +99,20 @@ class HubProcess:
     def start(self, timeout: float = 20.0) -> HubProcess:
         log = open(os.path.join(self.data_dir, "hub.log"), "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rshub", "serve", "--port", str(self.port),
-             "--data-dir", self.data_dir, *self.args],
-            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env},
+            [
+                sys.executable,
+                "-m",
+                "rshub",
+                "serve",
+                "--port",
+                str(self.port),
+                "--data-dir",
+                self.data_dir,
+                *self.args,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **self.env},
         )
         log.close()
         deadline = time.monotonic() + timeout * TIME_SCALE

@@ -23,9 +23,22 @@ def test_offline_wikipedia_journey(tmp_path: Path) -> None:
     hub = HubProcess(str(tmp_path)).start()
     try:
         published = subprocess.run(
-            rshub("wikipedia", "--hub", hub.url, "--topic", "wiki", "--replay", "sample",
-                  "--rate", "5000", "--state", str(tmp_path / "wiki.state")),
-            capture_output=True, text=True, timeout=90 * TIME_SCALE,
+            rshub(
+                "wikipedia",
+                "--hub",
+                hub.url,
+                "--topic",
+                "wiki",
+                "--replay",
+                "sample",
+                "--rate",
+                "5000",
+                "--state",
+                str(tmp_path / "wiki.state"),
+            ),
+            capture_output=True,
+            text=True,
+            timeout=90 * TIME_SCALE,
         )
         assert published.returncode == 0, published.stderr
         summary = published.stderr.strip().splitlines()[-1]
@@ -33,9 +46,20 @@ def test_offline_wikipedia_journey(tmp_path: Path) -> None:
         assert count > 1500, summary
 
         printed = subprocess.run(
-            rshub("subscribe", "--hub", hub.url, "--topic", "wiki", "--since", "0",
-                  "--limit", str(count)),
-            capture_output=True, text=True, timeout=60 * TIME_SCALE,
+            rshub(
+                "subscribe",
+                "--hub",
+                hub.url,
+                "--topic",
+                "wiki",
+                "--since",
+                "0",
+                "--limit",
+                str(count),
+            ),
+            capture_output=True,
+            text=True,
+            timeout=60 * TIME_SCALE,
         )
         assert printed.returncode == 0, printed.stderr
         events = [json.loads(line) for line in printed.stdout.splitlines()]

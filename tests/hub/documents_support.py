@@ -145,8 +145,10 @@ class Poller:
         """Consume every entry available now, moving to the next page past closed ones."""
         if self.page_url is None:
             _, index, _ = await get_doc(
-                self.session, f"{self.hub_url}/topics/{self.topic}/changelist.xml",
-                self.hub_url, self.topic,
+                self.session,
+                f"{self.hub_url}/topics/{self.topic}/changelist.xml",
+                self.hub_url,
+                self.topic,
             )
             self.page_url = index.entries[0].loc
             self.docs_checked += 1
@@ -155,7 +157,7 @@ class Poller:
             self.docs_checked += 1
             assert isinstance(page, ChangeList)
             assert len(page.entries) >= self.consumed, "a page lost entries"
-            self.seen.extend(event_id(e) for e in page.entries[self.consumed:])
+            self.seen.extend(event_id(e) for e in page.entries[self.consumed :])
             self.consumed = len(page.entries)
             if page.md.until is None:
                 return

@@ -45,7 +45,8 @@ async def own_hub(redis_url: str, **overrides: Any) -> AsyncIterator[Hub]:
 
 async def publish(hub: Hub, topic: str, items: list[dict[str, Any]]) -> list[str]:
     resp = await hub.session.post(
-        f"{hub.url}/topics/{topic}", data=io.BytesIO(notification(items)),
+        f"{hub.url}/topics/{topic}",
+        data=io.BytesIO(notification(items)),
         headers={"Content-Type": "application/xml"},
     )
     body = await resp.json()
@@ -215,7 +216,8 @@ _lastmods = st.datetimes(min_value=datetime(2001, 1, 1), max_value=datetime(2035
 # are late and out of order across notifications and publishers.
 _batch = st.lists(
     st.tuples(_lastmods, st.sampled_from(["created", "updated", "deleted"])),
-    min_size=1, max_size=7,
+    min_size=1,
+    max_size=7,
 ).map(sorted)
 _publishers = st.lists(st.lists(_batch, min_size=1, max_size=5), min_size=1, max_size=4)
 
@@ -223,7 +225,8 @@ _example = iter(range(10**9))
 
 
 @settings(
-    max_examples=15, deadline=None,
+    max_examples=15,
+    deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(publishers=_publishers, polls=st.integers(min_value=1, max_value=6))
@@ -249,8 +252,7 @@ async def _race(redis_url: str, publishers: list[list[list[tuple[str, str]]]], p
         async def publisher(k: int, batches: list[list[tuple[str, str]]]) -> None:
             for b, batch in enumerate(batches):
                 items = [
-                    {"loc": f"http://example.org/{topic}/{k}/{b}/{i}", "lastmod": lm,
-                     "change": ch}
+                    {"loc": f"http://example.org/{topic}/{k}/{b}/{i}", "lastmod": lm, "change": ch}
                     for i, (lm, ch) in enumerate(batch)
                 ]
                 acknowledged.extend(await publish(hub, topic, items))
@@ -284,8 +286,12 @@ async def test_events_trimmed_before_the_chain_saw_them_are_not_papered_over(
 ) -> None:
     """A burst larger than the length bound between two scans: the trimmed events were
     never paged, so the empty open page must not carry on as if nothing was lost."""
-    async with own_hub(redis_url, changelist_page_entries=3, changelist_scan_seconds=0,
-                       topic_retention_max_events={"b": 5}) as hub:
+    async with own_hub(
+        redis_url,
+        changelist_page_entries=3,
+        changelist_scan_seconds=0,
+        topic_retention_max_events={"b": 5},
+    ) as hub:
         first = await publish(hub, "b", changes(3))  # page 1 closes at its 3rd entry
         before = await crawl(hub.session, hub.url, "b")
         open_page = before.index.entries[-1].loc

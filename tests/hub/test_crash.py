@@ -49,8 +49,9 @@ async def follow_sse(url: str, got: list[str], stop: asyncio.Event) -> None:
             await asyncio.sleep(0.05)  # reconnect pacing
 
 
-async def publish_all(url: str, published: list[str], restart_at: int,
-                      crash: asyncio.Event, back: asyncio.Event) -> None:
+async def publish_all(
+    url: str, published: list[str], restart_at: int, crash: asyncio.Event, back: asyncio.Event
+) -> None:
     """Publish TOTAL changes; each batch is retried with its Idempotency-Key until stored."""
     async with aiohttp.ClientSession() as session:
         for batch in range(TOTAL // BATCH):
@@ -61,9 +62,12 @@ async def publish_all(url: str, published: list[str], restart_at: int,
             for _attempt in range(400):
                 try:
                     async with session.post(
-                        f"{url}/topics/crash", data=body,
-                        headers={"Content-Type": "application/xml",
-                                 "Idempotency-Key": f"batch-{batch}"},
+                        f"{url}/topics/crash",
+                        data=body,
+                        headers={
+                            "Content-Type": "application/xml",
+                            "Idempotency-Key": f"batch-{batch}",
+                        },
                     ) as resp:
                         if resp.status == 202:
                             published.extend((await resp.json())["ids"])
@@ -86,14 +90,21 @@ async def test_sigkill_midway_loses_nothing(tmp_path: Path) -> None:
     followers: list[asyncio.Task[None]] = []
     try:
         async with aiohttp.ClientSession() as session:
-            form = {"hub.mode": "subscribe", "hub.topic": f"{hub.url}/topics/crash",
-                    "hub.callback": callback.url, "hub.since": "0"}
+            form = {
+                "hub.mode": "subscribe",
+                "hub.topic": f"{hub.url}/topics/crash",
+                "hub.callback": callback.url,
+                "hub.since": "0",
+            }
             assert (await session.post(hub.url + "/", data=form)).status == 202
         await wait_for(lambda: len(callback.verifications) == 1)
-        followers = [asyncio.create_task(follow_ws(hub.url, ws_ids, stop)),
-                     asyncio.create_task(follow_sse(hub.url, sse_ids, stop))]
+        followers = [
+            asyncio.create_task(follow_ws(hub.url, ws_ids, stop)),
+            asyncio.create_task(follow_sse(hub.url, sse_ids, stop)),
+        ]
         publisher = asyncio.create_task(
-            publish_all(hub.url, published, TOTAL // BATCH // 2, crash, back))
+            publish_all(hub.url, published, TOTAL // BATCH // 2, crash, back)
+        )
         await asyncio.wait_for(crash.wait(), 60)
         # Let the followers get some of the first half before the crash, not all of it.
         await wait_for(lambda: len(ws_ids) > 0 and len(sse_ids) > 0 and callback.ids, 30)

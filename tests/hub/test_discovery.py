@@ -60,7 +60,8 @@ class TestBehindProxy:
     async def test_documents_use_the_public_url(self, hub: Hub) -> None:
         local = hub.session
         async with local.post(
-            f"http://127.0.0.1:{hub.settings.port}/topics/t", data=notification(changes(3)),
+            f"http://127.0.0.1:{hub.settings.port}/topics/t",
+            data=notification(changes(3)),
             headers={"Content-Type": "application/xml"},
         ) as resp:
             assert resp.status == 202
@@ -73,10 +74,12 @@ class TestBehindProxy:
         cap = (await fetch("/topics/t/capabilitylist.xml")).decode()
         assert f"{BASE}/topics/t/changelist.xml" in cap and f'href="{BASE}/"' in cap
         assert "127.0.0.1" not in cap
-        for path in ("/.well-known/resourcesync", "/topics/t/changelist.xml", "/topics/t",
-                     "/topics/t/resourcelist.xml"):
+        for path in (
+            "/.well-known/resourcesync",
+            "/topics/t/changelist.xml",
+            "/topics/t",
+            "/topics/t/resourcelist.xml",
+        ):
             assert "127.0.0.1" not in (await fetch(path)).decode()
         async with local.get(f"http://127.0.0.1:{hub.settings.port}/topics/t") as resp:
-            assert resp.headers["Link"] == (
-                f'<{BASE}/>; rel="hub", <{BASE}/topics/t>; rel="self"'
-            )
+            assert resp.headers["Link"] == (f'<{BASE}/>; rel="hub", <{BASE}/topics/t>; rel="self"')

@@ -31,15 +31,22 @@ async def test_publish_stores_every_change_in_order(hub: Hub, redis_url: str) ->
     assert body["ids"] == sorted(body["ids"], key=lambda i: tuple(map(int, i.split("-"))))
     events = await stored(hub, redis_url, "news")
     assert [e["loc"] for e in events] == [c["loc"] for c in changes(3)]
-    assert events[0] == {"loc": "http://example.org/r0", "lastmod": "2026-01-01T00:00:00Z",
-                         "change": "updated"}
+    assert events[0] == {
+        "loc": "http://example.org/r0",
+        "lastmod": "2026-01-01T00:00:00Z",
+        "change": "updated",
+    }
 
 
 async def test_publish_keeps_hash_length_type_and_links(hub: Hub, redis_url: str) -> None:
-    change = {"loc": "http://example.org/a", "change": "created",
-              "hash": "md5:1584abdf8ebdc9802ac0c6a7402c03b6", "length": 12,
-              "type": "text/plain",
-              "links": [{"rel": "duplicate", "href": "http://mirror.example.org/a"}]}
+    change = {
+        "loc": "http://example.org/a",
+        "change": "created",
+        "hash": "md5:1584abdf8ebdc9802ac0c6a7402c03b6",
+        "length": 12,
+        "type": "text/plain",
+        "links": [{"rel": "duplicate", "href": "http://mirror.example.org/a"}],
+    }
     assert (await hub.publish("t", notification([change]))).status == 202
     [event] = await stored(hub, redis_url, "t")
     assert event["hash"] == change["hash"] and event["length"] == 12
@@ -49,9 +56,12 @@ async def test_publish_keeps_hash_length_type_and_links(hub: Hub, redis_url: str
 
 async def test_publish_to_hub_url_with_self_link(hub: Hub, redis_url: str) -> None:
     resp = await hub.session.post(
-        hub.url + "/", data=notification(changes(2)),
-        headers={"Content-Type": "application/xml",
-                 "Link": f'<{hub.url}/>; rel="hub", <{hub.url}/topics/linked>; rel="self"'},
+        hub.url + "/",
+        data=notification(changes(2)),
+        headers={
+            "Content-Type": "application/xml",
+            "Link": f'<{hub.url}/>; rel="hub", <{hub.url}/topics/linked>; rel="self"',
+        },
     )
     assert resp.status == 202, await resp.text()
     assert (await resp.json())["topic"] == "linked"
@@ -59,12 +69,13 @@ async def test_publish_to_hub_url_with_self_link(hub: Hub, redis_url: str) -> No
 
 
 async def test_foreign_self_link_gets_stable_derived_topic(hub: Hub) -> None:
-    headers = {"Content-Type": "application/xml",
-               "Link": '<http://source.example.com/notify/x>; rel="self"'}
+    headers = {
+        "Content-Type": "application/xml",
+        "Link": '<http://source.example.com/notify/x>; rel="self"',
+    }
     names = set()
     for _ in range(2):
-        resp = await hub.session.post(hub.url + "/", data=notification(changes(1)),
-                                      headers=headers)
+        resp = await hub.session.post(hub.url + "/", data=notification(changes(1)), headers=headers)
         assert resp.status == 202
         names.add((await resp.json())["topic"])
     [name] = names
@@ -83,21 +94,46 @@ async def test_idempotency_key_stores_once(hub: Hub, redis_url: str) -> None:
 
 
 HOSTILE: list[tuple[str, bytes, int, str]] = [
-    ("xml bomb", b'<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol">'
-     b'<!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">'
-     b'<!ENTITY lol3 "&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;">]>'
-     b'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">&lol3;</urlset>', 400, ""),
-    ("external entity", b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY xxe SYSTEM '
-     b'"file:///etc/passwd">]><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
-     b"<url><loc>&xxe;</loc></url></urlset>", 400, ""),
+    (
+        "xml bomb",
+        b'<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol">'
+        b'<!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">'
+        b'<!ENTITY lol3 "&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;">]>'
+        b'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">&lol3;</urlset>',
+        400,
+        "",
+    ),
+    (
+        "external entity",
+        b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY xxe SYSTEM '
+        b'"file:///etc/passwd">]><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+        b"<url><loc>&xxe;</loc></url></urlset>",
+        400,
+        "",
+    ),
     ("not xml", b"this is not xml {", 400, ""),
-    ("missing lastmod", notification([{"loc": "http://e.org/a"}]).replace(
-        b"<lastmod>2026-01-01T00:00:00Z</lastmod>", b""), 400, "lastmod"),
-    ("bad change value", notification([{"loc": "http://e.org/a", "change": "exploded"}]),
-     400, "change"),
-    ("resource list", notification(changes(1)).replace(
-        b'capability="changelist-notification"', b'capability="resourcelist" at="2026-01-01"'),
-     400, "resourcelist"),
+    (
+        "missing lastmod",
+        notification([{"loc": "http://e.org/a"}]).replace(
+            b"<lastmod>2026-01-01T00:00:00Z</lastmod>", b""
+        ),
+        400,
+        "lastmod",
+    ),
+    (
+        "bad change value",
+        notification([{"loc": "http://e.org/a", "change": "exploded"}]),
+        400,
+        "change",
+    ),
+    (
+        "resource list",
+        notification(changes(1)).replace(
+            b'capability="changelist-notification"', b'capability="resourcelist" at="2026-01-01"'
+        ),
+        400,
+        "resourcelist",
+    ),
 ]
 
 
@@ -118,8 +154,11 @@ async def test_huge_body_gets_413_and_stores_nothing(hub: Hub, redis_url: str) -
     import io
 
     body = notification(changes(1)) + b" " * (20 * 1024 * 1024)
-    resp = await hub.session.post(f"{hub.url}/topics/victim", data=io.BytesIO(body),
-                                  headers={"Content-Type": "application/xml"})
+    resp = await hub.session.post(
+        f"{hub.url}/topics/victim",
+        data=io.BytesIO(body),
+        headers={"Content-Type": "application/xml"},
+    )
     assert resp.status == 413
     assert await stored(hub, redis_url, "victim") == []
     assert (await hub.session.get(hub.url + "/healthz")).status == 200
@@ -134,8 +173,9 @@ async def test_bad_topic_name_is_400(hub: Hub, name: str) -> None:
 
 
 async def test_non_xml_content_type_is_415(hub: Hub) -> None:
-    resp = await hub.session.post(f"{hub.url}/topics/t", data=b"{}",
-                                  headers={"Content-Type": "application/json"})
+    resp = await hub.session.post(
+        f"{hub.url}/topics/t", data=b"{}", headers={"Content-Type": "application/json"}
+    )
     assert resp.status == 415
 
 
@@ -154,14 +194,15 @@ class TestTokens:
         assert resp.status == 403
 
     async def test_global_and_topic_tokens(self, hub: Hub) -> None:
-        ok = await hub.publish("t", notification(changes(1)),
-                               Authorization="Bearer global-secret")
+        ok = await hub.publish("t", notification(changes(1)), Authorization="Bearer global-secret")
         assert ok.status == 202
-        ok = await hub.publish("private", notification(changes(1)),
-                               Authorization="Bearer topic-secret")
+        ok = await hub.publish(
+            "private", notification(changes(1)), Authorization="Bearer topic-secret"
+        )
         assert ok.status == 202
-        no = await hub.publish("other", notification(changes(1)),
-                               Authorization="Bearer topic-secret")
+        no = await hub.publish(
+            "other", notification(changes(1)), Authorization="Bearer topic-secret"
+        )
         assert no.status == 403
 
 

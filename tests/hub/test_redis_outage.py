@@ -22,9 +22,11 @@ async def test_publish_during_redis_outage_is_503_then_recovers(tmp_path: Path) 
     url = settings.public_url
     try:
         async with aiohttp.ClientSession() as session:
+
             async def publish(start: int) -> aiohttp.ClientResponse:
                 async with session.post(
-                    f"{url}/topics/t", data=notification(changes(2, start=start)),
+                    f"{url}/topics/t",
+                    data=notification(changes(2, start=start)),
                     headers={"Content-Type": "application/xml"},
                 ) as resp:
                     await resp.read()

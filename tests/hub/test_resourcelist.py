@@ -28,16 +28,30 @@ async def publish(hub: Hub, topic: str, items: list[dict[str, Any]]) -> list[str
 async def test_latest_state_of_each_uri(hub: Hub) -> None:
     r = "http://example.org/"
     sha = "md5:" + "a" * 32
-    await publish(hub, "f", [
-        {"loc": r + "a", "lastmod": "2026-01-01T00:00:00Z", "change": "created"},
-        {"loc": r + "b", "lastmod": "2026-01-01T00:00:01Z", "change": "created"},
-        {"loc": r + "c", "lastmod": "2026-01-01T00:00:02Z", "change": "created"},
-    ])
-    ids = await publish(hub, "f", [
-        {"loc": r + "a", "lastmod": "2026-01-02T00:00:00Z", "change": "updated",
-         "hash": sha, "length": 12, "type": "text/plain"},
-        {"loc": r + "b", "lastmod": "2026-01-02T00:00:01Z", "change": "deleted"},
-    ])
+    await publish(
+        hub,
+        "f",
+        [
+            {"loc": r + "a", "lastmod": "2026-01-01T00:00:00Z", "change": "created"},
+            {"loc": r + "b", "lastmod": "2026-01-01T00:00:01Z", "change": "created"},
+            {"loc": r + "c", "lastmod": "2026-01-01T00:00:02Z", "change": "created"},
+        ],
+    )
+    ids = await publish(
+        hub,
+        "f",
+        [
+            {
+                "loc": r + "a",
+                "lastmod": "2026-01-02T00:00:00Z",
+                "change": "updated",
+                "hash": sha,
+                "length": 12,
+                "type": "text/plain",
+            },
+            {"loc": r + "b", "lastmod": "2026-01-02T00:00:01Z", "change": "deleted"},
+        ],
+    )
     resp, doc, _ = await get_doc(hub.session, f"{hub.url}/topics/f/resourcelist.xml", hub.url, "f")
     assert isinstance(doc, ResourceList)
     by_loc = {e.loc: e for e in doc.entries}

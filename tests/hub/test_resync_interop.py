@@ -64,7 +64,8 @@ def _change(base: str, root: Path, name: str, change: str) -> dict[str, Any]:
         data = path.read_bytes()
         mtime = datetime.fromtimestamp(int(path.stat().st_mtime), UTC)
         item.update(
-            lastmod=mtime.strftime("%Y-%m-%dT%H:%M:%SZ"), length=len(data),
+            lastmod=mtime.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            length=len(data),
             hash="md5:" + hashlib.md5(data).hexdigest(),
         )
     return item
@@ -72,15 +73,18 @@ def _change(base: str, root: Path, name: str, change: str) -> dict[str, Any]:
 
 def _tree(root: Path) -> dict[str, bytes]:
     return {
-        str(p.relative_to(root)): p.read_bytes()
-        for p in sorted(root.rglob("*")) if p.is_file()
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
     }
 
 
 async def _resync(work: Path, *args: str) -> str:
     proc = await asyncio.create_subprocess_exec(
-        RESYNC, *args, cwd=work, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT, env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        RESYNC,
+        *args,
+        cwd=work,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )
     out, _ = await asyncio.wait_for(proc.communicate(), timeout=40)
     text = out.decode(errors="replace")
@@ -127,9 +131,7 @@ async def test_resync_baseline_then_incremental(
     pages = [e.loc for e in index.entries if e.md.until is None or e.md.until > snapshot_at]
     assert len(pages) >= 2
     for page in pages:
-        await _resync(
-            work, "--incremental", "--delete", *common, "--changelist-uri", page, mapping
-        )
+        await _resync(work, "--incremental", "--delete", *common, "--changelist-uri", page, mapping)
     assert _tree(dest) == _tree(root)
     assert "d.txt" in _tree(dest) and "b.bin" not in _tree(dest)
 
@@ -151,10 +153,15 @@ async def test_resync_incremental_from_the_topic_uri(
     common = ["--noauth", "--capabilitylist", f"{hub.url}/topics/one/capabilitylist.xml"]
     await _resync(work, "--baseline", *common, f"{base}={dest}")
     assert _tree(dest) == _tree(root)
-    await hub.publish("one", notification([{"loc": f"{base}/x.txt", "change": "deleted",
-                                             "lastmod": "2030-01-01T00:00:00Z"}]))
+    await hub.publish(
+        "one",
+        notification(
+            [{"loc": f"{base}/x.txt", "change": "deleted", "lastmod": "2030-01-01T00:00:00Z"}]
+        ),
+    )
     (root / "x.txt").unlink()
     topic_uri = f"{hub.url}/topics/one"
-    out = await _resync(work, "--incremental", "--delete", *common, "--changelist-uri", topic_uri,
-                  f"{base}={dest}")
+    out = await _resync(
+        work, "--incremental", "--delete", *common, "--changelist-uri", topic_uri, f"{base}={dest}"
+    )
     assert _tree(dest) == _tree(root) == {"y.txt": b"y1"}, out

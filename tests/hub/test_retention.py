@@ -13,8 +13,12 @@ from tests.support import changes, notification, wait_for
 
 @pytest.fixture
 def hub_settings() -> dict[str, Any]:
-    return {"retention_max_events": 0, "topic_retention_max_events": {"short": 5},
-            "topic_retention_seconds": {"quiet": 1}, "retention_sweep_seconds": 0.1}
+    return {
+        "retention_max_events": 0,
+        "topic_retention_max_events": {"short": 5},
+        "topic_retention_seconds": {"quiet": 1},
+        "retention_sweep_seconds": 0.1,
+    }
 
 
 async def test_length_retention_is_per_topic(hub: Hub) -> None:

@@ -70,9 +70,22 @@ def test_data_survives_restart(tmp_path: Path) -> None:
 
 def test_non_loopback_bind_without_tokens_refuses(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "rshub", "serve", "--host", "0.0.0.0", "--port",
-         str(free_port()), "--data-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=30, env=os.environ.copy(),
+        [
+            sys.executable,
+            "-m",
+            "rshub",
+            "serve",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(free_port()),
+            "--data-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=os.environ.copy(),
     )
     assert proc.returncode == 2
     assert "--open" in proc.stderr
@@ -82,7 +95,9 @@ def test_non_loopback_bind_without_tokens_refuses(tmp_path: Path) -> None:
 def test_bad_flags_fail_clearly(tmp_path: Path, argv: list[str]) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "rshub", "serve", "--data-dir", str(tmp_path), *argv],
-        capture_output=True, text=True, timeout=30,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert proc.returncode == 2
     assert "port" in proc.stderr

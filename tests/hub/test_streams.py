@@ -45,8 +45,13 @@ async def test_websocket_replays_then_follows_live(hub: Hub) -> None:
     async with hub.session.ws_connect(f"{hub.url}/topics/t/ws?since=0") as ws:
         replayed = await ws_collect(ws, 3)
         assert [e["id"] for e in replayed] == old
-        assert replayed[0] == {"id": old[0], "topic": "t", "loc": "http://example.org/r0",
-                               "lastmod": "2026-01-01T00:00:00Z", "change": "updated"}
+        assert replayed[0] == {
+            "id": old[0],
+            "topic": "t",
+            "loc": "http://example.org/r0",
+            "lastmod": "2026-01-01T00:00:00Z",
+            "change": "updated",
+        }
         new = (await (await hub.publish("t", notification(changes(2, start=3)))).json())["ids"]
         live = await ws_collect(ws, 2)
         assert [e["id"] for e in live] == new
@@ -75,8 +80,9 @@ async def test_websocket_resume_from_id_has_no_gap(hub: Hub) -> None:
 
 async def test_sse_replays_with_last_event_id_then_live(hub: Hub) -> None:
     ids = (await (await hub.publish("t", notification(changes(4)))).json())["ids"]
-    async with hub.session.get(f"{hub.url}/topics/t/events",
-                               headers={"Last-Event-ID": ids[0]}) as resp:
+    async with hub.session.get(
+        f"{hub.url}/topics/t/events", headers={"Last-Event-ID": ids[0]}
+    ) as resp:
         assert resp.status == 200
         assert resp.headers["Content-Type"].startswith("text/event-stream")
         assert [e["id"] for e in await sse_collect(resp, 3)] == ids[1:]
@@ -107,9 +113,7 @@ class TestSlowConsumers:
     def hub_settings(self) -> dict[str, Any]:
         return {"heartbeat_seconds": 5, "client_buffer_events": 50}
 
-    async def test_slow_websocket_client_is_dropped_and_resumes_without_gap(
-        self, hub: Hub
-    ) -> None:
+    async def test_slow_websocket_client_is_dropped_and_resumes_without_gap(self, hub: Hub) -> None:
         # A client that stops reading: its socket buffers fill, then its queue overflows.
         ids: list[str] = []
         async with hub.session.ws_connect(f"{hub.url}/topics/t/ws") as ws:
@@ -151,8 +155,9 @@ async def _closed_soon(hub: Hub, topic: str) -> bool | None:
 async def test_sse_last_event_id_wins_over_since(hub: Hub) -> None:
     # A browser EventSource reconnects to the same URL (with ?since=) and adds the header.
     ids = (await (await hub.publish("t", notification(changes(4)))).json())["ids"]
-    async with hub.session.get(f"{hub.url}/topics/t/events?since=0",
-                               headers={"Last-Event-ID": ids[2]}) as resp:
+    async with hub.session.get(
+        f"{hub.url}/topics/t/events?since=0", headers={"Last-Event-ID": ids[2]}
+    ) as resp:
         assert [e["id"] for e in await sse_collect(resp, 1)] == ids[3:]
 
 
@@ -196,10 +201,19 @@ async def test_filters_by_change_type_and_prefix(hub: Hub) -> None:
     async with hub.session.ws_connect(url) as ws:
         got = await ws_collect(ws, 2)
         assert [e["id"] for e in got] == [ids[0], ids[3]]
-        live = (await (await hub.publish("t", notification([
-            {"loc": "http://b.example/5", "change": "created"},
-            {"loc": "http://a.example/6", "change": "created"},
-        ]))).json())["ids"]
+        live = (
+            await (
+                await hub.publish(
+                    "t",
+                    notification(
+                        [
+                            {"loc": "http://b.example/5", "change": "created"},
+                            {"loc": "http://a.example/6", "change": "created"},
+                        ]
+                    ),
+                )
+            ).json()
+        )["ids"]
         assert [e["id"] for e in await ws_collect(ws, 1)] == live[1:]
     async with hub.session.get(f"{hub.url}/topics/t/events?since=0&change=deleted") as resp:
         assert [e["id"] for e in await sse_collect(resp, 1)] == [ids[2]]

@@ -26,8 +26,12 @@ async def callback() -> AsyncIterator[CallbackServer]:
 
 
 async def subscribe(hub: Hub, cb: CallbackServer, topic: str = "t", **extra: str) -> None:
-    form = {"hub.mode": "subscribe", "hub.topic": f"{hub.url}/topics/{topic}",
-            "hub.callback": cb.url, **extra}
+    form = {
+        "hub.mode": "subscribe",
+        "hub.topic": f"{hub.url}/topics/{topic}",
+        "hub.callback": cb.url,
+        **extra,
+    }
     before = len(cb.verifications)
     resp = await hub.session.post(hub.url + "/", data=form)
     assert resp.status == 202, await resp.text()
@@ -94,8 +98,11 @@ async def test_unsubscription_stops_delivery(hub: Hub, callback: CallbackServer)
     await subscribe(hub, callback)
     await hub.publish("t", notification(changes(1)))
     await wait_for(lambda: len(callback.ids) >= 1)
-    form = {"hub.mode": "unsubscribe", "hub.topic": f"{hub.url}/topics/t",
-            "hub.callback": callback.url}
+    form = {
+        "hub.mode": "unsubscribe",
+        "hub.topic": f"{hub.url}/topics/t",
+        "hub.callback": callback.url,
+    }
     assert (await hub.session.post(hub.url + "/", data=form)).status == 202
     await wait_for(lambda: callback.verifications[-1]["hub.mode"] == "unsubscribe")
     await wait_for(lambda: not hub_workers(hub))
@@ -114,8 +121,11 @@ async def test_callback_not_echoing_challenge_never_gets_data(hub: Hub) -> None:
     liar = await CallbackServer(echo_challenge=False).start()
     honest = await CallbackServer().start("/honest")
     try:
-        form = {"hub.mode": "subscribe", "hub.topic": f"{hub.url}/topics/t",
-                "hub.callback": liar.url}
+        form = {
+            "hub.mode": "subscribe",
+            "hub.topic": f"{hub.url}/topics/t",
+            "hub.callback": liar.url,
+        }
         assert (await hub.session.post(hub.url + "/", data=form)).status == 202
         await wait_for(lambda: len(liar.verifications) == 1)
         await subscribe(hub, honest)
@@ -134,8 +144,9 @@ async def test_failing_callback_retries_and_gets_everything_in_order(hub: Hub) -
         await subscribe(hub, cb)
         published = []
         for i in range(4):
-            published += (await (await hub.publish("t", notification(
-                changes(2, start=2 * i)))).json())["ids"]
+            published += (
+                await (await hub.publish("t", notification(changes(2, start=2 * i)))).json()
+            )["ids"]
         await wait_for(lambda: len(cb.ids) >= 8)
         assert cb.refused == 3
         assert cb.ids == published
@@ -167,8 +178,11 @@ async def test_since_extension_replays_history(hub: Hub, callback: CallbackServe
 
 
 async def test_invalid_topic_is_denied(hub: Hub, callback: CallbackServer) -> None:
-    form = {"hub.mode": "subscribe", "hub.topic": f"{hub.url}/topics/-bad name",
-            "hub.callback": callback.url}
+    form = {
+        "hub.mode": "subscribe",
+        "hub.topic": f"{hub.url}/topics/-bad name",
+        "hub.callback": callback.url,
+    }
     resp = await hub.session.post(hub.url + "/", data=form)
     assert resp.status == 202
     await wait_for(lambda: len(callback.verifications) == 1)
@@ -176,19 +190,36 @@ async def test_invalid_topic_is_denied(hub: Hub, callback: CallbackServer) -> No
     assert denial["hub.mode"] == "denied" and "topic name" in denial["hub.reason"]
 
 
-@pytest.mark.parametrize(("form", "word"), [
-    ({"hub.mode": "subscribe", "hub.topic": "http://x/topics/t"}, "hub.callback"),
-    ({"hub.mode": "subscribe", "hub.callback": "ftp://x/cb", "hub.topic": "http://x"},
-     "hub.callback"),
-    ({"hub.mode": "dance"}, "hub.mode"),
-    ({"hub.mode": "subscribe", "hub.callback": "http://127.0.0.1:1/cb",
-      "hub.topic": "http://h/topics/t", "hub.secret": "x" * 200}, "hub.secret"),
-    ({"hub.mode": "subscribe", "hub.callback": "http://127.0.0.1:1/cb",
-      "hub.topic": "http://h/topics/t", "hub.lease_seconds": "soon"}, "hub.lease_seconds"),
-])
-async def test_bad_subscription_requests_are_400(
-    hub: Hub, form: dict[str, str], word: str
-) -> None:
+@pytest.mark.parametrize(
+    ("form", "word"),
+    [
+        ({"hub.mode": "subscribe", "hub.topic": "http://x/topics/t"}, "hub.callback"),
+        (
+            {"hub.mode": "subscribe", "hub.callback": "ftp://x/cb", "hub.topic": "http://x"},
+            "hub.callback",
+        ),
+        ({"hub.mode": "dance"}, "hub.mode"),
+        (
+            {
+                "hub.mode": "subscribe",
+                "hub.callback": "http://127.0.0.1:1/cb",
+                "hub.topic": "http://h/topics/t",
+                "hub.secret": "x" * 200,
+            },
+            "hub.secret",
+        ),
+        (
+            {
+                "hub.mode": "subscribe",
+                "hub.callback": "http://127.0.0.1:1/cb",
+                "hub.topic": "http://h/topics/t",
+                "hub.lease_seconds": "soon",
+            },
+            "hub.lease_seconds",
+        ),
+    ],
+)
+async def test_bad_subscription_requests_are_400(hub: Hub, form: dict[str, str], word: str) -> None:
     resp = await hub.session.post(hub.url + "/", data=form)
     assert resp.status == 400
     assert word in (await resp.json())["error"]
@@ -202,8 +233,11 @@ class TestPrivateCallbacks:
     async def test_loopback_callback_refused_unless_allowed(
         self, hub: Hub, callback: CallbackServer
     ) -> None:
-        form = {"hub.mode": "subscribe", "hub.topic": f"{hub.url}/topics/t",
-                "hub.callback": callback.url}
+        form = {
+            "hub.mode": "subscribe",
+            "hub.topic": f"{hub.url}/topics/t",
+            "hub.callback": callback.url,
+        }
         resp = await hub.session.post(hub.url + "/", data=form)
         assert resp.status == 400
         assert "non-public address" in (await resp.json())["error"]
@@ -213,8 +247,7 @@ class TestPrivateCallbacks:
 class TestSuspension:
     @pytest.fixture
     def hub_settings(self) -> dict[str, Any]:
-        return {"retry_base_seconds": 0.02, "retry_max_seconds": 0.05,
-                "suspend_after_failures": 3}
+        return {"retry_base_seconds": 0.02, "retry_max_seconds": 0.05, "suspend_after_failures": 3}
 
     async def test_failing_subscription_is_suspended_then_resumes(self, hub: Hub) -> None:
         from hub.state import REDIS
@@ -275,7 +308,7 @@ async def test_subscription_introspection_and_metrics(hub: Hub, callback: Callba
     assert row["secret"] is True and "hidden" not in str(body)
 
     async def cursor_at_end() -> bool:
-        rows = (await (await hub.session.get(f"{hub.url}/topics/t/subscriptions")).json())
+        rows = await (await hub.session.get(f"{hub.url}/topics/t/subscriptions")).json()
         return rows["subscriptions"][0]["cursor"] == ids[-1]
 
     await wait_for(cursor_at_end)
@@ -287,8 +320,11 @@ async def test_subscription_introspection_and_metrics(hub: Hub, callback: Callba
 class TestLeasesAndBatches:
     @pytest.fixture
     def hub_settings(self) -> dict[str, Any]:
-        return {"lease_seconds_min": 1, "delivery_batch_max_changes": 10,
-                "delivery_batch_max_bytes": 4096}
+        return {
+            "lease_seconds_min": 1,
+            "delivery_batch_max_changes": 10,
+            "delivery_batch_max_bytes": 4096,
+        }
 
     async def test_lease_expiry_ends_the_subscription(
         self, hub: Hub, callback: CallbackServer
@@ -346,10 +382,13 @@ async def test_changes_published_after_the_202_are_delivered(hub: Hub) -> None:
     await slow.start()
     try:
         await hub.publish("t", notification(changes(1)))  # before: not delivered
-        form = {"hub.mode": "subscribe", "hub.topic": f"{hub.url}/topics/t",
-                "hub.callback": slow.url}
+        form = {
+            "hub.mode": "subscribe",
+            "hub.topic": f"{hub.url}/topics/t",
+            "hub.callback": slow.url,
+        }
         assert (await hub.session.post(hub.url + "/", data=form)).status == 202
-        after = (await (await hub.publish("t", notification(changes(2, start=1)))).json())
+        after = await (await hub.publish("t", notification(changes(2, start=1)))).json()
         release.set()
         await wait_for(lambda: len(slow.ids) >= 2)
         assert slow.ids == after["ids"]

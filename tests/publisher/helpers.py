@@ -71,12 +71,16 @@ class LosingProxy:
 
     async def _forward(self, request: web.Request) -> web.Response:
         body = await request.read()
-        headers = {k: v for k, v in request.headers.items()
-                   if k.lower() in {"content-type", "authorization", "idempotency-key"}}
+        headers = {
+            k: v
+            for k, v in request.headers.items()
+            if k.lower() in {"content-type", "authorization", "idempotency-key"}
+        }
         self.requests.append(headers)
-        async with aiohttp.ClientSession() as session, session.post(
-            self.upstream + request.path, data=body, headers=headers
-        ) as resp:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(self.upstream + request.path, data=body, headers=headers) as resp,
+        ):
             payload = await resp.read()
             status = resp.status
         if self.lose > 0:

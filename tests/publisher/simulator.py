@@ -69,7 +69,8 @@ root: {level: ERROR, handlers: []}
 
 def script_path() -> str:
     found = shutil.which("resync-simulator") or str(
-        Path(sys.executable).parent / "resync-simulator")
+        Path(sys.executable).parent / "resync-simulator"
+    )
     if not Path(found).exists():
         raise RuntimeError("resync-simulator is not installed (pip install -e '.[test]')")
     return found
@@ -78,8 +79,15 @@ def script_path() -> str:
 class Simulator:
     """One simulator process on 127.0.0.1; ``events`` changes, ``delay`` seconds apart."""
 
-    def __init__(self, workdir: Path, *, events: int, delay: float = 0.01, resources: int = 30,
-                 spec_version: str = "1.1") -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        events: int,
+        delay: float = 0.01,
+        resources: int = 30,
+        spec_version: str = "1.1",
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.events = events
@@ -89,17 +97,31 @@ class Simulator:
         logging_config = workdir / "logging.yaml"
         logging_config.write_text(LOGGING)
         self.done_marker = workdir / "simulation-done"
-        self.args = [sys.executable, "-c", LAUNCHER, script_path(), str(self.done_marker),
-                     "--port", str(self.port), "--base-uri", self.url, "--config-file", str(config),
-                     "--log-config", str(logging_config), "--spec-version", spec_version]
+        self.args = [
+            sys.executable,
+            "-c",
+            LAUNCHER,
+            script_path(),
+            str(self.done_marker),
+            "--port",
+            str(self.port),
+            "--base-uri",
+            self.url,
+            "--config-file",
+            str(config),
+            "--log-config",
+            str(logging_config),
+            "--spec-version",
+            spec_version,
+        ]
         self.stderr = workdir / "simulator.stderr"
         self.proc: asyncio.subprocess.Process | None = None
 
     async def __aenter__(self) -> Simulator:
         with self.stderr.open("wb") as err:
             self.proc = await asyncio.create_subprocess_exec(
-                *self.args, stdout=asyncio.subprocess.DEVNULL, stderr=err,
-                start_new_session=True)
+                *self.args, stdout=asyncio.subprocess.DEVNULL, stderr=err, start_new_session=True
+            )
 
         async def up() -> bool:
             assert self.proc is not None

@@ -42,33 +42,54 @@ def v10(loc: str, change: str, i: int) -> Entry:
 
 def v11(loc: str, change: str, i: int, *, lastmod: bool = True) -> Entry:
     """A ResourceSync 1.1 change: the change time is rs:md/@datetime."""
-    return Entry(loc=f"http://src.example/{loc}", lastmod=t(i - 1) if lastmod else None,
-                 md=Metadata(change=change, datetime=t(i)))
+    return Entry(
+        loc=f"http://src.example/{loc}",
+        lastmod=t(i - 1) if lastmod else None,
+        md=Metadata(change=change, datetime=t(i)),
+    )
 
 
-def changelist(entries: list[Entry], start: int, until: int | None = None,
-               index: str | None = None) -> bytes:
+def changelist(
+    entries: list[Entry], start: int, until: int | None = None, index: str | None = None
+) -> bytes:
     links = [Link(rel="up", href="http://src.example/cap.xml")]
     if index:
         links.append(Link(rel="index", href=index))
-    return serialize(ChangeList(md=Metadata(from_=t(start), until=None if until is None
-                                            else t(until)), entries=tuple(entries),
-                                links=tuple(links)))
+    return serialize(
+        ChangeList(
+            md=Metadata(from_=t(start), until=None if until is None else t(until)),
+            entries=tuple(entries),
+            links=tuple(links),
+        )
+    )
 
 
 def index(base: str, lists: list[tuple[str, int, int | None]]) -> bytes:
-    return serialize(ChangeListIndex(md=Metadata(from_=t(0)), entries=tuple(
-        Entry(loc=base + path, md=Metadata(from_=t(a), until=None if b is None else t(b)))
-        for path, a, b in lists)))
+    return serialize(
+        ChangeListIndex(
+            md=Metadata(from_=t(0)),
+            entries=tuple(
+                Entry(loc=base + path, md=Metadata(from_=t(a), until=None if b is None else t(b)))
+                for path, a, b in lists
+            ),
+        )
+    )
 
 
 def discovery(source: StaticSource, base: str) -> None:
-    source.docs["/.well-known/resourcesync"] = serialize(SourceDescription(entries=(
-        Entry(loc=base + "/cap.xml", md=Metadata(capability="capabilitylist")),)))
-    source.docs["/cap.xml"] = serialize(CapabilityList(entries=(
-        Entry(loc=base + "/resourcelist.xml", md=Metadata(capability="resourcelist")),
-        Entry(loc=base + "/changelist-index.xml", md=Metadata(capability="changelist")),
-    )))
+    source.docs["/.well-known/resourcesync"] = serialize(
+        SourceDescription(
+            entries=(Entry(loc=base + "/cap.xml", md=Metadata(capability="capabilitylist")),)
+        )
+    )
+    source.docs["/cap.xml"] = serialize(
+        CapabilityList(
+            entries=(
+                Entry(loc=base + "/resourcelist.xml", md=Metadata(capability="resourcelist")),
+                Entry(loc=base + "/changelist-index.xml", md=Metadata(capability="changelist")),
+            )
+        )
+    )
 
 
 def summary(events: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
@@ -92,8 +113,9 @@ async def test_reads_the_source_as_section_12_prescribes(hub: Hub, redis_url: st
         open_ = [v11("r3", "created", 6), v11("r2", "deleted", 7, lastmod=False)]
         source.docs["/cl1.xml"] = changelist(closed, 0, 5)
         source.docs["/cl2.xml"] = changelist(open_, 5)
-        source.docs["/changelist-index.xml"] = index(base, [("/cl1.xml", 0, 5),
-                                                            ("/cl2.xml", 5, None)])
+        source.docs["/changelist-index.xml"] = index(
+            base, [("/cl1.xml", 0, 5), ("/cl2.xml", 5, None)]
+        )
         async with Publisher(hub.url, "src", retry=FAST) as pub:
             bridge = Bridge(base + "/.well-known/resourcesync", pub)
             first = await bridge.poll()
@@ -104,8 +126,7 @@ async def test_reads_the_source_as_section_12_prescribes(hub: Hub, redis_url: st
             second = await bridge.poll()  # nothing new: conditional GETs, closed list skipped
             assert second.published == 0
             assert "/cl1.xml" not in source.requests
-            assert set(source.not_modified) >= {"/.well-known/resourcesync", "/cap.xml",
-                                                "/cl2.xml"}
+            assert set(source.not_modified) >= {"/.well-known/resourcesync", "/cap.xml", "/cl2.xml"}
 
             # the open list grows, with a change at the same time as the last one published
             open_ += [v11("r4", "updated", 7), v11("r5", "created", 8)]
@@ -116,13 +137,18 @@ async def test_reads_the_source_as_section_12_prescribes(hub: Hub, redis_url: st
             source.docs["/cl2.xml"] = changelist(open_, 5, 9)
             source.docs["/cl3.xml"] = changelist([v10("r6", "created", 10)], 9)
             source.docs["/changelist-index.xml"] = index(
-                base, [("/cl1.xml", 0, 5), ("/cl2.xml", 5, 9), ("/cl3.xml", 9, None)])
+                base, [("/cl1.xml", 0, 5), ("/cl2.xml", 5, 9), ("/cl3.xml", 9, None)]
+            )
             assert (await bridge.poll()).published == 1
     assert summary(await stored_events(redis_url, "src")) == [
-        ("r1", "created", format_datetime(t(1))), ("r2", "created", format_datetime(t(2))),
-        ("r1", "updated", format_datetime(t(3))), ("r3", "created", format_datetime(t(6))),
-        ("r2", "deleted", format_datetime(t(7))), ("r4", "updated", format_datetime(t(7))),
-        ("r5", "created", format_datetime(t(8))), ("r6", "created", format_datetime(t(10))),
+        ("r1", "created", format_datetime(t(1))),
+        ("r2", "created", format_datetime(t(2))),
+        ("r1", "updated", format_datetime(t(3))),
+        ("r3", "created", format_datetime(t(6))),
+        ("r2", "deleted", format_datetime(t(7))),
+        ("r4", "updated", format_datetime(t(7))),
+        ("r5", "created", format_datetime(t(8))),
+        ("r6", "created", format_datetime(t(10))),
     ]
 
 
@@ -136,7 +162,9 @@ async def test_closed_change_list_leads_to_its_index(hub: Hub, redis_url: str) -
         async with Publisher(hub.url, "src", retry=FAST) as pub:
             assert (await Bridge(base + "/cl1.xml", pub).poll()).published == 2
     assert [e["loc"] for e in await stored_events(redis_url, "src")] == [
-        "http://src.example/a", "http://src.example/b"]
+        "http://src.example/a",
+        "http://src.example/b",
+    ]
 
 
 async def test_restart_resumes_and_a_crash_after_the_ack_stores_nothing_twice(
@@ -177,8 +205,9 @@ async def test_since_now_skips_what_is_listed(hub: Hub, redis_url: str) -> None:
         async with Publisher(hub.url, "src", retry=FAST) as pub:
             bridge = Bridge(base + "/cl.xml", pub, since="now")
             assert (await bridge.poll()).published == 0
-            source.docs["/cl.xml"] = changelist([v10("old", "created", 1),
-                                                 v10("new", "created", 2)], 0)
+            source.docs["/cl.xml"] = changelist(
+                [v10("old", "created", 1), v10("new", "created", 2)], 0
+            )
             assert (await bridge.poll()).published == 1
     assert [e["loc"] for e in await stored_events(redis_url, "src")] == ["http://src.example/new"]
 
@@ -206,6 +235,10 @@ def test_untimed_entries_get_the_time_the_order_bounds() -> None:
     entries, inferred = in_order([head, v10("a", "created", 3), mid, v10("b", "created", 5)])
     assert inferred == 2
     assert [(e.loc.rsplit("/", 1)[1], e.change_time) for e in entries] == [
-        ("gone", t(3)), ("a", t(3)), ("gone2", t(3)), ("b", t(5))]
+        ("gone", t(3)),
+        ("a", t(3)),
+        ("gone2", t(3)),
+        ("b", t(5)),
+    ]
     assert in_order([head], t(1))[0][0].lastmod == t(1)  # the list's `from` bounds it
     assert in_order([head]) == ([], 1)  # no bound at all: left for a later poll

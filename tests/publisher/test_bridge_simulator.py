@@ -46,13 +46,17 @@ async def test_every_simulator_change_reaches_a_subscriber_exactly_once(
 
     state = StateFile(tmp_path / "bridge.json")
     events = 120
-    async with Simulator(tmp_path / "sim", events=events, delay=0.01,
-                         spec_version=spec_version) as sim:
+    async with Simulator(
+        tmp_path / "sim", events=events, delay=0.01, spec_version=spec_version
+    ) as sim:
+
         async def run_bridge() -> None:
-            async with Publisher(hub.url, "sim", retry=FAST,
-                                 batching=BatchPolicy(max_changes=100)) as pub:
-                await Bridge(f"{sim.url}/.well-known/resourcesync", pub, state=state,
-                             chunk_size=25).run(interval=0.05)
+            async with Publisher(
+                hub.url, "sim", retry=FAST, batching=BatchPolicy(max_changes=100)
+            ) as pub:
+                await Bridge(
+                    f"{sim.url}/.well-known/resourcesync", pub, state=state, chunk_size=25
+                ).run(interval=0.05)
 
         # first bridge process: stopped part-way (a restart), the second one finishes
         bridge = asyncio.create_task(run_bridge())
@@ -72,7 +76,9 @@ async def test_every_simulator_change_reaches_a_subscriber_exactly_once(
     # resync-simulator's 1.0 deletions carry no time at all: they get the one before them
     entries, _untimed = in_order(final.entries, final.md.from_)
     assert len(entries) == len(final.entries)
-    expected = [(e.loc, str(e.change), format_datetime(e.change_time))  # type: ignore[arg-type]
-                for e in entries]
+    expected = [
+        (e.loc, str(e.change), format_datetime(e.change_time))  # type: ignore[arg-type]
+        for e in entries
+    ]
     assert [(e["loc"], e["change"], e["lastmod"]) for e in received] == expected
     assert len({e["id"] for e in received}) == len(received)

@@ -24,10 +24,26 @@ async def rshub(*argv: str) -> int:
 
 
 async def test_publish_one_change_from_flags(hub: Hub, redis_url: str, capsys: Any) -> None:
-    code = await rshub("publish", "--hub", hub.url, "--topic", "t", "--loc",
-                       "http://example.org/a", "--change", "created", "--lastmod",
-                       "2026-01-01T10:00:00Z", "--length", "12", "--type", "text/plain",
-                       "--link", "describedby", "http://example.org/a.meta")
+    code = await rshub(
+        "publish",
+        "--hub",
+        hub.url,
+        "--topic",
+        "t",
+        "--loc",
+        "http://example.org/a",
+        "--change",
+        "created",
+        "--lastmod",
+        "2026-01-01T10:00:00Z",
+        "--length",
+        "12",
+        "--type",
+        "text/plain",
+        "--link",
+        "describedby",
+        "http://example.org/a.meta",
+    )
     assert code == 0
     [stored] = await stored_events(redis_url, "t")
     assert capsys.readouterr().out.split() == [stored["id"]]
@@ -35,8 +51,9 @@ async def test_publish_one_change_from_flags(hub: Hub, redis_url: str, capsys: A
     assert stored["links"] == [{"rel": "describedby", "href": "http://example.org/a.meta"}]
 
 
-async def test_publish_a_file_from_stdin(hub: Hub, redis_url: str, capsys: Any,
-                                         monkeypatch: Any) -> None:
+async def test_publish_a_file_from_stdin(
+    hub: Hub, redis_url: str, capsys: Any, monkeypatch: Any
+) -> None:
     body = notification([{"loc": f"http://example.org/{i}"} for i in range(3)])
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(body)))
     assert await rshub("publish", "--hub", hub.url, "--topic", "t", "-") == 0
@@ -45,8 +62,9 @@ async def test_publish_a_file_from_stdin(hub: Hub, redis_url: str, capsys: Any,
 
 
 @pytest.mark.parametrize("hub_settings", [{"tokens": ["s3cret"]}])
-async def test_publish_failures_exit_non_zero_with_a_message(hub: Hub, capsys: Any,
-                                                             tmp_path: Path) -> None:
+async def test_publish_failures_exit_non_zero_with_a_message(
+    hub: Hub, capsys: Any, tmp_path: Path
+) -> None:
     flags = ["--topic", "t", "--loc", "http://example.org/a"]
     assert await rshub("publish", "--hub", hub.url, "--token", "nope", *flags) == 1
     assert "HTTP 403" in capsys.readouterr().err
@@ -64,14 +82,29 @@ async def test_publish_failures_exit_non_zero_with_a_message(hub: Hub, capsys: A
 
 async def test_wikipedia_replay_and_resume(hub: Hub, redis_url: str, tmp_path: Path) -> None:
     state = str(tmp_path / "wiki.json")
-    args = ["wikipedia", "--hub", hub.url, "--topic", "wiki", "--replay", "sample",
-            "--state", state, "--log-level", "WARNING"]
+    args = [
+        "wikipedia",
+        "--hub",
+        hub.url,
+        "--topic",
+        "wiki",
+        "--replay",
+        "sample",
+        "--state",
+        state,
+        "--log-level",
+        "WARNING",
+    ]
     assert await rshub(*args, "--limit", "250") == 0
     assert await rshub(*args, "--limit", "250", "--wiki", "enwiki") == 0
     events = list(read_recording(sample_path()))[:500]
     expected = [e.loc for ev in events[:250] for e in changes_from_event(ev.data)]
-    expected += [e.loc for ev in events[250:] if ev.data["wiki"] == "enwiki"
-                 for e in changes_from_event(ev.data)]
+    expected += [
+        e.loc
+        for ev in events[250:]
+        if ev.data["wiki"] == "enwiki"
+        for e in changes_from_event(ev.data)
+    ]
     assert [e["loc"] for e in await stored_events(redis_url, "wiki")] == expected
 
 
@@ -79,8 +112,20 @@ async def test_bridge_once(hub: Hub, redis_url: str, tmp_path: Path) -> None:
     source = StaticSource()
     async with serve(source.app) as base:
         source.docs["/cl.xml"] = changelist([v10("a", "created", 1), v10("b", "created", 2)], 0)
-        args = ["bridge", "--hub", hub.url, "--topic", "src", "--source", base + "/cl.xml",
-                "--state", str(tmp_path / "bridge.json"), "--once", "--log-level", "WARNING"]
+        args = [
+            "bridge",
+            "--hub",
+            hub.url,
+            "--topic",
+            "src",
+            "--source",
+            base + "/cl.xml",
+            "--state",
+            str(tmp_path / "bridge.json"),
+            "--once",
+            "--log-level",
+            "WARNING",
+        ]
         assert await rshub(*args) == 0
         assert await rshub(*args) == 0  # nothing new the second time
     assert len(await stored_events(redis_url, "src")) == 2

@@ -49,8 +49,9 @@ async def test_batches_by_count(hub: Hub, redis_url: str) -> None:
 
 
 async def test_batches_by_time(hub: Hub) -> None:
-    async with Publisher(hub.url, "t", batching=BatchPolicy(max_changes=1000, max_wait=0.05),
-                         retry=FAST) as pub:
+    async with Publisher(
+        hub.url, "t", batching=BatchPolicy(max_changes=1000, max_wait=0.05), retry=FAST
+    ) as pub:
         futures = [pub.submit(e) for e in entries(7)]
         await asyncio.gather(*futures)  # sent by the timer, not by count or close
         assert pub.stats["notifications"] == 1
@@ -64,8 +65,9 @@ async def test_batching_off_sends_each_change_alone(hub: Hub) -> None:
 
 async def test_out_of_order_change_starts_a_new_notification(hub: Hub, redis_url: str) -> None:
     late, early = entries(2)[1], entries(1)[0]
-    async with Publisher(hub.url, "t", batching=BatchPolicy(max_changes=100, max_wait=60),
-                         retry=FAST) as pub:
+    async with Publisher(
+        hub.url, "t", batching=BatchPolicy(max_changes=100, max_wait=60), retry=FAST
+    ) as pub:
         first, second = pub.submit(late), pub.submit(early)
         await pub.flush()
         assert pub.stats["notifications"] == 2
@@ -74,8 +76,9 @@ async def test_out_of_order_change_starts_a_new_notification(hub: Hub, redis_url
 
 
 async def test_flush_sends_without_waiting(hub: Hub) -> None:
-    async with Publisher(hub.url, "t", batching=BatchPolicy(max_changes=100, max_wait=60),
-                         retry=FAST) as pub:
+    async with Publisher(
+        hub.url, "t", batching=BatchPolicy(max_changes=100, max_wait=60), retry=FAST
+    ) as pub:
         future = pub.submit(entries(2))
         await pub.flush()
         assert future.done() and len(future.result()) == 2
@@ -101,8 +104,9 @@ async def test_retry_after_lost_answer_is_not_stored_twice(hub: Hub, redis_url: 
 
 async def test_hub_briefly_down_no_loss_no_duplicate(redis_url: str) -> None:
     settings = Settings(host="127.0.0.1", port=free_port())
-    pub = Publisher(settings.public_url, "t", retry=FAST,
-                    batching=BatchPolicy(max_changes=50, max_wait=0.01))
+    pub = Publisher(
+        settings.public_url, "t", retry=FAST, batching=BatchPolicy(max_changes=50, max_wait=0.01)
+    )
     await pub.start()
     async with hub_on(settings, redis_url):
         before = await pub.publish(entries(10))
@@ -139,8 +143,9 @@ async def test_queue_full_is_an_error_never_a_silent_drop(caplog: Any) -> None:
 
 async def test_give_up_after_budget_raises_hub_unavailable() -> None:
     dead = f"http://127.0.0.1:{free_port()}"
-    async with Publisher(dead, "t", retry=RetryPolicy(base=0.01, max_delay=0.02,
-                                                      give_up_after=0.1)) as pub:
+    async with Publisher(
+        dead, "t", retry=RetryPolicy(base=0.01, max_delay=0.02, give_up_after=0.1)
+    ) as pub:
         with pytest.raises(HubUnavailable, match="gave up after"):
             await pub.publish(entries(1))
         assert pub.stats["failed"] == 1

@@ -45,8 +45,10 @@ def test_shipped_sample_is_generated_and_covers_every_kind(tmp_path: Path) -> No
     assert len(events) >= 2000
     assert len({e.data["wiki"] for e in events}) >= 5
     kinds = Counter(
-        e.data["type"] if e.data["type"] != "log"
-        else f'{e.data["log_type"]}/{e.data["log_action"]}' for e in events
+        e.data["type"]
+        if e.data["type"] != "log"
+        else f"{e.data['log_type']}/{e.data['log_action']}"
+        for e in events
     )
     for kind in ("new", "edit", "categorize", "delete/delete", "delete/restore", "move/move"):
         assert kinds[kind] > 10, kind
@@ -68,8 +70,9 @@ async def test_replay_publishes_every_change_and_resumes_after_restart(
     position = saved_position(state, source)
     assert position == first.position
     async with Publisher(hub.url, "wiki", batching=BATCH, retry=FAST) as pub:
-        second = await follow(replay(sample, after=position), pub, state=state, source=source,
-                              position=position)
+        second = await follow(
+            replay(sample, after=position), pub, state=state, source=source, position=position
+        )
     events = list(read_recording(sample))
     assert first.read + second.read == len(events)
     assert saved_position(state, source) == events[-1].id
@@ -98,14 +101,19 @@ async def test_live_stream_reconnects_and_resumes_from_last_event_id(
     async with serve(server.app) as base:
         url = f"{base}/stream"
         async with Publisher(hub.url, "wiki", batching=BATCH, retry=FAST) as pub:
-            await follow(stream(url, reconnect_delay=0.01), pub, state=state, source=url,
-                         limit=200)
+            await follow(stream(url, reconnect_delay=0.01), pub, state=state, source=url, limit=200)
         position = saved_position(state, url)
         assert position == events[199].id
         # a restart: a new process resumes from the saved id
         async with Publisher(hub.url, "wiki", batching=BATCH, retry=FAST) as pub:
-            await follow(stream(url, after=position), pub, state=state, source=url,
-                         position=position, limit=100)
+            await follow(
+                stream(url, after=position),
+                pub,
+                state=state,
+                source=url,
+                position=position,
+                limit=100,
+            )
     assert server.last_event_ids == [None, events[49].id, events[199].id]
     stored = await stored_events(redis_url, "wiki")
     assert [(e["loc"], e["change"]) for e in stored] == expected(events)

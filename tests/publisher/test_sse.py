@@ -22,7 +22,7 @@ def test_line_endings_split_anywhere() -> None:
     stream = b"\xef\xbb\xbfid: 1\r\ndata: x\r\n\r\nid: 2\rdata: \xc3\xa9\r\rdata: z\n\n"
     events = []
     for i in range(len(stream)):  # one byte at a time: CRLF and UTF-8 split across chunks
-        events += parser.feed(stream[i:i + 1])
+        events += parser.feed(stream[i : i + 1])
     assert events == [Event("x", id="1"), Event("é", id="2"), Event("z", id="2")]
 
 

@@ -17,17 +17,28 @@ def event(type_: str, title: str = "Foo bar", **fields: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
         "$schema": "/mediawiki/recentchange/1.0.0",
         "meta": {"uri": f"{SERVER}/wiki/Foo_bar", "dt": WHEN, "domain": "en.wikipedia.org"},
-        "type": type_, "namespace": 0, "title": title, "timestamp": 1767614400,
-        "bot": False, "server_url": SERVER, "server_name": "en.wikipedia.org",
-        "server_script_path": "/w", "wiki": "enwiki",
+        "type": type_,
+        "namespace": 0,
+        "title": title,
+        "timestamp": 1767614400,
+        "bot": False,
+        "server_url": SERVER,
+        "server_name": "en.wikipedia.org",
+        "server_script_path": "/w",
+        "wiki": "enwiki",
     }
     base.update(fields)
     return base
 
 
 def log_event(log_type: str, action: str, params: Any = (), **fields: Any) -> dict[str, Any]:
-    return event("log", log_type=log_type, log_action=action,
-                 log_params=list(params) if isinstance(params, tuple) else params, **fields)
+    return event(
+        "log",
+        log_type=log_type,
+        log_action=action,
+        log_params=list(params) if isinstance(params, tuple) else params,
+        **fields,
+    )
 
 
 def summary(ev: dict[str, Any], **kw: Any) -> list[tuple[str, str]]:
@@ -38,8 +49,9 @@ PAGE = f"{SERVER}/wiki/Foo_bar"
 
 
 def test_edit_is_updated_with_revision_links() -> None:
-    [entry] = changes_from_event(event("edit", revision={"old": 10, "new": 12},
-                                       length={"old": 100, "new": 120}))
+    [entry] = changes_from_event(
+        event("edit", revision={"old": 10, "new": 12}, length={"old": 100, "new": 120})
+    )
     assert entry.loc == PAGE
     assert entry.change is Change.UPDATED
     assert entry.lastmod == parse_datetime(WHEN)
@@ -67,13 +79,16 @@ def test_delete_is_deleted_without_type_or_links() -> None:
 
 def test_restore_is_created() -> None:
     assert summary(log_event("delete", "restore", {"count": {"revisions": 3}})) == [
-        (PAGE, "created")]
+        (PAGE, "created")
+    ]
 
 
 def test_move_without_redirect_deletes_old_and_creates_new() -> None:
     ev = log_event("move", "move", {"target": "Talk:Bär Straße", "noredir": "1"})
-    assert summary(ev) == [(PAGE, "deleted"),
-                           (f"{SERVER}/wiki/Talk:B%C3%A4r_Stra%C3%9Fe", "created")]
+    assert summary(ev) == [
+        (PAGE, "deleted"),
+        (f"{SERVER}/wiki/Talk:B%C3%A4r_Stra%C3%9Fe", "created"),
+    ]
 
 
 def test_move_leaving_a_redirect_updates_old_and_creates_new() -> None:
@@ -98,8 +113,10 @@ def test_categorize_is_skipped_unless_asked_for() -> None:
     assert summary(ev, categorize=True) == [(f"{SERVER}/wiki/Category:Rivers", "updated")]
 
 
-@pytest.mark.parametrize("log_type,action", [("block", "block"), ("patrol", "patrol"),
-                                             ("protect", "protect"), ("delete", "revision")])
+@pytest.mark.parametrize(
+    "log_type,action",
+    [("block", "block"), ("patrol", "patrol"), ("protect", "protect"), ("delete", "revision")],
+)
 def test_logs_that_change_no_page_are_skipped(log_type: str, action: str) -> None:
     assert summary(log_event(log_type, action)) == []
 
@@ -123,7 +140,8 @@ def test_event_without_title_is_an_error() -> None:
 def test_urls_follow_mediawiki_encoding() -> None:
     assert page_url(SERVER, "AC/DC & Co. (band)?") == f"{SERVER}/wiki/AC/DC_%26_Co._(band)%3F"
     assert revision_url("https://www.wikidata.org", "/w", "Q42", 7) == (
-        "https://www.wikidata.org/w/index.php?title=Q42&oldid=7")
+        "https://www.wikidata.org/w/index.php?title=Q42&oldid=7"
+    )
 
 
 def test_filters() -> None:

@@ -25,7 +25,8 @@ class Child:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "rshub", *self.args],
-                stdout=subprocess.DEVNULL, stderr=log,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
             )
         return self
 
@@ -65,9 +66,13 @@ def expected_files(source_url: str, files: dict[str, bytes]) -> dict[str, bytes]
     return {f"http/{host}/files/{name}": data for name, data in files.items()}
 
 
-async def publish(session: aiohttp.ClientSession, hub: str, topic: str,
-                  changes: list[dict[str, object]]) -> list[str]:
-    async with session.post(f"{hub}/topics/{topic}", data=notification(changes),
-                            headers={"Content-Type": "application/xml"}) as resp:
+async def publish(
+    session: aiohttp.ClientSession, hub: str, topic: str, changes: list[dict[str, object]]
+) -> list[str]:
+    async with session.post(
+        f"{hub}/topics/{topic}",
+        data=notification(changes),
+        headers={"Content-Type": "application/xml"},
+    ) as resp:
         assert resp.status == 202, await resp.text()
         return list((await resp.json())["ids"])

@@ -43,8 +43,18 @@ tornado.httpserver.HTTPServer.listen = _listen_local  # type: ignore[method-assi
 def main() -> None:
     port, config, logging_config, *rest = sys.argv[1:]
     script = Path(sys.executable).parent / "resync-simulator"
-    sys.argv = [str(script), "--port", port, "--base-uri", f"http://127.0.0.1:{port}",
-                "--config-file", config, "--log-config", logging_config, *rest]
+    sys.argv = [
+        str(script),
+        "--port",
+        port,
+        "--base-uri",
+        f"http://127.0.0.1:{port}",
+        "--config-file",
+        config,
+        "--log-config",
+        logging_config,
+        *rest,
+    ]
     runpy.run_path(str(script), run_name="__main__")
 
 

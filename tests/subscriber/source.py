@@ -19,8 +19,10 @@ from aiohttp import web
 
 from resourcesync import format_datetime
 
-NS = ('xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
-      'xmlns:rs="http://www.openarchives.org/rs/terms/"')
+NS = (
+    'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
+    'xmlns:rs="http://www.openarchives.org/rs/terms/"'
+)
 
 
 class TestSource:
@@ -52,16 +54,24 @@ class TestSource:
         self.files[name] = data
         stamp = when or self._tick()
         self.lastmods[name] = stamp
-        entry = {"loc": self.loc(name), "lastmod": format_datetime(stamp), "change": change,
-                 "hash": "md5:" + hashlib.md5(data).hexdigest(), "length": len(data)}
+        entry = {
+            "loc": self.loc(name),
+            "lastmod": format_datetime(stamp),
+            "change": change,
+            "hash": "md5:" + hashlib.md5(data).hexdigest(),
+            "length": len(data),
+        }
         self.log.append(entry)
         return entry
 
     def delete(self, name: str) -> dict[str, Any]:
         del self.files[name]
         del self.lastmods[name]
-        entry = {"loc": self.loc(name), "lastmod": format_datetime(self._tick()),
-                 "change": "deleted"}
+        entry = {
+            "loc": self.loc(name),
+            "lastmod": format_datetime(self._tick()),
+            "change": "deleted",
+        }
         self.log.append(entry)
         return entry
 
@@ -105,18 +115,24 @@ class TestSource:
         return web.Response(body=data, content_type="application/xml", headers={"ETag": etag})
 
     async def _description(self, request: web.Request) -> web.Response:
-        return self._xml(request, f'<urlset {NS}><rs:md capability="description"/>'
-                         f'<url><loc>{self.url}/capabilitylist.xml</loc>'
-                         '<rs:md capability="capabilitylist"/></url></urlset>')
+        return self._xml(
+            request,
+            f'<urlset {NS}><rs:md capability="description"/>'
+            f"<url><loc>{self.url}/capabilitylist.xml</loc>"
+            '<rs:md capability="capabilitylist"/></url></urlset>',
+        )
 
     async def _capabilities(self, request: web.Request) -> web.Response:
-        return self._xml(request, f'<urlset {NS}><rs:ln rel="up" '
-                         f'href="{self.url}/.well-known/resourcesync"/>'
-                         '<rs:md capability="capabilitylist"/>'
-                         f'<url><loc>{self.url}/resourcelist.xml</loc>'
-                         '<rs:md capability="resourcelist"/></url>'
-                         f'<url><loc>{self.url}/changelist.xml</loc>'
-                         '<rs:md capability="changelist"/></url></urlset>')
+        return self._xml(
+            request,
+            f'<urlset {NS}><rs:ln rel="up" '
+            f'href="{self.url}/.well-known/resourcesync"/>'
+            '<rs:md capability="capabilitylist"/>'
+            f"<url><loc>{self.url}/resourcelist.xml</loc>"
+            '<rs:md capability="resourcelist"/></url>'
+            f"<url><loc>{self.url}/changelist.xml</loc>"
+            '<rs:md capability="changelist"/></url></urlset>',
+        )
 
     async def _resources(self, request: web.Request) -> web.Response:
         at = format_datetime(datetime.now(UTC))
@@ -126,8 +142,9 @@ class TestSource:
             f'<rs:md hash="md5:{hashlib.md5(d).hexdigest()}" length="{len(d)}"/></url>'
             for n, d in sorted(self.files.items())
         )
-        return self._xml(request, f'<urlset {NS}><rs:md capability="resourcelist" at="{at}"/>'
-                         f"{urls}</urlset>")
+        return self._xml(
+            request, f'<urlset {NS}><rs:md capability="resourcelist" at="{at}"/>{urls}</urlset>'
+        )
 
     def _up(self) -> str:
         return f'<rs:ln rel="up" href="{self.url}/capabilitylist.xml"/>'
@@ -141,35 +158,49 @@ class TestSource:
             for name in ("hash", "length"):
                 if name in c:
                     attrs += f' {name}="{c[name]}"'
-            lastmod = "" if self.spec == "1.1" and c["change"] == "deleted" else (
-                f"<lastmod>{c['lastmod']}</lastmod>")
+            lastmod = (
+                ""
+                if self.spec == "1.1" and c["change"] == "deleted"
+                else (f"<lastmod>{c['lastmod']}</lastmod>")
+            )
             out.append(f"<url><loc>{escape(c['loc'])}</loc>{lastmod}<rs:md {attrs}/></url>")
         return "".join(out)
 
     def _pages(self) -> list[list[dict[str, Any]]]:
-        pages = [self.log[i:i + self.page_size] for i in range(0, len(self.log), self.page_size)]
+        pages = [self.log[i : i + self.page_size] for i in range(0, len(self.log), self.page_size)]
         return pages or [[]]
 
     async def _changelist(self, request: web.Request) -> web.Response:
         start = "2025-01-01T00:00:00Z"
         if not self.index:
-            return self._xml(request, f'<urlset {NS}>{self._up()}<rs:md capability="changelist" '
-                             f'from="{start}"/>{self._entries(self.log)}</urlset>')
+            return self._xml(
+                request,
+                f'<urlset {NS}>{self._up()}<rs:md capability="changelist" '
+                f'from="{start}"/>{self._entries(self.log)}</urlset>',
+            )
         pages = self._pages()
         items = []
         for i, page in enumerate(pages):
             frm = pages[i - 1][-1]["lastmod"] if i else start
-            until = (f' until="{page[-1]["lastmod"]}"'
-                     if i < len(pages) - 1 else "")
-            items.append(f'<sitemap><loc>{self.url}/changelist/{i}.xml</loc>'
-                         f'<rs:md capability="changelist" from="{frm}"{until}/></sitemap>')
-        return self._xml(request, f'<sitemapindex {NS}>{self._up()}<rs:md capability="changelist"/>'
-                         + "".join(items) + "</sitemapindex>")
+            until = f' until="{page[-1]["lastmod"]}"' if i < len(pages) - 1 else ""
+            items.append(
+                f"<sitemap><loc>{self.url}/changelist/{i}.xml</loc>"
+                f'<rs:md capability="changelist" from="{frm}"{until}/></sitemap>'
+            )
+        return self._xml(
+            request,
+            f'<sitemapindex {NS}>{self._up()}<rs:md capability="changelist"/>'
+            + "".join(items)
+            + "</sitemapindex>",
+        )
 
     async def _page(self, request: web.Request) -> web.Response:
         n = int(request.match_info["n"])
         pages = self._pages()
         if n >= len(pages):
             raise web.HTTPNotFound()
-        return self._xml(request, f'<urlset {NS}>{self._up()}<rs:md capability="changelist" '
-                         f'from="2025-01-01T00:00:00Z"/>{self._entries(pages[n])}</urlset>')
+        return self._xml(
+            request,
+            f'<urlset {NS}>{self._up()}<rs:md capability="changelist" '
+            f'from="2025-01-01T00:00:00Z"/>{self._entries(pages[n])}</urlset>',
+        )

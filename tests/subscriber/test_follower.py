@@ -20,8 +20,14 @@ async def test_follower_delivers_each_change_once(hub: Hub, via: str) -> None:
     await hub.publish("f", notification(changes(3)))
     async with aiohttp.ClientSession() as session:
         position = Position()
-        follower = Follower(session, position, hub=hub.url, topic="f", via=via,  # type: ignore[arg-type]
-                            poll_interval=0.1)
+        follower = Follower(
+            session,
+            position,
+            hub=hub.url,
+            topic="f",
+            via=via,  # type: ignore[arg-type]
+            poll_interval=0.1,
+        )
         got: list[str] = []
         want = 5 if via == "poll" else 2  # push starts live, polling from what is retained
 
@@ -44,8 +50,19 @@ async def test_follower_delivers_each_change_once(hub: Hub, via: str) -> None:
 async def test_rshub_subscribe_prints_json_lines(hub: Hub) -> None:
     ids = (await (await hub.publish("s", notification(changes(3)))).json())["ids"]
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "rshub", "subscribe", "--hub", hub.url, "--topic", "s",
-        "--since", ids[0], "--limit", "2", stdout=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "rshub",
+        "subscribe",
+        "--hub",
+        hub.url,
+        "--topic",
+        "s",
+        "--since",
+        ids[0],
+        "--limit",
+        "2",
+        stdout=asyncio.subprocess.PIPE,
     )
     out, _ = await asyncio.wait_for(proc.communicate(), 20)
     lines = [orjson.loads(line) for line in out.splitlines()]

@@ -31,12 +31,15 @@ async def test_poller_follows_source_description_to_pages(
         for i in range(7):
             src.put(f"r{i}", b"x" * i)
         src.delete("r2")
-        poller = Poller(session, f"{src.url}/.well-known/resourcesync",
-                        overlap=timedelta(seconds=0))
+        poller = Poller(
+            session, f"{src.url}/.well-known/resourcesync", overlap=timedelta(seconds=0)
+        )
         pos = Position()
         first = [e for e in await poller.poll(pos.watermark) if pos.accept(e)]
         assert [(e.loc.rsplit("/", 1)[1], e.change) for e in first] == [
-            *[(f"r{i}", "created") for i in range(7)], ("r2", "deleted")]
+            *[(f"r{i}", "created") for i in range(7)],
+            ("r2", "deleted"),
+        ]
         assert first[3].length == 3 and first[3].hash is not None
         found = await poller.discover()
         assert found.resourcelist == f"{src.url}/resourcelist.xml"

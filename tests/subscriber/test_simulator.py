@@ -58,8 +58,17 @@ async def test_polling_sync_keeps_mirror_in_step_with_resync_simulator(
     url = f"http://127.0.0.1:{port}"
     sim = _launch(tmp_path, port, spec)
     dest = tmp_path / "mirror"
-    sync = Child(tmp_path / "sync.log", "sync", "--dest", str(dest), "--source",
-                 f"{url}/.well-known/resourcesync", "--interval", "0.2", "--no-progress")
+    sync = Child(
+        tmp_path / "sync.log",
+        "sync",
+        "--dest",
+        str(dest),
+        "--source",
+        f"{url}/.well-known/resourcesync",
+        "--interval",
+        "0.2",
+        "--no-progress",
+    )
     try:
         async with aiohttp.ClientSession() as session:
 
@@ -76,8 +85,15 @@ async def test_polling_sync_keeps_mirror_in_step_with_resync_simulator(
             await wait_for(lambda: _at_least(changelist_entries, events), 30)
 
             async def in_step() -> bool:
-                audit = Child(tmp_path / "audit.log", "sync", "--audit", "--dest", str(dest),
-                              "--source", f"{url}/.well-known/resourcesync").start()
+                audit = Child(
+                    tmp_path / "audit.log",
+                    "sync",
+                    "--audit",
+                    "--dest",
+                    str(dest),
+                    "--source",
+                    f"{url}/.well-known/resourcesync",
+                ).start()
                 assert audit.proc is not None
                 return await asyncio.to_thread(audit.proc.wait, 20 * TIME_SCALE) == 0
 
@@ -94,10 +110,17 @@ async def test_polling_sync_keeps_mirror_in_step_with_resync_simulator(
 def _launch(tmp_path: Path, port: int, spec: str) -> subprocess.Popen[bytes]:
     with open(tmp_path / "sim.log", "wb") as log:
         return subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("simulator_launcher.py")),
-             str(port), str(tmp_path / "sim.yaml"), str(tmp_path / "log.yaml"),
-             "--spec-version", spec],
-            stdout=subprocess.DEVNULL, stderr=log,
+            [
+                sys.executable,
+                str(Path(__file__).with_name("simulator_launcher.py")),
+                str(port),
+                str(tmp_path / "sim.yaml"),
+                str(tmp_path / "log.yaml"),
+                "--spec-version",
+                spec,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
         )
 
 

@@ -42,15 +42,33 @@ async def test_mirror_follows_source_through_hub_restart_and_subscriber_restart(
     hub = HubProcess(str(tmp_path))
     await asyncio.to_thread(hub.start)
     dest = tmp_path / "mirror"
-    args = ("sync", "--dest", str(dest), "--hub", hub.url, "--topic", "files",
-            "--source", f"{source.url}/.well-known/resourcesync", "--interval", "0.2",
-            "--push-retry", "0.3", "-v", "--no-progress")
+    args = (
+        "sync",
+        "--dest",
+        str(dest),
+        "--hub",
+        hub.url,
+        "--topic",
+        "files",
+        "--source",
+        f"{source.url}/.well-known/resourcesync",
+        "--interval",
+        "0.2",
+        "--push-retry",
+        "0.3",
+        "-v",
+        "--no-progress",
+    )
     sync = Child(tmp_path / "sync.log", *args)
     async with aiohttp.ClientSession() as session:
         try:
             # Baseline from the Source's Resource List.
-            await publish(session, hub.url, "files",
-                          [source.put(f"f{i}.txt", f"v0 {i}".encode()) for i in range(20)])
+            await publish(
+                session,
+                hub.url,
+                "files",
+                [source.put(f"f{i}.txt", f"v0 {i}".encode()) for i in range(20)],
+            )
             sync.start()
             await wait_for(lambda: _converged(dest, source), 20)
             await wait_for(lambda: "baseline:" in sync.log(), 5)
@@ -76,9 +94,13 @@ async def test_mirror_follows_source_through_hub_restart_and_subscriber_restart(
             # Subscriber stopped; changes published meanwhile; restarted: catches up.
             assert sync.stop() == 0, sync.log()
             assert "summary:" in sync.log()
-            await publish(session, hub.url, "files",
-                          [source.put(f"g{i}.txt", b"while away") for i in range(10)]
-                          + [source.delete("f8.txt")])
+            await publish(
+                session,
+                hub.url,
+                "files",
+                [source.put(f"g{i}.txt", b"while away") for i in range(10)]
+                + [source.delete("f8.txt")],
+            )
             sync = Child(tmp_path / "sync2.log", *args).start()
             await wait_for(lambda: _converged(dest, source), 15)
             assert "baseline:" not in sync.log()  # resumed, no second baseline
@@ -93,15 +115,29 @@ async def test_mirror_follows_source_through_hub_restart_and_subscriber_restart(
             assert "rejected 1" in sync.log()
 
             # Audit: the mirror differs from the Source's Resource List by evil.txt only.
-            audit = Child(tmp_path / "audit.log", "sync", "--audit", "--dest", str(dest),
-                          "--source", f"{source.url}/.well-known/resourcesync").start()
+            audit = Child(
+                tmp_path / "audit.log",
+                "sync",
+                "--audit",
+                "--dest",
+                str(dest),
+                "--source",
+                f"{source.url}/.well-known/resourcesync",
+            ).start()
             assert audit.proc is not None
             assert await asyncio.to_thread(audit.proc.wait, 20) == 1
             assert "1 missing, 0 extra, 0 different" in audit.log()
             del source.served_bytes["evil.txt"]
             Path(dest / "http").joinpath("stray.txt").write_bytes(b"x")
-            audit = Child(tmp_path / "audit2.log", "sync", "--audit", "--dest", str(dest),
-                          "--source", f"{source.url}/.well-known/resourcesync").start()
+            audit = Child(
+                tmp_path / "audit2.log",
+                "sync",
+                "--audit",
+                "--dest",
+                str(dest),
+                "--source",
+                f"{source.url}/.well-known/resourcesync",
+            ).start()
             assert await asyncio.to_thread(audit.proc.wait, 20) == 1  # type: ignore[union-attr]
             assert "1 missing, 1 extra, 0 different" in audit.log()
         finally:

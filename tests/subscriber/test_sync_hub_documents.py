@@ -36,14 +36,32 @@ async def test_sync_from_hub_documents_push_and_poll(tmp_path: Path, source: Tes
 
     async with aiohttp.ClientSession() as session:
         try:
-            await publish(session, hub.url, "docs",
-                          [source.put(f"d{i}", f"first {i}".encode()) for i in range(15)])
+            await publish(
+                session,
+                hub.url,
+                "docs",
+                [source.put(f"d{i}", f"first {i}".encode()) for i in range(15)],
+            )
             push_dest, poll_dest = tmp_path / "push", tmp_path / "poll"
             for dest, via in ((push_dest, "ws"), (poll_dest, "poll")):
-                children.append(Child(
-                    tmp_path / f"{via}.log", "sync", "--dest", str(dest), "--hub", hub.url,
-                    "--topic", "docs", "--via", via, "--interval", "0.2", "--no-progress",
-                    "-v").start())
+                children.append(
+                    Child(
+                        tmp_path / f"{via}.log",
+                        "sync",
+                        "--dest",
+                        str(dest),
+                        "--hub",
+                        hub.url,
+                        "--topic",
+                        "docs",
+                        "--via",
+                        via,
+                        "--interval",
+                        "0.2",
+                        "--no-progress",
+                        "-v",
+                    ).start()
+                )
             await wait_for(lambda: converged(push_dest) and converged(poll_dest), 20)
             changes = [source.put(f"d{i}", f"second {i}".encode()) for i in range(5)]
             changes += [source.delete("d14"), source.put("sub/e", b"e")]
@@ -51,8 +69,17 @@ async def test_sync_from_hub_documents_push_and_poll(tmp_path: Path, source: Tes
             await wait_for(lambda: converged(push_dest) and converged(poll_dest), 20)
             for child in children:
                 assert child.stop() == 0, child.log()
-            audit = Child(tmp_path / "audit.log", "sync", "--audit", "--dest", str(poll_dest),
-                          "--hub", hub.url, "--topic", "docs").start()
+            audit = Child(
+                tmp_path / "audit.log",
+                "sync",
+                "--audit",
+                "--dest",
+                str(poll_dest),
+                "--hub",
+                hub.url,
+                "--topic",
+                "docs",
+            ).start()
             assert await asyncio.to_thread(audit.proc.wait, 20) == 0, audit.log()  # type: ignore[union-attr]
         finally:
             for child in children:

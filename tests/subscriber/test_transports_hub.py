@@ -34,8 +34,13 @@ async def test_stream_replays_since_and_follows_live(hub: Hub, transport: str) -
     ids = (await first.json())["ids"] if first.content_type == "application/json" else None
     assert first.status == 202, ids
     async with aiohttp.ClientSession() as session:
-        stream = HubStream(session, hub.url, "t", transport=transport,  # type: ignore[arg-type]
-                           since=ids[0])
+        stream = HubStream(
+            session,
+            hub.url,
+            "t",
+            transport=transport,  # type: ignore[arg-type]
+            since=ids[0],
+        )
         task = asyncio.create_task(_collect(stream.batches(), 4))
         await asyncio.wait_for(stream.connected.wait(), 5)
         await hub.publish("t", notification(changes(2, start=3)))

@@ -15,33 +15,39 @@ from subscriber.sse import SSEReader
 from subscriber.websub import sign, subscription_form, verification_answer, verify_signature
 
 
-@pytest.mark.parametrize(("uri", "rel"), [
-    ("http://Example.org/a/b.txt", "http/example.org/a/b.txt"),
-    ("https://example.org:8443/a%20b/c", "https/example.org_8443/a%20b/c"),
-    ("http://example.org/a b/c", "http/example.org/a%20b/c"),
-    ("http://example.org/", "http/example.org/index"),
-    ("http://example.org", "http/example.org/index"),
-    ("http://example.org/dir/", "http/example.org/dir/index"),
-    ("http://example.org/q?x=1&y=/z", "http/example.org/q%3Fx=1&y=%2Fz"),
-    ("http://example.org/a%2Fb", "http/example.org/a%2Fb"),
-    ("http://example.org/f#frag", "http/example.org/f"),
-])
+@pytest.mark.parametrize(
+    ("uri", "rel"),
+    [
+        ("http://Example.org/a/b.txt", "http/example.org/a/b.txt"),
+        ("https://example.org:8443/a%20b/c", "https/example.org_8443/a%20b/c"),
+        ("http://example.org/a b/c", "http/example.org/a%20b/c"),
+        ("http://example.org/", "http/example.org/index"),
+        ("http://example.org", "http/example.org/index"),
+        ("http://example.org/dir/", "http/example.org/dir/index"),
+        ("http://example.org/q?x=1&y=/z", "http/example.org/q%3Fx=1&y=%2Fz"),
+        ("http://example.org/a%2Fb", "http/example.org/a%2Fb"),
+        ("http://example.org/f#frag", "http/example.org/f"),
+    ],
+)
 def test_uri_mapping(uri: str, rel: str) -> None:
     assert uri_to_relpath(uri) == rel
 
 
-@pytest.mark.parametrize("uri", [
-    "http://example.org/../etc/passwd",
-    "http://example.org/a/%2e%2E/b",
-    "http://example.org/a/./b",
-    "http://example.org/a//b",
-    "file:///etc/passwd",
-    "ftp://example.org/x",
-    "http:///nohost",
-    "http://exa_mple.org/x",
-    "http://example.org/.rshub/state.json",
-    "http://example.org/" + "x" * 300,
-])
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "http://example.org/../etc/passwd",
+        "http://example.org/a/%2e%2E/b",
+        "http://example.org/a/./b",
+        "http://example.org/a//b",
+        "file:///etc/passwd",
+        "ftp://example.org/x",
+        "http:///nohost",
+        "http://exa_mple.org/x",
+        "http://example.org/.rshub/state.json",
+        "http://example.org/" + "x" * 300,
+    ],
+)
 def test_unsafe_uris_are_refused(uri: str, tmp_path: Path) -> None:
     with pytest.raises(UnsafePathError):
         uri_to_path(tmp_path, uri)
@@ -103,11 +109,11 @@ def test_websub_signature_and_verification() -> None:
     assert verification_answer(query, topic="T", wanted={"subscribe"}) == "xyz"
     assert verification_answer(query, topic="T", wanted=set()) is None
     assert verification_answer(query, topic="U", wanted={"subscribe"}) is None
-    form = subscription_form("subscribe", topic="T", callback="C", secret="s",
-                             lease_seconds=60, since="1-0")
+    form = subscription_form(
+        "subscribe", topic="T", callback="C", secret="s", lease_seconds=60, since="1-0"
+    )
     assert form["hub.since"] == "1-0" and form["hub.lease_seconds"] == "60"
-    assert "hub.secret" not in subscription_form("unsubscribe", topic="T", callback="C",
-                                                 secret="s")
+    assert "hub.secret" not in subscription_form("unsubscribe", topic="T", callback="C", secret="s")
 
 
 def test_integrity() -> None:
@@ -122,8 +128,19 @@ def test_integrity() -> None:
 
 def test_sse_reader() -> None:
     reader = SSEReader()
-    lines = ["retry: 1000", "", ": heartbeat", "", "id: 1-0", "data: {\"a\":", "data: 1}", "",
-             "event: error", "data: too slow", ""]
+    lines = [
+        "retry: 1000",
+        "",
+        ": heartbeat",
+        "",
+        "id: 1-0",
+        'data: {"a":',
+        "data: 1}",
+        "",
+        "event: error",
+        "data: too slow",
+        "",
+    ]
     msgs = [m for m in (reader.feed_line(line) for line in lines) if m is not None]
     assert msgs[0].data == '{"a":\n1}' and msgs[0].id == "1-0" and msgs[0].event == "message"
     assert msgs[1].event == "error" and reader.last_id == "1-0"
