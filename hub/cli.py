@@ -8,7 +8,6 @@ import logging
 import sys
 from typing import Any
 
-from aiohttp import web
 from pydantic import ValidationError
 
 from .auth import PublisherAuth
@@ -77,7 +76,7 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"rshub serve: {exc}", file=sys.stderr)
         return 2
 
-    from .app import create_app  # imported late: keeps `rshub --help` fast
+    from . import web_app  # imported late: keeps `rshub --help` fast
 
     embedded: EmbeddedRedis | None = None
     redis_url = settings.redis_url
@@ -91,18 +90,9 @@ def run_serve(args: argparse.Namespace) -> int:
                 redis_url,
                 embedded.data_dir,
             )
-        app = create_app(settings, redis_url)
         tune_gc(settings.gc_young_threshold)
         log.info("rshub hub at %s", settings.public_url)
-        web.run_app(
-            app,
-            host=settings.host,
-            port=settings.port,
-            print=None,
-            access_log=None,
-            handle_signals=True,
-            shutdown_timeout=5.0,
-        )
+        web_app.run(settings, redis_url)
     except HubError as exc:
         print(f"rshub serve: {exc}", file=sys.stderr)
         return 1

@@ -14,28 +14,49 @@ request in flight, so a slow or dead callback delays nobody else.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-import aiohttp
-
-from . import notification, websub
-from .feed import Event, FeedHub, parse_id
-from .links import format_links
+from . import rendering, websub
+from .events import Event, parse_id
+from .exceptions import CallbackFailed
+from .feed import FeedHub
 from .settings import Settings
 from .subscriptions import CursorWriter, State, Subscription, SubscriptionStore
 from .tasks import cancel_and_wait
+from .topics import HubUrls
 
 log = logging.getLogger(__name__)
 
 #: Headers naming the first and last event ids of a delivery body and their count (each
-#: entry's own id is its ``rs:md/@rshub:id``, see :mod:`hub.notification`).
+#: entry's own id is its ``rs:md/@rshub:id``, see :mod:`hub.rendering`).
 FIRST_EVENT_ID_HEADER = "X-RSHub-First-Event-Id"
 LAST_EVENT_ID_HEADER = "X-RSHub-Last-Event-Id"
 EVENT_COUNT_HEADER = "X-RSHub-Event-Count"
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What a callback answered."""
+
+    status: int
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+
+class CallbackClient(Protocol):
+    """The HTTP client delivery needs (:class:`hub.web_client.HttpClient` in the hub).
+
+    Both methods never follow redirects and raise :class:`CallbackFailed` when the callback
+    cannot be reached or does not answer in time.
+    """
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Answer: ...
+
+    async def get(self, url: str, limit: int) -> Answer: ...
 
 
 class _Gone(Exception):
@@ -48,14 +69,15 @@ class DeliveryWorker:
         sub: Subscription,
         *,
         settings: Settings,
-        session: aiohttp.ClientSession,
+        client: CallbackClient,
         store: SubscriptionStore,
         feeds: FeedHub,
         cursors: CursorWriter,
     ) -> None:
         self.sub = sub
         self.settings = settings
-        self.session = session
+        self.urls = HubUrls(settings.public_url)
+        self.client = client
         self.store = store
         self.feeds = feeds
         self.cursors = cursors
@@ -73,7 +95,7 @@ class DeliveryWorker:
         budget = self.settings.delivery_batch_max_bytes
         size = 0
         for i, event in enumerate(events):
-            size += len(event.xml(notification.render_entry)) + 16
+            size += len(event.xml(rendering.event_entry)) + 16
             if size > budget and i > 0:
                 return events[:i]
         return events
@@ -106,11 +128,10 @@ class DeliveryWorker:
     async def _deliver(self, batch: list[Event]) -> None:
         """POST ``batch`` until a 2xx; raise :class:`_Gone` if the subscription ends."""
         sub = self.sub
-        up = f"{self.settings.public_url}/topics/{sub.topic}/capabilitylist.xml"
-        body = notification.render(batch, up=up)
+        body = rendering.notification(batch, up=self.urls.capabilitylist(sub.topic))
         headers = {
             "Content-Type": "application/xml",
-            "Link": format_links(self.settings.public_url + "/", sub.topic_url),
+            "Link": self.urls.links(sub.topic_url),
             FIRST_EVENT_ID_HEADER: batch[0].id,
             LAST_EVENT_ID_HEADER: batch[-1].id,
             EVENT_COUNT_HEADER: str(len(batch)),
@@ -122,23 +143,17 @@ class DeliveryWorker:
                 raise _Gone("lease expired")
             retry_after: float | None = None
             try:
-                async with self.session.post(
-                    sub.callback,
-                    data=body,
-                    headers=headers,
-                    allow_redirects=False,
-                    timeout=aiohttp.ClientTimeout(total=self.settings.delivery_timeout),
-                ) as resp:
-                    status = resp.status
-                    if status == 410:
-                        raise _Gone("callback answered 410 Gone")
-                    if 200 <= status < 300:
-                        await self._succeeded(batch[-1].id)
-                        return
-                    retry_after = _retry_after(resp.headers.get("Retry-After"))
-                    error = f"HTTP {status}"
-            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-                error = f"{type(exc).__name__}: {exc}"[:300]
+                answer = await self.client.post(sub.callback, body, headers)
+            except CallbackFailed as exc:
+                error = str(exc)[:300]
+            else:
+                if answer.status == 410:
+                    raise _Gone("callback answered 410 Gone")
+                if 200 <= answer.status < 300:
+                    await self._succeeded(batch[-1].id)
+                    return
+                retry_after = websub.retry_after(answer.headers.get("Retry-After"))
+                error = f"HTTP {answer.status}"
             await self._failed(error)
             delay = websub.backoff(
                 sub.failures, self.settings.retry_base_seconds, self.settings.retry_max_seconds
@@ -174,25 +189,19 @@ class DeliveryWorker:
             await self.store.save(sub)
 
 
-def _retry_after(value: str | None) -> float | None:
-    if value and value.strip().isdigit():
-        return float(value.strip())
-    return None
-
-
 class DeliveryService:
     """Verifies intent (WebSub §5.3) and runs a worker per active subscription."""
 
     def __init__(
         self,
         settings: Settings,
-        session: aiohttp.ClientSession,
+        client: CallbackClient,
         store: SubscriptionStore,
         feeds: FeedHub,
         last_id: Callable[[str], Awaitable[str | None]],
     ) -> None:
         self.settings = settings
-        self.session = session
+        self.client = client
         self.store = store
         self.feeds = feeds
         self.last_id = last_id
@@ -221,7 +230,7 @@ class DeliveryService:
         worker = DeliveryWorker(
             sub,
             settings=self.settings,
-            session=self.session,
+            client=self.client,
             store=self.store,
             feeds=self.feeds,
             cursors=self.cursors,
@@ -255,41 +264,28 @@ class DeliveryService:
 
     async def _send_denial(self, callback: str, topic_url: str, reason: str) -> None:
         url = websub.denial_url(callback, topic_url, reason)
-        with contextlib.suppress(aiohttp.ClientError, TimeoutError, OSError):
-            async with (
-                self._verify_slots,
-                self.session.get(
-                    url,
-                    allow_redirects=False,
-                    timeout=aiohttp.ClientTimeout(total=self.settings.verify_timeout),
-                ) as resp,
-            ):
-                await resp.read()
+        async with self._verify_slots:
+            try:
+                await self.client.get(url, 4096)
+            except CallbackFailed as exc:
+                log.info("denial to %s not delivered: %s", callback, exc)
 
     async def _verify(self, req: websub.SubscriptionRequest, start: str) -> None:
         challenge = websub.new_challenge()
         lease = req.lease_seconds if req.mode is websub.Mode.SUBSCRIBE else None
         url = websub.verification_url(req.callback, req.mode, req.topic_url, challenge, lease)
         try:
-            async with (
-                self._verify_slots,
-                self.session.get(
-                    url,
-                    allow_redirects=False,
-                    timeout=aiohttp.ClientTimeout(total=self.settings.verify_timeout),
-                ) as resp,
-            ):
-                body = await resp.content.read(4096)
-                ok = 200 <= resp.status < 300 and body.strip() == challenge.encode()
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            async with self._verify_slots:
+                answer = await self.client.get(url, 4096)
+        except CallbackFailed as exc:
             log.info("verification of %s for %s failed: %s", req.callback, req.topic, exc)
             return
-        if not ok:
+        if not (200 <= answer.status < 300 and answer.body.strip() == challenge.encode()):
             log.info(
                 "verification of %s for %s refused (status %s)",
                 req.callback,
                 req.topic,
-                resp.status,
+                answer.status,
             )
             return
         key = (req.topic, req.callback)

@@ -1,22 +1,99 @@
-"""Changes as the hub stores and streams them: compact JSON, one object per change.
+"""Changes as the hub stores, streams and filters them: plain data, no I/O.
 
-Stored form (stream field ``e``): ``{"loc", "lastmod", "change", "hash"?, "length"?,
-"type"?, "links"?}``. Clients see the same object with ``id`` and ``topic`` spliced in
+A change is stored as compact JSON (stream field ``e``): ``{"loc", "lastmod", "change",
+"hash"?, "length"?, "type"?, "links"?}``. Its event id is the Redis stream id
+``<ms>-<seq>``, assigned at receipt, so ids are strictly increasing and say when the hub
+received the change. Clients see the stored object with ``id`` and ``topic`` spliced in
 front, without re-encoding (:func:`with_id`).
 """
 
 from __future__ import annotations
 
 import functools
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
-from resourcesync import Entry, Link, format_datetime
+from resourcesync import ChangeList, ChangeListNotification, Entry, Link, format_datetime, parse
 
 from .exceptions import BadRequest
-from .store import Change
+
+#: An event id as a comparable tuple: ``(ms, seq)``.
+EventKey = tuple[int, int]
+
+_ID = re.compile(r"(\d{1,20})(?:-(\d{1,20}))?")
+
+
+def parse_id(value: str) -> EventKey:
+    """``"<ms>-<seq>"`` (or ``"<ms>"``) as a comparable tuple; 400 if it is not one."""
+    match = _ID.fullmatch(value)
+    if not match:
+        raise BadRequest(f"invalid event id {value[:60]!r}: expected <ms>-<seq>")
+    return int(match.group(1)), int(match.group(2) or 0)
+
+
+def format_id(key: EventKey) -> str:
+    return f"{key[0]}-{key[1]}"
+
+
+def id_ms(event_id: str) -> int:
+    """The receipt time (ms since the epoch) an event id carries."""
+    return int(event_id.split("-", 1)[0])
+
+
+class Change(NamedTuple):
+    """One change ready to store: its loc and change type (for the fold) and its JSON."""
+
+    loc: str
+    change: str
+    event: bytes
+
+
+class Event:
+    """One stored change with its lazily computed encodings, shared by every consumer."""
+
+    __slots__ = ("_fields", "_json", "_xml", "data", "id", "key")
+
+    def __init__(self, event_id: str, data: bytes) -> None:
+        self.id = event_id
+        self.key = parse_id(event_id)
+        self.data = data
+        self._json: bytes | None = None
+        self._xml: bytes | None = None
+        self._fields: dict[str, Any] | None = None
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        """The stored change, decoded (once, for filters and rendering)."""
+        if self._fields is None:
+            self._fields = decode(self.data)
+        return self._fields
+
+    def json(self, topic: str) -> bytes:
+        if self._json is None:
+            self._json = with_id(self.id, topic, self.data)
+        return self._json
+
+    def xml(self, render: Callable[[Event], bytes]) -> bytes:
+        if self._xml is None:
+            self._xml = render(self)
+        return self._xml
+
+
+def with_id(event_id: str, topic: str, stored: bytes) -> bytes:
+    """``stored`` as a client event: ``{"id": ..., "topic": ..., <stored fields>}``."""
+    return b'{"id":"%s","topic":"%s",%s' % (event_id.encode(), topic.encode(), stored[1:])
+
+
+def decode(stored: bytes) -> dict[str, Any]:
+    return orjson.loads(stored)  # type: ignore[no-any-return]
+
+
+# -- from ResourceSync documents ----------------------------------------------------------
 
 
 def _link(link: Link) -> dict[str, Any]:
@@ -43,11 +120,7 @@ def change_from_entry(entry: Entry, index: int) -> Change:
         raise BadRequest(f"entry {index}: a change needs rs:md change and lastmod")
     if "\0" in entry.loc:
         raise BadRequest(f"entry {index}: loc contains a NUL character")
-    event: dict[str, Any] = {
-        "loc": entry.loc,
-        "lastmod": _w3c(when),
-        "change": str(change),
-    }
+    event: dict[str, Any] = {"loc": entry.loc, "lastmod": _w3c(when), "change": str(change)}
     if md is not None:
         if md.hash is not None:
             event["hash"] = md.hash
@@ -60,10 +133,57 @@ def change_from_entry(entry: Entry, index: int) -> Change:
     return Change(entry.loc, event["change"], orjson.dumps(event))
 
 
-def with_id(event_id: str, topic: str, stored: bytes) -> bytes:
-    """``stored`` as a client event: ``{"id": ..., "topic": ..., <stored fields>}``."""
-    return b'{"id":"%s","topic":"%s",%s' % (event_id.encode(), topic.encode(), stored[1:])
+def changes_from_document(body: bytes, max_bytes: int) -> list[Change]:
+    """The changes of a ``changelist-notification`` (or Change List) body; 4xx otherwise."""
+    if not body:
+        raise BadRequest("empty body: expected a changelist-notification XML document")
+    doc = parse(body, max_bytes=max_bytes)
+    if not isinstance(doc, ChangeListNotification | ChangeList) or doc.is_index:
+        raise BadRequest(
+            "expected a changelist-notification (or Change List) document, "
+            f"got {doc.capability!s}" + (" index" if doc.is_index else "")
+        )
+    if not doc.entries:
+        raise BadRequest("the notification carries no changes")
+    return [change_from_entry(entry, i) for i, entry in enumerate(doc.entries)]
 
 
-def decode(stored: bytes) -> dict[str, Any]:
-    return orjson.loads(stored)  # type: ignore[no-any-return]
+# -- stream filters -------------------------------------------------------------------------
+
+CHANGE_TYPES = frozenset({"created", "updated", "deleted"})
+MAX_PREFIXES = 32
+
+
+@dataclass(frozen=True, slots=True)
+class EventFilter:
+    """Server-side stream filter: ``?change=created,deleted`` and ``?prefix=URI`` (repeatable).
+
+    Both together must hold. Filtering never moves a client's position backwards: the events
+    it skips are skipped for good, and resuming from the last event it received is still
+    gap-free for its filter.
+    """
+
+    changes: frozenset[str] | None = None
+    prefixes: tuple[str, ...] = ()
+
+    @classmethod
+    def from_query(cls, query: Mapping[str, str], prefixes: list[str]) -> EventFilter | None:
+        """The filter a request asks for, or ``None`` for "everything"."""
+        wanted: frozenset[str] | None = None
+        if "change" in query:
+            wanted = frozenset(v.strip() for v in query["change"].split(",") if v.strip())
+            if wanted - CHANGE_TYPES or not wanted:
+                raise BadRequest(
+                    "change filter must list created, updated or deleted, got "
+                    f"{query['change'][:80]!r}"
+                )
+        if len(prefixes) > MAX_PREFIXES:
+            raise BadRequest(f"at most {MAX_PREFIXES} prefix filters")
+        if wanted is None and not prefixes:
+            return None
+        return cls(wanted, tuple(prefixes))
+
+    def accepts(self, fields: dict[str, Any]) -> bool:
+        if self.changes is not None and fields.get("change") not in self.changes:
+            return False
+        return not self.prefixes or str(fields.get("loc", "")).startswith(self.prefixes)

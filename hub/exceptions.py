@@ -1,10 +1,11 @@
-"""The hub's exception family; ``hub.errors`` maps it to HTTP responses in one place.
+"""The hub's exception family.
 
 ::
 
     HubError
     ├── EmbeddedRedisError          the embedded redis-server would not start
     ├── ConfigurationError          settings that cannot work (e.g. open bind without tokens)
+    ├── CallbackFailed              a callback (or a pinged URL) could not be reached in time
     └── RequestError                the peer was wrong; carries ``http_status``
         ├── BadRequest              400
         ├── Unauthorized            401
@@ -16,8 +17,9 @@
         ├── UnsupportedMediaType    415
         └── BadGateway              502  (a fetched topic URL failed)
 
-Document errors from :mod:`resourcesync` (``DocumentError`` and subclasses) are mapped by
-the same middleware using their own ``http_status``.
+``hub.web_app`` maps these to HTTP responses in one place, together with document errors
+from :mod:`resourcesync` (``DocumentError`` and subclasses, by their own ``http_status``)
+and the store layer's :data:`hub.connection.StoreError` (503).
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ class EmbeddedRedisError(HubError):
 
 class ConfigurationError(HubError):
     """Settings that cannot work together."""
+
+
+class CallbackFailed(HubError):
+    """A request to a callback or a pinged URL failed before any HTTP answer."""
 
 
 class RequestError(HubError):

@@ -1,4 +1,4 @@
-"""In-memory tail of each followed topic, shared by every live consumer of that topic.
+"""Live fan-out: the in-memory tail of each followed topic, and each client's cursor in it.
 
 One task per topic blocks on ``XREAD`` and appends what arrives to a bounded ring of
 :class:`Event`\\ s. Consumers (WebSocket and SSE clients, WebSub delivery workers) ask for
@@ -13,71 +13,20 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
-import re
-from collections import OrderedDict
-from collections.abc import Callable
+from collections import OrderedDict, deque
 from typing import Any, Protocol
 
-import orjson
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
-
-from . import keys, replies
-from .events import with_id
-from .exceptions import BadRequest
+from .connection import StoreError
+from .events import Event, EventFilter, EventKey, format_id, parse_id
+from .store import EventStore
 from .tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
-EventKey = tuple[int, int]
-
-#: XREAD BLOCK time; the feeds' Redis client has no socket timeout (see FeedHub).
+#: XREAD BLOCK time; the store's blocking client has no socket timeout.
 _BLOCK_MS = 5000
-
-_ID = re.compile(r"(\d{1,20})(?:-(\d{1,20}))?")
-
-
-def parse_id(value: str) -> EventKey:
-    """``"<ms>-<seq>"`` (or ``"<ms>"``) as a comparable tuple."""
-    match = _ID.fullmatch(value)
-    if not match:
-        raise BadRequest(f"invalid event id {value[:60]!r}: expected <ms>-<seq>")
-    return int(match.group(1)), int(match.group(2) or 0)
-
-
-def format_id(key: EventKey) -> str:
-    return f"{key[0]}-{key[1]}"
-
-
-class Event:
-    """One stored change with its lazily computed, shared encodings."""
-
-    __slots__ = ("_fields", "_json", "_xml", "data", "id", "key")
-
-    def __init__(self, event_id: str, data: bytes) -> None:
-        self.id = event_id
-        self.key = parse_id(event_id)
-        self.data = data
-        self._json: bytes | None = None
-        self._xml: bytes | None = None
-        self._fields: dict[str, Any] | None = None
-
-    @property
-    def fields(self) -> dict[str, Any]:
-        """The stored change, decoded (once, for filters)."""
-        if self._fields is None:
-            self._fields = orjson.loads(self.data)
-        return self._fields
-
-    def json(self, topic: str) -> bytes:
-        if self._json is None:
-            self._json = with_id(self.id, topic, self.data)
-        return self._json
-
-    def xml(self, render: Callable[[Event], bytes]) -> bytes:
-        if self._xml is None:
-            self._xml = render(self)
-        return self._xml
+#: Events a client catching up reads per step.
+_READ_BATCH = 1000
 
 
 class Follower(Protocol):
@@ -89,16 +38,13 @@ class TopicFeed:
 
     def __init__(
         self,
-        redis: Redis,
+        store: EventStore,
         topic: str,
         *,
-        blocking: Redis | None = None,
         ring_events: int = 50_000,
         read_count: int = 1000,
     ) -> None:
-        self.redis = redis
-        #: Client for XREAD BLOCK only: no socket timeout to trip over while it waits.
-        self.blocking = blocking or redis
+        self.store = store
         self.topic = topic
         self.ring_events = ring_events
         self.read_count = read_count
@@ -124,8 +70,7 @@ class TopicFeed:
         return message
 
     async def start(self) -> None:
-        rows = await self.redis.xrevrange(keys.events(self.topic), "+", "-", count=1)
-        last = replies.first_id(rows)
+        last = await self.store.last_id(self.topic)
         self.base = parse_id(last) if last else (0, 0)
         self._task = asyncio.create_task(self._tail(), name=f"feed:{self.topic}")
 
@@ -138,22 +83,21 @@ class TopicFeed:
         return self._keys[-1] if self._keys else self.base
 
     async def _tail(self) -> None:
-        stream = keys.events(self.topic)
         failures = 0
         while True:
             try:
-                result = await self.blocking.xread(
-                    {stream: format_id(self.last_key)}, count=5000, block=_BLOCK_MS
+                rows = await self.store.wait_after(
+                    self.topic, format_id(self.last_key), 5000, _BLOCK_MS
                 )
                 failures = 0
-            except RedisError as exc:
+            except StoreError as exc:
                 failures += 1
                 log.warning("feed %s: XREAD failed (%s); retrying", self.topic, exc)
                 await asyncio.sleep(min(5.0, 0.1 * 2**failures))
                 continue
-            if not result:
+            if not rows:
                 continue
-            fresh = [Event(eid, data) for eid, data in replies.xread_events(result)]
+            fresh = [Event(eid, data) for eid, data in rows]
             self._events.extend(fresh)
             self._keys.extend(e.key for e in fresh)
             overflow = len(self._events) - self.ring_events
@@ -199,21 +143,17 @@ class TopicFeed:
 
     async def _read_redis(self, cursor: EventKey, limit: int) -> list[Event]:
         assert self.base is not None
-        rows = await self.redis.xrange(
-            keys.events(self.topic),
-            f"({format_id(cursor)}",
-            format_id(self.base),
-            count=min(limit, self.read_count),
+        rows = await self.store.range(
+            self.topic, f"({format_id(cursor)}", format_id(self.base), min(limit, self.read_count)
         )
-        return [Event(eid, data) for eid, data in replies.events(rows)]
+        return [Event(eid, data) for eid, data in rows]
 
 
 class FeedHub:
     """Creates a :class:`TopicFeed` per followed topic and stops it when nobody follows."""
 
-    def __init__(self, redis: Redis, blocking: Redis | None = None, **feed_options: Any) -> None:
-        self.redis = redis
-        self.blocking = blocking
+    def __init__(self, store: EventStore, **feed_options: Any) -> None:
+        self.store = store
         self.feed_options = feed_options
         self._feeds: dict[str, TopicFeed] = {}
         self._lock = asyncio.Lock()
@@ -226,7 +166,7 @@ class FeedHub:
         async with self._lock:
             feed = self._feeds.get(topic)
             if feed is None:
-                feed = TopicFeed(self.redis, topic, blocking=self.blocking, **self.feed_options)
+                feed = TopicFeed(self.store, topic, **self.feed_options)
                 await feed.start()
                 self._feeds[topic] = feed
             feed.consumers += 1
@@ -243,3 +183,101 @@ class FeedHub:
         for feed in list(self._feeds.values()):
             await feed.stop()
         self._feeds.clear()
+
+
+class ClientStream:
+    """One client's position in a topic: pulls history, then is pushed live events.
+
+    While behind, :meth:`next` reads from the feed (ring or Redis) at the client's own
+    pace. Once caught up it follows the feed, which hands every new batch to
+    :meth:`offer` synchronously, so a live client costs no task of its own beyond its
+    sender, and all live clients share one encoded message per batch.
+    """
+
+    def __init__(
+        self,
+        feed: TopicFeed,
+        cursor: EventKey,
+        capacity: int,
+        event_filter: EventFilter | None = None,
+    ) -> None:
+        self.feed = feed
+        self.cursor = cursor
+        self.capacity = capacity
+        self.filter = event_filter
+        self.live = False
+        self._pending: deque[list[Event]] = deque()
+        self._count = 0
+        self._wakeup = asyncio.Event()
+        #: Set when the client fell too far behind the live stream.
+        self.overflowed = asyncio.Event()
+        #: Id of the last event handed to the transport.
+        self.last_sent: str | None = None
+
+    def offer(self, events: list[Event]) -> None:
+        """Called by the feed for each new batch while the client is live."""
+        if events[0].key <= self.cursor:  # only when a client resumed from a future id
+            events = [e for e in events if e.key > self.cursor]
+            if not events:
+                return
+        if self._count and self._count + len(events) > self.capacity:
+            self.feed.unfollow(self)
+            self.overflowed.set()
+            self._wakeup.set()
+            return
+        self._pending.append(events)
+        self._count += len(events)
+        self.cursor = events[-1].key
+        self._wakeup.set()
+
+    async def next(self, timeout: float) -> list[Event] | None:
+        """The next events, or ``None`` when ``timeout`` passes first (heartbeat time).
+
+        With a filter, a batch may come back empty: everything in it was filtered out.
+        """
+        events = await self._next(timeout)
+        if events and self.filter is not None:
+            accepts = self.filter.accepts
+            return [e for e in events if accepts(e.fields)]
+        return events
+
+    def message(self, events: list[Event]) -> bytes:
+        """The WebSocket message for ``events``: shared by every unfiltered client."""
+        if self.filter is None:
+            return self.feed.ws_message(events)
+        return b"[" + b",".join(e.json(self.feed.topic) for e in events) + b"]"
+
+    async def _next(self, timeout: float) -> list[Event] | None:
+        if not self.live:
+            if self.cursor < self.feed.last_key:
+                events = await self.feed.read_after(
+                    self.cursor, min(_READ_BATCH, self.capacity), timeout=timeout
+                )
+                if events:
+                    self.cursor = events[-1].key
+                    return events
+            if self.cursor >= self.feed.last_key:  # caught up: no await since the check
+                self.live = True
+                self.feed.follow(self)
+        if not self._pending:
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), timeout)
+            except TimeoutError:
+                return None
+            if not self._pending:
+                return None
+        if len(self._pending) == 1:
+            events = self._pending.popleft()
+        else:
+            events = [e for batch in self._pending for e in batch]
+            self._pending.clear()
+        self._count -= len(events)
+        return events
+
+    def close(self) -> None:
+        if self.live:
+            self.feed.unfollow(self)
+
+    def resume_hint(self) -> str:
+        return self.last_sent or "the id of the last event you received"

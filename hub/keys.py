@@ -1,10 +1,17 @@
-"""Every Redis key the hub uses, in one place.
+"""Every Redis key, hash field and reply shape the hub uses, in one place.
 
 A topic's keys carry the topic name as a Redis Cluster hash tag (``{name}``), so all of them
-share one hash slot and a Lua script may touch them together.
+share one hash slot and a Lua script may touch them together. The Lua scripts spell the
+hash fields as ``$NAME`` placeholders, filled in from :data:`SCRIPT_NAMES` when they are
+loaded (:mod:`hub.scripts`), so each name is written once.
+
+redis-py types replies loosely (``bytes | str | None``, ``Any``); the reply functions at the
+end are the one place where the hub states what it expects back, so the rest stays typed.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 PREFIX = "rshub:"
 
@@ -72,3 +79,78 @@ SUBSCRIBED_TOPICS = PREFIX + "subscribed-topics"
 def pinged(topic: str) -> str:
     """Set of digests of changes already stored from publish pings of the topic's URL."""
     return f"{PREFIX}{{{topic}}}:pinged"
+
+
+# -- hash fields --------------------------------------------------------------------------
+
+#: ``topic_meta``: id of the newest event, ms of the last publish, ms the topic was created,
+#: and the id of the newest event retention ever trimmed.
+LAST_ID = "last_id"
+LAST_PUBLISH_MS = "last_publish_ms"
+CREATED_MS = "created_ms"
+TRIMMED_THROUGH = "trimmed_through"
+
+#: ``pages_head``: the open Change List page (see ``hub.pages``).
+HEAD_N, HEAD_FROM, HEAD_FIRST, HEAD_SCANNED, HEAD_COUNT, HEAD_WEND = (
+    "n",
+    "from",
+    "first",
+    "scanned",
+    "count",
+    "wend",
+)
+
+#: ``resourcelist_snapshot``: id, at, completed, pages, last_id.
+SNAP_ID, SNAP_AT, SNAP_COMPLETED, SNAP_PAGES, SNAP_LAST_ID = (
+    "id",
+    "at",
+    "completed",
+    "pages",
+    LAST_ID,
+)
+
+#: Placeholders the Lua scripts may use (``$LAST_ID`` ...), with their values.
+SCRIPT_NAMES: dict[str, str] = {
+    "EVENT_FIELD": EVENT_FIELD.decode(),
+    "LAST_ID": LAST_ID,
+    "LAST_PUBLISH_MS": LAST_PUBLISH_MS,
+    "CREATED_MS": CREATED_MS,
+    "TRIMMED_THROUGH": TRIMMED_THROUGH,
+    "HEAD_N": HEAD_N,
+    "HEAD_FROM": HEAD_FROM,
+    "HEAD_FIRST": HEAD_FIRST,
+    "HEAD_SCANNED": HEAD_SCANNED,
+    "HEAD_COUNT": HEAD_COUNT,
+    "HEAD_WEND": HEAD_WEND,
+}
+
+
+# -- replies ------------------------------------------------------------------------------
+
+
+def text(value: bytes | str | int) -> str:
+    """A reply value as text (the hub's clients do not decode responses)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def optional_text(value: bytes | str | int | None) -> str | None:
+    return None if value is None else text(value)
+
+
+def as_bytes(value: bytes | str) -> bytes:
+    return value if isinstance(value, bytes) else value.encode()
+
+
+def event_rows(rows: Any) -> list[tuple[str, bytes]]:
+    """An XRANGE/XREVRANGE reply of event entries: ``[(id, stored JSON), ...]``."""
+    return [(text(eid), as_bytes(fields[EVENT_FIELD])) for eid, fields in rows or ()]
+
+
+def first_row_id(rows: Any) -> str | None:
+    """The id of the first entry of an XRANGE/XREVRANGE reply, if any."""
+    return text(rows[0][0]) if rows else None
+
+
+def xread_rows(result: Any) -> list[tuple[str, bytes]]:
+    """The entries of an XREAD reply for one stream."""
+    return event_rows(result[0][1]) if result else []

@@ -1,32 +1,37 @@
-"""XML of the materialized documents, written straight from the stored JSON (no I/O here).
+"""The one writer of the hub's XML: WebSub bodies and every materialized document. No I/O.
 
 Building one pydantic model per entry would dominate the cost of serving a 50,000-entry
-page, so entries are rendered by string building with XML escaping; every document still
-parses and validates with :func:`resourcesync.parse` (the tests check each one served).
+page or fanning a change out to many callbacks, so entries are rendered by string building
+with XML escaping; every output still parses and validates with :func:`resourcesync.parse`
+(the unit tests check each kind).
 
-Change List entries carry (Z39.99 §12.1, ResourceSync 1.1):
+A change entry (Z39.99 §12.1, ResourceSync 1.1) is the same ``<url>`` in a WebSub body and
+on a Change List page:
 
-- ``<lastmod>``: the publisher's time of the change, as published (``rs:md/@datetime`` of the
-  notification if it had one, else its ``<lastmod>``);
-- ``rs:md/@datetime``: the hub's receipt time (the event id's milliseconds), which is what
-  orders the entries: receipt order is forward chronological by construction, whatever the
+- ``<lastmod>``: the publisher's time of the change, as published;
+- ``rs:md/@datetime``: the hub's receipt time (the event id's milliseconds), which orders the
+  entries: receipt order is forward chronological by construction, whatever the
   publishers' clocks say;
-- ``rs:md/@rshub:id`` (namespace :data:`RSHUB_NS`, the same extension attribute as in the
-  WebSub bodies of :mod:`hub.notification`): the hub's event id, so a client can switch
-  between the push streams and polling at an exact position.
+- ``rs:md/@rshub:id`` (namespace :data:`RSHUB_NS`): the hub's event id, so a client can
+  de-duplicate, resume entry by entry, and switch between push and polling at an exact
+  position (a header listing every id would outgrow common header-size limits).
+
+Times are written as :func:`resourcesync.format_datetime` writes them: a fraction only when
+there is one, without trailing zeros.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 from xml.sax.saxutils import escape
 
-import orjson
+from .events import Event, id_ms
 
-from .notification import RSHUB_NS
+#: Namespace of rshub's extension attributes.
+RSHUB_NS = "urn:rshub:1"
 
 _NS = (
     'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
@@ -62,10 +67,6 @@ def w3c_ms(ms: int) -> str:
     return text + "Z"
 
 
-def event_ms(event_id: str) -> int:
-    return int(event_id.split("-", 1)[0])
-
-
 def root(capability: str, links: Iterable[tuple[str, str]], **times: int | None) -> str:
     """Root ``rs:ln`` elements then the root ``rs:md`` (times in ms; ``from_`` for from)."""
     parts = [f"<rs:ln rel={attr(rel)} href={attr(href)}/>" for rel, href in links]
@@ -92,23 +93,35 @@ def _md_extra(data: dict[str, Any]) -> str:
     return "".join(f" {name}={attr(data[name])}" for name in _MD_ATTRS if name in data)
 
 
-def change_entry(event_id: str, stored: bytes, floor_ms: int) -> str:
-    """One Change List ``<url>``; the receipt time is never before the page's ``from``."""
-    data = orjson.loads(stored)
-    when = max(event_ms(event_id), floor_ms)
+def change_entry(event_id: str, data: dict[str, Any], floor_ms: int = 0) -> str:
+    """One change ``<url>``; its receipt time is never before ``floor_ms`` (a page's from)."""
+    when = max(id_ms(event_id), floor_ms)
     text = (
         f"<url><loc>{escape(data['loc'])}</loc><lastmod>{data['lastmod']}</lastmod>"
-        f'<rs:md change="{data["change"]}" datetime="{w3c_ms(when)}" rshub:id="{event_id}"'
-        f"{_md_extra(data)}/>"
+        f'<rs:md change={attr(data["change"])} datetime="{w3c_ms(when)}"'
+        f' rshub:id="{event_id}"{_md_extra(data)}/>'
     )
     if "links" in data:
         text += _links(data["links"])
     return text + "</url>"
 
 
-def resource_entry(stored: bytes) -> str:
+def event_entry(event: Event) -> bytes:
+    """:func:`change_entry` of a live event, for :meth:`Event.xml` to cache."""
+    return change_entry(event.id, event.fields).encode()
+
+
+def notification(events: Sequence[Event], up: str | None = None) -> bytes:
+    """A complete ``changelist-notification`` for ``events`` (``up``: the Capability List)."""
+    head = CHANGES_OPEN
+    if up is not None:
+        head += f'<rs:ln rel="up" href={attr(up)}/>'
+    head += '<rs:md capability="changelist-notification"/>'
+    return head.encode() + b"".join(e.xml(event_entry) for e in events) + URLSET_CLOSE.encode()
+
+
+def resource_entry(data: dict[str, Any]) -> str:
     """One Resource List ``<url>`` from a stored change (the resource's latest state)."""
-    data = orjson.loads(stored)
     extra = _md_extra(data)
     text = f"<url><loc>{escape(data['loc'])}</loc><lastmod>{data['lastmod']}</lastmod>"
     if extra:

@@ -1,4 +1,4 @@
-"""A lean, pipelined connection for the one hot Redis call: the publish script.
+"""A lean, pipelined connection for the hub's Lua scripts (the hot one: the publish).
 
 Why not redis-py's pipeline: profiling single-change publishes under load showed about a
 quarter of the hub's own work in redis-py's per-command machinery (argument encoding,
@@ -20,6 +20,8 @@ from redis.asyncio.connection import Connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .scripts import Script
 
 
 def _reply_error(message: str) -> ResponseError:
@@ -93,6 +95,15 @@ class ScriptPipe:
         self._link: _Link | None = None
         self._pending: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
         self._task: asyncio.Task[None] | None = None
+
+    async def run(self, script: Script, keys: list[str], args: list[Any]) -> Any:
+        """Run ``script`` (by its SHA; loaded first on a fresh or flushed Redis)."""
+        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        try:
+            return await self.call(*command)
+        except NoScriptError:
+            await self.redis.script_load(script.source)
+            return await self.call(*command)
 
     def call(self, *args: Any) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()

@@ -13,7 +13,7 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from . import keys, replies
+from . import keys
 from .tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ class SubscriptionStore:
             pipe.hget(keys.cursors(sub.topic), sub.callback)
             pipe.sadd(keys.SUBSCRIBED_TOPICS, sub.topic)
             results = await pipe.execute()
-        return replies.text(results[2])
+        return keys.text(results[2])
 
     async def save(self, sub: Subscription) -> None:
         await self.redis.hset(keys.subscriptions(sub.topic), sub.callback, sub.to_json())
@@ -96,18 +96,23 @@ class SubscriptionStore:
 
     async def cursor(self, topic: str, callback: str) -> str | None:
         value = await self.redis.hget(keys.cursors(topic), callback)
-        return replies.text(value) if value is not None else None
+        return keys.text(value) if value is not None else None
 
     async def all(self) -> list[Subscription]:
         subs: list[Subscription] = []
         for topic in await self.redis.smembers(keys.SUBSCRIBED_TOPICS):
-            rows = await self.redis.hgetall(keys.subscriptions(replies.text(topic)))
+            rows = await self.redis.hgetall(keys.subscriptions(keys.text(topic)))
             subs.extend(Subscription.from_json(data) for data in rows.values())
         return subs
 
     async def for_topic(self, topic: str) -> list[Subscription]:
         rows = await self.redis.hgetall(keys.subscriptions(topic))
         return [Subscription.from_json(data) for data in rows.values()]
+
+    async def cursors(self, topic: str) -> dict[str, str]:
+        """Every subscription's delivery cursor for ``topic``: callback -> event id."""
+        rows = await self.redis.hgetall(keys.cursors(topic))
+        return {keys.text(k): keys.text(v) for k, v in rows.items()}
 
 
 class CursorWriter:

@@ -1,14 +1,24 @@
-"""Topic names and topic URIs (DESIGN.md: ``[A-Za-z0-9][A-Za-z0-9._-]{0,127}``)."""
+"""Topic names, the hub's URL map and its ``Link`` headers: plain data, no I/O.
+
+Every URL the hub gives out (``/topics/...`` documents, the hub URL, the Source
+Description) is built by :class:`HubUrls`, from the configured public base URL, so a hub
+behind a proxy advertises the address its clients see.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from .exceptions import BadRequest
 
+#: What a topic name may be: it is a path segment and part of Redis key names.
 TOPIC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+WELL_KNOWN = "/.well-known/resourcesync"
 
 
 def check_name(name: str) -> str:
@@ -19,22 +29,86 @@ def check_name(name: str) -> str:
     return name
 
 
-def topic_url(base_url: str, name: str) -> str:
-    return f"{base_url}/topics/{name}"
+@dataclass(frozen=True, slots=True)
+class HubUrls:
+    """Where everything of the hub lives, as clients see it."""
+
+    base: str
+
+    @property
+    def hub(self) -> str:
+        """The WebSub hub URL."""
+        return self.base + "/"
+
+    @property
+    def source_description(self) -> str:
+        return self.base + WELL_KNOWN
+
+    @property
+    def topics_prefix(self) -> str:
+        return self.base + "/topics/"
+
+    def topic(self, name: str) -> str:
+        return self.topics_prefix + name
+
+    def capabilitylist(self, name: str) -> str:
+        return self.topic(name) + "/capabilitylist.xml"
+
+    def changelist_index(self, name: str) -> str:
+        return self.topic(name) + "/changelist.xml"
+
+    def changelist_page(self, name: str, n: int) -> str:
+        # Zero-padded so that lexical order is page order (resync reads an index's
+        # sitemaps in sorted URI order).
+        return f"{self.topic(name)}/changelist/{n:08d}.xml"
+
+    def resourcelist(self, name: str) -> str:
+        return self.topic(name) + "/resourcelist.xml"
+
+    def resourcelist_page(self, name: str, snapshot: str, k: int) -> str:
+        return f"{self.topic(name)}/resourcelist/{snapshot}-{k:05d}.xml"
+
+    @property
+    def tag(self) -> str:
+        """A short digest of the base URL, part of every ETag (the URLs are in the bodies)."""
+        return hashlib.blake2b(self.base.encode(), digest_size=4).hexdigest()
+
+    def is_own_topic(self, url: str) -> bool:
+        return url.startswith(self.topics_prefix)
+
+    def name_from_url(self, url: str) -> str:
+        """The topic name behind a topic URI.
+
+        A URI under ``{base}/topics/`` names its topic directly; any other absolute http(s)
+        URI (a Source's own topic URI) gets a stable derived name: its host plus a digest.
+        """
+        if self.is_own_topic(url):
+            return check_name(url[len(self.topics_prefix) :])
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise BadRequest(f"topic must be an absolute http(s) URL, got {url[:200]!r}")
+        digest = hashlib.sha256(url.encode()).hexdigest()[:16]
+        host = re.sub(r"[^A-Za-z0-9.-]", "-", parts.hostname)[:100].strip(".-") or "topic"
+        return check_name(f"{host}-{digest}")
+
+    def links(self, topic_url: str) -> str:
+        """The WebSub discovery ``Link`` header value for ``topic_url`` (RFC 8288)."""
+        return f'<{self.hub}>; rel="hub", <{topic_url}>; rel="self"'
 
 
-def name_from_url(base_url: str, url: str) -> str:
-    """The topic name behind a topic URI.
+_LINK = re.compile(r"<([^>]*)>\s*((?:;\s*[^;,]+)*)")
+_PARAM = re.compile(r';\s*([A-Za-z0-9_*-]+)\s*=\s*(?:"([^"]*)"|([^;,\s]+))')
 
-    A URI under ``{base}/topics/`` names its topic directly; any other absolute http(s) URI
-    (a Source's own topic URI) gets a stable derived name: its host plus a digest.
-    """
-    prefix = f"{base_url}/topics/"
-    if url.startswith(prefix):
-        return check_name(url[len(prefix) :])
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BadRequest(f"topic must be an absolute http(s) URL, got {url[:200]!r}")
-    digest = hashlib.sha256(url.encode()).hexdigest()[:16]
-    host = re.sub(r"[^A-Za-z0-9.-]", "-", parts.hostname)[:100].strip(".-") or "topic"
-    return check_name(f"{host}-{digest}")
+
+def parse_link_header(values: Iterable[str]) -> dict[str, str]:
+    """Map each ``rel`` value of ``Link`` headers to its first target URL."""
+    out: dict[str, str] = {}
+    for value in values:
+        for match in _LINK.finditer(value):
+            url, params = match.group(1), match.group(2)
+            for pmatch in _PARAM.finditer(params):
+                if pmatch.group(1).lower() == "rel":
+                    rels = pmatch.group(2) if pmatch.group(2) is not None else pmatch.group(3)
+                    for rel in rels.split():
+                        out.setdefault(rel.lower(), url.strip())
+    return out

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-from . import topics
+from .events import parse_id
 from .exceptions import BadRequest
+from .topics import HubUrls
 
 MAX_SECRET_BYTES = 200  # §5.1: hub.secret MUST be less than 200 bytes
 MAX_CALLBACK_LENGTH = 2048
@@ -37,6 +38,13 @@ class Mode(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class PublishPing:
+    """A ``hub.mode=publish`` request: fetch ``url`` and store its new changes."""
+
+    url: str
+
+
+@dataclass(frozen=True, slots=True)
 class SubscriptionRequest:
     """A validated ``hub.mode=subscribe|unsubscribe`` request (§5.1)."""
 
@@ -53,15 +61,15 @@ class SubscriptionRequest:
 def parse_request(
     form: Mapping[str, str],
     *,
-    base_url: str,
+    urls: HubUrls,
     lease_default: int,
     lease_min: int,
     lease_max: int,
-) -> SubscriptionRequest | tuple[Mode, str]:
+) -> SubscriptionRequest | PublishPing:
     """Validate the form of a ``POST /``; unknown parameters are ignored (§5.1).
 
-    Returns a :class:`SubscriptionRequest`, or ``(Mode.PUBLISH, topic_url)`` for a publish
-    ping. Raises :class:`BadRequest` naming the faulty parameter.
+    Raises :class:`BadRequest` naming the faulty parameter, or :class:`TopicDenied` for a
+    well-formed request the hub will not serve.
     """
     mode_text = form.get("hub.mode", "")
     try:
@@ -74,14 +82,14 @@ def parse_request(
         url = form.get("hub.url") or form.get("hub.topic") or ""
         if not url:
             raise BadRequest("hub.mode=publish needs hub.url (or hub.topic)")
-        return mode, url
+        return PublishPing(url)
 
     callback = check_callback_syntax(form.get("hub.callback", "").strip())
     topic_url = form.get("hub.topic", "").strip()
     if not topic_url:
         raise BadRequest("hub.topic is required")
     try:
-        topic = topics.name_from_url(base_url, topic_url)
+        topic = urls.name_from_url(topic_url)
     except BadRequest as exc:
         raise TopicDenied(exc.message, callback=callback, topic_url=topic_url) from None
 
@@ -102,8 +110,6 @@ def parse_request(
 
     since = form.get("hub.since") or None
     if since is not None:
-        from .feed import parse_id  # local: keep this module importable on its own
-
         parse_id(since)
     return SubscriptionRequest(mode, topic_url, topic, callback, lease, secret, since)
 
@@ -156,4 +162,11 @@ def signature(secret: str, body: bytes) -> str:
 def backoff(failures: int, base: float, cap: float, rng: random.Random | None = None) -> float:
     """Exponential back-off with "equal jitter": between half and all of base*2^(n-1)."""
     delay = min(cap, base * (2 ** max(0, failures - 1)))
-    return delay / 2 + (rng or random).uniform(0, delay / 2)
+    return delay / 2 + float((rng or random).uniform(0, delay / 2))
+
+
+def retry_after(value: str | None) -> float | None:
+    """A ``Retry-After`` header in seconds (the HTTP-date form is not honoured)."""
+    if value and value.strip().isdigit():
+        return float(value.strip())
+    return None

@@ -11,9 +11,10 @@ import pytest
 import redis
 from aiohttp import web
 
-from hub.app import create_app
 from hub.embedded_redis import EmbeddedRedis
 from hub.settings import Settings
+from hub.web_app import create_app
+from hub.web_state import CONNECTIONS
 from tests.support import free_port
 
 
@@ -40,6 +41,11 @@ class Hub:
     app: web.Application
     settings: Settings
     session: aiohttp.ClientSession
+
+    @property
+    def redis(self) -> Any:
+        """The hub's own Redis client (for looking at what it stored)."""
+        return self.app[CONNECTIONS].main
 
     async def publish(self, topic: str, body: bytes, **headers: str) -> aiohttp.ClientResponse:
         resp = await self.session.post(

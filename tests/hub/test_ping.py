@@ -9,7 +9,6 @@ import pytest
 from aiohttp import web
 
 from hub import keys
-from hub.state import REDIS
 from tests.conftest import Hub
 from tests.support import changes, free_port, notification
 
@@ -61,7 +60,7 @@ async def test_ping_stores_only_changes_not_stored_before(hub: Hub, source: Sour
     source.body = notification(changes(4, prefix="http://source.example/r"))
     status, third = await ping(hub, source.url)
     assert third["accepted"] == 1 and third["topic"] == first["topic"]
-    length = await hub.app[REDIS].xlen(keys.events(first["topic"]))
+    length = await hub.redis.xlen(keys.events(first["topic"]))
     assert length == 4
 
 
@@ -74,7 +73,7 @@ async def test_ping_failures_are_clear_and_store_nothing(hub: Hub, source: Sourc
     assert status == 400
     status, body = await ping(hub, "http://127.0.0.1:1/closed.xml")
     assert status == 502
-    assert await hub.app[REDIS].keys(keys.events("*")) == []
+    assert await hub.redis.keys(keys.events("*")) == []
 
 
 async def test_ping_for_a_hub_topic_is_a_no_op(hub: Hub) -> None:

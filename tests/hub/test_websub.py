@@ -41,7 +41,7 @@ async def subscribe(hub: Hub, cb: CallbackServer, topic: str = "t", **extra: str
 
 
 def hub_workers(hub: Hub) -> dict[tuple[str, str], Any]:
-    from hub.state import DELIVERY
+    from hub.web_state import DELIVERY
 
     return hub.app[DELIVERY].workers
 
@@ -161,9 +161,8 @@ async def test_410_gone_ends_the_subscription(hub: Hub) -> None:
         await hub.publish("t", notification(changes(1)))
         await wait_for(lambda: not hub_workers(hub))
         from hub import keys
-        from hub.state import REDIS
 
-        assert await hub.app[REDIS].hlen(keys.subscriptions("t")) == 0
+        assert await hub.redis.hlen(keys.subscriptions("t")) == 0
         await hub.publish("t", notification(changes(1, start=1)))
         assert cb.refused == 1 and cb.deliveries == []
     finally:
@@ -250,10 +249,10 @@ class TestSuspension:
         return {"retry_base_seconds": 0.02, "retry_max_seconds": 0.05, "suspend_after_failures": 3}
 
     async def test_failing_subscription_is_suspended_then_resumes(self, hub: Hub) -> None:
-        from hub.state import REDIS
+
         from hub.subscriptions import State, SubscriptionStore
 
-        store = SubscriptionStore(hub.app[REDIS])
+        store = SubscriptionStore(hub.redis)
         cb = await CallbackServer(statuses=[503] * 6).start()
         try:
             await subscribe(hub, cb)
@@ -330,12 +329,11 @@ class TestLeasesAndBatches:
         self, hub: Hub, callback: CallbackServer
     ) -> None:
         from hub import keys
-        from hub.state import REDIS
 
         await subscribe(hub, callback, **{"hub.lease_seconds": "1"})
         assert callback.verifications[-1]["hub.lease_seconds"] == "1"
         await wait_for(lambda: not hub_workers(hub), timeout=5)
-        assert await hub.app[REDIS].hlen(keys.subscriptions("t")) == 0
+        assert await hub.redis.hlen(keys.subscriptions("t")) == 0
 
     async def test_backlog_is_batched_by_count_and_bytes(
         self, hub: Hub, callback: CallbackServer

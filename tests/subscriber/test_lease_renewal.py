@@ -9,7 +9,6 @@ from typing import Any
 import aiohttp
 import pytest
 
-from hub.state import REDIS
 from hub.subscriptions import SubscriptionStore
 from subscriber.callback import CallbackReceiver
 from tests.conftest import Hub
@@ -22,7 +21,7 @@ def hub_settings() -> dict[str, Any]:
 
 
 async def test_receiver_renews_its_lease(hub: Hub) -> None:
-    store = SubscriptionStore(hub.app[REDIS])
+    store = SubscriptionStore(hub.redis)
     async with aiohttp.ClientSession() as session:
         receiver = CallbackReceiver(session, hub.url, "lease", lease_seconds=2)
         await receiver.start()

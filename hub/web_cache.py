@@ -1,4 +1,4 @@
-"""HTTP behaviour of the served documents: validators, 304s, caching headers, gzip, streaming.
+"""HTTP caching of the served documents: validators, 304s, caching headers, gzip, streaming.
 
 Every document gets a weak ``ETag`` (weak because the same document may go out gzipped or
 not, RFC 9110 §8.8.1) and a ``Last-Modified``; a conditional GET that matches gets ``304 Not

@@ -1,4 +1,4 @@
-"""Operators' view: subscription state per topic, and Prometheus metrics.
+"""Operators' view: health, subscription state per topic, and Prometheus metrics.
 
 ``GET /topics/{name}/subscriptions`` lists a topic's WebSub subscriptions (never their
 secrets) with state, lease expiry, failures, last error and delivery cursor. It needs a
@@ -9,15 +9,26 @@ format, with bounded label cardinality (no per-subscriber labels).
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 
 from aiohttp import web
 
-from . import keys, replies, topics
+from . import __version__
 from .exceptions import Forbidden
-from .ingest import AUTH
-from .state import DELIVERY, FEEDS, REDIS, STORE
-from .subscriptions import State, SubscriptionStore
+from .subscriptions import State
+from .topics import check_name
+from .web_state import AUTH, CONNECTIONS, DELIVERY, FEEDS, STORE, SUBSCRIPTIONS
+
+
+async def healthz(request: web.Request) -> web.Response:
+    try:
+        await asyncio.wait_for(request.app[CONNECTIONS].ping(), timeout=2.0)
+    except Exception as exc:  # any failure means "not healthy"; say which
+        return web.json_response(
+            {"status": "degraded", "hub": "ok", "redis": f"unreachable: {exc!s}"}, status=503
+        )
+    return web.json_response({"status": "ok", "hub": "ok", "redis": "ok", "version": __version__})
 
 
 def _check_operator(request: web.Request, topic: str) -> None:
@@ -25,9 +36,8 @@ def _check_operator(request: web.Request, topic: str) -> None:
     if not auth.open:
         auth.check(topic, request.headers.get("Authorization"))
         return
-    remote = request.remote or ""
     try:
-        loopback = ipaddress.ip_address(remote).is_loopback
+        loopback = ipaddress.ip_address(request.remote or "").is_loopback
     except ValueError:
         loopback = False
     if not loopback:
@@ -35,21 +45,17 @@ def _check_operator(request: web.Request, topic: str) -> None:
 
 
 async def subscriptions(request: web.Request) -> web.Response:
-    topic = topics.check_name(request.match_info["name"])
+    topic = check_name(request.match_info["name"])
     _check_operator(request, topic)
-    redis = request.app[REDIS]
-    subs = await SubscriptionStore(redis).for_topic(topic)
-    cursors = await redis.hgetall(keys.cursors(topic))
-    store = request.app[STORE]
+    subs = request.app[SUBSCRIPTIONS]
+    cursors = await subs.cursors(topic)
     out = []
-    for sub in sorted(subs, key=lambda s: s.callback):
+    for sub in sorted(await subs.for_topic(topic), key=lambda s: s.callback):
         row = sub.public()
-        cursor = cursors.get(sub.callback.encode())
-        row["cursor"] = replies.text(cursor) if cursor else None
+        row["cursor"] = cursors.get(sub.callback)
         out.append(row)
-    return web.json_response(
-        {"topic": topic, "last_id": await store.last_id(topic), "subscriptions": out}
-    )
+    last_id = await request.app[STORE].last_id(topic)
+    return web.json_response({"topic": topic, "last_id": last_id, "subscriptions": out})
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -71,8 +77,3 @@ async def metrics(request: web.Request) -> web.Response:
         f"rshub_stream_consumers {request.app[FEEDS].consumer_count}",
     ]
     return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
-
-
-def setup(app: web.Application) -> None:
-    app.router.add_get("/topics/{name}/subscriptions", subscriptions)
-    app.router.add_get("/metrics", metrics)

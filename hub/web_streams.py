@@ -1,8 +1,9 @@
 """Live streams of a topic's changes: WebSocket (``/ws``) and server-sent events (``/events``).
 
 Both replay from ``?since=ID`` (or SSE's ``Last-Event-ID``) and then follow live. Without
-either they start at the current end. Events are the JSON objects of DESIGN.md; a WebSocket
-text message is a JSON array of one or more of them, an SSE event carries one.
+either they start at the current end. An event is the stored change as JSON with its ``id``
+and ``topic`` (:func:`hub.events.with_id`); a WebSocket text message is a JSON array of one
+or more of them, an SSE event carries one.
 
 Back-pressure: a client replaying history pulls it at its own pace. Once it has caught up
 with the live end, the feed pushes new events into its queue, bounded by
@@ -16,120 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-from collections import deque
 from collections.abc import AsyncIterator
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from . import topics
+from .events import EventFilter, EventKey, parse_id
 from .exceptions import Gone
-from .feed import Event, EventKey, TopicFeed, parse_id
-from .filters import EventFilter
-from .state import FEEDS, SETTINGS, STORE
+from .feed import ClientStream, TopicFeed
 from .tasks import cancel_and_wait
-
-log = logging.getLogger(__name__)
-
-_READ_BATCH = 1000
-
-
-class ClientStream:
-    """One client's position in a topic: pulls history, then is pushed live events.
-
-    While behind, :meth:`next` reads from the feed (ring or Redis) at the client's own
-    pace. Once caught up it follows the feed, which hands every new batch to
-    :meth:`offer` synchronously, so a live client costs no task of its own beyond its
-    sender, and all live clients share one encoded message per batch.
-    """
-
-    def __init__(
-        self,
-        feed: TopicFeed,
-        cursor: EventKey,
-        capacity: int,
-        event_filter: EventFilter | None = None,
-    ) -> None:
-        self.feed = feed
-        self.cursor = cursor
-        self.capacity = capacity
-        self.filter = event_filter
-        self.live = False
-        self._pending: deque[list[Event]] = deque()
-        self._count = 0
-        self._wakeup = asyncio.Event()
-        #: Set when the client fell too far behind the live stream.
-        self.overflowed = asyncio.Event()
-        #: Id of the last event handed to the transport.
-        self.last_sent: str | None = None
-
-    def offer(self, events: list[Event]) -> None:
-        """Called by the feed for each new batch while the client is live."""
-        if events[0].key <= self.cursor:  # only when a client resumed from a future id
-            events = [e for e in events if e.key > self.cursor]
-            if not events:
-                return
-        if self._count and self._count + len(events) > self.capacity:
-            self.feed.unfollow(self)
-            self.overflowed.set()
-            self._wakeup.set()
-            return
-        self._pending.append(events)
-        self._count += len(events)
-        self.cursor = events[-1].key
-        self._wakeup.set()
-
-    async def next(self, timeout: float) -> list[Event] | None:
-        """The next events, or ``None`` when ``timeout`` passes first (heartbeat time).
-
-        With a filter, a batch may come back empty: everything in it was filtered out.
-        """
-        events = await self._next(timeout)
-        if events and self.filter is not None:
-            accepts = self.filter.accepts
-            return [e for e in events if accepts(e.fields)]
-        return events
-
-    def message(self, events: list[Event]) -> bytes:
-        """The WebSocket message for ``events``: shared by every unfiltered client."""
-        if self.filter is None:
-            return self.feed.ws_message(events)
-        return b"[" + b",".join(e.json(self.feed.topic) for e in events) + b"]"
-
-    async def _next(self, timeout: float) -> list[Event] | None:
-        if not self.live:
-            if self.cursor < self.feed.last_key:
-                events = await self.feed.read_after(
-                    self.cursor, min(_READ_BATCH, self.capacity), timeout=timeout
-                )
-                if events:
-                    self.cursor = events[-1].key
-                    return events
-            if self.cursor >= self.feed.last_key:  # caught up: no await since the check
-                self.live = True
-                self.feed.follow(self)
-        if not self._pending:
-            self._wakeup.clear()
-            try:
-                await asyncio.wait_for(self._wakeup.wait(), timeout)
-            except TimeoutError:
-                return None
-            if not self._pending:
-                return None
-        if len(self._pending) == 1:
-            events = self._pending.popleft()
-        else:
-            events = [e for batch in self._pending for e in batch]
-            self._pending.clear()
-        self._count -= len(events)
-        return events
-
-    def close(self) -> None:
-        if self.live:
-            self.feed.unfollow(self)
-
-    def resume_hint(self) -> str:
-        return self.last_sent or "the id of the last event you received"
+from .topics import check_name
+from .web_state import FEEDS, SETTINGS, STORE, URLS
 
 
 async def _until_overflow_or_done(pump: ClientStream, *tasks: asyncio.Task[None]) -> bool:
@@ -162,19 +59,19 @@ async def check_no_gap(request: web.Request, topic: str, since: str) -> None:
         return
     trimmed = await request.app[STORE].trimmed_through(topic)
     if trimmed is not None and key < parse_id(trimmed):
-        base = request.app[SETTINGS].public_url
+        resourcelist = request.app[URLS].resourcelist(topic)
         raise Gone(
             f"events after {since} are no longer retained (trimmed through {trimmed}); "
-            f"re-baseline from {base}/topics/{topic}/resourcelist.xml and resume from its "
-            "position, or pass since=0 for what is retained",
+            f"re-baseline from {resourcelist} and resume from its position, or pass since=0 "
+            "for what is retained",
             trimmed_through=trimmed,
-            resourcelist=f"{base}/topics/{topic}/resourcelist.xml",
+            resourcelist=resourcelist,
         )
 
 
 @contextlib.asynccontextmanager
 async def _following(request: web.Request) -> AsyncIterator[tuple[str, ClientStream]]:
-    topic = topics.check_name(request.match_info["name"])
+    topic = check_name(request.match_info["name"])
     since = _since(request)
     if since:
         await check_no_gap(request, topic, since.strip())  # 400/410 before any upgrade
@@ -271,8 +168,3 @@ async def server_sent_events(request: web.Request) -> web.StreamResponse:
                 if request.transport is not None:
                     request.transport.abort()
     return resp
-
-
-def setup(app: web.Application) -> None:
-    app.router.add_get("/topics/{name}/ws", websocket)
-    app.router.add_get("/topics/{name}/events", server_sent_events)

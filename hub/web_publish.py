@@ -12,17 +12,10 @@ import hashlib
 import orjson
 from aiohttp import web
 
-from resourcesync import ChangeList, ChangeListNotification, parse
-
-from . import topics
-from .auth import PublisherAuth
-from .events import change_from_entry
+from .events import changes_from_document
 from .exceptions import BadRequest, UnsupportedMediaType
-from .links import parse_link_header
-from .state import SETTINGS, STORE
-from .store import Change
-
-AUTH = web.AppKey("auth", PublisherAuth)
+from .topics import check_name, parse_link_header
+from .web_state import AUTH, SETTINGS, STORE, URLS
 
 _XML_TYPES = {"application/xml", "text/xml", "application/octet-stream", ""}
 _MAX_IDEMPOTENCY_KEY = 200
@@ -47,19 +40,9 @@ def _idempotency_key(request: web.Request) -> str | None:
     return key
 
 
-def changes_from_document(body: bytes, max_bytes: int) -> list[Change]:
-    """The changes of a ``changelist-notification`` (or Change List) body; 4xx otherwise."""
-    if not body:
-        raise BadRequest("empty body: expected a changelist-notification XML document")
-    doc = parse(body, max_bytes=max_bytes)
-    if not isinstance(doc, ChangeListNotification | ChangeList) or doc.is_index:
-        raise BadRequest(
-            "expected a changelist-notification (or Change List) document, "
-            f"got {doc.capability!s}" + (" index" if doc.is_index else "")
-        )
-    if not doc.entries:
-        raise BadRequest("the notification carries no changes")
-    return [change_from_entry(entry, i) for i, entry in enumerate(doc.entries)]
+def accepted(answer: dict[str, object]) -> web.Response:
+    """The 202 every publish (and publish ping) answers with."""
+    return web.Response(body=orjson.dumps(answer), status=202, content_type="application/json")
 
 
 async def publish(request: web.Request, topic: str) -> web.Response:
@@ -74,17 +57,18 @@ async def publish(request: web.Request, topic: str) -> web.Response:
     stored = await request.app[STORE].append(
         topic, changes, digest=digest, idempotency_key=idempotency_key
     )
-    answer = {
-        "topic": topic,
-        "accepted": len(stored.ids),
-        "ids": stored.ids,
-        "replayed": stored.replayed,
-    }
-    return web.Response(body=orjson.dumps(answer), status=202, content_type="application/json")
+    return accepted(
+        {
+            "topic": topic,
+            "accepted": len(stored.ids),
+            "ids": stored.ids,
+            "replayed": stored.replayed,
+        }
+    )
 
 
 async def publish_to_named_topic(request: web.Request) -> web.Response:
-    return await publish(request, topics.check_name(request.match_info["name"]))
+    return await publish(request, check_name(request.match_info["name"]))
 
 
 async def publish_to_self_link(request: web.Request) -> web.Response:
@@ -93,5 +77,4 @@ async def publish_to_self_link(request: web.Request) -> web.Response:
     self_url = links.get("self")
     if not self_url:
         raise BadRequest('publishing to the hub URL needs a Link: <topic-url>; rel="self" header')
-    name = topics.name_from_url(request.app[SETTINGS].public_url, self_url)
-    return await publish(request, name)
+    return await publish(request, request.app[URLS].name_from_url(self_url))

@@ -1,0 +1,43 @@
+"""The hub's Lua scripts, kept as ``.lua`` files beside this module and loaded one way.
+
+Each script runs atomically inside Redis, which is what makes a publish all-or-none and lets
+several hub processes agree on Change List page boundaries. ``$NAME`` placeholders are hash
+field names from :data:`hub.keys.SCRIPT_NAMES`, so Python and Lua spell each name once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from .. import keys
+
+_PLACEHOLDER = re.compile(r"\$([A-Z_]+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    name: str
+    source: str
+
+    @property
+    def sha(self) -> str:
+        return hashlib.sha1(self.source.encode(), usedforsecurity=False).hexdigest()
+
+
+def _fill(match: re.Match[str]) -> str:
+    return keys.SCRIPT_NAMES[match.group(1)]
+
+
+@cache
+def load(name: str) -> Script:
+    """The script ``name``.lua with its placeholders filled in."""
+    text = resources.files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    return Script(name, _PLACEHOLDER.sub(_fill, text))
+
+
+APPEND = load("append")
+ADVANCE_PAGES = load("advance_pages")

@@ -1,0 +1,163 @@
+"""Resource List snapshots (Z39.99 §10): every URI's latest state, read from the fold.
+
+The fold itself is kept by the publish script (:mod:`hub.store`): hash
+``keys.resources(topic)``, ``loc -> "<event-id> <event-json>"``, deleted locs removed. Here
+it is read two ways:
+
+- Up to ``page_entries`` URIs: :meth:`ResourceSnapshots.exact` reads it with ``HGETALL`` in
+  the same ``MULTI`` as a Redis ``TIME``, so it is an exact snapshot: ``at`` = ``completed``
+  = that time. Every change not in it has a later receipt time (event ids follow the Redis
+  clock), so a Destination that baselines from it then applies the Change List entries with
+  ``datetime >= at`` misses nothing.
+- Beyond that: pages of one snapshot built with ``HSCAN`` (not atomic: ``at`` is when the
+  scan began and ``completed`` when it ended, as §10.1 allows). The pages are rendered once,
+  kept in Redis for ``ttl_seconds`` and served as immutable; a snapshot is reused for
+  ``reuse_seconds`` while the topic changes, and for as long as it does not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+from . import keys, rendering
+from .events import decode
+from .topics import HubUrls
+
+
+@dataclass(frozen=True, slots=True)
+class Exact:
+    """A whole Resource List read at one instant."""
+
+    at_ms: int
+    #: The stored JSON of each resource's latest change, in ``loc`` order.
+    values: list[bytes]
+    last_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A paged Resource List: ``pages`` rendered pages kept in Redis."""
+
+    id: str
+    at_ms: int
+    completed_ms: int
+    pages: int
+    last_id: str
+
+
+def _ms(t: list[int] | tuple[int, int]) -> int:
+    return int(t[0]) * 1000 + int(t[1]) // 1000
+
+
+def entries(values: list[bytes]) -> Iterator[str]:
+    """Resource List ``<url>`` elements for fold values (``"<event-id> <event-json>"``)."""
+    for value in values:
+        _, _, stored = value.partition(b" ")
+        yield rendering.resource_entry(decode(stored))
+
+
+class ResourceSnapshots:
+    def __init__(
+        self, redis: Redis, *, page_entries: int, reuse_seconds: int, ttl_seconds: int
+    ) -> None:
+        self.redis = redis
+        self.page_entries = page_entries
+        self.reuse_seconds = reuse_seconds
+        self.ttl_seconds = ttl_seconds
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def exact(self, topic: str) -> Exact | None:
+        """The whole Resource List at one instant, or ``None`` when it needs pages."""
+        if await self.redis.hlen(keys.resources(topic)) > self.page_entries:
+            return None
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.time()
+            pipe.hgetall(keys.resources(topic))
+            pipe.hget(keys.topic_meta(topic), keys.LAST_ID)
+            now, fold, last_id = await pipe.execute()
+        if len(fold) > self.page_entries:
+            return None
+        values = [fold[loc] for loc in sorted(fold)]
+        return Exact(_ms(now), values, keys.optional_text(last_id))
+
+    async def current(self, topic: str, urls: HubUrls) -> Snapshot:
+        """A fresh enough paged snapshot of ``topic``, taken now if needed."""
+        lock = self._locks.setdefault(topic, asyncio.Lock())
+        async with lock:
+            raw = await self.redis.hgetall(keys.resourcelist_snapshot(topic))
+            snap = {keys.text(k): keys.text(v) for k, v in raw.items()}
+            if snap:
+                now = _ms(await self.redis.time())
+                last_id = await self.redis.hget(keys.topic_meta(topic), keys.LAST_ID)
+                fresh = now - int(snap[keys.SNAP_AT]) < self.reuse_seconds * 1000
+                unchanged = last_id is not None and keys.text(last_id) == snap[keys.SNAP_LAST_ID]
+                alive = await self.redis.exists(
+                    keys.resourcelist_page(topic, snap[keys.SNAP_ID], 0)
+                )
+                if alive and (fresh or unchanged):
+                    return Snapshot(
+                        snap[keys.SNAP_ID],
+                        int(snap[keys.SNAP_AT]),
+                        int(snap[keys.SNAP_COMPLETED]),
+                        int(snap[keys.SNAP_PAGES]),
+                        snap[keys.SNAP_LAST_ID],
+                    )
+            return await self._take(topic, urls)
+
+    async def _take(self, topic: str, urls: HubUrls) -> Snapshot:
+        """Scan the fold into rendered pages stored in Redis; record the snapshot."""
+        at_ms = _ms(await self.redis.time())
+        last_id = keys.optional_text(await self.redis.hget(keys.topic_meta(topic), keys.LAST_ID))
+        snap_id = str(at_ms)
+        seen: set[bytes] = set()
+        batch: list[bytes] = []
+        k = 0
+
+        async def flush() -> None:
+            nonlocal k, batch
+            head = rendering.URLSET_OPEN + rendering.root(
+                "resourcelist",
+                [("up", urls.capabilitylist(topic)), ("index", urls.resourcelist(topic))],
+                at=at_ms,
+            )
+            body = b"".join(rendering.chunked([head, *entries(batch), rendering.URLSET_CLOSE]))
+            await self.redis.set(
+                keys.resourcelist_page(topic, snap_id, k), body, ex=self.ttl_seconds
+            )
+            k, batch = k + 1, []
+
+        async for loc, value in self.redis.hscan_iter(keys.resources(topic), count=5000):
+            digest = hashlib.blake2b(loc, digest_size=12).digest()
+            if digest in seen:  # HSCAN may return an entry twice while the hash is rehashed
+                continue
+            seen.add(digest)
+            batch.append(value)
+            if len(batch) >= self.page_entries:
+                await flush()
+        if batch or k == 0:
+            await flush()
+        completed_ms = max(_ms(await self.redis.time()), at_ms)
+        snapshot = Snapshot(snap_id, at_ms, completed_ms, k, last_id or "")
+        record: dict[Any, Any] = {
+            keys.SNAP_ID: snapshot.id,
+            keys.SNAP_AT: str(snapshot.at_ms),
+            keys.SNAP_COMPLETED: str(snapshot.completed_ms),
+            keys.SNAP_PAGES: str(snapshot.pages),
+            keys.SNAP_LAST_ID: snapshot.last_id,
+        }
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(keys.resourcelist_snapshot(topic), mapping=record)
+            pipe.expire(keys.resourcelist_snapshot(topic), self.ttl_seconds)
+            await pipe.execute()
+        return snapshot
+
+    async def page(self, topic: str, snapshot: str, k: int) -> bytes | None:
+        """One rendered page of a snapshot, or ``None`` once it expired."""
+        body = await self.redis.get(keys.resourcelist_page(topic, snapshot, k))
+        return keys.as_bytes(body) if body is not None else None

@@ -1,0 +1,234 @@
+"""The hub's aiohttp application: the one owner of its lifecycle, routes and error mapping.
+
+:func:`create_app` is the only place where long-lived resources are made and closed (one
+``cleanup_ctx``), where background tasks start and stop (:class:`Periodic`, stopped one
+way), where routes are added (one table), and where exceptions become HTTP responses
+(:func:`error_middleware`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from aiohttp import web
+
+from resourcesync import DocumentError
+
+from . import web_admin, web_documents, web_publish, web_streams, web_websub
+from .auth import PublisherAuth
+from .connection import Connections, StoreError
+from .delivery import DeliveryService
+from .exceptions import RequestError
+from .feed import FeedHub
+from .pages import PageChain
+from .settings import Settings
+from .snapshots import ResourceSnapshots
+from .store import EventStore, Retention
+from .subscriptions import SubscriptionStore
+from .topics import WELL_KNOWN, HubUrls
+from .web_cache import ByteCache
+from .web_client import HttpClient
+from .web_state import (
+    AUTH,
+    CLIENT,
+    CONNECTIONS,
+    DELIVERY,
+    DOC_CACHE,
+    FEEDS,
+    PAGES,
+    REDIS_URL,
+    SETTINGS,
+    SNAPSHOTS,
+    STORE,
+    SUBSCRIPTIONS,
+    URLS,
+)
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+
+def error_response(status: int, message: str, **detail: object) -> web.Response:
+    body: dict[str, object] = {"error": message, "status": status}
+    body.update({k: v for k, v in detail.items() if v is not None})
+    return web.json_response(body, status=status)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The one place where exceptions become HTTP responses."""
+    try:
+        return await handler(request)
+    except RequestError as exc:
+        return error_response(exc.http_status, exc.message, **exc.detail)
+    except DocumentError as exc:
+        detail = {
+            "rule": getattr(exc, "rule", None),
+            "document": getattr(exc, "document", None),
+            "index": getattr(exc, "index", None),
+        }
+        return error_response(getattr(exc, "http_status", 400), str(exc), **detail)
+    except StoreError as exc:
+        log.warning("storage error on %s %s: %s", request.method, request.path, exc)
+        return error_response(
+            503,
+            f"storage unavailable ({exc}); a publish may or may not have been stored: "
+            "retry it with the same Idempotency-Key",
+        )
+    except web.HTTPException as exc:
+        if exc.status >= 400 and exc.content_type != "application/json":
+            return error_response(exc.status, exc.reason if not exc.text else exc.text)
+        raise
+
+
+# -- background tasks -----------------------------------------------------------------------
+
+
+class Periodic:
+    """Background loops that run every ``interval`` seconds until the app stops.
+
+    Stopped by an event, not by ``cancel()`` alone: a cancellation landing inside a Redis
+    call can be swallowed by the client. Whatever does not stop in time is cancelled and
+    left behind with a warning, so shutdown never hangs.
+    """
+
+    def __init__(self) -> None:
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def every(self, interval: float, name: str, step: Callable[[], Awaitable[None]]) -> None:
+        self._tasks.append(asyncio.create_task(self._loop(interval, name, step), name=name))
+
+    async def _loop(self, interval: float, name: str, step: Callable[[], Awaitable[None]]) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), interval)
+            if self._stop.is_set():
+                return
+            try:
+                await step()
+            except StoreError as exc:  # Redis away for a moment: try again next round
+                log.warning("%s failed: %s", name, exc)
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if not self._tasks:
+            return
+        _, stuck = await asyncio.wait(self._tasks, timeout=timeout)
+        for task in stuck:
+            log.warning("background task %s did not stop in time; cancelling", task.get_name())
+            task.cancel()
+
+
+async def _sweep_retention(store: EventStore) -> None:
+    for topic in await store.topics():
+        await store.trim(topic)
+
+
+async def _scan_pages(store: EventStore, chain: PageChain) -> None:
+    """Advance every topic's page chain, so boundaries are recorded before retention trims."""
+    for topic in await store.topics():
+        await chain.advance(topic)
+
+
+# -- lifecycle ------------------------------------------------------------------------------
+
+
+async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
+    """Open every long-lived resource in dependency order; close them in reverse."""
+    settings = app[SETTINGS]
+    connections = app[CONNECTIONS] = Connections(app[REDIS_URL])
+    store = EventStore(
+        connections.main,
+        blocking=connections.blocking,
+        retention=Retention(
+            settings.retention_seconds,
+            settings.retention_max_events,
+            settings.topic_retention_seconds,
+            settings.topic_retention_max_events,
+        ),
+        idempotency_seconds=settings.idempotency_seconds,
+    )
+    subscriptions = SubscriptionStore(connections.main)
+    pages = PageChain(
+        store.scripts,
+        window_seconds=settings.changelist_page_seconds,
+        max_entries=settings.changelist_page_entries,
+    )
+    client = HttpClient(settings)
+    feeds = FeedHub(store)
+    delivery = DeliveryService(settings, client, subscriptions, feeds, store.last_id)
+    app[STORE], app[SUBSCRIPTIONS], app[PAGES] = store, subscriptions, pages
+    app[SNAPSHOTS] = ResourceSnapshots(
+        connections.main,
+        page_entries=settings.resourcelist_page_entries,
+        reuse_seconds=settings.resourcelist_snapshot_seconds,
+        ttl_seconds=settings.resourcelist_snapshot_ttl_seconds,
+    )
+    app[DOC_CACHE] = ByteCache(settings.document_cache_bytes)
+    app[CLIENT], app[FEEDS], app[DELIVERY] = client, feeds, delivery
+
+    background = Periodic()
+    background.every(settings.retention_sweep_seconds, "retention", lambda: _sweep_retention(store))
+    if settings.changelist_scan_seconds:
+        background.every(
+            settings.changelist_scan_seconds, "page-scan", lambda: _scan_pages(store, pages)
+        )
+    await delivery.start()
+    try:
+        yield
+    finally:
+        await background.stop()
+        await delivery.close()
+        await feeds.close()
+        await client.close()
+        await store.close()
+        await connections.close()
+
+
+def create_app(settings: Settings, redis_url: str) -> web.Application:
+    """Build the hub for ``settings`` on the Redis at ``redis_url``."""
+    app = web.Application(middlewares=[error_middleware], client_max_size=settings.max_body_bytes)
+    app[SETTINGS] = settings
+    app[URLS] = HubUrls(settings.public_url)
+    app[AUTH] = PublisherAuth(settings)
+    app[REDIS_URL] = redis_url
+    app.cleanup_ctx.append(_lifecycle)
+
+    # The hot routes first: aiohttp tries dynamic resources in registration order.
+    post, get = app.router.add_post, app.router.add_get
+    post("/topics/{name}", web_publish.publish_to_named_topic)
+    post("/", web_websub.hub_endpoint)
+    get("/healthz", web_admin.healthz)
+    get("/topics/{name}/ws", web_streams.websocket)
+    get("/topics/{name}/events", web_streams.server_sent_events)
+    get(WELL_KNOWN, web_documents.source_description)
+    get("/topics/{name}", web_documents.topic_uri)
+    get("/topics/{name}/capabilitylist.xml", web_documents.capability_list)
+    get("/topics/{name}/changelist.xml", web_documents.changelist_index)
+    get(r"/topics/{name}/changelist/{page:[^/]+}.xml", web_documents.changelist_page)
+    get("/topics/{name}/resourcelist.xml", web_documents.resource_list)
+    get(r"/topics/{name}/resourcelist/{page:[^/]+}.xml", web_documents.resource_list_page)
+    get("/topics/{name}/subscriptions", web_admin.subscriptions)
+    get("/metrics", web_admin.metrics)
+    return app
+
+
+def run(settings: Settings, redis_url: str) -> None:
+    """Serve the hub until SIGINT/SIGTERM (``rshub serve``)."""
+    web.run_app(
+        create_app(settings, redis_url),
+        host=settings.host,
+        port=settings.port,
+        print=None,
+        access_log=None,
+        handle_signals=True,
+        shutdown_timeout=5.0,
+    )

@@ -1,0 +1,102 @@
+"""The hub's outgoing HTTP on aiohttp: WebSub verification, deliveries and ping fetches.
+
+Never follows redirects (a redirect could lead anywhere, past the address checks), bounds
+every request in time, and reads at most the bytes asked for. Failures before an HTTP answer
+become :class:`CallbackFailed`, the one error :mod:`hub.delivery` handles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from .addresses import is_public
+from .delivery import Answer
+from .exceptions import BadGateway, BadRequest, CallbackFailed, PayloadTooLarge
+from .settings import Settings
+
+
+class HttpClient:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        connector = aiohttp.TCPConnector(limit=settings.delivery_concurrency, limit_per_host=0)
+        self.session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=settings.delivery_timeout),
+            auto_decompress=False,
+        )
+        self._delivery_timeout = aiohttp.ClientTimeout(total=settings.delivery_timeout)
+        self._verify_timeout = aiohttp.ClientTimeout(total=settings.verify_timeout)
+
+    async def close(self) -> None:
+        await self.session.close()
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Answer:
+        try:
+            async with self.session.post(
+                url,
+                data=body,
+                headers=headers,
+                allow_redirects=False,
+                timeout=self._delivery_timeout,
+            ) as resp:
+                return Answer(resp.status, dict(resp.headers))
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise CallbackFailed(f"{type(exc).__name__}: {exc}") from None
+
+    async def get(self, url: str, limit: int) -> Answer:
+        try:
+            async with self.session.get(
+                url, allow_redirects=False, timeout=self._verify_timeout
+            ) as resp:
+                return Answer(resp.status, dict(resp.headers), await resp.content.read(limit))
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise CallbackFailed(f"{type(exc).__name__}: {exc}") from None
+
+    async def fetch_document(self, url: str) -> bytes:
+        """GET a pinged topic URL: 200 and at most ``max_body_bytes``, or 502/413."""
+        limit = self.settings.max_body_bytes
+        try:
+            async with self.session.get(
+                url,
+                allow_redirects=False,
+                timeout=self._verify_timeout,
+                headers={"Accept": "application/xml"},
+            ) as resp:
+                if resp.status != 200:
+                    raise BadGateway(f"fetching {url} for the publish ping gave HTTP {resp.status}")
+                body = await resp.content.read(limit + 1)
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise BadGateway(f"fetching {url} for the publish ping failed: {exc!r}") from None
+        if len(body) > limit:
+            raise PayloadTooLarge(f"{url} is larger than the {limit}-byte publish limit")
+        return body
+
+    async def check_address(self, url: str, *, what: str = "hub.callback") -> None:
+        """400 unless ``url``'s host resolves only to addresses the hub may call.
+
+        ``what`` names the URL in the error (the hub also fetches publish-ping URLs).
+        """
+        if self.settings.private_callbacks_allowed:
+            return
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await asyncio.wait_for(
+                loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), 5.0
+            )
+        except (OSError, TimeoutError) as exc:
+            raise BadRequest(f"{what} host {host!r} does not resolve: {exc}") from None
+        for info in infos:
+            address = str(info[4][0])
+            if not is_public(address):
+                raise BadRequest(
+                    f"{what} {host!r} resolves to non-public address {address}; private "
+                    "addresses are not allowed on this hub (RSHUB_ALLOW_PRIVATE_CALLBACKS)"
+                )
