@@ -33,12 +33,11 @@ from lxml import etree
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hub import keys
-from hub.app import create_app
-from hub.changelists import DOC_CACHE
 from hub.embedded_redis import EmbeddedRedis
 from hub.rendering import RSHUB_NS, w3c_ms
 from hub.settings import Settings
-from hub.state import REDIS
+from hub.web_app import create_app
+from hub.web_state import CONNECTIONS, DOC_CACHE
 from resourcesync import parse
 from tests.support import changes, free_port, notification
 
@@ -119,7 +118,7 @@ async def main(rounds: int) -> None:
                     (await timed_get(session, url, **{"Accept-Encoding": "gzip"}))[0]
                     for _ in range(rounds)
                 ]
-            rows = await app[REDIS].xrange(keys.events("b"), "-", "+", count=N)
+            rows = await app[CONNECTIONS].main.xrange(keys.events("b"), "-", "+", count=N)
             lx: list[float] = []
             for _ in range(rounds):
                 start = time.perf_counter()

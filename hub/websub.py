@@ -161,8 +161,8 @@ def signature(secret: str, body: bytes) -> str:
 
 def backoff(failures: int, base: float, cap: float, rng: random.Random | None = None) -> float:
     """Exponential back-off with "equal jitter": between half and all of base*2^(n-1)."""
-    delay = min(cap, base * (2 ** max(0, failures - 1)))
-    return delay / 2 + float((rng or random).uniform(0, delay / 2))
+    delay = min(cap, base * 2.0 ** max(0, failures - 1))
+    return delay / 2 + (rng or random).uniform(0, delay / 2)
 
 
 def retry_after(value: str | None) -> float | None:

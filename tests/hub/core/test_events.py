@@ -1,0 +1,143 @@
+"""hub.events: ids, stored changes, documents to changes, and stream filters."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from hub.events import (
+    Event,
+    EventFilter,
+    change_from_entry,
+    changes_from_document,
+    decode,
+    format_id,
+    id_ms,
+    parse_id,
+    with_id,
+)
+from hub.exceptions import BadRequest
+from resourcesync import DocumentError, parse
+
+NS = (
+    'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
+    'xmlns:rs="http://www.openarchives.org/rs/terms/"'
+)
+
+
+def notification(*urls: str, capability: str = "changelist-notification") -> bytes:
+    times = ' from="2026-11-22T09:00:00Z"' if capability == "changelist" else ""
+    body = f'<urlset {NS}><rs:md capability="{capability}"{times}/>' + "".join(urls) + "</urlset>"
+    return body.encode()
+
+
+def url(loc: str, change: str = "updated", extra: str = "") -> str:
+    return (
+        f"<url><loc>{loc}</loc><lastmod>2026-11-22T10:00:00.5Z</lastmod>"
+        f'<rs:md change="{change}"{extra}/></url>'
+    )
+
+
+def test_ids_parse_compare_and_format() -> None:
+    assert parse_id("1700000000000-3") == (1700000000000, 3)
+    assert parse_id("5") == (5, 0)
+    assert parse_id("1-2") < parse_id("1-10") < parse_id("2-0")
+    assert format_id((12, 34)) == "12-34"
+    assert id_ms("1700000000123-9") == 1700000000123
+
+
+@pytest.mark.parametrize("bad", ["", "abc", "1-", "-1", "1-2-3", "1" * 21, " 1-2"])
+def test_bad_ids_are_400(bad: str) -> None:
+    with pytest.raises(BadRequest, match="invalid event id"):
+        parse_id(bad)
+
+
+def test_client_json_splices_id_and_topic_without_reencoding() -> None:
+    stored = orjson.dumps({"loc": "http://x/a", "change": "created"})
+    out = orjson.loads(with_id("1-0", "news", stored))
+    assert out == {"id": "1-0", "topic": "news", "loc": "http://x/a", "change": "created"}
+    event = Event("1-0", stored)
+    assert event.json("news") is event.json("news")  # computed once
+    assert event.fields == decode(stored)
+    calls: list[str] = []
+
+    def render(e: Event) -> bytes:
+        calls.append(e.id)
+        return b"<x/>"
+
+    assert event.xml(render) == event.xml(render) == b"<x/>"
+    assert calls == ["1-0"]
+
+
+def test_change_from_entry_keeps_every_published_field() -> None:
+    body = notification(
+        url(
+            "http://x/a?b=1&amp;c=2",
+            "created",
+            ' hash="md5:1e0d5cb8ef6ba40c99b14c0237be735e" length="12" type="text/plain"',
+        )
+    )
+    doc = parse(body)
+    change = change_from_entry(doc.entries[0], 0)
+    assert change.loc == "http://x/a?b=1&c=2"
+    assert change.change == "created"
+    assert decode(change.event) == {
+        "loc": "http://x/a?b=1&c=2",
+        "lastmod": "2026-11-22T10:00:00.5Z",
+        "change": "created",
+        "hash": "md5:1e0d5cb8ef6ba40c99b14c0237be735e",
+        "length": 12,
+        "type": "text/plain",
+    }
+
+
+def test_changes_from_document_accepts_notifications_and_change_lists() -> None:
+    two = [url("http://x/1"), url("http://x/2", "deleted")]
+    assert [c.loc for c in changes_from_document(notification(*two), 10_000)] == [
+        "http://x/1",
+        "http://x/2",
+    ]
+    as_changelist = notification(*two, capability="changelist")
+    assert [c.change for c in changes_from_document(as_changelist, 10_000)] == [
+        "updated",
+        "deleted",
+    ]
+
+
+def test_changes_from_document_refuses_what_is_not_a_notification() -> None:
+    with pytest.raises(BadRequest, match="empty body"):
+        changes_from_document(b"", 10_000)
+    with pytest.raises(BadRequest, match="got resourcelist"):
+        changes_from_document(
+            f'<urlset {NS}><rs:md capability="resourcelist" at="2026-01-01T00:00:00Z"/>'
+            "</urlset>".encode(),
+            10_000,
+        )
+    with pytest.raises(BadRequest, match="carries no changes"):
+        changes_from_document(notification(), 10_000)
+    with pytest.raises(DocumentError):
+        changes_from_document(b"<not xml", 10_000)
+
+
+def test_filter_from_query() -> None:
+    assert EventFilter.from_query({}, []) is None
+    f = EventFilter.from_query({"change": "created, deleted"}, ["http://x/a"])
+    assert f == EventFilter(frozenset({"created", "deleted"}), ("http://x/a",))
+    assert f.accepts({"change": "created", "loc": "http://x/a/1"})
+    assert not f.accepts({"change": "updated", "loc": "http://x/a/1"})
+    assert not f.accepts({"change": "created", "loc": "http://y/"})
+    only_prefix = EventFilter.from_query({}, ["http://x/", "http://y/"])
+    assert only_prefix is not None and only_prefix.accepts(
+        {"change": "updated", "loc": "http://y/1"}
+    )
+
+
+@pytest.mark.parametrize("value", ["", "moved", "created,nope", ","])
+def test_bad_change_filters_are_400(value: str) -> None:
+    with pytest.raises(BadRequest, match="change filter"):
+        EventFilter.from_query({"change": value}, [])
+
+
+def test_too_many_prefixes_is_400() -> None:
+    with pytest.raises(BadRequest, match="at most 32"):
+        EventFilter.from_query({}, [f"http://x/{i}" for i in range(33)])
