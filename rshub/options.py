@@ -14,7 +14,7 @@ def env_default(name: str, default: str | None = None) -> str | None:
 
 
 def add_client_options(parser: argparse.ArgumentParser, *, topic_required: bool = True) -> None:
-    """``--hub``, ``--topic`` and ``--token``, as DESIGN.md fixes them."""
+    """``--hub``, ``--topic`` and ``--token``, shared by every client command."""
     parser.add_argument(
         "--hub",
         default=env_default("hub", DEFAULT_HUB),

@@ -137,7 +137,7 @@ def _normal(value: str) -> str:
 def event_order(event_id: str) -> tuple[int, int] | None:
     """Sort key of a hub event id (``<ms>-<seq>``), ``None`` if it has another shape.
 
-    DESIGN.md calls ids opaque but strictly increasing per topic; this reads the Redis
+    The hub documents ids as opaque but strictly increasing per topic; this reads the Redis
     stream id form so that "already seen" is a comparison instead of an unbounded set.
     """
     ms, sep, seq = event_id.partition("-")
