@@ -188,6 +188,11 @@ class EmbeddedRedis:
         return proc.pid if proc else None
 
     @property
+    def supervised(self) -> bool:
+        """True while ``supervise()`` is watching the server."""
+        return self._loop is not None
+
+    @property
     def status(self) -> RedisStatus:
         code = self._last_exit_status
         return RedisStatus(
@@ -312,7 +317,7 @@ class EmbeddedRedis:
     def _failure(self, proc: subprocess.Popen[bytes]) -> str:
         """Why ``proc`` did not come up: its stderr and the tail of its log."""
         err = ""
-        if proc.poll() is not None and proc.stderr:
+        if proc.poll() is not None and proc.stderr and not proc.stderr.closed:
             err = proc.stderr.read().decode(errors="replace")
         log_file = self.data_dir / "redis.log"
         tail = log_file.read_text(errors="replace")[-500:] if log_file.exists() else ""
@@ -507,6 +512,8 @@ class EmbeddedRedis:
             if self._ended(stop):
                 return
             error = await self._respawn(binary, self.port, stop)
+            if self._ended(stop):
+                return
             if error is None:
                 self._restarts += 1
                 self._last_error = None
@@ -531,10 +538,11 @@ class EmbeddedRedis:
             if await _aping(port, 0.5):
                 return None
             await asyncio.sleep(0.02)
-        error = self._failure(proc)
         with self._mutex:
-            if self._proc is proc:
-                self._proc = None
+            if self._proc is not proc:  # stop() took it over and ends it
+                return "stopping"
+            self._proc = None
+        error = self._failure(proc)
         if proc.poll() is None:
             proc.kill()
             await asyncio.to_thread(proc.wait, 5)
