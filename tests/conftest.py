@@ -14,6 +14,7 @@ from aiohttp import web
 from hub.app import create_app
 from hub.embedded_redis import EmbeddedRedis
 from hub.settings import Settings
+from tests.redis_cluster import redis_cluster  # noqa: F401  (a session fixture)
 from tests.support import free_port
 
 
