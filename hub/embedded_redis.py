@@ -173,6 +173,7 @@ class EmbeddedRedis:
         self._last_exit_status: int | None = None
         self._last_error: str | None = None
         self._started_at = 0.0
+        self._quick_deaths = 0
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -497,10 +498,9 @@ class EmbeddedRedis:
         """Back off, respawn on the same port and data; repeat until it answers or stop."""
         assert self._wake is not None and self.port is not None
         first, most = self.restart_backoff
-        uptime = time.monotonic() - self._started_at
-        attempt = 0
-        if uptime < self.stable_after:  # crashing soon after a restart: keep backing off
-            attempt = min(self._restarts, 16)
+        if time.monotonic() - self._started_at >= self.stable_after:
+            self._quick_deaths = 0  # it had been fine: start the back-off over
+        attempt = self._quick_deaths  # dying again soon after a restart: keep backing off
         binary = find_redis_server()
         while not self._ended(stop):
             delay = min(first * 2**attempt, most)
@@ -515,6 +515,7 @@ class EmbeddedRedis:
             if self._ended(stop):
                 return
             if error is None:
+                self._quick_deaths = min(attempt + 1, 16)
                 self._restarts += 1
                 self._last_error = None
                 self._state = "running"
