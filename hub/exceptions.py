@@ -4,6 +4,8 @@
 
     HubError
     ├── EmbeddedRedisError          the embedded redis-server would not start
+    │   ├── DataDirLocked           another live process owns the data directory
+    │   └── DataDirUnusable         the data directory cannot be created or written
     ├── ConfigurationError          settings that cannot work (e.g. open bind without tokens)
     ├── CallbackFailed              a callback (or a pinged URL) could not be reached in time
     └── RequestError                the peer was wrong; carries ``http_status``
@@ -31,6 +33,31 @@ class HubError(Exception):
 
 class EmbeddedRedisError(HubError):
     """The embedded redis-server could not be started."""
+
+
+class DataDirLocked(EmbeddedRedisError):
+    """Another live process holds the data directory's lock: two servers must never share
+    one AOF. ``pid`` and ``port`` are the owner's, as it recorded them (``None`` if unknown)."""
+
+    def __init__(self, data_dir: str, pid: int | None, port: int | None) -> None:
+        owner = f"pid {pid}" if pid is not None else "another process"
+        where = f", its Redis on 127.0.0.1:{port}" if port is not None else ""
+        super().__init__(
+            f"data directory {data_dir} is in use by a running hub ({owner}{where}); "
+            "stop it or choose another data directory"
+        )
+        self.data_dir = data_dir
+        self.pid = pid
+        self.port = port
+
+
+class DataDirUnusable(EmbeddedRedisError):
+    """The data directory cannot hold Redis data; the message says what is wrong with it."""
+
+    def __init__(self, data_dir: str, problem: str) -> None:
+        super().__init__(f"data directory {data_dir} is unusable: {problem}")
+        self.data_dir = data_dir
+        self.problem = problem
 
 
 class ConfigurationError(HubError):

@@ -15,6 +15,7 @@ from hub.embedded_redis import EmbeddedRedis
 from hub.settings import Settings
 from hub.web_app import create_app
 from hub.web_state import CONNECTIONS
+from tests.redis_cluster import redis_cluster  # noqa: F401  (a session fixture)
 from tests.support import free_port
 
 
