@@ -92,7 +92,7 @@ def run_serve(args: argparse.Namespace) -> int:
             )
         tune_gc(settings.gc_young_threshold)
         log.info("rshub hub at %s", settings.public_url)
-        web_app.run(settings, redis_url)
+        web_app.run(settings, redis_url, embedded)
     except HubError as exc:
         print(f"rshub serve: {exc}", file=sys.stderr)
         return 1

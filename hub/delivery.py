@@ -1,14 +1,16 @@
-"""WebSub content distribution: one :class:`DeliveryWorker` per verified subscription.
+"""WebSub content distribution: one :class:`DeliveryWorker` per owned subscription.
 
 Contract (WebSub §7, plus rshub's guarantees): **at-least-once, in event-id order per
-subscription**. A worker reads the events after its cursor (shared in-memory tail, Redis
-for older ones), POSTs them as one ``changelist-notification`` (bounded count and bytes),
-and advances the cursor only after a 2xx (written to Redis within 50 ms, coalesced).
-Failures are retried with exponential back-off and jitter (``Retry-After`` honoured,
-capped); ``410 Gone`` ends the subscription; after ``suspend_after_failures`` consecutive
-failures the subscription is marked suspended and probed at the longest back-off until its
-callback recovers. Each worker has exactly one
-request in flight, so a slow or dead callback delays nobody else.
+subscription**, each subscription delivered by one process at a time (:mod:`hub.ownership`).
+A worker reads the events after its cursor (shared in-memory tail, Redis for older ones),
+POSTs them as one ``changelist-notification`` (bounded count and bytes), and advances the
+cursor only after a 2xx (a fenced write within 50 ms, coalesced). Failures are retried with
+exponential back-off and jitter (``Retry-After`` honoured, capped); the failure count, state
+and next retry time are saved with the subscription, so a new owner continues the back-off.
+``410 Gone`` ends the subscription; after ``suspend_after_failures`` consecutive failures
+it is marked suspended and probed at the longest back-off until its callback recovers. Each
+worker has exactly one request in flight, so a slow or dead callback delays nobody else, and
+it sends nothing while its lease is not known to be valid.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from . import rendering, websub
 from .events import Event, parse_id
 from .exceptions import CallbackFailed
 from .feed import FeedHub
+from .ownership import Lease
+from .placement import SubscriptionKey
 from .settings import Settings
 from .subscriptions import CursorWriter, State, Subscription, SubscriptionStore
 from .tasks import cancel_and_wait
@@ -63,11 +67,17 @@ class _Gone(Exception):
     """The subscription ended (410, expiry or unsubscription) while delivering."""
 
 
+class _Lost(Exception):
+    """This process no longer holds the subscription's lease."""
+
+
 class DeliveryWorker:
     def __init__(
         self,
         sub: Subscription,
+        lease: Lease,
         *,
+        node: str,
         settings: Settings,
         client: CallbackClient,
         store: SubscriptionStore,
@@ -75,6 +85,8 @@ class DeliveryWorker:
         cursors: CursorWriter,
     ) -> None:
         self.sub = sub
+        self.lease = lease
+        self.node = node
         self.settings = settings
         self.urls = HubUrls(settings.public_url)
         self.client = client
@@ -83,6 +95,8 @@ class DeliveryWorker:
         self.cursors = cursors
         self.task: asyncio.Task[None] | None = None
         self.delivered = 0
+        #: Set while a POST is in flight (a stop waits briefly for it, see stop()).
+        self.posting = False
 
     def start(self) -> None:
         self.task = asyncio.create_task(self.run(), name=f"deliver:{self.sub.callback}")
@@ -104,9 +118,11 @@ class DeliveryWorker:
         sub = self.sub
         feed = await self.feeds.acquire(sub.topic)
         try:
-            cursor_text = await self.store.cursor(sub.topic, sub.callback) or "0-0"
-            cursor = parse_id(cursor_text)
+            cursor = parse_id(await self.store.cursor(sub.topic, sub.callback) or "0-0")
             limit = self.settings.delivery_batch_max_changes
+            pause = sub.retry_at - time.time()
+            if pause > 0:  # a back-off a previous owner started
+                await asyncio.sleep(min(pause, self.settings.retry_max_seconds))
             while True:
                 remaining = sub.expires_at - time.time()
                 if remaining <= 0:
@@ -122,8 +138,23 @@ class DeliveryWorker:
             log.info("subscription %s -> %s ended: %s", sub.topic, sub.callback, exc)
             self.cursors.forget(sub.topic, sub.callback)
             await self.store.delete(sub.topic, sub.callback)
+        except _Lost:
+            log.info("subscription %s -> %s moved to another hub process", sub.topic, sub.callback)
+            self.cursors.forget(sub.topic, sub.callback)
         finally:
             await self.feeds.release(feed)
+
+    async def _post(self, body: bytes, headers: Mapping[str, str]) -> Answer:
+        """POST under a valid lease only: a paused process must not deliver on waking."""
+        if not self.lease.valid() and not await self.lease.wait_valid(
+            self.settings.ownership_lease_seconds
+        ):
+            raise _Lost
+        self.posting = True
+        try:
+            return await self.client.post(self.sub.callback, body, headers)
+        finally:
+            self.posting = False
 
     async def _deliver(self, batch: list[Event]) -> None:
         """POST ``batch`` until a 2xx; raise :class:`_Gone` if the subscription ends."""
@@ -143,7 +174,7 @@ class DeliveryWorker:
                 raise _Gone("lease expired")
             retry_after: float | None = None
             try:
-                answer = await self.client.post(sub.callback, body, headers)
+                answer = await self._post(body, headers)
             except CallbackFailed as exc:
                 error = str(exc)[:300]
             else:
@@ -154,27 +185,34 @@ class DeliveryWorker:
                     return
                 retry_after = websub.retry_after(answer.headers.get("Retry-After"))
                 error = f"HTTP {answer.status}"
-            await self._failed(error)
             delay = websub.backoff(
-                sub.failures, self.settings.retry_base_seconds, self.settings.retry_max_seconds
+                sub.failures + 1,
+                self.settings.retry_base_seconds,
+                self.settings.retry_max_seconds,
             )
             if retry_after is not None:
                 delay = min(max(delay, retry_after), self.settings.retry_max_seconds)
+            await self._failed(error, delay)
             await asyncio.sleep(delay)
+
+    async def _save(self) -> None:
+        if not await self.store.save_fenced(self.sub, self.node, self.lease.token):
+            raise _Lost
 
     async def _succeeded(self, last_id: str) -> None:
         sub = self.sub
-        self.cursors.mark(sub.topic, sub.callback, last_id)
+        self.cursors.mark(sub.topic, sub.callback, self.lease.token, last_id)
         if sub.failures or sub.state is not State.ACTIVE:
             if sub.state is State.SUSPENDED:
                 log.info("subscription %s -> %s resumed", sub.topic, sub.callback)
-            sub.failures, sub.state, sub.last_error = 0, State.ACTIVE, None
-            await self.store.save(sub)
+            sub.failures, sub.state, sub.last_error, sub.retry_at = 0, State.ACTIVE, None, 0.0
+            await self._save()
 
-    async def _failed(self, error: str) -> None:
+    async def _failed(self, error: str, delay: float) -> None:
         sub = self.sub
         sub.failures += 1
         sub.last_error = error
+        sub.retry_at = time.time() + delay
         if sub.failures >= self.settings.suspend_after_failures and sub.state is State.ACTIVE:
             sub.state = State.SUSPENDED
             log.warning(
@@ -184,13 +222,11 @@ class DeliveryWorker:
                 sub.failures,
                 error,
             )
-            await self.store.save(sub)
-        elif sub.failures == 1:
-            await self.store.save(sub)
+        await self._save()
 
 
 class DeliveryService:
-    """Verifies intent (WebSub §5.3) and runs a worker per active subscription."""
+    """Verifies intent (WebSub §5.3) and runs a worker per subscription this process owns."""
 
     def __init__(
         self,
@@ -199,25 +235,24 @@ class DeliveryService:
         store: SubscriptionStore,
         feeds: FeedHub,
         last_id: Callable[[str], Awaitable[str | None]],
+        *,
+        node: str,
     ) -> None:
         self.settings = settings
         self.client = client
         self.store = store
         self.feeds = feeds
         self.last_id = last_id
-        self.workers: dict[tuple[str, str], DeliveryWorker] = {}
-        self.cursors = CursorWriter(store.redis)
+        self.node = node
+        self.workers: dict[SubscriptionKey, DeliveryWorker] = {}
+        self.cursors = CursorWriter(store, node)
         self._tasks: set[asyncio.Task[None]] = set()
         self._verify_slots = asyncio.Semaphore(64)
+        #: Called when a worker ends by itself, so ownership reconciles at once.
+        self.on_worker_end: Callable[[], None] = lambda: None
 
     async def start(self) -> None:
-        """Resume every stored subscription from its cursor (after a restart too)."""
         self.cursors.start()
-        for sub in await self.store.all():
-            if sub.expired:
-                await self.store.delete(sub.topic, sub.callback)
-            else:
-                self._run_worker(sub)
 
     async def close(self) -> None:
         await cancel_and_wait(list(self._tasks))
@@ -225,10 +260,22 @@ class DeliveryService:
         self.workers.clear()
         await self.cursors.close()
 
-    def _run_worker(self, sub: Subscription) -> None:
-        key = (sub.topic, sub.callback)
+    # -- driven by hub.ownership ------------------------------------------------------
+
+    def running(self) -> set[SubscriptionKey]:
+        return set(self.workers)
+
+    async def start_worker(self, key: SubscriptionKey, lease: Lease) -> None:
+        sub = await self.store.get(*key)
+        if sub is None:
+            return
+        if sub.expired:
+            await self.store.delete(*key)
+            return
         worker = DeliveryWorker(
             sub,
+            lease,
+            node=self.node,
             settings=self.settings,
             client=self.client,
             store=self.store,
@@ -238,11 +285,27 @@ class DeliveryService:
         self.workers[key] = worker
         worker.start()
         assert worker.task is not None
-        worker.task.add_done_callback(lambda _t: self._forget(key, worker))
+        worker.task.add_done_callback(lambda _t: self._ended(key, worker))
 
-    def _forget(self, key: tuple[str, str], worker: DeliveryWorker) -> None:
+    async def stop_worker(self, key: SubscriptionKey, *, flush: bool) -> None:
+        worker = self.workers.pop(key, None)
+        if worker is None:
+            return
+        await worker.stop()
+        if flush:
+            await self.cursors.flush()
+        else:
+            self.cursors.forget(*key)
+
+    def _ended(self, key: SubscriptionKey, worker: DeliveryWorker) -> None:
+        task = worker.task
+        if task is not None and not task.cancelled() and task.exception() is not None:
+            log.error("delivery worker %s -> %s failed: %r", key[0], key[1], task.exception())
         if self.workers.get(key) is worker:
             del self.workers[key]
+            self.on_worker_end()
+
+    # -- WebSub requests, on whichever process receives them ---------------------------
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)
@@ -288,16 +351,12 @@ class DeliveryService:
                 answer.status,
             )
             return
-        key = (req.topic, req.callback)
-        old = self.workers.pop(key, None)
-        if old is not None:
-            await old.stop()
         if req.mode is websub.Mode.UNSUBSCRIBE:
-            self.cursors.forget(req.topic, req.callback)
             await self.store.delete(req.topic, req.callback)
             log.info("unsubscribed %s from %s", req.callback, req.topic)
             return
-        await self.cursors.flush()  # a re-subscription continues from the newest cursor
+        if (req.topic, req.callback) in self.workers:
+            await self.cursors.flush()  # a re-subscription continues from the newest cursor
         previous = await self.store.get(req.topic, req.callback)
         cursor = req.since
         if cursor is None and previous is None:
@@ -313,4 +372,3 @@ class DeliveryService:
         )
         await self.store.activate(sub, cursor)
         log.info("subscribed %s to %s", req.callback, req.topic)
-        self._run_worker(sub)

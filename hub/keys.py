@@ -154,3 +154,37 @@ def first_row_id(rows: Any) -> str | None:
 def xread_rows(result: Any) -> list[tuple[str, bytes]]:
     """The entries of an XREAD reply for one stream."""
     return event_rows(result[0][1]) if result else []
+
+
+# -- delivery ownership (see hub.leases) ----------------------------------------------------
+
+#: Sorted set: live hub process id -> lease expiry (ms, Redis clock).
+NODES = PREFIX + "nodes"
+
+#: Stream of subscription changes (``topic``, ``callback``, ``kind``), so the process that
+#: owns a subscription learns at once that another process activated or removed it.
+SUBSCRIPTION_CHANGES = PREFIX + "subscription-changes"
+
+#: String: the process that runs the hub-wide periodic jobs, with a TTL.
+LEADER = PREFIX + "leader"
+
+
+def owners(topic: str) -> str:
+    """Hash: callback URL -> ``"<node> <fencing token> <lease expiry ms>"``."""
+    return f"{PREFIX}{{{topic}}}:owners"
+
+
+def owner_epoch(topic: str) -> str:
+    """Counter from which every fencing token of the topic's subscriptions is drawn."""
+    return f"{PREFIX}{{{topic}}}:owner-epoch"
+
+
+def resourcelist_lock(topic: str) -> str:
+    """String with a TTL: the process taking a Resource List snapshot of ``topic`` now."""
+    return f"{PREFIX}{{{topic}}}:rl:taking"
+
+
+def xread_fields(result: Any) -> list[tuple[str, dict[str, str]]]:
+    """The entries of an XREAD reply for one stream, with their fields as text."""
+    rows = result[0][1] if result else ()
+    return [(text(eid), {text(k): text(v) for k, v in fields.items()}) for eid, fields in rows]

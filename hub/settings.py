@@ -65,6 +65,13 @@ class Settings(BaseSettings):
     retry_max_seconds: float = Field(300.0, gt=0)
     #: Consecutive failures after which a subscription is suspended (probed, not deleted).
     suspend_after_failures: int = Field(10, ge=1)
+    #: How long a hub process's hold on a subscription (and its heartbeat) lasts unless
+    #: renewed; renewed every third of it. When a process dies, another resumes its
+    #: subscriptions within about 4/3 of this (see docs/scaling.md).
+    ownership_lease_seconds: float = Field(3.0, ge=0.3, le=300)
+    #: How often every process re-reads the whole set of subscriptions (changes are also
+    #: followed as they happen; this is the safety net).
+    ownership_reconcile_seconds: float = Field(10.0, gt=0, le=3600)
 
     # -- streams -----------------------------------------------------------------------
     heartbeat_seconds: float = Field(15.0, gt=0, le=300)

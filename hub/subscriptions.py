@@ -1,4 +1,11 @@
-"""WebSub subscriptions and their delivery cursors, kept in Redis so they survive restarts."""
+"""WebSub subscriptions and their delivery cursors, kept in Redis so they survive restarts.
+
+A subscription's record carries its delivery state (failures, suspension, the time of the
+next retry), so whichever process owns it next continues its back-off instead of starting
+over. Writes by delivery workers are fenced by their lease token (:mod:`hub.leases`).
+Every activation and removal is also appended to ``keys.SUBSCRIPTION_CHANGES``, so the
+process that owns a subscription learns of it at once, whichever process took the request.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +13,23 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
+from typing import Any
 
 import orjson
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from . import keys
+from . import keys, scripts
+from .script_pipe import ScriptPipe
 from .tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
+
+#: Entries kept in the subscription change stream (a process that missed more reconciles).
+_CHANGES_KEPT = 10_000
 
 
 class State(StrEnum):
@@ -39,6 +52,8 @@ class Subscription:
     created_at: float = field(default_factory=time.time)
     failures: int = 0
     last_error: str | None = None
+    #: When the next delivery attempt is due after a failure (epoch seconds; 0 = now).
+    retry_at: float = 0.0
 
     def to_json(self) -> bytes:
         return orjson.dumps(asdict(self))
@@ -48,6 +63,10 @@ class Subscription:
         raw = orjson.loads(data)
         raw["state"] = State(raw.get("state", State.ACTIVE))
         return cls(**raw)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.topic, self.callback)
 
     @property
     def expired(self) -> bool:
@@ -60,9 +79,22 @@ class Subscription:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class SubscriptionChange:
+    id: str
+    topic: str
+    callback: str
+    #: ``activated`` or ``removed``.
+    kind: str
+
+
 class SubscriptionStore:
-    def __init__(self, redis: Redis) -> None:
+    def __init__(
+        self, redis: Redis, *, scripts: ScriptPipe | None = None, blocking: Redis | None = None
+    ) -> None:
         self.redis = redis
+        self.scripts = scripts or ScriptPipe(redis)
+        self.blocking = blocking or redis
 
     async def activate(self, sub: Subscription, cursor: str | None) -> str:
         """Save ``sub``; set its cursor to ``cursor`` if given, keep an existing one otherwise.
@@ -70,40 +102,64 @@ class SubscriptionStore:
         Returns the cursor in force. A re-subscription therefore updates the one existing
         (topic, callback) subscription and delivers nothing twice.
         """
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(keys.subscriptions(sub.topic), sub.callback, sub.to_json())
-            if cursor is not None:
-                pipe.hset(keys.cursors(sub.topic), sub.callback, cursor)
-            else:
-                pipe.hsetnx(keys.cursors(sub.topic), sub.callback, "0-0")
-            pipe.hget(keys.cursors(sub.topic), sub.callback)
-            pipe.sadd(keys.SUBSCRIBED_TOPICS, sub.topic)
-            results = await pipe.execute()
-        return keys.text(results[2])
+        in_force = await self.scripts.run(
+            scripts.ACTIVATE,
+            [keys.subscriptions(sub.topic), keys.cursors(sub.topic)],
+            [sub.callback, sub.to_json(), cursor or ""],
+        )
+        await self.redis.sadd(keys.SUBSCRIBED_TOPICS, sub.topic)
+        await self._changed(sub.topic, sub.callback, "activated")
+        return keys.text(in_force)
 
     async def save(self, sub: Subscription) -> None:
         await self.redis.hset(keys.subscriptions(sub.topic), sub.callback, sub.to_json())
+
+    async def save_fenced(self, sub: Subscription, node: str, token: int) -> bool:
+        """Save ``sub`` only while ``node`` holds its lease with ``token``."""
+        saved = await self.scripts.run(
+            scripts.FENCED_SAVE,
+            [keys.owners(sub.topic), keys.subscriptions(sub.topic)],
+            [node, token, sub.callback, sub.to_json()],
+        )
+        return bool(int(saved))
 
     async def get(self, topic: str, callback: str) -> Subscription | None:
         data = await self.redis.hget(keys.subscriptions(topic), callback)
         return Subscription.from_json(data) if data else None
 
     async def delete(self, topic: str, callback: str) -> None:
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hdel(keys.subscriptions(topic), callback)
-            pipe.hdel(keys.cursors(topic), callback)
-            await pipe.execute()
+        await self.scripts.run(
+            scripts.DELETE_SUBSCRIPTION,
+            [keys.subscriptions(topic), keys.cursors(topic), keys.owners(topic)],
+            [callback],
+        )
+        await self._changed(topic, callback, "removed")
 
     async def cursor(self, topic: str, callback: str) -> str | None:
-        value = await self.redis.hget(keys.cursors(topic), callback)
-        return keys.text(value) if value is not None else None
+        return keys.optional_text(await self.redis.hget(keys.cursors(topic), callback))
+
+    async def subscribed_topics(self) -> list[str]:
+        return sorted(keys.text(t) for t in await self.redis.smembers(keys.SUBSCRIBED_TOPICS))
 
     async def all(self) -> list[Subscription]:
         subs: list[Subscription] = []
-        for topic in await self.redis.smembers(keys.SUBSCRIBED_TOPICS):
-            rows = await self.redis.hgetall(keys.subscriptions(keys.text(topic)))
-            subs.extend(Subscription.from_json(data) for data in rows.values())
+        for topic in await self.subscribed_topics():
+            subs.extend(await self.for_topic(topic))
         return subs
+
+    async def all_keys(self) -> set[tuple[str, str]]:
+        """Every subscription's (topic, callback), in one round trip per few hundred topics."""
+        topics = await self.subscribed_topics()
+        found: set[tuple[str, str]] = set()
+        for start in range(0, len(topics), 500):
+            chunk = topics[start : start + 500]
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for topic in chunk:
+                    pipe.hkeys(keys.subscriptions(topic))
+                rows = await pipe.execute()
+            for topic, callbacks in zip(chunk, rows, strict=True):
+                found.update((topic, keys.text(cb)) for cb in callbacks)
+        return found
 
     async def for_topic(self, topic: str) -> list[Subscription]:
         rows = await self.redis.hgetall(keys.subscriptions(topic))
@@ -114,25 +170,62 @@ class SubscriptionStore:
         rows = await self.redis.hgetall(keys.cursors(topic))
         return {keys.text(k): keys.text(v) for k, v in rows.items()}
 
+    async def write_cursors(
+        self, topic: str, node: str, marks: dict[str, tuple[int, str]]
+    ) -> set[str]:
+        """Fenced cursor writes (callback -> (token, event id)); returns the refused ones."""
+        args: list[Any] = [node]
+        for callback, (token, event_id) in marks.items():
+            args.extend((callback, token, event_id))
+        refused = await self.scripts.run(
+            scripts.FENCED_CURSORS, [keys.owners(topic), keys.cursors(topic)], args
+        )
+        return {keys.text(cb) for cb in refused or ()}
+
+    # -- the change stream ------------------------------------------------------------
+
+    async def _changed(self, topic: str, callback: str, kind: str) -> None:
+        await self.redis.xadd(
+            keys.SUBSCRIPTION_CHANGES,
+            {"topic": topic, "callback": callback, "kind": kind},
+            maxlen=_CHANGES_KEPT,
+            approximate=True,
+        )
+
+    async def last_change_id(self) -> str:
+        rows = await self.redis.xrevrange(keys.SUBSCRIPTION_CHANGES, "+", "-", count=1)
+        return keys.first_row_id(rows) or "0-0"
+
+    async def wait_changes(self, after: str, block_ms: int) -> list[SubscriptionChange]:
+        """Changes after ``after``, waiting up to ``block_ms`` for the first one."""
+        result = await self.blocking.xread(
+            {keys.SUBSCRIPTION_CHANGES: after}, count=1000, block=block_ms
+        )
+        return [
+            SubscriptionChange(eid, f["topic"], f["callback"], f["kind"])
+            for eid, f in keys.xread_fields(result)
+        ]
+
 
 class CursorWriter:
-    """Coalesces delivery-cursor writes: one pipelined round trip per ``interval``.
+    """Coalesces fenced delivery-cursor writes: one script call per topic per ``interval``.
 
     A cursor is durable up to ``interval`` after its delivery succeeded; a crash in between
     means that batch is delivered again (at-least-once, same event ids), never skipped.
     """
 
-    def __init__(self, redis: Redis, interval: float = 0.05) -> None:
-        self.redis = redis
+    def __init__(self, store: SubscriptionStore, node: str, interval: float = 0.05) -> None:
+        self.store = store
+        self.node = node
         self.interval = interval
-        self._dirty: dict[tuple[str, str], str] = {}
+        self._dirty: dict[tuple[str, str], tuple[int, str]] = {}
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="cursor-writer")
 
-    def mark(self, topic: str, callback: str, event_id: str) -> None:
-        self._dirty[(topic, callback)] = event_id
+    def mark(self, topic: str, callback: str, token: int, event_id: str) -> None:
+        self._dirty[(topic, callback)] = (token, event_id)
 
     def forget(self, topic: str, callback: str) -> None:
         self._dirty.pop((topic, callback), None)
@@ -141,14 +234,19 @@ class CursorWriter:
         if not self._dirty:
             return
         dirty, self._dirty = self._dirty, {}
+        by_topic: dict[str, dict[str, tuple[int, str]]] = defaultdict(dict)
+        for (topic, callback), mark in dirty.items():
+            by_topic[topic][callback] = mark
         try:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for (topic, callback), event_id in dirty.items():
-                    pipe.hset(keys.cursors(topic), callback, event_id)
-                await pipe.execute()
+            for topic, marks in by_topic.items():
+                refused = await self.store.write_cursors(topic, self.node, marks)
+                for callback in refused:
+                    log.info("cursor of %s -> %s not written: lease lost", topic, callback)
+                for callback in marks:
+                    dirty.pop((topic, callback), None)
         except RedisError:
-            for key, event_id in dirty.items():  # keep them for the next round
-                self._dirty.setdefault(key, event_id)
+            for key, mark in dirty.items():  # keep the unwritten ones for the next round
+                self._dirty.setdefault(key, mark)
             raise
 
     async def _run(self) -> None:

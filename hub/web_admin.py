@@ -18,17 +18,21 @@ from . import __version__
 from .exceptions import Forbidden
 from .subscriptions import State
 from .topics import check_name
-from .web_state import AUTH, CONNECTIONS, DELIVERY, FEEDS, STORE, SUBSCRIPTIONS
+from .web_state import AUTH, CONNECTIONS, DELIVERY, EMBEDDED, FEEDS, STORE, SUBSCRIPTIONS
 
 
 async def healthz(request: web.Request) -> web.Response:
+    extra: dict[str, object] = {"version": __version__}
+    if EMBEDDED in request.app:
+        extra["embedded_redis"] = request.app[EMBEDDED].status.as_dict()
     try:
         await asyncio.wait_for(request.app[CONNECTIONS].ping(), timeout=2.0)
     except Exception as exc:  # any failure means "not healthy"; say which
         return web.json_response(
-            {"status": "degraded", "hub": "ok", "redis": f"unreachable: {exc!s}"}, status=503
+            {"status": "degraded", "hub": "ok", "redis": f"unreachable: {exc!s}", **extra},
+            status=503,
         )
-    return web.json_response({"status": "ok", "hub": "ok", "redis": "ok", "version": __version__})
+    return web.json_response({"status": "ok", "hub": "ok", "redis": "ok", **extra})
 
 
 def _check_operator(request: web.Request, topic: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
@@ -21,13 +22,17 @@ from . import web_admin, web_documents, web_publish, web_streams, web_websub
 from .auth import PublisherAuth
 from .connection import Connections, StoreError
 from .delivery import DeliveryService
+from .embedded_redis import EmbeddedRedis
 from .exceptions import RequestError
 from .feed import FeedHub
+from .leases import Leases
+from .ownership import Ownership
 from .pages import PageChain
 from .settings import Settings
 from .snapshots import ResourceSnapshots
 from .store import EventStore, Retention
 from .subscriptions import SubscriptionStore
+from .tasks import cancel_and_wait
 from .topics import WELL_KNOWN, HubUrls
 from .web_cache import ByteCache
 from .web_client import HttpClient
@@ -37,7 +42,9 @@ from .web_state import (
     CONNECTIONS,
     DELIVERY,
     DOC_CACHE,
+    EMBEDDED,
     FEEDS,
+    OWNERSHIP,
     PAGES,
     REDIS_URL,
     SETTINGS,
@@ -127,6 +134,10 @@ class Periodic:
             task.cancel()
 
 
+async def _nothing() -> None:
+    pass
+
+
 async def _sweep_retention(store: EventStore) -> None:
     for topic in await store.topics():
         await store.trim(topic)
@@ -156,7 +167,9 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         ),
         idempotency_seconds=settings.idempotency_seconds,
     )
-    subscriptions = SubscriptionStore(connections.main)
+    subscriptions = SubscriptionStore(
+        connections.main, scripts=store.scripts, blocking=connections.blocking
+    )
     pages = PageChain(
         store.scripts,
         window_seconds=settings.changelist_page_seconds,
@@ -164,7 +177,16 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     )
     client = HttpClient(settings)
     feeds = FeedHub(store)
-    delivery = DeliveryService(settings, client, subscriptions, feeds, store.last_id)
+    node = uuid.uuid4().hex[:16]
+    delivery = DeliveryService(settings, client, subscriptions, feeds, store.last_id, node=node)
+    ownership = Ownership(
+        Leases(store.scripts, node, int(settings.ownership_lease_seconds * 1000)),
+        subscriptions,
+        delivery,
+        lease_seconds=settings.ownership_lease_seconds,
+        reconcile_seconds=settings.ownership_reconcile_seconds,
+    )
+    delivery.on_worker_end = ownership.changed
     app[STORE], app[SUBSCRIPTIONS], app[PAGES] = store, subscriptions, pages
     app[SNAPSHOTS] = ResourceSnapshots(
         connections.main,
@@ -173,19 +195,34 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         ttl_seconds=settings.resourcelist_snapshot_ttl_seconds,
     )
     app[DOC_CACHE] = ByteCache(settings.document_cache_bytes)
-    app[CLIENT], app[FEEDS], app[DELIVERY] = client, feeds, delivery
+    app[CLIENT], app[FEEDS], app[DELIVERY], app[OWNERSHIP] = client, feeds, delivery, ownership
 
+    # Hub-wide jobs run on the leading process only (they are atomic scripts, so a second
+    # runner during a handover merely repeats work).
     background = Periodic()
-    background.every(settings.retention_sweep_seconds, "retention", lambda: _sweep_retention(store))
+    background.every(
+        settings.retention_sweep_seconds,
+        "retention",
+        lambda: _sweep_retention(store) if ownership.leader else _nothing(),
+    )
     if settings.changelist_scan_seconds:
         background.every(
-            settings.changelist_scan_seconds, "page-scan", lambda: _scan_pages(store, pages)
+            settings.changelist_scan_seconds,
+            "page-scan",
+            lambda: _scan_pages(store, pages) if ownership.leader else _nothing(),
         )
+    supervisor = None
+    if EMBEDDED in app:
+        supervisor = asyncio.create_task(app[EMBEDDED].supervise(), name="redis-supervisor")
     await delivery.start()
+    await ownership.start()
     try:
         yield
     finally:
+        if supervisor is not None:
+            await cancel_and_wait([supervisor])
         await background.stop()
+        await ownership.close()
         await delivery.close()
         await feeds.close()
         await client.close()
@@ -193,13 +230,21 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         await connections.close()
 
 
-def create_app(settings: Settings, redis_url: str) -> web.Application:
-    """Build the hub for ``settings`` on the Redis at ``redis_url``."""
+def create_app(
+    settings: Settings, redis_url: str, embedded: EmbeddedRedis | None = None
+) -> web.Application:
+    """Build the hub for ``settings`` on the Redis at ``redis_url``.
+
+    ``embedded``: the redis-server behind ``redis_url`` when this process started it; the
+    app then supervises it (restarts it if it dies) and reports it in ``/healthz``.
+    """
     app = web.Application(middlewares=[error_middleware], client_max_size=settings.max_body_bytes)
     app[SETTINGS] = settings
     app[URLS] = HubUrls(settings.public_url)
     app[AUTH] = PublisherAuth(settings)
     app[REDIS_URL] = redis_url
+    if embedded is not None:
+        app[EMBEDDED] = embedded
     app.cleanup_ctx.append(_lifecycle)
 
     # The hot routes first: aiohttp tries dynamic resources in registration order.
@@ -221,10 +266,10 @@ def create_app(settings: Settings, redis_url: str) -> web.Application:
     return app
 
 
-def run(settings: Settings, redis_url: str) -> None:
+def run(settings: Settings, redis_url: str, embedded: EmbeddedRedis | None = None) -> None:
     """Serve the hub until SIGINT/SIGTERM (``rshub serve``)."""
     web.run_app(
-        create_app(settings, redis_url),
+        create_app(settings, redis_url, embedded),
         host=settings.host,
         port=settings.port,
         print=None,

@@ -7,7 +7,9 @@ from aiohttp import web
 from .auth import PublisherAuth
 from .connection import Connections
 from .delivery import DeliveryService
+from .embedded_redis import EmbeddedRedis
 from .feed import FeedHub
+from .ownership import Ownership
 from .pages import PageChain
 from .settings import Settings
 from .snapshots import ResourceSnapshots
@@ -21,6 +23,8 @@ SETTINGS = web.AppKey("settings", Settings)
 URLS = web.AppKey("urls", HubUrls)
 AUTH = web.AppKey("auth", PublisherAuth)
 REDIS_URL = web.AppKey("redis_url", str)
+#: The redis-server ``rshub serve`` started, if it started one (supervised by the app).
+EMBEDDED = web.AppKey("embedded", EmbeddedRedis)
 CONNECTIONS = web.AppKey("connections", Connections)
 STORE = web.AppKey("store", EventStore)
 SUBSCRIPTIONS = web.AppKey("subscriptions", SubscriptionStore)
@@ -30,3 +34,4 @@ DOC_CACHE = web.AppKey("doc_cache", ByteCache)
 CLIENT = web.AppKey("client", HttpClient)
 FEEDS = web.AppKey("feeds", FeedHub)
 DELIVERY = web.AppKey("delivery", DeliveryService)
+OWNERSHIP = web.AppKey("ownership", Ownership)

@@ -41,3 +41,11 @@ def load(name: str) -> Script:
 
 APPEND = load("append")
 ADVANCE_PAGES = load("advance_pages")
+CLAIM = load("claim")
+RENEW = load("renew")
+FENCED_CURSORS = load("fenced_cursors")
+FENCED_SAVE = load("fenced_save")
+HEARTBEAT = load("heartbeat")
+ACTIVATE = load("activate")
+DELETE_SUBSCRIPTION = load("delete_subscription")
+EXACT_RESOURCELIST = load("exact_resourcelist")
