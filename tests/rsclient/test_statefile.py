@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from rsclient import statefile
 from rsclient.exceptions import StateFileError
 from rsclient.statefile import StateFile, write_atomically
 
@@ -49,7 +48,7 @@ def test_a_failing_write_leaves_the_old_file_and_no_temporary(
             raise _DiskFull(28, "No space left on device")
         real_fsync(fd)
 
-    monkeypatch.setattr(statefile.os, "fsync", fsync)
+    monkeypatch.setattr(os, "fsync", fsync)
     with pytest.raises(_DiskFull):
         write_atomically(target, b"new, half written")
     assert target.read_bytes() == b"old"
@@ -74,8 +73,8 @@ def test_file_then_rename_then_directory_are_synced(
         steps.append("rename")
         real_replace(src, dst)
 
-    monkeypatch.setattr(statefile.os, "fsync", fsync)
-    monkeypatch.setattr(statefile.os, "replace", replace)
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
     write_atomically(target, b"durable")
     assert steps == ["fsync file", "rename", "fsync dir"]
     assert target.read_bytes() == b"durable"
