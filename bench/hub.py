@@ -42,7 +42,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -59,6 +58,8 @@ from aiohttp import web
 SCRIPT = Path(__file__).resolve()
 ROOT = SCRIPT.parent.parent
 sys.path.insert(0, str(ROOT))
+
+from tests.support import free_port  # noqa: E402
 
 HOST = "127.0.0.1"
 XML_HEADERS = {"Content-Type": "application/xml"}
@@ -407,12 +408,6 @@ def role_callbacks(port: int, sinks: int) -> None:
 
 
 # -- conductor: processes -----------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 def _die_with_parent() -> None:  # in the child between fork and exec

@@ -37,9 +37,10 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hub.embedded_redis import EmbeddedRedis, _free_port  # noqa: E402
+from hub.embedded_redis import EmbeddedRedis  # noqa: E402
 from publisher import BatchPolicy, Publisher, make_change, notification  # noqa: E402
 from resourcesync import Entry  # noqa: E402
+from tests.support import free_port  # noqa: E402
 
 ROUNDS = 3
 
@@ -151,7 +152,7 @@ def main() -> int:
         tempfile.TemporaryDirectory(prefix="rshub-bench-") as tmp,
         EmbeddedRedis(Path(tmp) / "redis", appendfsync="everysec") as redis,
     ):
-        port = _free_port()
+        port = free_port()
         hub = f"http://127.0.0.1:{port}"
         proc = subprocess.Popen(
             [

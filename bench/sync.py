@@ -28,18 +28,14 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.support import free_port
+
 RESOURCES = 10_000
 CHANGES = 60
 SPACING = 0.15
 POLL_INTERVAL = 1.0
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def notification(changes: list[tuple[str, str]]) -> bytes:

@@ -14,9 +14,9 @@ from .changes import make_change, notification
 from .client import Publisher, PublishResult
 from .exceptions import (
     FeedError,
-    HubError,
     HubUnavailable,
     PublisherError,
+    PublishFailed,
     PublishRejected,
     QueueFullError,
     SourceError,
@@ -30,8 +30,8 @@ __all__ = [
     "BatchPolicy",
     "BlockingPublisher",
     "FeedError",
-    "HubError",
     "HubUnavailable",
+    "PublishFailed",
     "PublishRejected",
     "PublishResult",
     "Publisher",

@@ -11,7 +11,7 @@ Each poll (:meth:`Bridge.poll`):
    position is skipped without a request; the others are fetched. A closed Change List
    reached directly that links to its ``rel="index"`` is read through that index, to find
    the lists that follow it. An open Change List is polled again next time.
-3. *Publishing* the entries after the feed's :class:`~publisher.position.Position`, in
+3. *Publishing* the entries after the feed's :class:`~publisher.position.ChangeListCursor`, in
    chunks of ``chunk_size``, through :meth:`publisher.client.Publisher.send`.
 
 Every GET is conditional (``If-None-Match``/``If-Modified-Since``); a Change List answered
@@ -40,40 +40,39 @@ from typing import Any
 
 import aiohttp
 
+import rsclient.exceptions
 from resourcesync import (
-    Capability,
     CapabilityList,
     ChangeList,
     ChangeListIndex,
     Document,
-    DocumentError,
     Entry,
     SourceDescription,
     SourceDescriptionIndex,
     format_datetime,
-    parse,
     parse_datetime,
 )
+from rsclient.discovery import discover
+from rsclient.documents import DocumentClient, Fetched
 
 from .changes import check_change
 from .client import Publisher
 from .exceptions import PublisherError, PublishRejected, SourceError, UsageError
-from .position import Position, in_order
+from .position import ChangeListCursor, in_order
 from .state import StateFile
 
 __all__ = ["Bridge", "PollResult"]
 
 log = logging.getLogger(__name__)
 
-_MAX_DEPTH = 4  # Source Description Index -> Source Description -> Capability List -> feed
 _MAX_BYTES = 50 * 1024 * 1024  # Sitemaps' limit on one document
-
-
-@dataclass
-class _Cached:
-    etag: str | None
-    last_modified: str | None
-    doc: Document
+_STARTS = (
+    SourceDescription,
+    SourceDescriptionIndex,
+    CapabilityList,
+    ChangeListIndex,
+    ChangeList,
+)
 
 
 @dataclass
@@ -115,10 +114,10 @@ class Bridge:
         self.since = since
         self.request_timeout = request_timeout
         self._session = session
-        self._cache: dict[str, _Cached] = {}
-        self.positions: dict[str, Position] = {}
+        self._documents: DocumentClient | None = None
+        self.positions: dict[str, ChangeListCursor] = {}
         self._since_time = None if since in (None, "", "now") else _parse_since(str(since))
-        self._staged: dict[str, _Cached] = {}
+        self._staged: dict[str, Fetched] = {}
         self._memo: dict[str, tuple[Document, bool]] = {}
         self._warned_untimed = False
         self._pending: dict[str, Any] | None = None
@@ -139,7 +138,7 @@ class Bridge:
             )
             return
         self.positions = {
-            url: Position.from_json(p) for url, p in dict(saved.get("feeds") or {}).items()
+            url: ChangeListCursor.from_json(p) for url, p in dict(saved.get("feeds") or {}).items()
         }
         self._pending = saved.get("pending") or None
 
@@ -190,53 +189,54 @@ class Bridge:
         result = PollResult()
         self._memo.clear()
         self._staged.clear()
+        if self._documents is None:
+            self._documents = DocumentClient(
+                session, timeout=self.request_timeout, max_bytes=_MAX_BYTES
+            )
+        self._documents.session = session  # what it remembers outlives a session
         try:
-            feeds = await self._discover(session, self.source_url, 0, result)
+            feeds = await self._discover(result)
             for url in feeds:
                 result.feeds.append(url)
-                result.published += await self._read_feed(session, url, result)
+                result.published += await self._read_feed(url, result)
         finally:
             if own:
                 await session.close()
         return result
 
-    async def _discover(
-        self, session: aiohttp.ClientSession, url: str, depth: int, result: PollResult
-    ) -> list[str]:
-        if depth > _MAX_DEPTH:
-            raise SourceError(f"{url}: discovery nested more than {_MAX_DEPTH} levels deep")
-        doc, _changed = await self._fetch(session, url, result, commit=True)
-        if isinstance(doc, ChangeList | ChangeListIndex):
-            return [url]
-        if isinstance(doc, SourceDescription | SourceDescriptionIndex):
-            feeds: list[str] = []
-            for entry in doc.entries:
-                feeds += await self._discover(session, entry.loc, depth + 1, result)
-            return feeds
-        if isinstance(doc, CapabilityList):
-            return [
-                e.loc
-                for e in doc.entries
-                if e.md is not None and e.md.capability is Capability.CHANGELIST
-            ]
-        raise SourceError(
-            f"{url} is a {type(doc).__name__}; give the bridge a Source "
-            "Description, Capability List, Change List Index or Change List"
-        )
+    async def _discover(self, result: PollResult) -> list[str]:
+        """The change feeds: every Change List (Index) reachable from the source URL."""
+        url = self.source_url
+        start, _changed = await self._fetch(url, result, commit=True)
+        if not isinstance(start, _STARTS):
+            raise SourceError(
+                f"{url} is a {type(start).__name__}; give the bridge a Source "
+                "Description, Capability List, Change List Index or Change List"
+            )
 
-    async def _read_feed(self, session: aiohttp.ClientSession, url: str, result: PollResult) -> int:
-        doc, changed = await self._fetch(session, url, result, commit=False)
+        async def fetch(loc: str) -> Document:
+            doc, _changed = await self._fetch(loc, result, commit=True)
+            return doc
+
+        try:
+            found = await discover(fetch, url, follow_up=False)
+        except rsclient.exceptions.DiscoveryError as exc:
+            raise SourceError(str(exc)) from None
+        return found.changelists
+
+    async def _read_feed(self, url: str, result: PollResult) -> int:
+        doc, changed = await self._fetch(url, result, commit=False)
         if isinstance(doc, ChangeList) and doc.md.until is not None:
             index = next((ln.href for ln in doc.links if ln.rel == "index"), None)
             if index and index != url:  # Section 12.1: a closed list; consult its index
-                index_doc, _ = await self._fetch(session, index, result, commit=False)
+                index_doc, _ = await self._fetch(index, result, commit=False)
                 if isinstance(index_doc, ChangeListIndex):
-                    count = await self._read_index(session, url, index, index_doc, result)
+                    count = await self._read_index(url, index, index_doc, result)
                     self._commit(index)
                     return count
         if isinstance(doc, ChangeListIndex):
             # Walked even when unchanged: its open Change List changes without it.
-            count = await self._read_index(session, url, url, doc, result)
+            count = await self._read_index(url, url, doc, result)
         elif isinstance(doc, ChangeList) and not changed and self._pending is None:
             count = 0  # unchanged since all of it was published
         elif isinstance(doc, ChangeList):
@@ -250,7 +250,6 @@ class Bridge:
 
     async def _read_index(
         self,
-        session: aiohttp.ClientSession,
         feed: str,
         url: str,
         index: ChangeListIndex,
@@ -258,7 +257,7 @@ class Bridge:
     ) -> int:
         count = 0
         for entry in index.entries:  # forward chronological order (Section 12.2)
-            position = self.positions.get(feed, Position())
+            position = self.positions.get(feed, ChangeListCursor())
             until = entry.md.until if entry.md is not None else None
             pending_here = self._pending is not None and self._pending.get("feed") == feed
             if (
@@ -268,7 +267,7 @@ class Bridge:
                 and not pending_here
             ):
                 continue  # closed, and everything in it was published
-            doc, changed = await self._fetch(session, entry.loc, result, commit=False)
+            doc, changed = await self._fetch(entry.loc, result, commit=False)
             if not changed and not pending_here:
                 continue
             if not isinstance(doc, ChangeList):
@@ -323,25 +322,23 @@ class Bridge:
             self._save_state()
         return published
 
-    def _start_position(self, feed: str, entries: Sequence[Entry]) -> Position:
+    def _start_position(self, feed: str, entries: Sequence[Entry]) -> ChangeListCursor:
         position = self.positions.get(feed)
         if position is not None:
             return position
         if self.since == "now":
-            position = Position().after(entries)
+            position = ChangeListCursor().after(entries)
         elif self._since_time is not None:
             # changes at exactly `since` are new: stand a microsecond before it
-            position = Position(self._since_time - timedelta(microseconds=1))
+            position = ChangeListCursor(self._since_time - timedelta(microseconds=1))
         else:
-            position = Position()
+            position = ChangeListCursor()
         self.positions[feed] = position
         return position
 
     # -- HTTP --------------------------------------------------------------------------
 
-    async def _fetch(
-        self, session: aiohttp.ClientSession, url: str, result: PollResult, *, commit: bool
-    ) -> tuple[Document, bool]:
+    async def _fetch(self, url: str, result: PollResult, *, commit: bool) -> tuple[Document, bool]:
         """GET ``url`` conditionally; return its document and whether it changed.
 
         A document is fetched once per poll. ``commit`` remembers its validators at once
@@ -349,49 +346,28 @@ class Bridge:
         """
         if url in self._memo:
             return self._memo[url]
-        cached = self._cache.get(url)
-        headers = {"Accept": "application/xml, text/xml;q=0.9, */*;q=0.1"}
-        if cached is not None:
-            if cached.etag:
-                headers["If-None-Match"] = cached.etag
-            if cached.last_modified:
-                headers["If-Modified-Since"] = cached.last_modified
+        assert self._documents is not None  # set by poll()
         try:
-            async with session.get(
-                url,
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=self.request_timeout),
-            ) as resp:
-                result.documents_fetched += 1
-                if resp.status == 304 and cached is not None:
-                    result.not_modified += 1
-                    self._memo[url] = (cached.doc, False)
-                    return cached.doc, False
-                if resp.status != 200:
-                    raise SourceError(f"GET {url}: HTTP {resp.status}")
-                body = await resp.content.read(_MAX_BYTES + 1)
-                etag, modified = resp.headers.get("ETag"), resp.headers.get("Last-Modified")
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise SourceError(f"GET {url}: {type(exc).__name__}: {exc}") from None
-        try:
-            # Real Sources are not all strictly valid (a Change List without `from`, say):
-            # read leniently; what a change needs is checked entry by entry.
-            doc = parse(body, validate=False)
-        except DocumentError as exc:
-            raise SourceError(f"{url} is not a ResourceSync document: {exc}") from None
-        fresh = _Cached(etag, modified, doc)
-        self._memo[url] = (doc, True)
+            fetched = await self._documents.get(url, keep=True, remember=False)
+        except rsclient.exceptions.SourceError as exc:
+            raise SourceError(str(exc)) from None
+        result.documents_fetched += 1
+        doc = fetched.doc
+        assert doc is not None  # kept
+        if not fetched.changed:
+            result.not_modified += 1
+        self._memo[url] = (doc, fetched.changed)
         if commit and not isinstance(doc, ChangeList | ChangeListIndex):
-            self._cache[url] = fresh
-        else:
-            self._staged[url] = fresh
-        return doc, True
+            self._documents.remember(url, fetched)
+        elif fetched.changed:
+            self._staged[url] = fetched
+        return doc, fetched.changed
 
     def _commit(self, url: str) -> None:
         """Remember ``url``'s validators: its changes are all published."""
         staged = self._staged.pop(url, None)
-        if staged is not None:
-            self._cache[url] = staged
+        if staged is not None and self._documents is not None:
+            self._documents.remember(url, staged)
 
 
 def _parse_since(value: str) -> datetime:
@@ -417,7 +393,7 @@ def _valid(entries: list[Entry], url: str) -> list[Entry]:
     return out
 
 
-def _chunk_key(feed: str, position: Position, chunk: Sequence[Entry]) -> str:
+def _chunk_key(feed: str, position: ChangeListCursor, chunk: Sequence[Entry]) -> str:
     digest = hashlib.sha256()
     digest.update(feed.encode())
     digest.update(repr(sorted(position.to_json().items())).encode())

@@ -22,7 +22,7 @@ from rshub.options import add_client_options, env_default
 from .batching import BatchPolicy
 from .changes import make_change
 from .client import Publisher
-from .exceptions import HubError, PublisherError, UsageError
+from .exceptions import PublisherError, PublishFailed, UsageError
 from .retry import RetryPolicy
 from .state import StateFile
 
@@ -344,7 +344,7 @@ def _run(command: str, coro: Coroutine[Any, Any, Any]) -> tuple[int, Any]:
     except UsageError as exc:
         print(f"rshub {command}: {exc}", file=sys.stderr)
         return 2, None
-    except HubError as exc:
+    except PublishFailed as exc:
         print(f"rshub {command}: {exc}", file=sys.stderr)
         return 1, None
     except PublisherError as exc:

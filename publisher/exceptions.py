@@ -6,7 +6,7 @@ The tree::
     ├── UsageError                  we were misused: bad arguments, closed publisher
     ├── QueueFullError              the bounded queue is full (the hub is down or slow)
     ├── UnsentChangesError          close() could not deliver everything it held
-    ├── HubError                    the hub did not store a notification
+    ├── PublishFailed               the hub did not store a notification
     │   ├── HubUnavailable          unreachable, 5xx or 429 past the retry budget
     │   └── PublishRejected         a 4xx answer: the notification or token is wrong;
     │                               never retried, ``status`` and the hub's ``error`` text
@@ -16,14 +16,18 @@ The tree::
 
 "The peer was wrong" (``PublishRejected``, ``FeedError``, ``SourceError``) is kept apart
 from "the network was down" (``HubUnavailable``), which callers may simply retry later.
+``SourceError`` and ``StateError`` also derive from their :mod:`rsclient.exceptions`
+counterparts (``SourceError``, ``StateFileError``), which the shared plumbing raises.
 """
 
 from __future__ import annotations
 
+import rsclient.exceptions
+
 __all__ = [
     "FeedError",
-    "HubError",
     "HubUnavailable",
+    "PublishFailed",
     "PublishRejected",
     "PublisherError",
     "QueueFullError",
@@ -65,15 +69,18 @@ class UnsentChangesError(PublisherError):
         self.count = count
 
 
-class HubError(PublisherError):
-    """The hub did not store a notification."""
+class PublishFailed(PublisherError):
+    """The hub did not store a notification: it was unreachable, or it refused it.
+
+    (Not to be confused with :class:`hub.exceptions.HubError`, the hub's own root.)
+    """
 
 
-class HubUnavailable(HubError):
+class HubUnavailable(PublishFailed):
     """The hub could not be reached, or kept failing, for longer than the retry budget."""
 
 
-class PublishRejected(HubError):
+class PublishRejected(PublishFailed):
     """The hub refused the notification with a 4xx answer; retrying would not help."""
 
     def __init__(self, message: str, *, status: int, error: str) -> None:
@@ -88,9 +95,9 @@ class FeedError(PublisherError):
     """An edit feed (an SSE stream or a recorded file) cannot be read."""
 
 
-class SourceError(PublisherError):
+class SourceError(PublisherError, rsclient.exceptions.SourceError):
     """A ResourceSync Source answered with something the bridge cannot use."""
 
 
-class StateError(PublisherError):
+class StateError(PublisherError, rsclient.exceptions.StateFileError):
     """A state file is unreadable or cannot be written."""

@@ -1,15 +1,22 @@
-"""Where a reader of a Change List stands: which changes it has already passed on. No I/O.
+"""Where the bridge stands in a Change List: which changes it has already passed on. No I/O.
 
 Z39.99 Section 12.1: entries are in forward chronological order, and "the forward
 chronological order of changes in a Change List, the datetime of a resource change, and
 the URI of a changed resource help the Destination to determine the first unprocessed
-change". A :class:`Position` is therefore the change time of the last change passed on,
+change". A :class:`ChangeListCursor` is therefore the change time of the last change passed on,
 plus how many changes of each (URI, change type) it passed on *at exactly that time* —
 counted, not just remembered, so that a Source with coarse timestamps that lists the same
 change twice in one second still has each occurrence passed on once.
 
 The change time is ``rs:md/@datetime`` when present (ResourceSync 1.1), else ``<lastmod>``
 (1.0): :attr:`resourcesync.Entry.change_time`.
+
+It is not the subscriber's :class:`subscriber.position.EventCursor`, and why: a cursor
+reads one Source's Change List, in its order, where hub event ids do not exist and the
+only order is the change time, so it must count (not merely remember) what it passed on
+at its last time. The subscriber de-duplicates deliveries that arrive by several
+transports, in any order, mostly with hub event ids; it can tolerate a lossy, bounded
+memory of recent keys. The two agree on the change time and on nothing else.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from typing import Any
 
 from resourcesync import Entry, format_datetime, parse_datetime
 
-__all__ = ["Position", "in_order"]
+__all__ = ["ChangeListCursor", "in_order"]
 
 
 def _key(entry: Entry) -> str:
@@ -67,7 +74,7 @@ def in_order(entries: Iterable[Entry], start: datetime | None = None) -> tuple[l
 
 
 @dataclass(frozen=True)
-class Position:
+class ChangeListCursor:
     """The last change time passed on, and the changes passed on at exactly that time."""
 
     time: datetime | None = None
@@ -91,7 +98,7 @@ class Position:
             out.append(entry)
         return out
 
-    def after(self, entries: Iterable[Entry]) -> Position:
+    def after(self, entries: Iterable[Entry]) -> ChangeListCursor:
         """The position once ``entries`` (in order, all new) have been passed on too."""
         time, seen = self.time, dict(self.seen)
         for entry in entries:
@@ -103,7 +110,7 @@ class Position:
             if when == time:
                 key = _key(entry)
                 seen[key] = seen.get(key, 0) + 1
-        return Position(time, seen)
+        return ChangeListCursor(time, seen)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -112,7 +119,7 @@ class Position:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any] | None) -> Position:
+    def from_json(cls, data: dict[str, Any] | None) -> ChangeListCursor:
         if not data or not data.get("time"):
             return cls()
         return cls(

@@ -1,1 +1,49 @@
-"""Subscriber: receive a topic's changes and keep a local mirror in sync."""
+"""Subscriber: receive a topic's changes and keep a local mirror in sync.
+
+The library: :class:`Follower` hands over batches of :class:`ChangeEvent` from the hub's
+push channels (:class:`HubStream` for WebSocket/SSE, :class:`CallbackReceiver` for WebSub)
+and falls back to polling Change Lists (:class:`Poller`), delivering each change once
+(:class:`EventCursor`, saved by :class:`EventCursorFile`). :class:`Mirror` applies the
+changes to a local directory. Errors: :mod:`subscriber.exceptions`. The plumbing it shares
+with :mod:`publisher` is in :mod:`rsclient`.
+"""
+
+from .callback import CallbackReceiver
+from .events import ChangeEvent
+from .exceptions import (
+    DiscoveryError,
+    IntegrityError,
+    PositionError,
+    PushUnavailable,
+    SourceError,
+    StreamClosed,
+    SubscriberError,
+    UnsafePathError,
+)
+from .follower import Follower
+from .mirror import AuditReport, Mirror, Stats
+from .poller import Discovery, Poller
+from .position import EventCursor, EventCursorFile
+from .stream import HubStream
+
+__all__ = [
+    "AuditReport",
+    "CallbackReceiver",
+    "ChangeEvent",
+    "Discovery",
+    "DiscoveryError",
+    "EventCursor",
+    "EventCursorFile",
+    "Follower",
+    "HubStream",
+    "IntegrityError",
+    "Mirror",
+    "Poller",
+    "PositionError",
+    "PushUnavailable",
+    "SourceError",
+    "Stats",
+    "StreamClosed",
+    "SubscriberError",
+    "UnsafePathError",
+]

@@ -215,7 +215,8 @@ class CallbackReceiver:
         ]
         if None in ids:
             last = request.headers.get(LAST_ID_HEADER)
-            ids = [None] * (len(doc.entries) - 1) + [last] if doc.entries else []
+            unknown: list[str | None] = [None] * (len(doc.entries) - 1)
+            ids = [*unknown, last] if doc.entries else []
         batch = [
             ChangeEvent.from_entry(entry, id=event_id, topic=self.topic)
             for entry, event_id in zip(doc.entries, ids, strict=True)

@@ -23,7 +23,7 @@ from .exceptions import SubscriberError
 from .follower import Follower, Mode
 from .mirror import Mirror
 from .poller import Poller
-from .position import Position, PositionFile
+from .position import EventCursor, EventCursorFile
 from .progress import Progress
 
 log = logging.getLogger("rshub.subscriber")
@@ -141,8 +141,8 @@ def _check_target(args: argparse.Namespace) -> str | None:
 def _follower(
     args: argparse.Namespace,
     session: aiohttp.ClientSession,
-    position: Position,
-    save: Callable[[Position], None] | None,
+    position: EventCursor,
+    save: Callable[[EventCursor], None] | None,
 ) -> Follower:
     host, _, port = args.listen.rpartition(":")
 
@@ -192,8 +192,8 @@ def run_subscribe(args: argparse.Namespace) -> int:
     if problem:
         print(f"rshub subscribe: {problem}", file=sys.stderr)
         return 2
-    store = PositionFile(args.state) if args.state else None
-    position = store.load() if store else Position()
+    store = EventCursorFile(args.state) if args.state else None
+    position = store.load() if store else EventCursor()
     if args.since:
         position.event_id = args.since
 
@@ -256,7 +256,7 @@ async def _sync(args: argparse.Namespace) -> int:
             )
             return 0 if audit.ok else 1
 
-        store = PositionFile(mirror.state_dir / "state.json")
+        store = EventCursorFile(mirror.state_dir / "state.json")
         position = store.load()
         known = position.extra.get("identity")
         if known is not None and known != _identity(args):

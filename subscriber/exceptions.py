@@ -13,9 +13,24 @@ The tree::
 
 Callers that switch transports catch :class:`PushUnavailable`; everything else means
 "this change, or this Source, is wrong" and is reported, never silently ignored.
+``SourceError``, ``DiscoveryError`` and ``PositionError`` also derive from their
+:mod:`rsclient.exceptions` counterparts, which the shared plumbing raises.
 """
 
 from __future__ import annotations
+
+import rsclient.exceptions
+
+__all__ = [
+    "DiscoveryError",
+    "IntegrityError",
+    "PositionError",
+    "PushUnavailable",
+    "SourceError",
+    "StreamClosed",
+    "SubscriberError",
+    "UnsafePathError",
+]
 
 
 class SubscriberError(Exception):
@@ -35,11 +50,11 @@ class StreamClosed(PushUnavailable):
         self.reason = reason
 
 
-class SourceError(SubscriberError):
+class SourceError(SubscriberError, rsclient.exceptions.SourceError):
     """A Source or the hub answered with an error or a document we cannot use."""
 
 
-class DiscoveryError(SourceError):
+class DiscoveryError(SourceError, rsclient.exceptions.DiscoveryError):
     """No usable Change List or Resource List could be found from the given URL."""
 
 
@@ -56,5 +71,5 @@ class UnsafePathError(SubscriberError):
     """A URI that cannot be mapped to a safe path inside the mirror directory."""
 
 
-class PositionError(SubscriberError):
+class PositionError(SubscriberError, rsclient.exceptions.StateFileError):
     """The position (state) file exists but is unreadable or corrupt."""

@@ -11,7 +11,7 @@ Guarantees to the caller of :meth:`Follower.batches`:
   order for polling);
 - nothing lost across switches: push resumes from the last event id, polling re-reads from
   the watermark minus ``overlap``;
-- nothing twice: every change passes :meth:`Position.accept` (event id, else
+- nothing twice: every change passes :meth:`EventCursor.accept` (event id, else
   ``(loc, lastmod)``) before it is handed over;
 - restart: the position is saved (debounced, and on exit) once the caller asks for the next
   batch, i.e. after it handled the previous one. A crash may repeat the last batch.
@@ -34,7 +34,7 @@ from .callback import CallbackReceiver
 from .events import ChangeEvent
 from .exceptions import PushUnavailable, SourceError
 from .poller import Poller
-from .position import Position
+from .position import EventCursor
 from .stream import HubStream
 
 __all__ = ["Follower", "Mode", "Via"]
@@ -54,7 +54,7 @@ class Follower:
     def __init__(
         self,
         session: aiohttp.ClientSession,
-        position: Position,
+        position: EventCursor,
         *,
         hub: str | None = None,
         topic: str | None = None,
@@ -65,7 +65,7 @@ class Follower:
         poll_interval: float = 5.0,
         push_retry: float = 10.0,
         overlap: timedelta = timedelta(seconds=30),
-        save: Callable[[Position], None] | None = None,
+        save: Callable[[EventCursor], None] | None = None,
         save_interval: float = 0.5,
         callback_host: str = "127.0.0.1",
         callback_port: int = 0,

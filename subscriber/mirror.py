@@ -1,11 +1,15 @@
 """A local directory that mirrors a set of resources: baseline, incremental, audit.
 
-Files live where :mod:`subscriber.paths` maps their URIs. Writes are atomic: bytes go to a
-temporary file next to the target (``.rshub-tmp-*``) and are renamed over it, so a reader
-never sees half a resource. Bytes that do not match the ``length`` or ``hash`` announced
-for them are *rejected*: reported, not written, and the previous copy is kept. (When they
-equal the copy already held, the announcement is merely stale, e.g. a Change List entry
-re-read after a later change was applied, and nothing is reported.)
+Files live where :mod:`subscriber.paths` maps their URIs. Writes are atomic
+(:func:`rsclient.statefile.write_atomically`): bytes go to a temporary file next to the
+target (``.rshub-tmp-*``) and are renamed over it, so a reader never sees half a resource.
+They are not fsynced, unlike the position: a sync per file would bound throughput; after
+a power cut, an audit finds what was lost.
+
+Bytes that do not match the ``length`` or ``hash`` announced for them are *rejected*:
+reported, not written, and the previous copy is kept. (When they equal the copy already
+held, the announcement is merely stale, e.g. a Change List entry re-read after a later
+change was applied, and nothing is reported.)
 
 Changes of one batch are collapsed per URI (the last one wins: a fetch always gets the
 current bytes) and applied with at most ``concurrency`` requests in flight.
@@ -14,10 +18,8 @@ current bytes) and applied with at most ``concurrency`` requests in flight.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,6 +28,7 @@ from pathlib import Path
 import aiohttp
 
 from resourcesync import Entry
+from rsclient.statefile import write_atomically
 
 from .events import ChangeEvent
 from .exceptions import UnsafePathError
@@ -179,15 +182,7 @@ class Mirror:
         self.stats.fetched += 1
 
     def _write(self, path: Path, data: bytes) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.parent / f"{_TMP}{path.name[:64]}-{secrets.token_hex(4)}"
-        try:
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
+        write_atomically(path, data, temp_prefix=f"{_TMP}{path.name[:64]}-", durable=False)
 
     def _remove(self, path: Path) -> bool:
         try:

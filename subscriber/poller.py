@@ -10,32 +10,25 @@ Each :meth:`Poller.poll` returns the changes whose change time (``rs:md/@datetim
 present, else ``lastmod``) is at or after ``watermark - overlap``, in document order.
 Pages entirely before that (``until`` earlier) are not fetched; unchanged pages (304) are
 skipped, since their entries were returned before. The result is not de-duplicated: the
-overlap deliberately re-reads the recent past, and :class:`~subscriber.position.Position`
+overlap deliberately re-reads the recent past, and :class:`~subscriber.position.EventCursor`
 drops what was already delivered. ``overlap`` is the clock skew tolerated between a
 Source's change times and the watermark.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 
 import aiohttp
 
-from resourcesync import (
-    Capability,
-    CapabilityList,
-    ChangeList,
-    ChangeListIndex,
-    Document,
-    Entry,
-    ResourceList,
-    ResourceListIndex,
-    SourceDescription,
-)
+import rsclient.exceptions
+from resourcesync import ChangeListIndex, Document, Entry, ResourceListIndex
+from rsclient.discovery import Discovery, discover
+from rsclient.documents import DocumentClient, Fetched
 
-from .documents import DocumentClient
 from .events import ChangeEvent
 from .exceptions import DiscoveryError, SourceError
 
@@ -44,16 +37,21 @@ __all__ = ["Discovery", "Poller"]
 log = logging.getLogger(__name__)
 
 
-class Discovery:
-    """What discovery found: the Change List (Index), the Resource List, the push hub."""
+#: Largest document accepted (a Resource List page of 50,000 entries with hashes fits).
+MAX_DOCUMENT_BYTES = 256 * 2**20
 
-    def __init__(self) -> None:
-        self.capability_list: str | None = None
-        self.changelist: str | None = None
-        self.resourcelist: str | None = None
-        #: ``changelist-notification`` entry: topic URI and its ``rs:ln rel="hub"``.
-        self.topic_uri: str | None = None
-        self.hub: str | None = None
+
+@contextlib.contextmanager
+def _as_subscriber_errors() -> Iterator[None]:
+    """Re-raise :mod:`rsclient`'s errors as the subscriber's, which callers catch."""
+    try:
+        yield
+    except SourceError:
+        raise  # already the subscriber's (from Poller._choose)
+    except rsclient.exceptions.DiscoveryError as exc:
+        raise DiscoveryError(str(exc)) from exc
+    except rsclient.exceptions.SourceError as exc:
+        raise SourceError(str(exc)) from exc
 
 
 class Poller:
@@ -68,67 +66,37 @@ class Poller:
         self.start = start
         self.topic = topic
         self.overlap = overlap
-        self.documents = DocumentClient(session)
+        self.documents = DocumentClient(session, max_bytes=MAX_DOCUMENT_BYTES)
         self._found: Discovery | None = None
         #: Change Lists whose current version was returned by a poll.
         self._consumed: set[str] = set()
 
     async def discover(self) -> Discovery:
+        """The Source's documents, found once: a Source Description must lead to a single
+        Capability List (``topic`` picks among several)."""
         if self._found is None:
-            found = Discovery()
-            doc = await self.documents.fetch(self.start)
-            await self._walk(self.start, doc, found, depth=0)
-            self._found = found
+            with _as_subscriber_errors():
+                self._found = await discover(self.documents.fetch, self.start, choose=self._choose)
         return self._found
 
-    async def _walk(self, url: str, doc: Document, found: Discovery, depth: int) -> None:
-        if depth > 3:
-            raise DiscoveryError(f"{self.start}: discovery went too deep")
-        if isinstance(doc, SourceDescription):
-            caps = [e.loc for e in doc.entries]
-            if self.topic is not None:
-                mine = [c for c in caps if f"/topics/{self.topic}/" in c]
-                caps = mine or caps
-            if len(caps) != 1:
-                raise DiscoveryError(
-                    f"{url}: {len(caps)} Capability Lists; say which with --topic or "
-                    "give the Capability List URL"
-                )
-            await self._walk(caps[0], await self.documents.fetch(caps[0]), found, depth + 1)
-        elif isinstance(doc, CapabilityList):
-            found.capability_list = url
-            for entry in doc.entries:
-                capability = entry.md.capability if entry.md else None
-                if capability == Capability.CHANGELIST:
-                    found.changelist = entry.loc
-                elif capability == Capability.RESOURCELIST:
-                    found.resourcelist = entry.loc
-                elif capability == Capability.CHANGELIST_NOTIFICATION:
-                    found.topic_uri = entry.loc
-                    found.hub = next((ln.href for ln in entry.links if ln.rel == "hub"), None)
-        elif isinstance(doc, ChangeList | ChangeListIndex):
-            found.changelist = url
-            await self._walk_up(doc, found, depth)
-        elif isinstance(doc, ResourceList | ResourceListIndex):
-            found.resourcelist = url
-            await self._walk_up(doc, found, depth)
-        else:
-            raise DiscoveryError(f"{url}: a {doc.md.capability} document leads to no changes")
+    def _choose(self, url: str, capability_lists: list[str]) -> list[str]:
+        if self.topic is not None:
+            mine = [c for c in capability_lists if f"/topics/{self.topic}/" in c]
+            capability_lists = mine or capability_lists
+        if len(capability_lists) != 1:
+            raise DiscoveryError(
+                f"{url}: {len(capability_lists)} Capability Lists; say which with --topic or "
+                "give the Capability List URL"
+            )
+        return capability_lists
 
-    async def _walk_up(self, doc: Document, found: Discovery, depth: int) -> None:
-        up = doc.up
-        if up is None or found.capability_list is not None:
-            return
-        try:
-            capabilities = await self.documents.fetch(up)
-        except SourceError as exc:
-            log.info("cannot follow rel=up %s: %s", up, exc)
-            return
-        if isinstance(capabilities, CapabilityList):
-            known = (found.changelist, found.resourcelist)
-            await self._walk(up, capabilities, found, depth + 1)
-            found.changelist = known[0] or found.changelist
-            found.resourcelist = known[1] or found.resourcelist
+    async def _get(self, url: str, *, keep: bool = False) -> Fetched:
+        with _as_subscriber_errors():
+            return await self.documents.get(url, keep=keep)
+
+    async def _fetch(self, url: str) -> Document:
+        with _as_subscriber_errors():
+            return await self.documents.fetch(url)
 
     async def poll(self, watermark: datetime | None) -> list[ChangeEvent]:
         """Changes at or after ``watermark - overlap`` (all retained ones if ``None``)."""
@@ -136,7 +104,7 @@ class Poller:
         if found.changelist is None:
             raise DiscoveryError(f"{self.start}: no Change List found")
         threshold = None if watermark is None else watermark - self.overlap
-        result = await self.documents.get(found.changelist, keep=True)
+        result = await self._get(found.changelist, keep=True)
         doc = result.doc
         assert doc is not None
         if isinstance(doc, ChangeListIndex):
@@ -145,7 +113,7 @@ class Poller:
                 until = page.md.until if page.md else None
                 if threshold is not None and until is not None and until < threshold:
                     continue
-                fetched = await self.documents.get(page.loc)
+                fetched = await self._get(page.loc)
                 if fetched.changed and fetched.doc is not None:
                     out.extend(_changes(fetched.doc, threshold))
             return out
@@ -159,12 +127,12 @@ class Poller:
         found = await self.discover()
         if found.resourcelist is None:
             raise DiscoveryError(f"{self.start}: no Resource List found")
-        doc = await self.documents.fetch(found.resourcelist)
+        doc = await self._fetch(found.resourcelist)
         self.documents.forget(found.resourcelist)
         if isinstance(doc, ResourceListIndex):
             at = doc.md.at
             for page in doc.entries:
-                part = await self.documents.fetch(page.loc)
+                part = await self._fetch(page.loc)
                 self.documents.forget(page.loc)
                 for entry in part.entries:
                     yield entry, part.md.at or at

@@ -1,6 +1,6 @@
 """Where a subscriber stands in a topic, and the rule that drops changes already delivered.
 
-A :class:`Position` holds three things:
+An :class:`EventCursor` holds three things:
 
 - ``event_id``: the last hub event id delivered (push transports, and ``hub.since``);
 - ``watermark``: the latest change time delivered, which a poller resumes from;
@@ -8,27 +8,34 @@ A :class:`Position` holds three things:
   a change that arrives twice by different transports, or from a plain Source that has no
   event ids, is recognised.
 
-It is saved as JSON by :class:`PositionFile`, atomically (temporary file + rename), so a
-restart resumes where the last save stopped. Saves happen after the caller has handled a
-batch: delivery is at least once across crashes, exactly once otherwise.
+It is saved as JSON by :class:`EventCursorFile`, atomically and durably
+(:mod:`rsclient.statefile`), so a restart resumes where the last save stopped. Saves
+happen after the caller has handled a batch: delivery is at least once across crashes,
+exactly once otherwise.
+
+It is not the publisher's :class:`publisher.position.ChangeListCursor`, and why: the same
+change reaches a subscriber by several transports and in any order, mostly carrying a hub
+event id, so the cursor is "the last id, plus a bounded memory of recent keys" and a
+duplicate is dropped whichever way it came; the bridge reads one Change List in change
+time order with no ids, and must count what it passed on at its last change time.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from resourcesync import format_datetime, parse_datetime
+from rsclient.exceptions import StateFileError
+from rsclient.statefile import StateFile
 
 from .events import ChangeEvent, event_order
 from .exceptions import PositionError
 
-__all__ = ["MAX_RECENT", "Position", "PositionFile"]
+__all__ = ["MAX_RECENT", "EventCursor", "EventCursorFile"]
 
 #: How many recent ``(loc, lastmod, change)`` keys are remembered for de-duplication.
 MAX_RECENT = 20_000
@@ -39,7 +46,9 @@ _VERSION = 2
 
 
 @dataclass
-class Position:
+class EventCursor:
+    """What a subscriber has delivered: the last hub event id, the watermark, recent keys."""
+
     event_id: str | None = None
     watermark: datetime | None = None
     recent: OrderedDict[Key, None] = field(default_factory=OrderedDict)
@@ -102,7 +111,7 @@ class Position:
         }
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> Position:
+    def from_json(cls, obj: dict[str, Any]) -> EventCursor:
         if obj.get("version") != _VERSION:
             raise PositionError(f"unknown position version {obj.get('version')!r}")
         watermark = obj.get("watermark")
@@ -117,27 +126,37 @@ class Position:
         )
 
 
-class PositionFile:
-    """A :class:`Position` kept in a JSON file, replaced atomically on every save."""
+class EventCursorFile:
+    """An :class:`EventCursor` kept in a JSON file, replaced atomically on every save."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
+        self._file = StateFile(path)
+        self.path = self._file.path
 
-    def load(self) -> Position:
-        """The saved position, or a fresh one if there is no file yet."""
+    def load(self) -> EventCursor:
+        """The saved cursor, or a fresh one if there is no file yet.
+
+        Raises:
+            PositionError: the file cannot be read or does not hold a cursor.
+        """
         try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return Position()
-        except OSError as exc:
-            raise PositionError(f"{self.path}: {exc}") from exc
+            data = self._file.load()
+        except StateFileError as exc:
+            raise PositionError(f"{self.path}: corrupt position file: {exc}") from exc
+        if data is None:
+            return EventCursor()
         try:
-            return Position.from_json(json.loads(data))
+            return EventCursor.from_json(data)
         except (ValueError, TypeError, KeyError) as exc:
             raise PositionError(f"{self.path}: corrupt position file: {exc}") from exc
 
-    def save(self, position: Position) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(position.to_json()))
-        os.replace(tmp, self.path)
+    def save(self, cursor: EventCursor) -> None:
+        """Replace the file with ``cursor``.
+
+        Raises:
+            PositionError: the file cannot be written; it keeps its previous content.
+        """
+        try:
+            self._file.save(cursor.to_json())
+        except StateFileError as exc:
+            raise PositionError(str(exc)) from exc

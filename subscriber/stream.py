@@ -24,9 +24,11 @@ from typing import Any, Literal
 import aiohttp
 import orjson
 
+from rsclient.exceptions import EventStreamError
+from rsclient.sse import EventParser, event_batches
+
 from .events import ChangeEvent
 from .exceptions import PushUnavailable, StreamClosed
-from .sse import SSEReader
 
 __all__ = ["RESUMABLE_CLOSE_CODES", "HubStream", "Transport"]
 
@@ -159,19 +161,19 @@ class HubStream:
             if resp.status != 200:
                 raise PushUnavailable(f"{url}: HTTP {resp.status}")
             self.connected.set()
-            reader = SSEReader()
+            parser = EventParser()
             try:
-                async for raw in resp.content:
-                    msg = reader.feed_line(raw.decode("utf-8").rstrip("\r\n"))
-                    if msg is None:
-                        continue
-                    if msg.event == "error":  # the hub's "too slow, resume" notice
-                        raise StreamClosed(1013, msg.data)
-                    if msg.event not in ("message", "change"):
-                        continue
-                    batch = _events(orjson.loads(msg.data), self.topic)
-                    if msg.id and batch and batch[-1].id is None:
-                        batch[-1] = ChangeEvent.from_json({**batch[-1].to_json(), "id": msg.id})
-                    yield batch
+                async for events in event_batches(resp.content, parser):
+                    for msg in events:
+                        if msg.event == "error":  # the hub's "too slow, resume" notice
+                            raise StreamClosed(1013, msg.data)
+                        if msg.event not in ("message", "change"):
+                            continue
+                        batch = _events(orjson.loads(msg.data), self.topic)
+                        if msg.id and batch and batch[-1].id is None:
+                            batch[-1] = ChangeEvent.from_json({**batch[-1].to_json(), "id": msg.id})
+                        yield batch
+            except EventStreamError as exc:
+                raise PushUnavailable(f"{url}: {exc}") from exc
             except (aiohttp.ClientError, OSError) as exc:
                 raise PushUnavailable(f"{url}: {exc}") from exc

@@ -11,7 +11,7 @@ import pytest
 from publisher import Publisher, RetryPolicy
 from publisher.bridge import Bridge
 from publisher.exceptions import SourceError
-from publisher.position import Position, in_order
+from publisher.position import ChangeListCursor, in_order
 from publisher.state import StateFile
 from resourcesync import (
     CapabilityList,
@@ -98,11 +98,11 @@ def summary(events: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
 
 def test_position_counts_changes_at_the_same_time() -> None:
     same = [v10("a", "updated", 1), v10("a", "updated", 1), v10("b", "created", 1)]
-    position = Position().after(same[:1])
+    position = ChangeListCursor().after(same[:1])
     assert position.new_entries(same) == same[1:]
     position = position.after(same[1:])
     assert position.new_entries([*same, v10("c", "deleted", 2)]) == [v10("c", "deleted", 2)]
-    assert Position.from_json(position.to_json()) == position
+    assert ChangeListCursor.from_json(position.to_json()) == position
 
 
 async def test_reads_the_source_as_section_12_prescribes(hub: Hub, redis_url: str) -> None:

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from subscriber.follower import Follower
-from subscriber.position import Position
+from subscriber.position import EventCursor
 from tests.conftest import Hub
 from tests.support import changes, notification
 
@@ -19,7 +19,7 @@ from tests.support import changes, notification
 async def test_follower_delivers_each_change_once(hub: Hub, via: str) -> None:
     await hub.publish("f", notification(changes(3)))
     async with aiohttp.ClientSession() as session:
-        position = Position()
+        position = EventCursor()
         follower = Follower(
             session,
             position,

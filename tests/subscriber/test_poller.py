@@ -10,7 +10,7 @@ import pytest
 
 from subscriber.exceptions import DiscoveryError
 from subscriber.poller import Poller
-from subscriber.position import Position
+from subscriber.position import EventCursor
 
 from .source import TestSource
 
@@ -34,7 +34,7 @@ async def test_poller_follows_source_description_to_pages(
         poller = Poller(
             session, f"{src.url}/.well-known/resourcesync", overlap=timedelta(seconds=0)
         )
-        pos = Position()
+        pos = EventCursor()
         first = [e for e in await poller.poll(pos.watermark) if pos.accept(e)]
         assert [(e.loc.rsplit("/", 1)[1], e.change) for e in first] == [
             *[(f"r{i}", "created") for i in range(7)],

@@ -1,4 +1,4 @@
-"""Pure parts: path mapping, position and de-duplication, WebSub rules, integrity, SSE."""
+"""Pure parts: path mapping, position and de-duplication, WebSub rules, integrity."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from subscriber.events import ChangeEvent, event_order
 from subscriber.exceptions import PositionError, UnsafePathError
 from subscriber.integrity import matches
 from subscriber.paths import uri_to_path, uri_to_relpath
-from subscriber.position import Position, PositionFile
-from subscriber.sse import SSEReader
+from subscriber.position import EventCursor, EventCursorFile
 from subscriber.websub import sign, subscription_form, verification_answer, verify_signature
 
 
@@ -63,7 +62,7 @@ def _ev(loc: str, lastmod: str = "2026-01-01T00:00:00Z", id: str | None = None) 
 
 
 def test_position_dedupes_by_id_then_by_key() -> None:
-    pos = Position()
+    pos = EventCursor()
     assert pos.accept(_ev("a", id="5-0"))
     assert not pos.accept(_ev("a", id="5-0"))
     assert not pos.accept(_ev("b", id="4-9"))  # older id: already delivered
@@ -75,15 +74,15 @@ def test_position_dedupes_by_id_then_by_key() -> None:
 
 
 def test_position_watermark_never_passes_now() -> None:
-    pos = Position()
+    pos = EventCursor()
     pos.accept(_ev("a", lastmod="2999-01-01T00:00:00Z"))
     assert pos.watermark is not None and pos.watermark.year < 2999
 
 
 def test_position_file_round_trip(tmp_path: Path) -> None:
-    store = PositionFile(tmp_path / "s" / "state.json")
+    store = EventCursorFile(tmp_path / "s" / "state.json")
     assert store.load().event_id is None
-    pos = Position()
+    pos = EventCursor()
     pos.accept(_ev("a", id="1-1"))
     pos.extra["baseline"] = True
     store.save(pos)
@@ -126,31 +125,11 @@ def test_integrity() -> None:
     assert matches(data, length=None, hash="crc32:zzz") is None  # unknown: not checked
 
 
-def test_sse_reader() -> None:
-    reader = SSEReader()
-    lines = [
-        "retry: 1000",
-        "",
-        ": heartbeat",
-        "",
-        "id: 1-0",
-        'data: {"a":',
-        "data: 1}",
-        "",
-        "event: error",
-        "data: too slow",
-        "",
-    ]
-    msgs = [m for m in (reader.feed_line(line) for line in lines) if m is not None]
-    assert msgs[0].data == '{"a":\n1}' and msgs[0].id == "1-0" and msgs[0].event == "message"
-    assert msgs[1].event == "error" and reader.last_id == "1-0"
-
-
 def test_create_then_delete_in_one_lastmod_tick_are_both_delivered() -> None:
     # Regression: a ResourceSync 1.0 Source (resync-simulator) writes deletions without a
     # time, so a deletion can share its creation's lastmod; keyed by (loc, lastmod) alone
     # the deletion was dropped as a duplicate and the mirror kept a deleted file.
-    pos = Position()
+    pos = EventCursor()
     created = ChangeEvent(loc="a", lastmod="2026-01-01T00:00:00Z", change="created")
     deleted = ChangeEvent(loc="a", lastmod="2026-01-01T00:00:00Z", change="deleted")
     assert pos.accept(created) and pos.accept(deleted)
@@ -158,7 +137,7 @@ def test_create_then_delete_in_one_lastmod_tick_are_both_delivered() -> None:
 
 
 def test_baseline_state_makes_a_matching_update_a_duplicate() -> None:
-    pos = Position()
+    pos = EventCursor()
     pos.remember("a", "2026-01-01T00:00:00Z")
     assert not pos.accept(_ev("a"))
     assert pos.accept(ChangeEvent(loc="a", lastmod="2026-01-01T00:00:00Z", change="deleted"))
