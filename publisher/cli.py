@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from resourcesync import ChangeList, ChangeListNotification, DocumentError, Link, parse
-from rshub.options import add_client_options, env_default
+from rsclient.options import add_client_options, env_default
 
 from .batching import BatchPolicy
 from .changes import make_change

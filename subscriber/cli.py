@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 
 from resourcesync import Entry, format_datetime
-from rshub.options import add_client_options, env_default
+from rsclient.options import add_client_options, env_default
 
 from .exceptions import SubscriberError
 from .follower import Follower, Mode
