@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import logging
 import sys
@@ -14,6 +15,7 @@ from .auth import PublisherAuth
 from .embedded_redis import EmbeddedRedis
 from .exceptions import HubError
 from .settings import Settings
+from .workers import WorkerPool, worker_count
 
 log = logging.getLogger("rshub")
 
@@ -41,17 +43,47 @@ def add_parsers(subparsers: Any) -> None:
         default=None,
         help="allow a non-loopback bind with no publisher tokens",
     )
+    parser.add_argument(
+        "--workers",
+        help="hub processes on this port, one Redis (a number or auto; default 1)",
+    )
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     parser.set_defaults(run=run_serve)
+
+
+_SETTINGS_FLAGS = ("host", "port", "redis_url", "data_dir", "base_url", "tokens", "open", "workers")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     overrides = {
         name: getattr(args, name)
-        for name in ("host", "port", "redis_url", "data_dir", "base_url", "tokens", "open")
+        for name in (
+            "host",
+            "port",
+            "redis_url",
+            "data_dir",
+            "base_url",
+            "tokens",
+            "open",
+            "workers",
+        )
         if getattr(args, name, None) is not None
     }
     return Settings(**overrides)
+
+
+def _worker_argv(args: argparse.Namespace) -> list[str]:
+    """The flags given to ``rshub serve`` that each worker process needs too."""
+    argv: list[str] = []
+    for name in ("host", "port", "data_dir", "base_url", "log_level"):
+        value = getattr(args, name, None)
+        if value is not None:
+            argv += [f"--{name.replace('_', '-')}", str(value)]
+    for token in getattr(args, "tokens", None) or []:
+        argv += ["--token", token]
+    if getattr(args, "open", None):
+        argv.append("--open")
+    return argv
 
 
 def tune_gc(young_threshold: int) -> None:
@@ -90,6 +122,11 @@ def run_serve(args: argparse.Namespace) -> int:
                 redis_url,
                 embedded.data_dir,
             )
+        workers = worker_count(settings.workers)
+        if workers > 1:
+            log.info("rshub hub at %s, %d workers", settings.public_url, workers)
+            pool = WorkerPool(workers, _worker_argv(args), redis_url, embedded)
+            return asyncio.run(pool.run())
         tune_gc(settings.gc_young_threshold)
         log.info("rshub hub at %s", settings.public_url)
         web_app.run(settings, redis_url, embedded)

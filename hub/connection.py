@@ -3,26 +3,56 @@
 The hub holds two clients: one for ordinary commands (with a socket timeout, so a stalled
 Redis turns into an error instead of a hung request) and one for ``XREAD BLOCK`` only, which
 must be allowed to wait longer than any timeout.
+
+A Redis Cluster is named by a ``redis+cluster://host:port`` URL (any one node; the others
+are discovered) or by ``RSHUB_REDIS_CLUSTER=true`` with a plain ``redis://`` URL, and uses
+redis-py's cluster client. The hub needs no cross-slot operation: a topic's keys share its
+hash slot, and the few hub-wide keys are each used alone.
 """
 
 from __future__ import annotations
 
+from typing import Any, TypeAlias
+
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 #: Every failure of the store layer; the web layer maps it to 503 in one place.
 StoreError = RedisError
 
+#: A client of one Redis or of a Redis Cluster: the store modules take either.
+Client: TypeAlias = Redis | RedisCluster
+
+CLUSTER_SCHEME = "redis+cluster://"
+
+
+def is_cluster_url(url: str) -> bool:
+    return url.startswith(CLUSTER_SCHEME)
+
+
+def connect(url: str, *, cluster: bool = False, **options: Any) -> Client:
+    """A client for ``url``: a cluster client for ``redis+cluster://`` or ``cluster=True``."""
+    if is_cluster_url(url) or cluster:
+        plain = "redis://" + url.removeprefix(CLUSTER_SCHEME) if is_cluster_url(url) else url
+        return RedisCluster.from_url(plain, **options)
+    return Redis.from_url(url, **options)
+
 
 class Connections:
-    """The hub's Redis clients for one Redis URL."""
+    """The hub's Redis clients for one Redis (or Redis Cluster) URL."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, cluster: bool = False) -> None:
         self.url = url
-        self.main = Redis.from_url(
-            url, max_connections=512, health_check_interval=30, socket_timeout=10
-        )
-        self.blocking = Redis.from_url(url, socket_timeout=None, health_check_interval=30)
+        self.cluster = cluster or is_cluster_url(url)
+        if self.cluster:
+            self.main = connect(url, cluster=True, socket_timeout=10, max_connections=512)
+            self.blocking = connect(url, cluster=True, socket_timeout=None)
+        else:
+            self.main = connect(
+                url, max_connections=512, health_check_interval=30, socket_timeout=10
+            )
+            self.blocking = connect(url, socket_timeout=None, health_check_interval=30)
 
     async def ping(self) -> None:
         await self.main.ping()

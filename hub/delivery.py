@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 FIRST_EVENT_ID_HEADER = "X-RSHub-First-Event-Id"
 LAST_EVENT_ID_HEADER = "X-RSHub-Last-Event-Id"
 EVENT_COUNT_HEADER = "X-RSHub-Event-Count"
+#: The hub process that sent a delivery (its ``node`` in ``/healthz``), for operators.
+NODE_HEADER = "X-RSHub-Node"
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +168,7 @@ class DeliveryWorker:
             FIRST_EVENT_ID_HEADER: batch[0].id,
             LAST_EVENT_ID_HEADER: batch[-1].id,
             EVENT_COUNT_HEADER: str(len(batch)),
+            NODE_HEADER: self.node,
         }
         if sub.secret:
             headers["X-Hub-Signature"] = websub.signature(sub.secret, body)

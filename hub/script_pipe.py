@@ -4,8 +4,10 @@ Why not redis-py's pipeline: profiling single-change publishes under load showed
 quarter of the hub's own work in redis-py's per-command machinery (argument encoding,
 pipeline bookkeeping, response callbacks) for a command whose arguments are already bytes.
 Here every concurrent ``EVALSHA`` is packed by hiredis, written in one ``write`` per batch
-on one TCP connection, and the replies are read in order with a hiredis reader. Plain
-``redis://`` URLs only; anything else (TLS, unix sockets) uses redis-py's pipeline.
+on one TCP connection, and the replies are read in order with a hiredis reader. On a Redis
+Cluster there is one such connection per primary, and each call goes to the primary of its
+first key's hash slot (a ``MOVED``/``ASK`` reply, during resharding, is retried through
+redis-py, which follows it). TLS and unix sockets use redis-py's pipeline.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 import hiredis
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import Connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
@@ -86,13 +89,18 @@ class ScriptPipe:
     runs atomically on its own; only the round trips are shared.
     """
 
-    def __init__(self, redis: Redis, timeout: float = 10.0) -> None:
+    def __init__(self, redis: Redis | RedisCluster, timeout: float = 10.0) -> None:
         self.redis = redis
         self.timeout = timeout
-        pool = redis.connection_pool
-        self._raw = pool.connection_class is Connection and not pool.connection_kwargs.get("ssl")
-        self._options = dict(pool.connection_kwargs)
+        if isinstance(redis, RedisCluster):
+            self._options = dict(redis.get_connection_kwargs())
+            self._raw = not self._options.get("ssl")
+        else:
+            pool = redis.connection_pool
+            self._options = dict(pool.connection_kwargs)
+            self._raw = pool.connection_class is Connection and not self._options.get("ssl")
         self._link: _Link | None = None
+        self._node_links: dict[tuple[str, int], _Link] = {}
         self._pending: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
         self._task: asyncio.Task[None] | None = None
 
@@ -113,6 +121,8 @@ class ScriptPipe:
         return future
 
     async def _send(self, batch: list[tuple[Any, ...]]) -> list[Any]:
+        if isinstance(self.redis, RedisCluster) and self._raw:
+            return await self._send_by_slot(self.redis, batch)
         if not self._raw:
             async with self.redis.pipeline(transaction=False) as pipe:
                 for args in batch:
@@ -126,6 +136,40 @@ class ScriptPipe:
             self._link.close()  # replies may be out of step: never reuse this connection
             self._link = None
             raise
+
+    async def _send_by_slot(self, cluster: RedisCluster, batch: list[tuple[Any, ...]]) -> list[Any]:
+        groups: dict[tuple[str, int], list[int]] = {}
+        for i, args in enumerate(batch):
+            node = cluster.get_node_from_key(args[3] if int(args[2]) else "")
+            if node is None:
+                raise RedisConnectionError("no Redis Cluster node serves that hash slot")
+            groups.setdefault((str(node.host), int(node.port)), []).append(i)
+        results: list[Any] = [None] * len(batch)
+
+        async def run(address: tuple[str, int], indexes: list[int]) -> None:
+            link = self._node_links.get(address)
+            if link is None:
+                options = {**self._options, "host": address[0], "port": address[1]}
+                link = self._node_links[address] = await _Link.open(options, self.timeout)
+            try:
+                replies = await link.run(
+                    [hiredis.pack_command(batch[i]) for i in indexes], self.timeout
+                )
+            except BaseException:
+                link.close()
+                self._node_links.pop(address, None)
+                raise
+            for i, reply in zip(indexes, replies, strict=True):
+                results[i] = reply
+
+        await asyncio.gather(*(run(a, idx) for a, idx in groups.items()))
+        for i, reply in enumerate(results):
+            if isinstance(reply, ResponseError) and str(reply).startswith(("MOVED", "ASK")):
+                try:
+                    results[i] = await cluster.execute_command(*batch[i])
+                except Exception as exc:  # handed to the caller like any reply error
+                    results[i] = exc
+        return results
 
     async def _flush(self) -> None:
         try:
@@ -156,3 +200,6 @@ class ScriptPipe:
         if self._link is not None:
             self._link.close()
             self._link = None
+        for link in self._node_links.values():
+            link.close()
+        self._node_links.clear()

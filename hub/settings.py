@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -22,9 +23,19 @@ class Settings(BaseSettings):
     #: Public base URL (scheme://host[:port][/prefix]) when the hub sits behind a proxy.
     base_url: str | None = None
 
+    #: Hub processes ``rshub serve`` runs on this port (``auto``: one per core). Each
+    #: serves every route; WebSub deliveries are spread across them.
+    workers: int | Literal["auto"] = 1
+    #: Bind with ``SO_REUSEPORT`` so several processes share the port (set for the
+    #: processes ``--workers`` starts; set it yourself to run more of them by hand).
+    reuse_port: bool = False
+
     # -- storage -----------------------------------------------------------------------
     #: An existing Redis; without it ``rshub serve`` starts an embedded redis-server.
     redis_url: str | None = None
+    #: Treat ``redis_url`` as one node of a Redis Cluster (a ``redis+cluster://`` URL says
+    #: so by itself).
+    redis_cluster: bool = False
     data_dir: Path = Path("rshub-data")
     #: ``always``, ``everysec`` or ``no``: the embedded Redis's AOF fsync policy.
     appendfsync: str = "everysec"
@@ -101,6 +112,13 @@ class Settings(BaseSettings):
     #: large ring of live events; collecting less often was worth ~20% of WebSocket fan-out
     #: throughput in bench/hub.py. Garbage without cycles is freed at once regardless.
     gc_young_threshold: int = Field(50_000, ge=0)
+
+    @field_validator("workers")
+    @classmethod
+    def _check_workers(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 1:
+            raise ValueError("workers must be at least 1, or auto")
+        return value
 
     @field_validator("appendfsync")
     @classmethod

@@ -5,14 +5,16 @@ The fold itself is kept by the publish script (:mod:`hub.store`): hash
 it is read two ways:
 
 - Up to ``page_entries`` URIs: :meth:`ResourceSnapshots.exact` reads it with ``HGETALL`` in
-  the same ``MULTI`` as a Redis ``TIME``, so it is an exact snapshot: ``at`` = ``completed``
-  = that time. Every change not in it has a later receipt time (event ids follow the Redis
-  clock), so a Destination that baselines from it then applies the Change List entries with
-  ``datetime >= at`` misses nothing.
+  one script with a Redis ``TIME`` (``scripts/exact_resourcelist.lua``), so it is an exact
+  snapshot: ``at`` = ``completed`` = that time. Every change not in it has a later receipt
+  time (event ids follow the Redis clock), so a Destination that baselines from it then
+  applies the Change List entries with ``datetime >= at`` misses nothing.
 - Beyond that: pages of one snapshot built with ``HSCAN`` (not atomic: ``at`` is when the
   scan began and ``completed`` when it ended, as §10.1 allows). The pages are rendered once,
   kept in Redis for ``ttl_seconds`` and served as immutable; a snapshot is reused for
-  ``reuse_seconds`` while the topic changes, and for as long as it does not.
+  ``reuse_seconds`` while the topic changes, and for as long as it does not. One process
+  takes a snapshot at a time (``keys.resourcelist_lock``); the others wait for its record,
+  so several hub processes serve the same snapshot.
 """
 
 from __future__ import annotations
@@ -23,11 +25,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from redis.asyncio import Redis
-
-from . import keys, rendering
+from . import keys, rendering, scripts
+from .connection import Client
 from .events import decode
+from .script_pipe import ScriptPipe
 from .topics import HubUrls
+
+#: How long one process may take to write a snapshot before another may take over.
+_TAKING_MS = 60_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +69,16 @@ def entries(values: list[bytes]) -> Iterator[str]:
 
 class ResourceSnapshots:
     def __init__(
-        self, redis: Redis, *, page_entries: int, reuse_seconds: int, ttl_seconds: int
+        self,
+        redis: Client,
+        scripts: ScriptPipe,
+        *,
+        page_entries: int,
+        reuse_seconds: int,
+        ttl_seconds: int,
     ) -> None:
         self.redis = redis
+        self.scripts = scripts
         self.page_entries = page_entries
         self.reuse_seconds = reuse_seconds
         self.ttl_seconds = ttl_seconds
@@ -76,39 +88,56 @@ class ResourceSnapshots:
         """The whole Resource List at one instant, or ``None`` when it needs pages."""
         if await self.redis.hlen(keys.resources(topic)) > self.page_entries:
             return None
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.time()
-            pipe.hgetall(keys.resources(topic))
-            pipe.hget(keys.topic_meta(topic), keys.LAST_ID)
-            now, fold, last_id = await pipe.execute()
-        if len(fold) > self.page_entries:
+        out = await self.scripts.run(
+            scripts.EXACT_RESOURCELIST,
+            [keys.resources(topic), keys.topic_meta(topic)],
+            [self.page_entries],
+        )
+        if not out:
             return None
-        values = [fold[loc] for loc in sorted(fold)]
-        return Exact(_ms(now), values, keys.optional_text(last_id))
+        fold = dict(zip(out[3::2], out[4::2], strict=True))
+        values = [keys.as_bytes(fold[loc]) for loc in sorted(fold)]
+        return Exact(_ms((int(out[0]), int(out[1]))), values, keys.optional_text(out[2]))
 
     async def current(self, topic: str, urls: HubUrls) -> Snapshot:
         """A fresh enough paged snapshot of ``topic``, taken now if needed."""
         lock = self._locks.setdefault(topic, asyncio.Lock())
         async with lock:
-            raw = await self.redis.hgetall(keys.resourcelist_snapshot(topic))
-            snap = {keys.text(k): keys.text(v) for k, v in raw.items()}
-            if snap:
-                now = _ms(await self.redis.time())
-                last_id = await self.redis.hget(keys.topic_meta(topic), keys.LAST_ID)
-                fresh = now - int(snap[keys.SNAP_AT]) < self.reuse_seconds * 1000
-                unchanged = last_id is not None and keys.text(last_id) == snap[keys.SNAP_LAST_ID]
-                alive = await self.redis.exists(
-                    keys.resourcelist_page(topic, snap[keys.SNAP_ID], 0)
-                )
-                if alive and (fresh or unchanged):
-                    return Snapshot(
-                        snap[keys.SNAP_ID],
-                        int(snap[keys.SNAP_AT]),
-                        int(snap[keys.SNAP_COMPLETED]),
-                        int(snap[keys.SNAP_PAGES]),
-                        snap[keys.SNAP_LAST_ID],
-                    )
-            return await self._take(topic, urls)
+            deadline = asyncio.get_running_loop().time() + _TAKING_MS / 1000
+            while True:
+                usable = await self._usable(topic)
+                if usable is not None:
+                    return usable
+                taking = keys.resourcelist_lock(topic)
+                if await self.redis.set(taking, "1", nx=True, px=_TAKING_MS):
+                    try:
+                        return await self._take(topic, urls)
+                    finally:
+                        await self.redis.delete(taking)
+                if asyncio.get_running_loop().time() > deadline:  # its taker died: take it
+                    return await self._take(topic, urls)
+                await asyncio.sleep(0.05)  # another process is taking it: wait for its record
+
+    async def _usable(self, topic: str) -> Snapshot | None:
+        """The recorded snapshot, if its pages still exist and it is fresh or unchanged."""
+        raw = await self.redis.hgetall(keys.resourcelist_snapshot(topic))
+        snap = {keys.text(k): keys.text(v) for k, v in raw.items()}
+        if not snap:
+            return None
+        now = _ms(await self.redis.time())
+        last_id = await self.redis.hget(keys.topic_meta(topic), keys.LAST_ID)
+        fresh = now - int(snap[keys.SNAP_AT]) < self.reuse_seconds * 1000
+        unchanged = last_id is not None and keys.text(last_id) == snap[keys.SNAP_LAST_ID]
+        alive = await self.redis.exists(keys.resourcelist_page(topic, snap[keys.SNAP_ID], 0))
+        if not (alive and (fresh or unchanged)):
+            return None
+        return Snapshot(
+            snap[keys.SNAP_ID],
+            int(snap[keys.SNAP_AT]),
+            int(snap[keys.SNAP_COMPLETED]),
+            int(snap[keys.SNAP_PAGES]),
+            snap[keys.SNAP_LAST_ID],
+        )
 
     async def _take(self, topic: str, urls: HubUrls) -> Snapshot:
         """Scan the fold into rendered pages stored in Redis; record the snapshot."""

@@ -13,9 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from redis.asyncio import Redis
-
 from . import keys, scripts
+from .connection import Client
 from .events import Change
 from .exceptions import Conflict
 from .script_pipe import ScriptPipe
@@ -57,9 +56,9 @@ class TopicFacts:
 class EventStore:
     def __init__(
         self,
-        redis: Redis,
+        redis: Client,
         *,
-        blocking: Redis | None = None,
+        blocking: Client | None = None,
         retention: Retention | None = None,
         idempotency_seconds: int = 86400,
     ) -> None:

@@ -19,10 +19,10 @@ from enum import StrEnum
 from typing import Any
 
 import orjson
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from . import keys, scripts
+from .connection import Client
 from .script_pipe import ScriptPipe
 from .tasks import cancel_and_wait
 
@@ -90,7 +90,7 @@ class SubscriptionChange:
 
 class SubscriptionStore:
     def __init__(
-        self, redis: Redis, *, scripts: ScriptPipe | None = None, blocking: Redis | None = None
+        self, redis: Client, *, scripts: ScriptPipe | None = None, blocking: Client | None = None
     ) -> None:
         self.redis = redis
         self.scripts = scripts or ScriptPipe(redis)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import os
 
 from aiohttp import web
 
@@ -18,11 +19,24 @@ from . import __version__
 from .exceptions import Forbidden
 from .subscriptions import State
 from .topics import check_name
-from .web_state import AUTH, CONNECTIONS, DELIVERY, EMBEDDED, FEEDS, STORE, SUBSCRIPTIONS
+from .web_state import (
+    AUTH,
+    CONNECTIONS,
+    DELIVERY,
+    EMBEDDED,
+    FEEDS,
+    OWNERSHIP,
+    STORE,
+    SUBSCRIPTIONS,
+)
 
 
 async def healthz(request: web.Request) -> web.Response:
-    extra: dict[str, object] = {"version": __version__}
+    extra: dict[str, object] = {"version": __version__, "pid": os.getpid()}
+    if OWNERSHIP in request.app:
+        ownership = request.app[OWNERSHIP]
+        extra["node"] = ownership.node
+        extra["nodes"] = len(ownership.nodes)
     if EMBEDDED in request.app:
         extra["embedded_redis"] = request.app[EMBEDDED].status.as_dict()
     try:

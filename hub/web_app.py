@@ -155,7 +155,7 @@ async def _scan_pages(store: EventStore, chain: PageChain) -> None:
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     """Open every long-lived resource in dependency order; close them in reverse."""
     settings = app[SETTINGS]
-    connections = app[CONNECTIONS] = Connections(app[REDIS_URL])
+    connections = app[CONNECTIONS] = Connections(app[REDIS_URL], cluster=settings.redis_cluster)
     store = EventStore(
         connections.main,
         blocking=connections.blocking,
@@ -190,6 +190,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     app[STORE], app[SUBSCRIPTIONS], app[PAGES] = store, subscriptions, pages
     app[SNAPSHOTS] = ResourceSnapshots(
         connections.main,
+        store.scripts,
         page_entries=settings.resourcelist_page_entries,
         reuse_seconds=settings.resourcelist_snapshot_seconds,
         ttl_seconds=settings.resourcelist_snapshot_ttl_seconds,
@@ -276,4 +277,5 @@ def run(settings: Settings, redis_url: str, embedded: EmbeddedRedis | None = Non
         access_log=None,
         handle_signals=True,
         shutdown_timeout=5.0,
+        reuse_port=settings.reuse_port or None,
     )

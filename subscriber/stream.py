@@ -141,7 +141,10 @@ class HubStream:
                     aiohttp.WSMsgType.CLOSING,
                     aiohttp.WSMsgType.CLOSED,
                 ):
-                    raise StreamClosed(ws.close_code, str(msg.extra or ""))
+                    # The hub's own close code is in the CLOSE frame; ws.close_code may
+                    # already say 1006 when our heartbeat lapsed while the app was busy.
+                    code = msg.data if msg.type == aiohttp.WSMsgType.CLOSE else ws.close_code
+                    raise StreamClosed(code, str(msg.extra or ""))
                 elif msg.type == aiohttp.WSMsgType.ERROR:
                     raise PushUnavailable(f"{url}: {ws.exception()}")
 
