@@ -4,7 +4,8 @@ Contract (WebSub §7, plus rshub's guarantees): **at-least-once, in event-id ord
 subscription**, each subscription delivered by one process at a time (:mod:`hub.ownership`).
 A worker reads the events after its cursor (shared in-memory tail, Redis for older ones),
 POSTs them as one ``changelist-notification`` (bounded count and bytes), and advances the
-cursor only after a 2xx (a fenced write within 50 ms, coalesced). Failures are retried with
+cursor after each 2xx, before its next POST (a fenced write, committed in groups), so a
+process that dies re-sends at most the batch it had in flight. Failures are retried with
 exponential back-off and jitter (``Retry-After`` honoured, capped); the failure count, state
 and next retry time are saved with the subscription, so a new owner continues the back-off.
 ``410 Gone`` ends the subscription; after ``suspend_after_failures`` consecutive failures
@@ -204,7 +205,8 @@ class DeliveryWorker:
 
     async def _succeeded(self, last_id: str) -> None:
         sub = self.sub
-        self.cursors.mark(sub.topic, sub.callback, self.lease.token, last_id)
+        if not await self.cursors.write(sub.topic, sub.callback, self.lease.token, last_id):
+            raise _Lost
         if sub.failures or sub.state is not State.ACTIVE:
             if sub.state is State.SUSPENDED:
                 log.info("subscription %s -> %s resumed", sub.topic, sub.callback)
@@ -255,7 +257,7 @@ class DeliveryService:
         self.on_worker_end: Callable[[], None] = lambda: None
 
     async def start(self) -> None:
-        self.cursors.start()
+        pass
 
     async def close(self) -> None:
         await cancel_and_wait(list(self._tasks))
@@ -290,15 +292,11 @@ class DeliveryService:
         assert worker.task is not None
         worker.task.add_done_callback(lambda _t: self._ended(key, worker))
 
-    async def stop_worker(self, key: SubscriptionKey, *, flush: bool) -> None:
+    async def stop_worker(self, key: SubscriptionKey) -> None:
         worker = self.workers.pop(key, None)
         if worker is None:
             return
-        await worker.stop()
-        if flush:
-            await self.cursors.flush()
-        else:
-            self.cursors.forget(*key)
+        await worker.stop()  # its cursor write, if one was under way, is done or dropped
 
     def _ended(self, key: SubscriptionKey, worker: DeliveryWorker) -> None:
         task = worker.task
@@ -358,8 +356,6 @@ class DeliveryService:
             await self.store.delete(req.topic, req.callback)
             log.info("unsubscribed %s from %s", req.callback, req.topic)
             return
-        if (req.topic, req.callback) in self.workers:
-            await self.cursors.flush()  # a re-subscription continues from the newest cursor
         previous = await self.store.get(req.topic, req.callback)
         cursor = req.since
         if cursor is None and previous is None:

@@ -158,15 +158,16 @@ def xread_rows(result: Any) -> list[tuple[str, bytes]]:
 
 # -- delivery ownership (see hub.leases) ----------------------------------------------------
 
-#: Sorted set: live hub process id -> lease expiry (ms, Redis clock).
-NODES = PREFIX + "nodes"
+#: Sorted set: live hub process id -> lease expiry (ms, Redis clock). It and
+#: :data:`LEADER` share a hash tag: the heartbeat script touches both.
+NODES = PREFIX + "{hub}:nodes"
 
 #: Stream of subscription changes (``topic``, ``callback``, ``kind``), so the process that
 #: owns a subscription learns at once that another process activated or removed it.
 SUBSCRIPTION_CHANGES = PREFIX + "subscription-changes"
 
 #: String: the process that runs the hub-wide periodic jobs, with a TTL.
-LEADER = PREFIX + "leader"
+LEADER = PREFIX + "{hub}:leader"
 
 
 def owners(topic: str) -> str:

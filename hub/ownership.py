@@ -4,8 +4,8 @@ Every ``tick`` (a third of the lease) the :class:`Ownership` loop:
 
 1. heartbeats, learning the live nodes (:meth:`hub.leases.Leases.heartbeat`);
 2. works out which subscriptions this node should deliver (:mod:`hub.placement`);
-3. releases the leases it should no longer hold, after stopping their workers and writing
-   their cursors, so the new owner can take them at once;
+3. releases the leases it should no longer hold, after stopping their workers (whose
+   cursors are written after every delivery), so the new owner can take them at once;
 4. claims the leases it should hold and starts their workers; a lease still held by a node
    that died expires within one lease, and is then claimed on the next tick;
 5. renews what it holds; a lease found lost stops its worker at once.
@@ -78,7 +78,7 @@ class Workers(Protocol):
 
     async def start_worker(self, key: SubscriptionKey, lease: Lease) -> None: ...
 
-    async def stop_worker(self, key: SubscriptionKey, *, flush: bool) -> None: ...
+    async def stop_worker(self, key: SubscriptionKey) -> None: ...
 
     def running(self) -> set[SubscriptionKey]: ...
 
@@ -122,7 +122,7 @@ class Ownership:
         """Stop every worker, write its cursor, give its lease up, and leave."""
         await cancel_and_wait(self._tasks)
         for key in list(self.held):
-            await self.workers.stop_worker(key, flush=True)
+            await self.workers.stop_worker(key)
         with contextlib.suppress(StoreError):
             await self._release(list(self.held))
             await self.leases.heartbeat(leaving=True)
@@ -162,7 +162,7 @@ class Ownership:
                 else:
                     self.known.add(key)
                     if key in self.held:  # re-subscribed: restart with the new record
-                        await self.workers.stop_worker(key, flush=True)
+                        await self.workers.stop_worker(key)
                         await self.workers.start_worker(key, self.held[key])
             if changes:
                 self._wake.set()
@@ -178,14 +178,14 @@ class Ownership:
 
         # Ended here (410, expiry) or elsewhere: stop and forget.
         for key in [k for k in self.held if k not in self.known]:
-            await self.workers.stop_worker(key, flush=False)
+            await self.workers.stop_worker(key)
             self.held.pop(key).lose()
         for key in [k for k in self.held if k not in self.workers.running()]:
             self.held.pop(key).lose()  # the worker ended by itself (lease expired, gone)
         # No longer ours: stop, write the cursor, hand over.
         moving = [k for k in self.held if k not in wanted]
         for key in moving:
-            await self.workers.stop_worker(key, flush=True)
+            await self.workers.stop_worker(key)
         await self._release(moving)
         for key in moving:
             self.held.pop(key).lose()
@@ -197,7 +197,7 @@ class Ownership:
                 if callback in lost:
                     log.info("lease of %s -> %s lost", topic, callback)
                     lease.lose()
-                    await self.workers.stop_worker((topic, callback), flush=False)
+                    await self.workers.stop_worker((topic, callback))
                     del self.held[(topic, callback)]
                 else:
                     lease.renewed(sent + self.lease_seconds * 0.9)

@@ -208,56 +208,70 @@ class SubscriptionStore:
 
 
 class CursorWriter:
-    """Coalesces fenced delivery-cursor writes: one script call per topic per ``interval``.
+    """Fenced delivery-cursor writes, committed in groups.
 
-    A cursor is durable up to ``interval`` after its delivery succeeded; a crash in between
-    means that batch is delivered again (at-least-once, same event ids), never skipped.
+    A worker awaits :meth:`write` after each 2xx and before its next POST, so at most the
+    batch in flight can be delivered twice when a process dies. Writes that arrive while
+    one round is in flight go out together in the next: one script call per topic per
+    round, however many workers wait (the same batching as :class:`hub.script_pipe.ScriptPipe`).
     """
 
-    def __init__(self, store: SubscriptionStore, node: str, interval: float = 0.05) -> None:
+    def __init__(self, store: SubscriptionStore, node: str) -> None:
         self.store = store
         self.node = node
-        self.interval = interval
         self._dirty: dict[tuple[str, str], tuple[int, str]] = {}
+        self._waiters: dict[tuple[str, str], list[asyncio.Future[bool]]] = defaultdict(list)
         self._task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="cursor-writer")
-
-    def mark(self, topic: str, callback: str, token: int, event_id: str) -> None:
-        self._dirty[(topic, callback)] = (token, event_id)
+    async def write(self, topic: str, callback: str, token: int, event_id: str) -> bool:
+        """Write the cursor; False when refused because the lease is no longer ours."""
+        key = (topic, callback)
+        self._dirty[key] = (token, event_id)
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiters[key].append(future)
+        if self._task is None:
+            self._task = asyncio.create_task(self._commit(), name="cursor-writer")
+        return await future
 
     def forget(self, topic: str, callback: str) -> None:
         self._dirty.pop((topic, callback), None)
 
-    async def flush(self) -> None:
-        if not self._dirty:
-            return
-        dirty, self._dirty = self._dirty, {}
-        by_topic: dict[str, dict[str, tuple[int, str]]] = defaultdict(dict)
-        for (topic, callback), mark in dirty.items():
-            by_topic[topic][callback] = mark
+    async def _commit(self) -> None:
+        failures = 0
         try:
-            for topic, marks in by_topic.items():
-                refused = await self.store.write_cursors(topic, self.node, marks)
-                for callback in refused:
-                    log.info("cursor of %s -> %s not written: lease lost", topic, callback)
-                for callback in marks:
-                    dirty.pop((topic, callback), None)
-        except RedisError:
-            for key, mark in dirty.items():  # keep the unwritten ones for the next round
-                self._dirty.setdefault(key, mark)
-            raise
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            try:
-                await self.flush()
-            except RedisError as exc:
-                log.warning("cursor flush failed (will retry): %s", exc)
+            while self._dirty:
+                dirty, self._dirty = self._dirty, {}
+                by_topic: dict[str, dict[str, tuple[int, str]]] = defaultdict(dict)
+                for (topic, callback), mark in dirty.items():
+                    by_topic[topic][callback] = mark
+                refused: set[tuple[str, str]] = set()
+                try:
+                    for topic, marks in by_topic.items():
+                        for callback in await self.store.write_cursors(topic, self.node, marks):
+                            log.info("cursor of %s -> %s refused: lease lost", topic, callback)
+                            refused.add((topic, callback))
+                except RedisError as exc:
+                    failures += 1
+                    log.warning("cursor write failed (will retry): %s", exc)
+                    for key, mark in dirty.items():  # keep them, newer marks first
+                        self._dirty.setdefault(key, mark)
+                    await asyncio.sleep(min(5.0, 0.05 * 2**failures))
+                    continue
+                failures = 0
+                for key in dirty:
+                    for future in self._waiters.pop(key, ()):
+                        if not future.done():
+                            future.set_result(key not in refused)
+        finally:
+            self._task = None
 
     async def close(self) -> None:
+        """Wait (briefly) for writes under way; give up on them if Redis is away."""
+        if self._task is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._task), 5.0)
         await cancel_and_wait([self._task])
-        with contextlib.suppress(RedisError):
-            await self.flush()
+        for waiters in self._waiters.values():
+            for future in waiters:
+                future.cancel()
+        self._waiters.clear()
