@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -13,7 +16,7 @@ import pytest
 import redis
 
 from hub.embedded_redis import EmbeddedRedis, _alive_redis
-from tests.support import HubProcess, free_port
+from tests.support import TIME_SCALE, HubProcess, free_port
 
 
 def _redis_pid(data_dir: Path) -> int:
@@ -101,3 +104,61 @@ def test_bad_flags_fail_clearly(tmp_path: Path, argv: list[str]) -> None:
     )
     assert proc.returncode == 2
     assert "port" in proc.stderr
+
+
+def _health(hub: HubProcess) -> tuple[int, dict[str, object]]:
+    try:
+        with urllib.request.urlopen(hub.url + "/healthz", timeout=2) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_a_killed_embedded_redis_is_restarted_and_publishes_resume(tmp_path: Path) -> None:
+    """kill -9 of the redis-server child: the hub reports it, restarts it on the same data,
+    and publishes work again without restarting the hub."""
+    hub = HubProcess(str(tmp_path), None, env={"RSHUB_APPENDFSYNC": "always"}).start()
+    try:
+        body = (
+            b'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
+            b'xmlns:rs="http://www.openarchives.org/rs/terms/">'
+            b'<rs:md capability="changelist-notification"/><url><loc>http://x/1</loc>'
+            b'<lastmod>2026-01-01T00:00:00Z</lastmod><rs:md change="created"/></url></urlset>'
+        )
+
+        def publish() -> int:
+            request = urllib.request.Request(
+                hub.url + "/topics/t", data=body, headers={"Content-Type": "application/xml"}
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=5) as resp:
+                    return resp.status
+            except urllib.error.HTTPError as exc:
+                return exc.code
+
+        assert publish() == 202
+        status, health = _health(hub)
+        embedded = health["embedded_redis"]
+        assert isinstance(embedded, dict) and embedded["restarts"] == 0
+        old_pid = int(embedded["pid"])
+        os.kill(old_pid, signal.SIGKILL)
+        killed = time.monotonic()
+        recovered = None
+        while time.monotonic() - killed < 20 * TIME_SCALE:
+            status, health = _health(hub)
+            embedded = health["embedded_redis"]
+            assert isinstance(embedded, dict)
+            if status == 200 and embedded["restarts"] == 1 and publish() == 202:
+                recovered = time.monotonic() - killed
+                break
+            time.sleep(0.05)
+        assert recovered is not None, hub.log()
+        print(f"\nembedded Redis killed; publishes resumed after {recovered:.2f} s")
+        assert int(embedded["pid"]) != old_pid
+        assert not _alive_redis(old_pid)  # reaped: no zombie left behind
+        events = urllib.request.urlopen(hub.url + "/topics/t/events?since=0", timeout=2)
+        first = events.read(200)  # the event stored before the kill is still there
+        events.close()
+        assert b"http://x/1" in first
+    finally:
+        hub.stop()
