@@ -196,6 +196,8 @@ class StreamClient:
     since: str
     ids: list[str] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
+    #: Reconnect (and resume from the last id) when the connection is lost.
+    persistent: bool = False
 
 
 @pytest.fixture
@@ -209,8 +211,9 @@ async def follow(session: aiohttp.ClientSession, client: StreamClient) -> None:
         session,
         client.hub.url,
         TOPIC,
-        transport=client.transport,
-        since=client.since,  # type: ignore[arg-type]
+        transport=client.transport,  # type: ignore[arg-type]
+        since=client.since,
+        persistent=client.persistent,
     )
     async for batch in stream.batches():
         client.ids.extend(str(e.id) for e in batch)
@@ -400,7 +403,7 @@ async def test_serve_with_two_workers_survives_a_killed_worker(
                 pids.add((await resp.json())["pid"])
         assert pids <= workers
 
-        client = StreamClient("ws", hub, "0")
+        client = StreamClient("ws", hub, "0", persistent=True)
         client.task = asyncio.create_task(follow(session, client))
         ids = await publish(session, hub, changes(5))
         await wait_for(lambda: client.ids[-5:] == ids, timeout=10)
@@ -425,6 +428,7 @@ async def test_serve_with_two_workers_survives_a_killed_worker(
         )
         more = await publish(session, hub, changes(5, start=5))
         await wait_for(lambda: client.ids[-5:] == more, timeout=15)
+        assert client.ids == [*ids, *more]  # resumed on the other worker, nothing lost
         client.task.cancel()
     finally:
         hub.stop()
