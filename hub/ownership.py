@@ -2,18 +2,20 @@
 
 Every ``tick`` (a third of the lease) the :class:`Ownership` loop:
 
-1. heartbeats, learning the live nodes (:meth:`hub.leases.Leases.heartbeat`);
+1. heartbeats, learning the live nodes (:meth:`hub.leases.Leases.heartbeat`). A successful
+   heartbeat keeps every lease this node holds valid for 0.9 of a lease from the moment it
+   was *sent*; a worker sends nothing once that has passed. After a gap longer than that
+   (the process was paused, or Redis was away), the node first checks which leases are
+   still its own, and stops the workers of the others, before any worker sends again;
 2. works out which subscriptions this node should deliver (:mod:`hub.placement`);
 3. releases the leases it should no longer hold, after stopping their workers (whose
    cursors are written after every delivery), so the new owner can take them at once;
-4. claims the leases it should hold and starts their workers; a lease still held by a node
-   that died expires within one lease, and is then claimed on the next tick;
-5. renews what it holds; a lease found lost stops its worker at once.
+4. claims the leases it should hold and starts their workers; a lease held by a node whose
+   heartbeat expired (at most one lease after it died) is taken over.
 
 So a dead node's subscriptions are resumed from their cursors within about one lease plus
-one tick. A worker delivers only while its lease is known valid (:class:`Lease`), and its
-cursor and record writes are fenced by the lease token, so a node that was paused past its
-lease neither delivers on nor moves a cursor once it wakes up.
+one tick, and a node that was paused past its lease neither delivers on nor moves a cursor
+once it wakes up: its writes are fenced by its lease tokens.
 
 The set of subscriptions is read whole every ``reconcile_seconds`` and followed in between
 through ``keys.SUBSCRIPTION_CHANGES``, so a subscription verified by any process starts
@@ -39,37 +41,49 @@ from .tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
+#: The part of a lease a node trusts its heartbeat for, measured from sending it.
+_TRUSTED = 0.9
 
-class Lease:
-    """A worker's hold on its subscription: the fencing token and how long it is valid."""
 
-    def __init__(self, token: int, valid_for: float) -> None:
-        self.token = token
-        self.valid_until = time.monotonic() + valid_for
-        self.lost = False
+class Validity:
+    """Until when this node's leases are known valid (monotonic clock), shared by all."""
+
+    def __init__(self) -> None:
+        self.until = 0.0
         self._renewed = asyncio.Event()
 
-    def valid(self) -> bool:
-        return not self.lost and time.monotonic() < self.valid_until
-
-    def renewed(self, valid_until: float) -> None:
-        self.valid_until = valid_until
+    def renewed(self, until: float) -> None:
+        self.until = until
         self._renewed.set()
         self._renewed = asyncio.Event()
+
+    async def wait(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._renewed.wait(), timeout)
+
+
+class Lease:
+    """A worker's hold on its subscription: its fencing token, valid while the node is."""
+
+    def __init__(self, token: int, validity: Validity) -> None:
+        self.token = token
+        self.validity = validity
+        self.lost = False
+
+    def valid(self) -> bool:
+        return not self.lost and time.monotonic() < self.validity.until
 
     def lose(self) -> None:
         self.lost = True
-        self._renewed.set()
 
     async def wait_valid(self, timeout: float) -> bool:
         """Wait up to ``timeout`` for a renewal; False when the lease is lost or stays stale."""
+        deadline = time.monotonic() + timeout
         while not self.valid():
-            if self.lost:
+            remaining = deadline - time.monotonic()
+            if self.lost or remaining <= 0:
                 return False
-            try:
-                await asyncio.wait_for(self._renewed.wait(), timeout)
-            except TimeoutError:
-                return self.valid()
+            await self.validity.wait(remaining)
         return True
 
 
@@ -100,11 +114,16 @@ class Ownership:
         self.tick = lease_seconds / 3
         self.reconcile_seconds = reconcile_seconds
         self.node = leases.node
+        self.validity = Validity()
         #: Every subscription known to exist, as of the last read and the change stream.
         self.known: set[SubscriptionKey] = set()
         self.nodes: tuple[str, ...] = ()
         self.leader = False
         self.held: dict[SubscriptionKey, Lease] = {}
+        self._wanted: set[SubscriptionKey] = set()
+        self._wanted_for: tuple[tuple[str, ...], int] | None = None
+        self._known_version = 0
+        self._last_heartbeat = 0.0
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._last_full = 0.0
@@ -119,7 +138,7 @@ class Ownership:
         ]
 
     async def close(self) -> None:
-        """Stop every worker, write its cursor, give its lease up, and leave."""
+        """Stop every worker, give its lease up, and leave."""
         await cancel_and_wait(self._tasks)
         for key in list(self.held):
             await self.workers.stop_worker(key)
@@ -129,8 +148,12 @@ class Ownership:
         self.held.clear()
 
     def changed(self) -> None:
-        """Something changed here (a subscription ended): reconcile soon."""
+        """Something changed here (a worker ended): reconcile soon."""
         self._wake.set()
+
+    def _set_known(self, known: set[SubscriptionKey]) -> None:
+        self.known = known
+        self._known_version += 1
 
     async def _run(self) -> None:
         while True:
@@ -161,59 +184,68 @@ class Ownership:
                     self.known.discard(key)
                 else:
                     self.known.add(key)
-                    if key in self.held:  # re-subscribed: restart with the new record
+                    if key in self.held and key in self.workers.running():
+                        # Re-subscribed: restart with the new record, same lease.
                         await self.workers.stop_worker(key)
                         await self.workers.start_worker(key, self.held[key])
+                self._known_version += 1
             if changes:
                 self._wake.set()
+
+    def _placement(self) -> set[SubscriptionKey]:
+        """This node's share of the known subscriptions (recomputed only on a change)."""
+        basis = (self.nodes, self._known_version)
+        if basis != self._wanted_for:
+            self._wanted = placement.assigned(self.node, self.known, self.nodes)
+            self._wanted_for = basis
+        return self._wanted
 
     async def _reconcile(self, *, full: bool) -> None:
         sent = time.monotonic()
         membership = await self.leases.heartbeat()
+        if sent - self._last_heartbeat > self.lease_seconds * _TRUSTED and self.held:
+            await self._check_after_gap()
+        self._last_heartbeat = sent
+        self.validity.renewed(sent + self.lease_seconds * _TRUSTED)
         self.nodes, self.leader = membership.nodes, membership.leader
         if full:
-            self.known = await self.subscriptions.all_keys()
+            self._set_known(await self.subscriptions.all_keys())
             self._last_full = sent
-        wanted = placement.assigned(self.node, self.known, self.nodes)
+        wanted = self._placement()
 
-        # Ended here (410, expiry) or elsewhere: stop and forget.
-        for key in [k for k in self.held if k not in self.known]:
-            await self.workers.stop_worker(key)
-            self.held.pop(key).lose()
-        for key in [k for k in self.held if k not in self.workers.running()]:
-            self.held.pop(key).lose()  # the worker ended by itself (lease expired, gone)
-        # No longer ours: stop, write the cursor, hand over.
+        running = self.workers.running()
+        for key in [k for k in self.held if k not in self.known or k not in running]:
+            if key in running:  # ended elsewhere (unsubscribed on another process)
+                await self.workers.stop_worker(key)
+            self.held.pop(key).lose()  # ...or it ended here (410, expiry, lease lost)
         moving = [k for k in self.held if k not in wanted]
         for key in moving:
             await self.workers.stop_worker(key)
         await self._release(moving)
         for key in moving:
             self.held.pop(key).lose()
-        # Keep what we hold.
-        for topic, held in _by_topic((k, self.held[k].token) for k in self.held).items():
-            lost = await self.leases.renew(topic, held)
-            for callback in held:
-                lease = self.held[(topic, callback)]
-                if callback in lost:
-                    log.info("lease of %s -> %s lost", topic, callback)
-                    lease.lose()
-                    await self.workers.stop_worker((topic, callback))
-                    del self.held[(topic, callback)]
-                else:
-                    lease.renewed(sent + self.lease_seconds * 0.9)
-        # Take what should be ours.
+
         missing = [k for k in wanted if k not in self.held]
         for topic, callbacks in _by_topic((k, 0) for k in missing).items():
-            claimed = await self.leases.claim(topic, list(callbacks))
+            claimed = await self.leases.claim(topic, list(callbacks), self.nodes)
             for callback, token in claimed.items():
                 key = (topic, callback)
                 if token == GONE:
                     self.known.discard(key)
+                    self._known_version += 1
                 elif token != HELD_ELSEWHERE:
-                    lease = Lease(token, 0)
-                    lease.renewed(sent + self.lease_seconds * 0.9)
-                    self.held[key] = lease
+                    lease = self.held[key] = Lease(token, self.validity)
                     await self.workers.start_worker(key, lease)
+
+    async def _check_after_gap(self) -> None:
+        """After a pause longer than our heartbeat's trust, keep only what is still ours."""
+        log.warning("no heartbeat for more than %.1fs: checking leases", self.lease_seconds)
+        for topic, held in _by_topic((k, self.held[k].token) for k in self.held).items():
+            for callback in await self.leases.check(topic, held):
+                log.info("lease of %s -> %s lost while paused", topic, callback)
+                key = (topic, callback)
+                self.held.pop(key).lose()
+                await self.workers.stop_worker(key)
 
     async def _release(self, keys: list[SubscriptionKey]) -> None:
         for topic, held in _by_topic((k, self.held[k].token) for k in keys).items():

@@ -10,9 +10,8 @@ local function key(id)
 end
 local refused = {}
 for i = 2, #ARGV, 3 do
-  local cb, prefix, cursor = ARGV[i], node .. ' ' .. ARGV[i + 1] .. ' ', ARGV[i + 2]
-  local entry = redis.call('HGET', owners, cb)
-  if entry and string.sub(entry, 1, #prefix) == prefix then
+  local cb, lease, cursor = ARGV[i], node .. ' ' .. ARGV[i + 1], ARGV[i + 2]
+  if redis.call('HGET', owners, cb) == lease then
     local old = redis.call('HGET', cursors, cb)
     local newer = true
     if old then
