@@ -118,13 +118,15 @@ def _state(request: web.Request) -> State | None:
         raise BadRequest(f"state must be one of {states}, got {text[:40]!r}") from None
 
 
-def _lag_seconds(cursor: str | None, last: str | None) -> float | None:
-    """Seconds from the cursor's event to the topic's last one (None without a cursor)."""
-    if last is None:
+def _lag_seconds(cursor: str | None, first: str | None, last: str | None) -> float:
+    """Seconds from the cursor's event to the topic's last one; a cursor before every
+    retained event (``0-0``: from the start) counts from the first retained one."""
+    if last is None or first is None:
         return 0.0
-    if cursor is None or parse_id(cursor) == (0, 0):
-        return None
-    return max(0, id_ms(last) - id_ms(cursor)) / 1000
+    since = cursor or "0-0"
+    if parse_id(since) < parse_id(first):
+        return max(0, id_ms(last) - id_ms(first)) / 1000
+    return max(0, id_ms(last) - id_ms(since)) / 1000
 
 
 async def subscriptions(request: web.Request) -> web.Response:
@@ -140,7 +142,7 @@ async def subscriptions(request: web.Request) -> web.Response:
         if not found:
             continue
         cursors = await subs.cursors(name)
-        last = await store.last_id(name)
+        first, last = await store.first_id(name), await store.last_id(name)
         for sub in sorted(found, key=lambda s: s.callback):
             cursor = cursors.get(sub.callback)
             lag = await admin.count_after(name, cursor)
@@ -154,7 +156,7 @@ async def subscriptions(request: web.Request) -> web.Response:
                     "last_id": last,
                     "lag_events": lag,
                     "lag_capped": lag >= LAG_CAP,
-                    "lag_seconds": _lag_seconds(cursor, last),
+                    "lag_seconds": _lag_seconds(cursor, first, last),
                     "failures": sub.failures,
                     "last_error": sub.last_error,
                     "retry_at": sub.retry_at or None,
