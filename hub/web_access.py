@@ -19,7 +19,7 @@ from .topics import HubUrls
 from .web_state import OPERATORS, READERS, TRUSTED_PEERS, URLS
 
 #: Request key: the response is about a private topic.
-_PRIVATE = "rshub.private"
+_PRIVATE = web.RequestKey("private", bool)
 
 
 def _authorization(request: web.Request, *, query_token: bool) -> str | None:
