@@ -10,11 +10,13 @@ import aiohttp
 import pytest
 
 from hub import keys
+from hub.settings import Settings
 from hub.web_state import DELIVERY, FEEDS
-from tests.conftest import Hub
+from tests.conftest import Hub, start_hub
 from tests.hub.callback_server import CallbackServer
 from tests.hub.test_websub import subscribe
-from tests.support import changes, notification, wait_for
+from tests.redis_cluster import RedisClusterProcesses
+from tests.support import changes, free_port, notification, wait_for
 
 ADMIN = {"Authorization": "Bearer adm"}
 
@@ -219,3 +221,45 @@ async def test_a_missing_field_is_named(hub: Hub, body: dict[str, str], missing:
             assert answer["error"] == f"missing field {missing!r}" and answer["field"] == missing
     unknown = {"topic": "t", "callback": "http://127.0.0.1:1/cb"}
     await admin(hub, "POST", "/admin/subscriptions/resume", 404, json=unknown, headers=ADMIN)
+
+
+async def test_topics_and_deletion_on_a_redis_cluster(
+    redis_cluster: RedisClusterProcesses,
+) -> None:
+    for _, port in redis_cluster.nodes:
+        node = redis_cluster.client(port)
+        node.flushall()
+        node.close()
+    host, port = redis_cluster.nodes[0]
+    settings = Settings(
+        host="127.0.0.1", port=free_port(), admin_token="adm", resourcelist_page_entries=2
+    )
+    runner, app = await start_hub(settings, f"redis+cluster://{host}:{port}")
+    try:
+        async with aiohttp.ClientSession() as session:
+            hub = Hub(settings.public_url, app, settings, session)
+            names = [f"topic{i}" for i in range(6)]  # spread over the three masters
+            for name in names:
+                resp = await hub.publish(name, notification(changes(3)), **{"Idempotency-Key": "k"})
+                assert resp.status == 202
+            async with session.get(f"{hub.url}/topics/topic0/resourcelist.xml") as resp:
+                assert resp.status == 200
+            rows = (await admin(hub, "GET", "/admin/topics"))["topics"]
+            assert [(r["name"], r["length"]) for r in rows] == [(n, 3) for n in names]
+
+            def tagged(name: str) -> list[bytes]:
+                found: list[bytes] = []
+                for _, node_port in redis_cluster.nodes:
+                    node = redis_cluster.client(node_port)
+                    found += list(node.scan_iter(match=f"rshub:{{{name}}}:*"))
+                    node.close()
+                return found
+
+            assert any(b":rl:" in k for k in tagged("topic0"))
+            await admin(hub, "DELETE", "/admin/topics/topic0")
+            assert tagged("topic0") == []
+            assert all(tagged(name) for name in names[1:])
+            rows = (await admin(hub, "GET", "/admin/topics"))["topics"]
+            assert [r["name"] for r in rows] == names[1:]
+    finally:
+        await runner.cleanup()
