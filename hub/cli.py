@@ -43,6 +43,18 @@ def add_parsers(subparsers: Any) -> None:
         default=None,
         help="allow a non-loopback bind with no publisher tokens",
     )
+    parser.add_argument("--admin-token", help="bearer token of the /admin API")
+    parser.add_argument(
+        "--alias-url",
+        action="append",
+        dest="alias_urls",
+        help="another base URL clients reach this hub by (repeatable)",
+    )
+    parser.add_argument(
+        "--forwarded-allow-ips",
+        help="peers (IPs, networks, *; comma-separated) whose X-Forwarded-*/Forwarded "
+        "headers are believed",
+    )
     parser.add_argument(
         "--workers",
         help="hub processes on this port, one Redis (a number or auto; default 1)",
@@ -51,22 +63,25 @@ def add_parsers(subparsers: Any) -> None:
     parser.set_defaults(run=run_serve)
 
 
-_SETTINGS_FLAGS = ("host", "port", "redis_url", "data_dir", "base_url", "tokens", "open", "workers")
+_SETTINGS_FLAGS = (
+    "host",
+    "port",
+    "redis_url",
+    "data_dir",
+    "base_url",
+    "tokens",
+    "open",
+    "workers",
+    "admin_token",
+    "alias_urls",
+    "forwarded_allow_ips",
+)
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     overrides = {
         name: getattr(args, name)
-        for name in (
-            "host",
-            "port",
-            "redis_url",
-            "data_dir",
-            "base_url",
-            "tokens",
-            "open",
-            "workers",
-        )
+        for name in _SETTINGS_FLAGS
         if getattr(args, name, None) is not None
     }
     return Settings(**overrides)
@@ -75,12 +90,22 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 def _worker_argv(args: argparse.Namespace) -> list[str]:
     """The flags given to ``rshub serve`` that each worker process needs too."""
     argv: list[str] = []
-    for name in ("host", "port", "data_dir", "base_url", "log_level"):
+    for name in (
+        "host",
+        "port",
+        "data_dir",
+        "base_url",
+        "log_level",
+        "admin_token",
+        "forwarded_allow_ips",
+    ):
         value = getattr(args, name, None)
         if value is not None:
             argv += [f"--{name.replace('_', '-')}", str(value)]
     for token in getattr(args, "tokens", None) or []:
         argv += ["--token", token]
+    for alias in getattr(args, "alias_urls", None) or []:
+        argv += ["--alias-url", alias]
     if getattr(args, "open", None):
         argv.append("--open")
     return argv

@@ -57,6 +57,8 @@ class TopicFeed:
         self.consumers = 0
         self._followers: set[Follower] = set()
         self._messages: OrderedDict[tuple[str, str], bytes] = OrderedDict()
+        #: Set when the topic was deleted: its streams end (see :meth:`FeedHub.end`).
+        self.ended = asyncio.Event()
 
     def ws_message(self, events: list[Event]) -> bytes:
         """A JSON array of ``events`` (UTF-8), cached: live clients get identical batches."""
@@ -175,9 +177,22 @@ class FeedHub:
     async def release(self, feed: TopicFeed) -> None:
         async with self._lock:
             feed.consumers -= 1
-            if feed.consumers <= 0 and self._feeds.get(feed.topic) is feed:
-                del self._feeds[feed.topic]
+            if feed.consumers <= 0:
+                if self._feeds.get(feed.topic) is feed:
+                    del self._feeds[feed.topic]
                 await feed.stop()
+
+    async def end(self, topic: str) -> None:
+        """The topic was deleted: stop following it and end its consumers' streams.
+
+        Whoever acquires the topic from now on gets a fresh feed (a topic may be published
+        to again after it was deleted).
+        """
+        async with self._lock:
+            feed = self._feeds.pop(topic, None)
+        if feed is not None:
+            feed.ended.set()
+            await feed.stop()
 
     async def close(self) -> None:
         for feed in list(self._feeds.values()):

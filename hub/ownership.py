@@ -29,14 +29,14 @@ import contextlib
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
 from . import placement
 from .connection import StoreError
 from .leases import GONE, HELD_ELSEWHERE, Leases
 from .placement import SubscriptionKey
-from .subscriptions import SubscriptionStore
+from .subscriptions import REMOVED, TOPIC_REMOVED, SubscriptionStore
 from .tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -128,6 +128,8 @@ class Ownership:
         self._tasks: list[asyncio.Task[None]] = []
         self._last_full = 0.0
         self._changes_from = "$"
+        #: Called with a topic's name when the topic was deleted (see the admin API).
+        self.on_topic_removed: Callable[[str], Awaitable[None]] | None = None
 
     async def start(self) -> None:
         self._changes_from = await self.subscriptions.last_change_id()
@@ -180,7 +182,10 @@ class Ownership:
             for change in changes:
                 self._changes_from = change.id
                 key = (change.topic, change.callback)
-                if change.kind == "removed":
+                if change.kind == TOPIC_REMOVED:
+                    if self.on_topic_removed is not None:
+                        await self.on_topic_removed(change.topic)
+                elif change.kind == REMOVED:
                     self.known.discard(key)
                 else:
                     self.known.add(key)

@@ -7,11 +7,12 @@ Every field comes from a flag of ``rshub serve`` or an ``RSHUB_*`` environment v
 from __future__ import annotations
 
 import ipaddress
+import json
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class Settings(BaseSettings):
@@ -22,6 +23,13 @@ class Settings(BaseSettings):
     port: int = Field(8080, ge=0, le=65535)
     #: Public base URL (scheme://host[:port][/prefix]) when the hub sits behind a proxy.
     base_url: str | None = None
+    #: Other base URLs clients may use to reach this hub (``http://hub:8080``): their
+    #: ``/topics/...`` URLs name the same topics. Documents link with ``base_url`` only.
+    #: Comma-separated or a JSON list in ``RSHUB_ALIAS_URLS``.
+    alias_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    #: Peers (IPs or networks, ``*`` for any) whose ``X-Forwarded-Host``/``-Proto`` and
+    #: ``Forwarded`` headers name one more accepted base URL for their request.
+    forwarded_allow_ips: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     #: Hub processes ``rshub serve`` runs on this port (``auto``: one per core). Each
     #: serves every route; WebSub deliveries are spread across them.
@@ -47,6 +55,14 @@ class Settings(BaseSettings):
     topic_tokens: dict[str, list[str]] = Field(default_factory=dict)
     #: Allow a non-loopback bind without any token (anyone may publish).
     open: bool = False
+
+    # -- reading and operating ---------------------------------------------------------
+    #: Bearer tokens that may read every topic; when set, no topic is readable without one.
+    read_tokens: list[str] = Field(default_factory=list)
+    #: Bearer tokens per topic that make the topic private: ``{"news": ["r1"]}``.
+    topic_read_tokens: dict[str, list[str]] = Field(default_factory=dict)
+    #: Bearer token of the ``/admin`` API (without it: loopback clients of an open hub only).
+    admin_token: str | None = None
     max_body_bytes: int = Field(10 * 1024 * 1024, ge=1024, le=50 * 1024 * 1024)
     #: Retention per topic: events older than this many seconds are trimmed (0 = keep).
     retention_seconds: int = Field(7 * 24 * 3600, ge=0)
@@ -118,6 +134,17 @@ class Settings(BaseSettings):
     def _check_workers(cls, value: int | str) -> int | str:
         if isinstance(value, int) and value < 1:
             raise ValueError("workers must be at least 1, or auto")
+        return value
+
+    @field_validator("alias_urls", "forwarded_allow_ips", mode="before")
+    @classmethod
+    def _split_list(cls, value: object) -> object:
+        """``a,b`` or ``["a", "b"]`` from the environment; a list from flags."""
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
         return value
 
     @field_validator("appendfsync")

@@ -155,6 +155,10 @@ class EventStore:
     async def topics(self) -> list[str]:
         return sorted(keys.text(t) for t in await self.redis.smembers(keys.TOPICS))
 
+    def forget(self, topic: str) -> None:
+        """``topic`` was deleted: do not take it for known any longer."""
+        self._known_topics.discard(topic)
+
     async def exists(self, topic: str) -> bool:
         if topic in self._known_topics:
             return True

@@ -31,6 +31,10 @@ log = logging.getLogger(__name__)
 #: Entries kept in the subscription change stream (a process that missed more reconciles).
 _CHANGES_KEPT = 10_000
 
+#: Kinds of :class:`SubscriptionChange`. A topic removal (the admin API deleted the topic)
+#: carries no callback: every process ends its live streams of that topic.
+ACTIVATED, REMOVED, TOPIC_REMOVED = "activated", "removed", "topic-removed"
+
 
 class State(StrEnum):
     #: Verified; deliveries flow.
@@ -84,7 +88,7 @@ class SubscriptionChange:
     id: str
     topic: str
     callback: str
-    #: ``activated`` or ``removed``.
+    #: ``activated``, ``removed`` or ``topic-removed`` (see :data:`TOPIC_REMOVED`).
     kind: str
 
 
@@ -108,7 +112,7 @@ class SubscriptionStore:
             [sub.callback, sub.to_json(), cursor or ""],
         )
         await self.redis.sadd(keys.SUBSCRIBED_TOPICS, sub.topic)
-        await self._changed(sub.topic, sub.callback, "activated")
+        await self._changed(sub.topic, sub.callback, ACTIVATED)
         return keys.text(in_force)
 
     async def save(self, sub: Subscription) -> None:
@@ -133,7 +137,11 @@ class SubscriptionStore:
             [keys.subscriptions(topic), keys.cursors(topic), keys.owners(topic)],
             [callback],
         )
-        await self._changed(topic, callback, "removed")
+        await self._changed(topic, callback, REMOVED)
+
+    async def topic_removed(self, topic: str) -> None:
+        """Tell every hub process that ``topic`` was deleted."""
+        await self._changed(topic, "", TOPIC_REMOVED)
 
     async def cursor(self, topic: str, callback: str) -> str | None:
         return keys.optional_text(await self.redis.hget(keys.cursors(topic), callback))

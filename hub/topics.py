@@ -2,7 +2,10 @@
 
 Every URL the hub gives out (``/topics/...`` documents, the hub URL, the Source
 Description) is built by :class:`HubUrls`, from the configured public base URL, so a hub
-behind a proxy advertises the address its clients see.
+behind a proxy advertises the address its clients see. A topic URL is recognised under the
+public base and under every alias base (other names of the same hub, such as
+``http://hub:8080`` inside a compose network), so a topic is the same topic whichever host
+name a client used.
 """
 
 from __future__ import annotations
@@ -10,8 +13,8 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
-from urllib.parse import urlsplit
+from dataclasses import dataclass, replace
+from urllib.parse import SplitResult, urlsplit
 
 from .exceptions import BadRequest
 
@@ -29,11 +32,58 @@ def check_name(name: str) -> str:
     return name
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+#: A base URL as compared: scheme, host (lower case) and port (defaulted), path prefix.
+Origin = tuple[str, str, int, str]
+
+
+def _origin(parts: SplitResult, path: str) -> Origin | None:
+    try:
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or not parts.hostname:
+        return None
+    return (scheme, parts.hostname.lower(), port or _DEFAULT_PORTS[scheme], path)
+
+
+def base_origin(base: str) -> Origin | None:
+    """How a base URL (``scheme://host[:port][/prefix]``) is compared; None if it is not one."""
+    parts = urlsplit(base.rstrip("/"))
+    return _origin(parts, parts.path.rstrip("/"))
+
+
 @dataclass(frozen=True, slots=True)
 class HubUrls:
-    """Where everything of the hub lives, as clients see it."""
+    """Where everything of the hub lives, as clients see it.
+
+    ``base`` is the public URL every link is built from; ``aliases`` are further base URLs
+    under which topic URLs are recognised as this hub's (never used to build links).
+    """
 
     base: str
+    aliases: tuple[str, ...] = ()
+
+    def with_alias(self, base: str) -> HubUrls:
+        """These URLs, also recognising topic URLs under ``base`` (one request's view)."""
+        return self if base in self.aliases else replace(self, aliases=(*self.aliases, base))
+
+    def _own_name(self, url: str) -> str | None:
+        """The rest of ``url`` after ``/topics/`` when it is under one of our bases."""
+        if url.startswith(self.topics_prefix):
+            return url[len(self.topics_prefix) :]
+        parts = urlsplit(url)
+        for base in (self.base, *self.aliases):
+            origin = base_origin(base)
+            if origin is None or _origin(parts, origin[3]) != origin:
+                continue
+            prefix = origin[3] + "/topics/"
+            rest = url.split("://", 1)[1].partition("/")[2]
+            if ("/" + rest).startswith(prefix):
+                return ("/" + rest)[len(prefix) :]
+        return None
 
     @property
     def hub(self) -> str:
@@ -74,16 +124,19 @@ class HubUrls:
         return hashlib.blake2b(self.base.encode(), digest_size=4).hexdigest()
 
     def is_own_topic(self, url: str) -> bool:
-        return url.startswith(self.topics_prefix)
+        """True for a URL under ``/topics/`` of the public base or of an alias."""
+        return self._own_name(url) is not None
 
     def name_from_url(self, url: str) -> str:
         """The topic name behind a topic URI.
 
-        A URI under ``{base}/topics/`` names its topic directly; any other absolute http(s)
-        URI (a Source's own topic URI) gets a stable derived name: its host plus a digest.
+        A URI under ``{base}/topics/`` (or an alias's) names its topic directly; any other
+        absolute http(s) URI (a Source's own topic URI) gets a stable derived name: its
+        host plus a digest.
         """
-        if self.is_own_topic(url):
-            return check_name(url[len(self.topics_prefix) :])
+        own = self._own_name(url)
+        if own is not None:
+            return check_name(own)
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise BadRequest(f"topic must be an absolute http(s) URL, got {url[:200]!r}")

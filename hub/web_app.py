@@ -18,13 +18,23 @@ from aiohttp import web
 
 from resourcesync import DocumentError
 
-from . import web_admin, web_documents, web_publish, web_streams, web_websub
+from . import (
+    web_access,
+    web_admin,
+    web_documents,
+    web_operator,
+    web_publish,
+    web_streams,
+    web_websub,
+)
+from .access import OperatorAccess, ReadAccess
 from .auth import PublisherAuth
 from .connection import Connections, StoreError
 from .delivery import DeliveryService
 from .embedded_redis import EmbeddedRedis
 from .exceptions import RequestError
 from .feed import FeedHub
+from .forwarding import TrustedPeers
 from .leases import Leases
 from .ownership import Ownership
 from .pages import PageChain
@@ -33,6 +43,7 @@ from .snapshots import ResourceSnapshots
 from .store import EventStore, Retention
 from .subscriptions import SubscriptionStore
 from .tasks import cancel_and_wait
+from .topic_admin import TopicAdmin
 from .topics import WELL_KNOWN, HubUrls
 from .web_cache import ByteCache
 from .web_client import HttpClient
@@ -44,13 +55,17 @@ from .web_state import (
     DOC_CACHE,
     EMBEDDED,
     FEEDS,
+    OPERATORS,
     OWNERSHIP,
     PAGES,
+    READERS,
     REDIS_URL,
     SETTINGS,
     SNAPSHOTS,
     STORE,
     SUBSCRIPTIONS,
+    TOPIC_ADMIN,
+    TRUSTED_PEERS,
     URLS,
 )
 
@@ -187,6 +202,13 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         reconcile_seconds=settings.ownership_reconcile_seconds,
     )
     delivery.on_worker_end = ownership.changed
+
+    async def topic_removed(topic: str) -> None:
+        store.forget(topic)
+        await feeds.end(topic)
+
+    ownership.on_topic_removed = topic_removed
+    app[TOPIC_ADMIN] = TopicAdmin(connections.main, store.scripts, subscriptions)
     app[STORE], app[SUBSCRIPTIONS], app[PAGES] = store, subscriptions, pages
     app[SNAPSHOTS] = ResourceSnapshots(
         connections.main,
@@ -241,8 +263,12 @@ def create_app(
     """
     app = web.Application(middlewares=[error_middleware], client_max_size=settings.max_body_bytes)
     app[SETTINGS] = settings
-    app[URLS] = HubUrls(settings.public_url)
+    app[URLS] = HubUrls(settings.public_url, tuple(u.rstrip("/") for u in settings.alias_urls))
     app[AUTH] = PublisherAuth(settings)
+    app[READERS] = ReadAccess(settings)
+    app[OPERATORS] = OperatorAccess(settings, hub_open=app[AUTH].open)
+    app[TRUSTED_PEERS] = TrustedPeers(settings.forwarded_allow_ips)
+    app.on_response_prepare.append(web_access.private_cache_control)
     app[REDIS_URL] = redis_url
     if embedded is not None:
         app[EMBEDDED] = embedded
@@ -264,6 +290,12 @@ def create_app(
     get(r"/topics/{name}/resourcelist/{page:[^/]+}.xml", web_documents.resource_list_page)
     get("/topics/{name}/subscriptions", web_admin.subscriptions)
     get("/metrics", web_admin.metrics)
+    get("/admin/topics", web_operator.topics)
+    get("/admin/topics/{name}", web_operator.topic)
+    app.router.add_delete("/admin/topics/{name}", web_operator.delete_topic)
+    get("/admin/subscriptions", web_operator.subscriptions)
+    post("/admin/subscriptions/resume", web_operator.resume_subscription)
+    app.router.add_delete("/admin/subscriptions", web_operator.delete_subscription)
     return app
 
 

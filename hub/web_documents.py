@@ -36,6 +36,7 @@ from .pages import Chain, Page
 from .snapshots import Exact, entries
 from .store import EventStore
 from .topics import HubUrls, check_name
+from .web_access import check_read, readable
 from .web_cache import Validators, not_modified, send_cached, stream
 from .web_state import DOC_CACHE, PAGES, SNAPSHOTS, STORE, URLS
 
@@ -50,8 +51,12 @@ class PageTrimmed(ConnectionResetError):
 
 
 async def known_topic(request: web.Request) -> str:
-    """The path's topic name, or 404 when nothing was ever published to it."""
+    """The path's topic name, or 404 when nothing was ever published to it.
+
+    A private topic needs a read token first (401/403), so its existence is not revealed.
+    """
     name = check_name(request.match_info["name"])
+    check_read(request, name)
     if not await request.app[STORE].exists(name):
         raise NotFound(f"unknown topic {name!r}: nothing was ever published to it", topic=name)
     return name
@@ -62,7 +67,7 @@ async def known_topic(request: web.Request) -> str:
 
 async def source_description(request: web.Request) -> web.StreamResponse:
     u, store = request.app[URLS], request.app[STORE]
-    names = await store.topics()
+    names = readable(request, await store.topics())
     created = await store.created_ms(names)
     digest = hashlib.blake2b("\n".join(names).encode(), digest_size=8).hexdigest()
     validators = Validators(f"{u.tag}-sd-{len(names)}-{digest}", max(created, default=0))

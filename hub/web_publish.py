@@ -15,7 +15,8 @@ from aiohttp import web
 from .events import changes_from_document
 from .exceptions import BadRequest, UnsupportedMediaType
 from .topics import check_name, parse_link_header
-from .web_state import AUTH, SETTINGS, STORE, URLS
+from .web_access import request_urls
+from .web_state import AUTH, SETTINGS, STORE
 
 _XML_TYPES = {"application/xml", "text/xml", "application/octet-stream", ""}
 _MAX_IDEMPOTENCY_KEY = 200
@@ -77,4 +78,4 @@ async def publish_to_self_link(request: web.Request) -> web.Response:
     self_url = links.get("self")
     if not self_url:
         raise BadRequest('publishing to the hub URL needs a Link: <topic-url>; rel="self" header')
-    return await publish(request, request.app[URLS].name_from_url(self_url))
+    return await publish(request, request_urls(request).name_from_url(self_url))

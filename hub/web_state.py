@@ -4,17 +4,20 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from .access import OperatorAccess, ReadAccess
 from .auth import PublisherAuth
 from .connection import Connections
 from .delivery import DeliveryService
 from .embedded_redis import EmbeddedRedis
 from .feed import FeedHub
+from .forwarding import TrustedPeers
 from .ownership import Ownership
 from .pages import PageChain
 from .settings import Settings
 from .snapshots import ResourceSnapshots
 from .store import EventStore
 from .subscriptions import SubscriptionStore
+from .topic_admin import TopicAdmin
 from .topics import HubUrls
 from .web_cache import ByteCache
 from .web_client import HttpClient
@@ -35,3 +38,8 @@ CLIENT = web.AppKey("client", HttpClient)
 FEEDS = web.AppKey("feeds", FeedHub)
 DELIVERY = web.AppKey("delivery", DeliveryService)
 OWNERSHIP = web.AppKey("ownership", Ownership)
+#: Who may read private topics, who may use /admin, whose forwarded headers count.
+READERS = web.AppKey("readers", ReadAccess)
+OPERATORS = web.AppKey("operators", OperatorAccess)
+TRUSTED_PEERS = web.AppKey("trusted_peers", TrustedPeers)
+TOPIC_ADMIN = web.AppKey("topic_admin", TopicAdmin)

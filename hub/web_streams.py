@@ -11,6 +11,10 @@ with the live end, the feed pushes new events into its queue, bounded by
 disconnected (WebSocket close code 1013, SSE ``event: error``) with a reason naming the
 id to resume from, and loses nothing by resuming from its last received id. A client that
 reads nothing at all is cut off after one heartbeat interval.
+
+When an operator deletes the topic (admin API), its streams end: WebSocket close code 1000
+with reason ``topic deleted``, SSE ``event: deleted``. A private topic's streams need a read
+token (:mod:`hub.web_access`).
 """
 
 from __future__ import annotations
@@ -26,17 +30,25 @@ from .exceptions import Gone
 from .feed import ClientStream, TopicFeed
 from .tasks import cancel_and_wait
 from .topics import check_name
+from .web_access import check_read
 from .web_state import FEEDS, SETTINGS, STORE, URLS
 
+#: Why a stream ended early: its client was too slow, or its topic was deleted.
+TOO_SLOW, DELETED = "too slow", "topic deleted"
 
-async def _until_overflow_or_done(pump: ClientStream, *tasks: asyncio.Task[None]) -> bool:
-    """Wait until one task ends or the pump overflows; cancel the rest. True on overflow."""
+
+async def _until_overflow_or_done(pump: ClientStream, *tasks: asyncio.Task[None]) -> str | None:
+    """Wait until one task ends, the pump overflows or the topic is deleted; cancel the
+    rest. Returns :data:`TOO_SLOW`, :data:`DELETED` or None (a task ended)."""
     overflow = asyncio.create_task(pump.overflowed.wait())
+    deleted = asyncio.create_task(pump.feed.ended.wait())
     try:
-        await asyncio.wait({overflow, *tasks}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({overflow, deleted, *tasks}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        await cancel_and_wait([overflow, *tasks])
-    return pump.overflowed.is_set()
+        await cancel_and_wait([overflow, deleted, *tasks])
+    if pump.feed.ended.is_set():
+        return DELETED
+    return TOO_SLOW if pump.overflowed.is_set() else None
 
 
 def _since(request: web.Request) -> str | None:
@@ -72,6 +84,7 @@ async def check_no_gap(request: web.Request, topic: str, since: str) -> None:
 @contextlib.asynccontextmanager
 async def _following(request: web.Request) -> AsyncIterator[tuple[str, ClientStream]]:
     topic = check_name(request.match_info["name"])
+    check_read(request, topic, query_token=True)
     since = _since(request)
     if since:
         await check_no_gap(request, topic, since.strip())  # 400/410 before any upgrade
@@ -103,10 +116,12 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
                     await ws.send_frame(pump.message(events), WSMsgType.TEXT)
                     pump.last_sent = events[-1].id
 
-        too_slow = await _until_overflow_or_done(
+        ended = await _until_overflow_or_done(
             pump, asyncio.create_task(send()), asyncio.create_task(_drain_incoming(ws))
         )
-        if too_slow and not ws.closed:
+        if ended == DELETED and not ws.closed:
+            await ws.close(code=WSCloseCode.OK, message=DELETED.encode())
+        if ended == TOO_SLOW and not ws.closed:
             reason = f"too slow; resume with since={pump.resume_hint()}"
             try:
                 await asyncio.wait_for(
@@ -157,7 +172,11 @@ async def server_sent_events(request: web.Request) -> web.StreamResponse:
                 )
                 pump.last_sent = events[-1].id
 
-        if await _until_overflow_or_done(pump, asyncio.create_task(send())):
+        ended = await _until_overflow_or_done(pump, asyncio.create_task(send()))
+        if ended == DELETED:
+            with contextlib.suppress(ConnectionError):
+                await resp.write(f"event: deleted\ndata: {topic}\n\n".encode())
+        elif ended == TOO_SLOW:
             message = f"too slow; resume with Last-Event-ID: {pump.resume_hint()}"
             try:
                 await asyncio.wait_for(

@@ -18,8 +18,9 @@ from aiohttp import web
 from . import websub
 from .events import Change, changes_from_document
 from .exceptions import BadRequest
+from .web_access import check_read, request_urls
 from .web_publish import accepted, publish_to_self_link
-from .web_state import AUTH, CLIENT, DELIVERY, SETTINGS, STORE, URLS
+from .web_state import AUTH, CLIENT, DELIVERY, SETTINGS, STORE
 
 _FORM = "application/x-www-form-urlencoded"
 _MAX_FORM_BYTES = 16 * 1024
@@ -40,7 +41,7 @@ async def _websub_request(request: web.Request) -> web.Response:
     try:
         parsed = websub.parse_request(
             form,
-            urls=request.app[URLS],
+            urls=request_urls(request),
             lease_default=settings.lease_seconds_default,
             lease_min=settings.lease_seconds_min,
             lease_max=settings.lease_seconds_max,
@@ -51,6 +52,8 @@ async def _websub_request(request: web.Request) -> web.Response:
         return web.Response(status=202, text=f"denied: {exc.message}\n")
     if isinstance(parsed, websub.PublishPing):
         return await _publish_ping(request, parsed)
+    if parsed.mode is websub.Mode.SUBSCRIBE:
+        check_read(request, parsed.topic)
     await client.check_address(parsed.callback)
     await service.request(parsed)
     return web.Response(
@@ -65,7 +68,7 @@ def _digest(change: Change) -> str:
 
 async def _publish_ping(request: web.Request, ping: websub.PublishPing) -> web.Response:
     app = request.app
-    settings, urls, store = app[SETTINGS], app[URLS], app[STORE]
+    settings, urls, store = app[SETTINGS], request_urls(request), app[STORE]
     topic = urls.name_from_url(ping.url)
     app[AUTH].check(topic, request.headers.get("Authorization"))
     if urls.is_own_topic(ping.url):

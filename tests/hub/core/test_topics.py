@@ -81,3 +81,36 @@ def test_parse_link_header_forms() -> None:
         "next": "http://c/",
     }
     assert parse_link_header(["garbage", "<x>"]) == {}
+
+
+def test_alias_bases_name_the_same_topics() -> None:
+    urls = HubUrls("http://localhost:8080", ("http://127.0.0.1:8088", "https://hub.example/rs"))
+    assert urls.name_from_url("http://localhost:8080/topics/t") == "t"
+    assert urls.name_from_url("http://127.0.0.1:8088/topics/t") == "t"
+    assert urls.name_from_url("HTTP://LOCALHOST:8080/topics/t") == "t"
+    assert urls.name_from_url("https://HUB.example:443/rs/topics/news") == "news"
+    assert urls.is_own_topic("http://127.0.0.1:8088/topics/t")
+    # Another port, path or host is somebody else's topic: a derived name.
+    for foreign in (
+        "http://127.0.0.1:9999/topics/t",
+        "https://hub.example/topics/t",
+        "http://elsewhere.example/topics/t",
+    ):
+        assert not urls.is_own_topic(foreign)
+        assert urls.name_from_url(foreign) != "t"
+    # Links are built from the public base only.
+    assert urls.topic("t") == "http://localhost:8080/topics/t"
+
+
+def test_a_request_may_add_an_alias() -> None:
+    urls = HubUrls("http://localhost:8080")
+    seen = urls.with_alias("https://proxy.example")
+    assert seen.name_from_url("https://proxy.example/topics/t") == "t"
+    assert not urls.is_own_topic("https://proxy.example/topics/t")
+    assert seen.with_alias("https://proxy.example") is seen
+
+
+def test_a_malformed_name_under_an_alias_is_refused() -> None:
+    urls = HubUrls("http://localhost:8080", ("http://127.0.0.1:8088",))
+    with pytest.raises(BadRequest, match="invalid topic name"):
+        urls.name_from_url("http://127.0.0.1:8088/topics/a/b")

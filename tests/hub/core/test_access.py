@@ -1,0 +1,71 @@
+"""hub.access: read tokens and the admin token, as plain data."""
+
+from __future__ import annotations
+
+import pytest
+
+from hub.access import OperatorAccess, ReadAccess
+from hub.exceptions import Forbidden, Unauthorized
+from hub.settings import Settings
+
+
+def readers(**settings: object) -> ReadAccess:
+    return ReadAccess(Settings(**settings))  # type: ignore[arg-type]
+
+
+def test_reading_is_open_by_default() -> None:
+    access = readers()
+    assert access.is_open("t")
+    access.check("t", None)
+    assert access.readable("t", "Bearer anything")
+
+
+def test_a_topic_read_token_makes_only_that_topic_private() -> None:
+    access = readers(topic_read_tokens={"secret": ["r1"]})
+    assert access.is_open("other") and not access.is_open("secret")
+    with pytest.raises(Unauthorized, match="private"):
+        access.check("secret", None)
+    with pytest.raises(Unauthorized, match="Bearer"):
+        access.check("secret", "Basic abc")
+    with pytest.raises(Forbidden):
+        access.check("secret", "Bearer r2")
+    access.check("secret", "Bearer r1")
+    assert not access.readable("secret", None)
+
+
+def test_global_read_tokens_make_every_topic_private() -> None:
+    access = readers(read_tokens=["g"], topic_read_tokens={"a": ["ra"]})
+    assert not access.is_open("b")
+    access.check("b", "Bearer g")
+    access.check("a", "Bearer ra")
+    with pytest.raises(Forbidden):
+        access.check("b", "Bearer ra")
+
+
+def test_publisher_tokens_grant_read() -> None:
+    access = readers(
+        read_tokens=["g"], tokens=["pub"], topic_tokens={"a": ["pa"]}, topic_read_tokens={}
+    )
+    access.check("z", "Bearer pub")
+    access.check("a", "Bearer pa")
+    with pytest.raises(Forbidden):
+        access.check("z", "Bearer pa")
+
+
+def test_admin_token_is_required_when_set() -> None:
+    access = OperatorAccess(Settings(admin_token="adm"), hub_open=True)
+    access.check("Bearer adm", loopback=False)
+    with pytest.raises(Unauthorized):
+        access.check(None, loopback=True)
+    with pytest.raises(Forbidden):
+        access.check("Bearer nope", loopback=True)
+
+
+def test_without_admin_token_only_loopback_clients_of_an_open_hub() -> None:
+    access = OperatorAccess(Settings(), hub_open=True)
+    access.check(None, loopback=True)
+    with pytest.raises(Forbidden, match="loopback"):
+        access.check(None, loopback=False)
+    closed = OperatorAccess(Settings(tokens=["p"]), hub_open=False)
+    with pytest.raises(Forbidden, match="admin-token"):
+        closed.check("Bearer p", loopback=True)
