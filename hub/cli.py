@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from . import log_format
 from .auth import PublisherAuth
 from .embedded_redis import EmbeddedRedis
 from .exceptions import HubError
@@ -41,14 +42,21 @@ def add_parsers(subparsers: Any) -> None:
         default=None,
         help="allow a non-loopback bind with no publisher tokens",
     )
-    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument("--log-level", help="DEBUG, INFO (default), WARNING, ERROR or CRITICAL")
+    parser.add_argument("--log-format", choices=["text", "json"], help="text (default) or json")
+    parser.add_argument(
+        "--access-log", action="store_true", default=None, help="log one line per request"
+    )
     parser.set_defaults(run=run_serve)
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     overrides = {
         name: getattr(args, name)
-        for name in ("host", "port", "redis_url", "data_dir", "base_url", "tokens", "open")
+        for name in (
+            *("host", "port", "redis_url", "data_dir", "base_url", "tokens", "open"),
+            *("log_level", "log_format", "access_log"),
+        )
         if getattr(args, name, None) is not None
     }
     return Settings(**overrides)
@@ -65,16 +73,13 @@ def tune_gc(young_threshold: int) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     try:
         settings = settings_from_args(args)
         PublisherAuth.check_startup(settings)
     except (ValidationError, HubError) as exc:
         print(f"rshub serve: {exc}", file=sys.stderr)
         return 2
+    log_format.configure(settings.log_level, settings.log_format)
 
     from . import web_app  # imported late: keeps `rshub --help` fast
 

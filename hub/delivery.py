@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from . import rendering, websub
+from . import metrics, rendering, websub
 from .events import Event, parse_id
 from .exceptions import CallbackFailed
 from .feed import FeedHub
@@ -148,12 +148,15 @@ class DeliveryWorker:
                 error = str(exc)[:300]
             else:
                 if answer.status == 410:
+                    metrics.delivery_outcome("410")
                     raise _Gone("callback answered 410 Gone")
                 if 200 <= answer.status < 300:
+                    metrics.delivered(batch)
                     await self._succeeded(batch[-1].id)
                     return
                 retry_after = websub.retry_after(answer.headers.get("Retry-After"))
                 error = f"HTTP {answer.status}"
+            metrics.delivery_outcome("retry")
             await self._failed(error)
             delay = websub.backoff(
                 sub.failures, self.settings.retry_base_seconds, self.settings.retry_max_seconds
@@ -177,6 +180,7 @@ class DeliveryWorker:
         sub.last_error = error
         if sub.failures >= self.settings.suspend_after_failures and sub.state is State.ACTIVE:
             sub.state = State.SUSPENDED
+            metrics.delivery_outcome("suspended")
             log.warning(
                 "subscription %s -> %s suspended after %d failures: %s",
                 sub.topic,

@@ -5,6 +5,7 @@
     HubError
     ├── EmbeddedRedisError          the embedded redis-server would not start
     ├── ConfigurationError          settings that cannot work (e.g. open bind without tokens)
+    ├── RedisUnavailable            an external Redis did not answer during start-up
     ├── CallbackFailed              a callback (or a pinged URL) could not be reached in time
     └── RequestError                the peer was wrong; carries ``http_status``
         ├── BadRequest              400
@@ -35,6 +36,10 @@ class EmbeddedRedisError(HubError):
 
 class ConfigurationError(HubError):
     """Settings that cannot work together."""
+
+
+class RedisUnavailable(HubError):
+    """The Redis the hub was pointed at never answered while the hub started."""
 
 
 class CallbackFailed(HubError):

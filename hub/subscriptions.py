@@ -13,7 +13,7 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from . import keys
+from . import keys, metrics
 from .tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -157,6 +157,7 @@ class CursorWriter:
             try:
                 await self.flush()
             except RedisError as exc:
+                metrics.redis_error()
                 log.warning("cursor flush failed (will retry): %s", exc)
 
     async def close(self) -> None:

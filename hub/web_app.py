@@ -17,7 +17,16 @@ from aiohttp import web
 
 from resourcesync import DocumentError
 
-from . import web_admin, web_documents, web_publish, web_streams, web_websub
+from . import (
+    metrics,
+    web_admin,
+    web_documents,
+    web_observe,
+    web_pages,
+    web_publish,
+    web_streams,
+    web_websub,
+)
 from .auth import PublisherAuth
 from .connection import Connections, StoreError
 from .delivery import DeliveryService
@@ -27,6 +36,7 @@ from .pages import PageChain
 from .settings import Settings
 from .snapshots import ResourceSnapshots
 from .store import EventStore, Retention
+from .stream_stats import StreamStats
 from .subscriptions import SubscriptionStore
 from .topics import WELL_KNOWN, HubUrls
 from .web_cache import ByteCache
@@ -42,6 +52,7 @@ from .web_state import (
     REDIS_URL,
     SETTINGS,
     SNAPSHOTS,
+    STATS,
     STORE,
     SUBSCRIPTIONS,
     URLS,
@@ -76,6 +87,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         }
         return error_response(getattr(exc, "http_status", 400), str(exc), **detail)
     except StoreError as exc:
+        metrics.redis_error()
         log.warning("storage error on %s %s: %s", request.method, request.path, exc)
         return error_response(
             503,
@@ -115,6 +127,7 @@ class Periodic:
             try:
                 await step()
             except StoreError as exc:  # Redis away for a moment: try again next round
+                metrics.redis_error()
                 log.warning("%s failed: %s", name, exc)
 
     async def stop(self, timeout: float = 5.0) -> None:
@@ -145,6 +158,11 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     """Open every long-lived resource in dependency order; close them in reverse."""
     settings = app[SETTINGS]
     connections = app[CONNECTIONS] = Connections(app[REDIS_URL])
+    try:
+        await connections.wait_ready(settings.redis_startup_seconds)
+    except BaseException:
+        await connections.close()
+        raise
     store = EventStore(
         connections.main,
         blocking=connections.blocking,
@@ -174,6 +192,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     )
     app[DOC_CACHE] = ByteCache(settings.document_cache_bytes)
     app[CLIENT], app[FEEDS], app[DELIVERY] = client, feeds, delivery
+    app[STATS] = StreamStats(connections.main, store.scripts)
 
     background = Periodic()
     background.every(settings.retention_sweep_seconds, "retention", lambda: _sweep_retention(store))
@@ -182,25 +201,37 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
             settings.changelist_scan_seconds, "page-scan", lambda: _scan_pages(store, pages)
         )
     await delivery.start()
+    log.info("hub ready at %s", settings.public_url)
     try:
         yield
     finally:
+        log.info("shutdown: stopping background tasks, deliveries and Redis connections")
         await background.stop()
         await delivery.close()
         await feeds.close()
         await client.close()
         await store.close()
         await connections.close()
+        log.info("shutdown complete")
+
+
+async def _shutdown_started(app: web.Application) -> None:
+    log.info("shutdown started: no new connections; closing open streams")
 
 
 def create_app(settings: Settings, redis_url: str) -> web.Application:
     """Build the hub for ``settings`` on the Redis at ``redis_url``."""
-    app = web.Application(middlewares=[error_middleware], client_max_size=settings.max_body_bytes)
+    app = web.Application(
+        middlewares=[web_observe.observe_middleware, error_middleware],
+        client_max_size=settings.max_body_bytes,
+    )
     app[SETTINGS] = settings
     app[URLS] = HubUrls(settings.public_url)
     app[AUTH] = PublisherAuth(settings)
     app[REDIS_URL] = redis_url
     app.cleanup_ctx.append(_lifecycle)
+    app.on_shutdown.append(_shutdown_started)
+    app.on_response_prepare.append(web_observe.add_request_id)
 
     # The hot routes first: aiohttp tries dynamic resources in registration order.
     post, get = app.router.add_post, app.router.add_get
@@ -217,7 +248,12 @@ def create_app(settings: Settings, redis_url: str) -> web.Application:
     get("/topics/{name}/resourcelist.xml", web_documents.resource_list)
     get(r"/topics/{name}/resourcelist/{page:[^/]+}.xml", web_documents.resource_list_page)
     get("/topics/{name}/subscriptions", web_admin.subscriptions)
-    get("/metrics", web_admin.metrics)
+    get("/metrics", web_admin.metrics_endpoint)
+    get("/admin/overview.json", web_admin.overview_json)
+    get("/", web_pages.dashboard)
+    get("/dashboard/{file}", web_pages.dashboard_asset)
+    get("/openapi.json", web_pages.openapi_json)
+    get("/docs", web_pages.docs_page)
     return app
 
 

@@ -12,6 +12,7 @@ from .pages import PageChain
 from .settings import Settings
 from .snapshots import ResourceSnapshots
 from .store import EventStore
+from .stream_stats import StreamStats
 from .subscriptions import SubscriptionStore
 from .topics import HubUrls
 from .web_cache import ByteCache
@@ -30,3 +31,4 @@ DOC_CACHE = web.AppKey("doc_cache", ByteCache)
 CLIENT = web.AppKey("client", HttpClient)
 FEEDS = web.AppKey("feeds", FeedHub)
 DELIVERY = web.AppKey("delivery", DeliveryService)
+STATS = web.AppKey("stats", StreamStats)

@@ -41,3 +41,4 @@ def load(name: str) -> Script:
 
 APPEND = load("append")
 ADVANCE_PAGES = load("advance_pages")
+BACKLOG = load("backlog")
