@@ -101,13 +101,14 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
         await ws.prepare(request)
 
         async def send() -> None:
-            while not ws.closed:
-                events = await pump.next(settings.heartbeat_seconds)
-                if events:  # None: idle; aiohttp's heartbeat pings keep the line alive
-                    # Pre-encoded text frame: no per-client re-encoding of a shared message.
-                    await ws.send_frame(pump.message(events), WSMsgType.TEXT)
-                    metrics.stream_message("ws")
-                    pump.last_sent = events[-1].id
+            with contextlib.suppress(ConnectionError):  # the client went away: just end
+                while not ws.closed:
+                    events = await pump.next(settings.heartbeat_seconds)
+                    if events:  # None: idle; aiohttp's heartbeat pings keep the line alive
+                        # Pre-encoded text frame: no per-client re-encoding of a shared message.
+                        await ws.send_frame(pump.message(events), WSMsgType.TEXT)
+                        metrics.stream_message("ws")
+                        pump.last_sent = events[-1].id
 
         too_slow = await _until_overflow_or_done(
             pump, asyncio.create_task(send()), asyncio.create_task(_drain_incoming(ws))
@@ -146,6 +147,10 @@ async def server_sent_events(request: web.Request) -> web.StreamResponse:
         await resp.write(b"retry: 1000\n\n")
 
         async def send() -> None:
+            with contextlib.suppress(ConnectionError):  # the client went away: just end
+                await send_events()
+
+        async def send_events() -> None:
             loop = asyncio.get_running_loop()
             written = loop.time()
             while True:
