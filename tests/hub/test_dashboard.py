@@ -129,7 +129,7 @@ async def test_behind_tokens_the_page_asks_and_sends_the_token_only_in_a_header(
         await page.click("#login button")
         await expect(page.locator("#topics tbody")).to_contain_text("private")
         await expect(page.locator("#login")).to_be_hidden()
-        assert ("Bearer op-secret" in {h for _, h in seen})
+        assert "Bearer op-secret" in {h for _, h in seen}
         assert not any("op-secret" in url for url, _ in seen)
         stored = await page.evaluate("sessionStorage.getItem('rshub-operator-token')")
         assert stored == "op-secret"
