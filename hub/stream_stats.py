@@ -18,6 +18,14 @@ from .script_pipe import ScriptPipe
 
 #: Events counted after a position at most (a backlog of this many means "at least").
 BACKLOG_CAP = 10_000
+#: Events counted per scrape over all positions: a script blocks Redis while it counts, so
+#: with many subscriptions each one's count is capped lower (never below 100).
+BACKLOG_BUDGET = 200_000
+
+
+def backlog_cap(positions: int) -> int:
+    """The per-position cap that keeps one scrape within :data:`BACKLOG_BUDGET`."""
+    return max(100, min(BACKLOG_CAP, BACKLOG_BUDGET // max(1, positions)))
 
 
 @dataclass(frozen=True, slots=True)

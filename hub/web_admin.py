@@ -24,6 +24,7 @@ from .connection import StoreError
 from .events import parse_id
 from .exceptions import Forbidden
 from .overview import Overview, SubscriptionRow, lag_seconds
+from .stream_stats import backlog_cap
 from .subscriptions import Subscription
 from .topics import check_name
 from .web_state import AUTH, CONNECTIONS, STATS, STORE, SUBSCRIPTIONS
@@ -90,11 +91,12 @@ async def gather_overview(app: web.Application) -> Overview:
     for sub in await subs.all():
         by_topic.setdefault(sub.topic, []).append(sub)
     rows: list[SubscriptionRow] = []
+    cap = backlog_cap(sum(len(members) for members in by_topic.values()))
     for topic, members in sorted(by_topic.items()):
         members.sort(key=lambda s: s.callback)
         cursors = await subs.cursors(topic)
         positions = [cursors.get(s.callback) or "0-0" for s in members]
-        backlogs = await stats.backlogs(topic, positions)
+        backlogs = await stats.backlogs(topic, positions, cap)
         for sub, backlog in zip(members, backlogs, strict=True):
             first_ms = parse_id(backlog.first_id)[0] if backlog.first_id else None
             rows.append(

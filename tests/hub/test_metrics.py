@@ -210,3 +210,11 @@ async def test_overview_json_needs_a_hub_wide_token(redis_url: str) -> None:
             assert json.loads(await resp.text())["redis_ok"] is True
     finally:
         await runner.cleanup()
+
+
+def test_backlog_counting_stays_within_a_budget_per_scrape() -> None:
+    from hub.stream_stats import BACKLOG_BUDGET, BACKLOG_CAP, backlog_cap
+
+    assert backlog_cap(1) == BACKLOG_CAP
+    assert backlog_cap(1000) * 1000 <= BACKLOG_BUDGET
+    assert backlog_cap(10**6) == 100
