@@ -60,4 +60,3 @@ def test_series_label_sets_are_bounded_and_the_rest_folded() -> None:
     seconds = families["rshub_subscription_lag_seconds"].samples
     assert [s.value for s in seconds if s.labels["callback"] == OTHERS] == [44.0]
     assert families["rshub_topics"].samples[0].value == 50
-
