@@ -35,9 +35,22 @@ class PublisherAuth:
         """Raise 401/403 unless ``authorization`` may publish to ``topic``."""
         if self.open:
             return
-        allowed = self.global_tokens + self.topic_tokens.get(topic, [])
+        self._check_token(
+            self.global_tokens + self.topic_tokens.get(topic, []),
+            authorization,
+            f"this token may not publish to topic {topic!r}",
+        )
+
+    def check_global(self, authorization: str | None) -> None:
+        """Raise 401/403 unless ``authorization`` is a token for every topic (operators)."""
+        if self.open:
+            return
+        self._check_token(self.global_tokens, authorization, "this needs a hub-wide token")
+
+    @staticmethod
+    def _check_token(allowed: list[bytes], authorization: str | None, refusal: str) -> None:
         if not authorization:
-            raise Unauthorized("publishing needs 'Authorization: Bearer <token>'")
+            raise Unauthorized("this needs 'Authorization: Bearer <token>'")
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthorized("Authorization must be 'Bearer <token>'")
@@ -47,4 +60,4 @@ class PublisherAuth:
         for candidate in allowed:
             ok |= hmac.compare_digest(given, candidate)
         if not ok:
-            raise Forbidden(f"this token may not publish to topic {topic!r}")
+            raise Forbidden(refusal)

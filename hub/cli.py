@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from . import log_format
 from .auth import PublisherAuth
 from .embedded_redis import EmbeddedRedis
 from .exceptions import HubError
@@ -59,7 +60,11 @@ def add_parsers(subparsers: Any) -> None:
         "--workers",
         help="hub processes on this port, one Redis (a number or auto; default 1)",
     )
-    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument("--log-level", help="DEBUG, INFO (default), WARNING, ERROR or CRITICAL")
+    parser.add_argument("--log-format", choices=["text", "json"], help="text (default) or json")
+    parser.add_argument(
+        "--access-log", action="store_true", default=None, help="log one line per request"
+    )
     parser.set_defaults(run=run_serve)
 
 
@@ -75,6 +80,9 @@ _SETTINGS_FLAGS = (
     "admin_token",
     "alias_urls",
     "forwarded_allow_ips",
+    "log_level",
+    "log_format",
+    "access_log",
 )
 
 
@@ -96,6 +104,7 @@ def _worker_argv(args: argparse.Namespace) -> list[str]:
         "data_dir",
         "base_url",
         "log_level",
+        "log_format",
         "admin_token",
         "forwarded_allow_ips",
     ):
@@ -108,6 +117,8 @@ def _worker_argv(args: argparse.Namespace) -> list[str]:
         argv += ["--alias-url", alias]
     if getattr(args, "open", None):
         argv.append("--open")
+    if getattr(args, "access_log", None):
+        argv.append("--access-log")
     return argv
 
 
@@ -122,16 +133,13 @@ def tune_gc(young_threshold: int) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     try:
         settings = settings_from_args(args)
         PublisherAuth.check_startup(settings)
     except (ValidationError, HubError) as exc:
         print(f"rshub serve: {exc}", file=sys.stderr)
         return 2
+    log_format.configure(settings.log_level, settings.log_format)
 
     from . import web_app  # imported late: keeps `rshub --help` fast
 

@@ -12,11 +12,18 @@ hash slot, and the few hub-wide keys are each used alone.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from typing import Any, TypeAlias
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
+
+from .exceptions import RedisUnavailable
+
+log = logging.getLogger(__name__)
 
 #: Every failure of the store layer; the web layer maps it to 503 in one place.
 StoreError = RedisError
@@ -57,6 +64,49 @@ class Connections:
     async def ping(self) -> None:
         await self.main.ping()
 
+    async def wait_ready(
+        self, within: float, first_delay: float = 0.25, max_delay: float = 5.0
+    ) -> None:
+        """Ping until Redis answers, backing off (doubling up to ``max_delay``); after
+        ``within`` seconds raise :class:`RedisUnavailable`. A hub started beside its Redis
+        (containers, service managers) thus waits for it instead of exiting."""
+        deadline = time.monotonic() + within
+        delay, attempt = first_delay, 1
+        while True:
+            try:
+                await asyncio.wait_for(self.main.ping(), timeout=max(1.0, max_delay))
+            except (RedisError, OSError, TimeoutError) as exc:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RedisUnavailable(
+                        f"Redis at {_redacted(self.url)} did not answer within {within:g}s "
+                        f"({attempt} attempts): {exc}"
+                    ) from None
+                wait = min(delay, left)
+                log.warning(
+                    "Redis at %s not reachable (attempt %d: %s); retrying in %.2fs",
+                    _redacted(self.url),
+                    attempt,
+                    exc,
+                    wait,
+                )
+                await asyncio.sleep(wait)
+                delay, attempt = min(delay * 2, max_delay), attempt + 1
+                continue
+            if attempt > 1:
+                log.info("Redis at %s answered after %d attempts", _redacted(self.url), attempt)
+            return
+
     async def close(self) -> None:
         await self.main.aclose()
         await self.blocking.aclose()
+
+
+def _redacted(url: str) -> str:
+    """``url`` without a password (``redis://:secret@host`` -> ``redis://:***@host``)."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    user = userinfo.split(":", 1)[0]
+    return f"{scheme}{sep}{user}:***@{host}"

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from . import rendering, websub
+from . import metrics, rendering, websub
 from .events import Event, parse_id
 from .exceptions import CallbackFailed
 from .feed import FeedHub
@@ -183,12 +183,15 @@ class DeliveryWorker:
                 error = str(exc)[:300]
             else:
                 if answer.status == 410:
+                    metrics.delivery_outcome("410")
                     raise _Gone("callback answered 410 Gone")
                 if 200 <= answer.status < 300:
+                    metrics.delivered(batch)
                     await self._succeeded(batch[-1].id)
                     return
                 retry_after = websub.retry_after(answer.headers.get("Retry-After"))
                 error = f"HTTP {answer.status}"
+            metrics.delivery_outcome("retry")
             delay = websub.backoff(
                 sub.failures + 1,
                 self.settings.retry_base_seconds,
@@ -220,6 +223,7 @@ class DeliveryWorker:
         sub.retry_at = time.time() + delay
         if sub.failures >= self.settings.suspend_after_failures and sub.state is State.ACTIVE:
             sub.state = State.SUSPENDED
+            metrics.delivery_outcome("suspended")
             log.warning(
                 "subscription %s -> %s suspended after %d failures: %s",
                 sub.topic,

@@ -7,6 +7,7 @@
     │   ├── DataDirLocked           another live process owns the data directory
     │   └── DataDirUnusable         the data directory cannot be created or written
     ├── ConfigurationError          settings that cannot work (e.g. open bind without tokens)
+    ├── RedisUnavailable            an external Redis did not answer during start-up
     ├── CallbackFailed              a callback (or a pinged URL) could not be reached in time
     └── RequestError                the peer was wrong; carries ``http_status``
         ├── BadRequest              400
@@ -62,6 +63,10 @@ class DataDirUnusable(EmbeddedRedisError):
 
 class ConfigurationError(HubError):
     """Settings that cannot work together."""
+
+
+class RedisUnavailable(HubError):
+    """The Redis the hub was pointed at never answered while the hub started."""
 
 
 class CallbackFailed(HubError):

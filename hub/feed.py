@@ -16,6 +16,7 @@ import logging
 from collections import OrderedDict, deque
 from typing import Any, Protocol
 
+from . import metrics
 from .connection import StoreError
 from .events import Event, EventFilter, EventKey, format_id, parse_id
 from .store import EventStore
@@ -94,6 +95,7 @@ class TopicFeed:
                 failures = 0
             except StoreError as exc:
                 failures += 1
+                metrics.redis_error()
                 log.warning("feed %s: XREAD failed (%s); retrying", self.topic, exc)
                 await asyncio.sleep(min(5.0, 0.1 * 2**failures))
                 continue

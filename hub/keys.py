@@ -89,6 +89,8 @@ LAST_ID = "last_id"
 LAST_PUBLISH_MS = "last_publish_ms"
 CREATED_MS = "created_ms"
 TRIMMED_THROUGH = "trimmed_through"
+#: ``topic_meta``: changes ever stored for the topic (a counter for publish rates).
+PUBLISHED = "published"
 
 #: ``pages_head``: the open Change List page (see ``hub.pages``).
 HEAD_N, HEAD_FROM, HEAD_FIRST, HEAD_SCANNED, HEAD_COUNT, HEAD_WEND = (
@@ -116,6 +118,7 @@ SCRIPT_NAMES: dict[str, str] = {
     "LAST_PUBLISH_MS": LAST_PUBLISH_MS,
     "CREATED_MS": CREATED_MS,
     "TRIMMED_THROUGH": TRIMMED_THROUGH,
+    "PUBLISHED": PUBLISHED,
     "HEAD_N": HEAD_N,
     "HEAD_FROM": HEAD_FROM,
     "HEAD_FIRST": HEAD_FIRST,

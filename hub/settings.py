@@ -47,6 +47,9 @@ class Settings(BaseSettings):
     data_dir: Path = Path("rshub-data")
     #: ``always``, ``everysec`` or ``no``: the embedded Redis's AOF fsync policy.
     appendfsync: str = "everysec"
+    #: How long start-up keeps retrying an external Redis that does not answer yet (with
+    #: back-off, a log line per attempt) before giving up (0 = try once).
+    redis_startup_seconds: float = Field(60.0, ge=0, le=3600)
 
     # -- publishing --------------------------------------------------------------------
     #: Bearer tokens that may publish to any topic.
@@ -129,6 +132,16 @@ class Settings(BaseSettings):
     #: throughput in bench/hub.py. Garbage without cycles is freed at once regardless.
     gc_young_threshold: int = Field(50_000, ge=0)
 
+    # -- logs --------------------------------------------------------------------------
+    #: DEBUG, INFO, WARNING, ERROR or CRITICAL (any case).
+    log_level: str = "INFO"
+    #: ``text`` (for people) or ``json`` (one object per line: time, level, logger,
+    #: message, request_id, and any extra fields).
+    log_format: Literal["text", "json"] = "text"
+    #: One log line per HTTP request (logger ``rshub.access``): method, route, path,
+    #: status, duration, request id.
+    access_log: bool = False
+
     @field_validator("workers")
     @classmethod
     def _check_workers(cls, value: int | str) -> int | str:
@@ -153,6 +166,14 @@ class Settings(BaseSettings):
         if value not in {"always", "everysec", "no"}:
             raise ValueError("appendfsync must be always, everysec or no")
         return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _check_log_level(cls, value: str) -> str:
+        level = value.strip().upper()
+        if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+            raise ValueError("log_level must be DEBUG, INFO, WARNING, ERROR or CRITICAL")
+        return level
 
     @property
     def public_url(self) -> str:

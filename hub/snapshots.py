@@ -180,7 +180,7 @@ class ResourceSnapshots:
             keys.SNAP_PAGES: str(snapshot.pages),
             keys.SNAP_LAST_ID: snapshot.last_id,
         }
-        async with self.redis.pipeline(transaction=True) as pipe:
+        async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hset(keys.resourcelist_snapshot(topic), mapping=record)
             pipe.expire(keys.resourcelist_snapshot(topic), self.ttl_seconds)
             await pipe.execute()

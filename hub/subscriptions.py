@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 from redis.exceptions import RedisError
 
-from . import keys, scripts
+from . import keys, metrics, scripts
 from .connection import Client
 from .script_pipe import ScriptPipe
 from .tasks import cancel_and_wait
@@ -260,6 +260,7 @@ class CursorWriter:
                             refused.add((topic, callback))
                 except RedisError as exc:
                     failures += 1
+                    metrics.redis_error()
                     log.warning("cursor write failed (will retry): %s", exc)
                     for key, mark in dirty.items():  # keep them, newer marks first
                         self._dirty.setdefault(key, mark)

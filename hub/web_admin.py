@@ -1,34 +1,44 @@
-"""Operators' view: health, subscription state per topic, and Prometheus metrics.
+"""Operators' view: health, subscription state per topic, Prometheus metrics, overview.
 
 ``GET /topics/{name}/subscriptions`` lists a topic's WebSub subscriptions (never their
 secrets) with state, lease expiry, failures, last error and delivery cursor. It needs a
 token that may publish to the topic; on a hub without tokens, only loopback clients may
-ask (callback URLs are not for everyone's eyes). ``GET /metrics`` is the Prometheus text
-format, with bounded label cardinality (no per-subscriber labels).
+ask (callback URLs are not for everyone's eyes). ``GET /admin/overview.json`` is the
+dashboard's data for the whole hub, under the same rule with a hub-wide token.
+``GET /metrics`` is the Prometheus text format (:mod:`hub.metrics`), with bounded label
+cardinality.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import os
+import time
 
+import orjson
 from aiohttp import web
 
-from . import __version__
+from . import __version__, metrics
+from .connection import StoreError
+from .events import parse_id
 from .exceptions import Forbidden
-from .subscriptions import State
+from .overview import Overview, SubscriptionRow, lag_seconds
+from .stream_stats import backlog_cap
+from .subscriptions import Subscription
 from .topics import check_name
 from .web_state import (
     AUTH,
     CONNECTIONS,
-    DELIVERY,
     EMBEDDED,
-    FEEDS,
     OWNERSHIP,
+    STATS,
     STORE,
     SUBSCRIPTIONS,
 )
+
+log = logging.getLogger(__name__)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -54,6 +64,19 @@ def _check_operator(request: web.Request, topic: str) -> None:
     if not auth.open:
         auth.check(topic, request.headers.get("Authorization"))
         return
+    _check_loopback(request)
+
+
+def _check_any_operator(request: web.Request) -> None:
+    """Hub-wide views: a token that may publish to every topic; loopback on an open hub."""
+    auth = request.app[AUTH]
+    if not auth.open:
+        auth.check_global(request.headers.get("Authorization"))
+        return
+    _check_loopback(request)
+
+
+def _check_loopback(request: web.Request) -> None:
     try:
         loopback = ipaddress.ip_address(request.remote or "").is_loopback
     except ValueError:
@@ -76,22 +99,67 @@ async def subscriptions(request: web.Request) -> web.Response:
     return web.json_response({"topic": topic, "last_id": last_id, "subscriptions": out})
 
 
-async def metrics(request: web.Request) -> web.Response:
-    workers = list(request.app[DELIVERY].workers.values())
-    suspended = sum(1 for w in workers if w.sub.state is State.SUSPENDED)
-    lines = [
-        "# HELP rshub_topics Topics that have been published to.",
-        "# TYPE rshub_topics gauge",
-        f"rshub_topics {len(await request.app[STORE].topics())}",
-        "# HELP rshub_subscriptions Running WebSub delivery workers by state.",
-        "# TYPE rshub_subscriptions gauge",
-        f'rshub_subscriptions{{state="active"}} {len(workers) - suspended}',
-        f'rshub_subscriptions{{state="suspended"}} {suspended}',
-        "# HELP rshub_delivered_changes_total Changes delivered to callbacks (2xx).",
-        "# TYPE rshub_delivered_changes_total counter",
-        f"rshub_delivered_changes_total {sum(w.delivered for w in workers)}",
-        "# HELP rshub_stream_consumers Live consumers (streams and workers) of topic feeds.",
-        "# TYPE rshub_stream_consumers gauge",
-        f"rshub_stream_consumers {request.app[FEEDS].consumer_count}",
-    ]
-    return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+async def gather_overview(app: web.Application) -> Overview:
+    """The hub's state now, from Redis (the same from every hub process) and this process."""
+    store, subs, stats = app[STORE], app[SUBSCRIPTIONS], app[STATS]
+    now_ms = int(time.time() * 1000)
+    topics = await stats.topic_rows(await store.topics())
+    by_topic: dict[str, list[Subscription]] = {}
+    for sub in await subs.all():
+        by_topic.setdefault(sub.topic, []).append(sub)
+    rows: list[SubscriptionRow] = []
+    cap = backlog_cap(sum(len(members) for members in by_topic.values()))
+    for topic, members in sorted(by_topic.items()):
+        members.sort(key=lambda s: s.callback)
+        cursors = await subs.cursors(topic)
+        positions = [cursors.get(s.callback) or "0-0" for s in members]
+        backlogs = await stats.backlogs(topic, positions, cap)
+        for sub, backlog in zip(members, backlogs, strict=True):
+            first_ms = parse_id(backlog.first_id)[0] if backlog.first_id else None
+            rows.append(
+                SubscriptionRow(
+                    topic=sub.topic,
+                    callback=sub.callback,
+                    state=str(sub.state),
+                    failures=sub.failures,
+                    last_error=sub.last_error,
+                    expires_at=sub.expires_at,
+                    cursor=cursors.get(sub.callback),
+                    lag_events=backlog.events,
+                    lag_capped=backlog.capped,
+                    lag_seconds=lag_seconds(first_ms, now_ms),
+                )
+            )
+    return Overview(
+        topics=topics,
+        subscriptions=rows,
+        clients=metrics.live_clients(),
+        redis_ok=True,
+        version=__version__,
+        generated_ms=now_ms,
+    )
+
+
+async def metrics_endpoint(request: web.Request) -> web.Response:
+    """Prometheus text: live series always; Redis-backed series when Redis answers."""
+    overview: Overview | None
+    try:
+        overview = await gather_overview(request.app)
+    except StoreError as exc:
+        log.warning("metrics: Redis-backed series left out: %s", exc)
+        metrics.redis_error()
+        overview = None
+    return web.Response(
+        body=metrics.exposition(overview), headers={"Content-Type": metrics.CONTENT_TYPE}
+    )
+
+
+async def overview_json(request: web.Request) -> web.Response:
+    """``GET /admin/overview.json``: the dashboard's data (operators only)."""
+    _check_any_operator(request)
+    overview = await gather_overview(request.app)
+    return web.Response(
+        body=orjson.dumps(overview.to_json()),
+        content_type="application/json",
+        headers={"Cache-Control": "no-store"},
+    )

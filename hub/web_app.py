@@ -19,10 +19,13 @@ from aiohttp import web
 from resourcesync import DocumentError
 
 from . import (
+    metrics,
     web_access,
     web_admin,
     web_documents,
+    web_observe,
     web_operator,
+    web_pages,
     web_publish,
     web_streams,
     web_websub,
@@ -41,6 +44,7 @@ from .pages import PageChain
 from .settings import Settings
 from .snapshots import ResourceSnapshots
 from .store import EventStore, Retention
+from .stream_stats import StreamStats
 from .subscriptions import SubscriptionStore
 from .tasks import cancel_and_wait
 from .topic_admin import TopicAdmin
@@ -62,6 +66,7 @@ from .web_state import (
     REDIS_URL,
     SETTINGS,
     SNAPSHOTS,
+    STATS,
     STORE,
     SUBSCRIPTIONS,
     TOPIC_ADMIN,
@@ -98,6 +103,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         }
         return error_response(getattr(exc, "http_status", 400), str(exc), **detail)
     except StoreError as exc:
+        metrics.redis_error()
         log.warning("storage error on %s %s: %s", request.method, request.path, exc)
         return error_response(
             503,
@@ -137,6 +143,7 @@ class Periodic:
             try:
                 await step()
             except StoreError as exc:  # Redis away for a moment: try again next round
+                metrics.redis_error()
                 log.warning("%s failed: %s", name, exc)
 
     async def stop(self, timeout: float = 5.0) -> None:
@@ -171,6 +178,11 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     """Open every long-lived resource in dependency order; close them in reverse."""
     settings = app[SETTINGS]
     connections = app[CONNECTIONS] = Connections(app[REDIS_URL], cluster=settings.redis_cluster)
+    try:
+        await connections.wait_ready(settings.redis_startup_seconds)
+    except BaseException:
+        await connections.close()
+        raise
     store = EventStore(
         connections.main,
         blocking=connections.blocking,
@@ -219,6 +231,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     )
     app[DOC_CACHE] = ByteCache(settings.document_cache_bytes)
     app[CLIENT], app[FEEDS], app[DELIVERY], app[OWNERSHIP] = client, feeds, delivery, ownership
+    app[STATS] = StreamStats(connections.main, store.scripts)
 
     # Hub-wide jobs run on the leading process only (they are atomic scripts, so a second
     # runner during a handover merely repeats work).
@@ -239,9 +252,11 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         supervisor = asyncio.create_task(app[EMBEDDED].supervise(), name="redis-supervisor")
     await delivery.start()
     await ownership.start()
+    log.info("hub ready at %s", settings.public_url)
     try:
         yield
     finally:
+        log.info("shutdown: stopping background tasks, deliveries and Redis connections")
         if supervisor is not None:
             await cancel_and_wait([supervisor])
         await background.stop()
@@ -251,6 +266,11 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         await client.close()
         await store.close()
         await connections.close()
+        log.info("shutdown complete")
+
+
+async def _shutdown_started(app: web.Application) -> None:
+    log.info("shutdown started: no new connections; closing open streams")
 
 
 def create_app(
@@ -261,7 +281,10 @@ def create_app(
     ``embedded``: the redis-server behind ``redis_url`` when this process started it; the
     app then supervises it (restarts it if it dies) and reports it in ``/healthz``.
     """
-    app = web.Application(middlewares=[error_middleware], client_max_size=settings.max_body_bytes)
+    app = web.Application(
+        middlewares=[web_observe.observe_middleware, error_middleware],
+        client_max_size=settings.max_body_bytes,
+    )
     app[SETTINGS] = settings
     app[URLS] = HubUrls(settings.public_url, tuple(u.rstrip("/") for u in settings.alias_urls))
     app[AUTH] = PublisherAuth(settings)
@@ -273,6 +296,8 @@ def create_app(
     if embedded is not None:
         app[EMBEDDED] = embedded
     app.cleanup_ctx.append(_lifecycle)
+    app.on_shutdown.append(_shutdown_started)
+    app.on_response_prepare.append(web_observe.add_request_id)
 
     # The hot routes first: aiohttp tries dynamic resources in registration order.
     post, get = app.router.add_post, app.router.add_get
@@ -289,13 +314,18 @@ def create_app(
     get("/topics/{name}/resourcelist.xml", web_documents.resource_list)
     get(r"/topics/{name}/resourcelist/{page:[^/]+}.xml", web_documents.resource_list_page)
     get("/topics/{name}/subscriptions", web_admin.subscriptions)
-    get("/metrics", web_admin.metrics)
+    get("/metrics", web_admin.metrics_endpoint)
+    get("/admin/overview.json", web_admin.overview_json)
     get("/admin/topics", web_operator.topics)
     get("/admin/topics/{name}", web_operator.topic)
     app.router.add_delete("/admin/topics/{name}", web_operator.delete_topic)
     get("/admin/subscriptions", web_operator.subscriptions)
     post("/admin/subscriptions/resume", web_operator.resume_subscription)
     app.router.add_delete("/admin/subscriptions", web_operator.delete_subscription)
+    get("/", web_pages.dashboard)
+    get("/dashboard/{file}", web_pages.dashboard_asset)
+    get("/openapi.json", web_pages.openapi_json)
+    get("/docs", web_pages.docs_page)
     return app
 
 

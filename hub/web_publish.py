@@ -12,6 +12,7 @@ import hashlib
 import orjson
 from aiohttp import web
 
+from . import metrics
 from .events import changes_from_document
 from .exceptions import BadRequest, UnsupportedMediaType
 from .topics import check_name, parse_link_header
@@ -58,6 +59,7 @@ async def publish(request: web.Request, topic: str) -> web.Response:
     stored = await request.app[STORE].append(
         topic, changes, digest=digest, idempotency_key=idempotency_key
     )
+    metrics.published(len(body), len(stored.ids), stored.replayed)
     return accepted(
         {
             "topic": topic,

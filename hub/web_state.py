@@ -16,6 +16,7 @@ from .pages import PageChain
 from .settings import Settings
 from .snapshots import ResourceSnapshots
 from .store import EventStore
+from .stream_stats import StreamStats
 from .subscriptions import SubscriptionStore
 from .topic_admin import TopicAdmin
 from .topics import HubUrls
@@ -43,3 +44,4 @@ READERS = web.AppKey("readers", ReadAccess)
 OPERATORS = web.AppKey("operators", OperatorAccess)
 TRUSTED_PEERS = web.AppKey("trusted_peers", TrustedPeers)
 TOPIC_ADMIN = web.AppKey("topic_admin", TopicAdmin)
+STATS = web.AppKey("stats", StreamStats)

@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from . import metrics
 from .events import EventFilter, EventKey, parse_id
 from .exceptions import Gone
 from .feed import ClientStream, TopicFeed
@@ -82,7 +83,9 @@ async def check_no_gap(request: web.Request, topic: str, since: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _following(request: web.Request) -> AsyncIterator[tuple[str, ClientStream]]:
+async def _following(
+    request: web.Request, transport: str
+) -> AsyncIterator[tuple[str, ClientStream]]:
     topic = check_name(request.match_info["name"])
     check_read(request, topic, query_token=True)
     since = _since(request)
@@ -93,28 +96,32 @@ async def _following(request: web.Request) -> AsyncIterator[tuple[str, ClientStr
     feed = await feeds.acquire(topic)
     capacity = request.app[SETTINGS].client_buffer_events
     client = ClientStream(feed, _start_cursor(request, feed), capacity, event_filter)
+    metrics.client_connected(transport)
     try:
         yield topic, client
     finally:
+        metrics.client_disconnected(transport)
         client.close()
         await feeds.release(feed)
 
 
 async def websocket(request: web.Request) -> web.WebSocketResponse:
     settings = request.app[SETTINGS]
-    async with _following(request) as (_topic, pump):
+    async with _following(request, "ws") as (_topic, pump):
         ws = web.WebSocketResponse(
             heartbeat=settings.heartbeat_seconds, max_msg_size=4096, compress=False
         )
         await ws.prepare(request)
 
         async def send() -> None:
-            while not ws.closed:
-                events = await pump.next(settings.heartbeat_seconds)
-                if events:  # None: idle; aiohttp's heartbeat pings keep the line alive
-                    # Pre-encoded text frame: no per-client re-encoding of a shared message.
-                    await ws.send_frame(pump.message(events), WSMsgType.TEXT)
-                    pump.last_sent = events[-1].id
+            with contextlib.suppress(ConnectionError):  # the client went away: just end
+                while not ws.closed:
+                    events = await pump.next(settings.heartbeat_seconds)
+                    if events:  # None: idle; aiohttp's heartbeat pings keep the line alive
+                        # Pre-encoded text frame: no per-client re-encoding of a shared message.
+                        await ws.send_frame(pump.message(events), WSMsgType.TEXT)
+                        metrics.stream_message("ws")
+                        pump.last_sent = events[-1].id
 
         ended = await _until_overflow_or_done(
             pump, asyncio.create_task(send()), asyncio.create_task(_drain_incoming(ws))
@@ -143,7 +150,7 @@ async def _drain_incoming(ws: web.WebSocketResponse) -> None:
 
 async def server_sent_events(request: web.Request) -> web.StreamResponse:
     settings = request.app[SETTINGS]
-    async with _following(request) as (topic, pump):
+    async with _following(request, "sse") as (topic, pump):
         resp = web.StreamResponse(
             headers={
                 "Content-Type": "text/event-stream",
@@ -155,6 +162,10 @@ async def server_sent_events(request: web.Request) -> web.StreamResponse:
         await resp.write(b"retry: 1000\n\n")
 
         async def send() -> None:
+            with contextlib.suppress(ConnectionError):  # the client went away: just end
+                await send_events()
+
+        async def send_events() -> None:
             loop = asyncio.get_running_loop()
             written = loop.time()
             while True:
@@ -170,6 +181,7 @@ async def server_sent_events(request: web.Request) -> web.StreamResponse:
                         b"id: %s\ndata: %s\n\n" % (e.id.encode(), e.json(topic)) for e in events
                     )
                 )
+                metrics.stream_message("sse")
                 pump.last_sent = events[-1].id
 
         ended = await _until_overflow_or_done(pump, asyncio.create_task(send()))

@@ -15,7 +15,7 @@ import hashlib
 
 from aiohttp import web
 
-from . import websub
+from . import metrics, websub
 from .events import Change, changes_from_document
 from .exceptions import BadRequest
 from .web_access import check_read, request_urls
@@ -83,5 +83,6 @@ async def _publish_ping(request: web.Request, ping: websub.PublishPing) -> web.R
     ids: list[str] = []
     if fresh:
         ids = (await store.append(topic, [c for c, _ in fresh])).ids
+        metrics.CHANGES_ACCEPTED.inc(len(ids))
         await store.remember(topic, [d for _, d in fresh], settings.idempotency_seconds)
     return accepted({"topic": topic, "accepted": len(ids), "ids": ids, "fetched": len(changes)})

@@ -58,6 +58,7 @@ local joined = table.concat(ids, ' ')
 if #ids > 0 then
   redis.call('HSET', meta, '$LAST_ID', ids[#ids], '$LAST_PUBLISH_MS', ARGV[5])
   redis.call('HSETNX', meta, '$CREATED_MS', ARGV[5])
+  redis.call('HINCRBY', meta, '$PUBLISHED', #ids)
 end
 if #KEYS > 3 then redis.call('SET', KEYS[4], ARGV[1] .. '|' .. joined, 'EX', ARGV[2]) end
 return {0, joined}
