@@ -31,7 +31,8 @@ from aiohttp import web
 from resourcesync import DocumentError, parse
 
 from .events import ChangeEvent
-from .exceptions import PushUnavailable
+from .exceptions import HubRefused, PushUnavailable
+from .refusal import error_message, refusal
 from .websub import subscription_form, verification_answer, verify_signature
 
 __all__ = ["CallbackReceiver"]
@@ -154,6 +155,8 @@ class CallbackReceiver:
         )
         try:
             async with self.session.post(f"{self.hub}/", data=form) as resp:
+                if refusal(resp.status):
+                    raise HubRefused(resp.status, f"{mode}: {await error_message(resp)}")
                 text = await resp.text()
                 if resp.status >= 300:
                     raise PushUnavailable(f"hub refused {mode}: HTTP {resp.status} {text}")

@@ -6,10 +6,9 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,9 +16,10 @@ from typing import Any
 import aiohttp
 
 from resourcesync import Entry, format_datetime
+from rsclient import interrupt
 from rsclient.options import add_client_options, env_default
 
-from .exceptions import SubscriberError
+from .exceptions import HubRefused, SubscriberError
 from .follower import Follower, Mode
 from .mirror import Mirror
 from .poller import Poller
@@ -29,6 +29,9 @@ from .progress import Progress
 log = logging.getLogger("rshub.subscriber")
 
 _VIA = ("ws", "sse", "webhook", "poll")
+
+#: Seconds an interrupted command gets to unsubscribe and save before it is stopped.
+_GRACE = 1.5
 
 
 def _add_follow_options(parser: argparse.ArgumentParser) -> None:
@@ -143,6 +146,8 @@ def _follower(
     session: aiohttp.ClientSession,
     position: EventCursor,
     save: Callable[[EventCursor], None] | None,
+    *,
+    start_at_end: bool = False,
 ) -> Follower:
     host, _, port = args.listen.rpartition(":")
 
@@ -166,24 +171,23 @@ def _follower(
         callback_port=int(port or 0),
         callback_url=args.callback_url,
         on_mode=on_mode,
+        start_at_end=start_at_end,
     )
 
 
-def _run(main: Awaitable[int]) -> int:
-    """Run ``main``; SIGTERM and SIGINT cancel it so that it can save and summarise."""
-
-    async def runner() -> int:
-        task = asyncio.ensure_future(main)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError):
-                loop.add_signal_handler(sig, task.cancel)
-        try:
-            return await task
-        except asyncio.CancelledError:
-            return 0
-
-    return asyncio.run(runner())
+def _run(command: str, main: Coroutine[Any, Any, int]) -> int:
+    """Run ``main``; SIGINT and SIGTERM stop it within :data:`_GRACE` seconds, after it
+    saved its position, unsubscribed and summarised (exit 130)."""
+    try:
+        return interrupt.run(main, grace=_GRACE)
+    except interrupt.Interrupted:
+        return interrupt.EXIT_INTERRUPTED
+    except HubRefused as exc:
+        print(f"rshub {command}: {exc}", file=sys.stderr)
+        return 2
+    except SubscriberError as exc:
+        print(f"rshub {command}: {exc}", file=sys.stderr)
+        return 1
 
 
 def run_subscribe(args: argparse.Namespace) -> int:
@@ -200,7 +204,9 @@ def run_subscribe(args: argparse.Namespace) -> int:
     async def main() -> int:
         count = 0
         async with aiohttp.ClientSession() as session:
-            follower = _follower(args, session, position, store.save if store else None)
+            follower = _follower(
+                args, session, position, store.save if store else None, start_at_end=True
+            )
             async with follower:
                 async for event in follower.events():
                     sys.stdout.buffer.write(event.dumps() + b"\n")
@@ -210,11 +216,7 @@ def run_subscribe(args: argparse.Namespace) -> int:
                         return 0
         return 0
 
-    try:
-        return _run(main())
-    except SubscriberError as exc:
-        print(f"rshub subscribe: {exc}", file=sys.stderr)
-        return 1
+    return _run("subscribe", main())
 
 
 def run_sync(args: argparse.Namespace) -> int:
@@ -223,11 +225,7 @@ def run_sync(args: argparse.Namespace) -> int:
     if problem:
         print(f"rshub sync: {problem}", file=sys.stderr)
         return 2
-    try:
-        return _run(_sync(args))
-    except SubscriberError as exc:
-        print(f"rshub sync: {exc}", file=sys.stderr)
-        return 1
+    return _run("sync", _sync(args))
 
 
 def _identity(args: argparse.Namespace) -> str:
