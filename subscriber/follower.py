@@ -262,6 +262,7 @@ class Follower:
                     for event in changes:
                         self.position.record(event)
                     changes = []
+                    log.info("polling from the current end (after %s)", self.position.event_id)
             new = [e for e in changes if self.position.accept(e)]
             if new:
                 return new

@@ -7,9 +7,6 @@ against a live one; SIGINT is sent once the command shows it is at work.
 from __future__ import annotations
 
 import asyncio
-import signal
-import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,6 +15,7 @@ import aiohttp
 import pytest
 
 from hub.settings import Settings
+from tests.commands import Command
 from tests.conftest import Hub, start_hub
 from tests.publisher.helpers import StaticSource, serve, stored_events
 from tests.publisher.test_bridge import changelist, v10
@@ -25,54 +23,6 @@ from tests.support import TIME_SCALE, free_port, notification, wait_for
 
 #: The promise: from SIGINT to exit.
 LIMIT = 2.0
-
-
-class Command:
-    """``python -m rshub ARGV`` with its stderr collected as it comes."""
-
-    def __init__(self, *argv: str) -> None:
-        self.argv = argv
-        self.err = b""
-        self.proc: asyncio.subprocess.Process | None = None
-        self._reader: asyncio.Task[None] | None = None
-
-    async def start(self) -> Command:
-        self.proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "rshub",
-            *self.argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        self._reader = asyncio.create_task(self._read())
-        return self
-
-    async def _read(self) -> None:
-        assert self.proc is not None and self.proc.stderr is not None
-        while chunk := await self.proc.stderr.read(4096):
-            self.err += chunk
-
-    @property
-    def stderr(self) -> str:
-        return self.err.decode(errors="replace")
-
-    async def interrupt(self) -> tuple[float, int]:
-        """Send SIGINT; return the seconds until exit and the exit code."""
-        assert self.proc is not None and self.proc.returncode is None, self.stderr
-        self.proc.send_signal(signal.SIGINT)
-        sent = time.monotonic()
-        try:
-            code = await asyncio.wait_for(self.proc.wait(), 15)
-        except TimeoutError:
-            self.proc.kill()
-            await self.proc.wait()
-            raise AssertionError(f"still running 15 s after SIGINT: {self.stderr}") from None
-        elapsed = time.monotonic() - sent
-        assert self._reader is not None
-        await asyncio.wait_for(self._reader, 5)
-        return elapsed, code
 
 
 async def check_interrupt(cmd: Command, ready: Callable[[], bool | Awaitable[bool]]) -> float:
