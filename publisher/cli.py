@@ -311,7 +311,11 @@ async def _bridge(args: argparse.Namespace) -> int:
             args.source, pub, state=StateFile(args.state) if args.state else None, since=args.since
         )
         log.info("bridging %s to %s every %.0fs", args.source, pub.url, args.interval)
-        await bridge.run(args.interval, polls=1 if args.once else None)
+        if args.once:  # one poll, whose failure is the command's
+            result = await bridge.poll()
+            log.info("published %d new changes", result.published)
+        else:
+            await bridge.run(args.interval)
     return 0
 
 
