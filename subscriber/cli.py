@@ -25,6 +25,7 @@ from .mirror import Mirror
 from .poller import Poller
 from .position import EventCursor, EventCursorFile
 from .progress import Progress
+from .retries import FailedFetches
 
 log = logging.getLogger("rshub.subscriber")
 
@@ -102,6 +103,11 @@ def add_parsers(subparsers: Any) -> None:
         "--audit",
         action="store_true",
         help="compare the mirror with the current Resource List and exit (1 on differences)",
+    )
+    sync.add_argument(
+        "--repair",
+        action="store_true",
+        help="with --audit: fetch what is missing or different, delete what is extra",
     )
     sync.add_argument(
         "--once",
@@ -252,7 +258,13 @@ async def _sync(args: argparse.Namespace) -> int:
                 f"{len(audit.different)} different",
                 file=sys.stderr,
             )
-            return 0 if audit.ok else 1
+            if audit.ok or not args.repair:
+                return 0 if audit.ok else 1
+            # Repair = a baseline: fetch what is missing or different, remove the extra.
+            await mirror.baseline(documents.resources())
+            after = await mirror.audit(documents.resources())
+            report(f"repair: {mirror.stats.summary()}; {len(after.lines())} differences left")
+            return 0 if after.ok else 1
 
         store = EventCursorFile(mirror.state_dir / "state.json")
         position = store.load()
@@ -261,9 +273,15 @@ async def _sync(args: argparse.Namespace) -> int:
             report(f"{dest} mirrors {known}, not {_identity(args)}; use another --dest")
             return 2
         position.extra["identity"] = _identity(args)
+        mirror.failed = FailedFetches.from_json(position.extra.get("failed"))
+
+        def save(position: EventCursor) -> None:
+            position.extra["failed"] = mirror.failed.to_json()
+            store.save(position)
+
         if args.once:
             args.via = "poll"
-        follower = _follower(args, session, position, store.save)
+        follower = _follower(args, session, position, save)
         try:
             await follower.start()
             if not position.extra.get("baseline"):
@@ -281,17 +299,36 @@ async def _sync(args: argparse.Namespace) -> int:
                 if position.watermark is None:
                     position.watermark = min(at or before, before)
                 position.extra["baseline"] = True
-                store.save(position)
+                save(position)
                 report(f"baseline: {mirror.stats.summary()} in {time.monotonic() - started:.1f}s")
             if args.once:
                 batch = await follower.poller.poll(position.watermark) if follower.poller else []
                 await mirror.apply([e for e in batch if position.accept(e)])
-                store.save(position)
+                if mirror.failed:  # a later run is a later round: retry them all
+                    await mirror.retry_failed(all=True)
+                save(position)
             else:
-                with contextlib.suppress(asyncio.CancelledError):  # SIGTERM/SIGINT: stop
-                    async for batch in follower.batches():
-                        await mirror.apply(batch)
+                retrying = asyncio.create_task(_retry_failed(mirror, position, save))
+                try:
+                    with contextlib.suppress(asyncio.CancelledError):  # SIGTERM/SIGINT: stop
+                        async for batch in follower.batches():
+                            await mirror.apply(batch)
+                finally:
+                    retrying.cancel()
         finally:
             await follower.close()
             report(f"summary: {mirror.stats.summary()} in {time.monotonic() - started:.1f}s")
-    return 1 if mirror.stats.rejected or mirror.stats.failed else 0
+    return 1 if mirror.stats.rejected or mirror.failed else 0
+
+
+async def _retry_failed(
+    mirror: Mirror, position: EventCursor, save: Callable[[EventCursor], None]
+) -> None:
+    """Retry failed fetches as they come due (back-off in :mod:`subscriber.retries`)."""
+    while True:
+        due = mirror.failed.next_due()
+        await asyncio.sleep(1.0 if due is None else min(5.0, max(0.05, due - time.time())))
+        if mirror.failed.due():
+            left = await mirror.retry_failed()
+            log.info("retried failed fetches; %d still failing", left)
+            save(position)
