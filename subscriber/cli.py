@@ -18,13 +18,13 @@ import aiohttp
 from resourcesync import Entry, format_datetime
 from rsclient import interrupt
 from rsclient.options import add_client_options, env_default
+from rsclient.progress import add_progress_options, progress_bar
 
 from .exceptions import HubRefused, SubscriberError
 from .follower import Follower, Mode
 from .mirror import Mirror
 from .poller import Poller
 from .position import EventCursor, EventCursorFile
-from .progress import Progress
 from .retries import FailedFetches
 
 log = logging.getLogger("rshub.subscriber")
@@ -117,15 +117,7 @@ def add_parsers(subparsers: Any) -> None:
     sync.add_argument(
         "--concurrency", type=int, default=16, help="parallel fetches (default %(default)s)"
     )
-    progress = sync.add_mutually_exclusive_group()
-    progress.add_argument(
-        "--progress",
-        dest="progress",
-        action="store_true",
-        default=None,
-        help="always draw the baseline progress bar",
-    )
-    progress.add_argument("--no-progress", dest="progress", action="store_false")
+    add_progress_options(sync)
     sync.set_defaults(run=run_sync)
 
 
@@ -286,7 +278,7 @@ async def _sync(args: argparse.Namespace) -> int:
             await follower.start()
             if not position.extra.get("baseline"):
                 before = datetime.now(UTC)
-                progress = Progress("baseline", enabled=args.progress)
+                progress = progress_bar("baseline", enabled=args.progress, unit="files")
 
                 async def listed() -> AsyncIterator[tuple[Entry, datetime | None]]:
                     # What the baseline holds need not come again from a Change List.

@@ -24,8 +24,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import aiohttp
+from tqdm import tqdm
 
 from resourcesync import Entry
 from rsclient.statefile import write_atomically
@@ -34,7 +36,6 @@ from .events import ChangeEvent
 from .exceptions import UnsafePathError
 from .integrity import matches
 from .paths import RESERVED_PREFIX, uri_to_path
-from .progress import Progress
 from .retries import FailedFetches
 
 __all__ = ["AuditReport", "Mirror", "Stats"]
@@ -237,7 +238,7 @@ class Mirror:
         self,
         entries: AsyncIterator[tuple[Entry, datetime | None]],
         *,
-        progress: Progress | None = None,
+        progress: tqdm[Any] | None = None,
         prune: bool = True,
     ) -> datetime | None:
         """Make the mirror equal to a Resource List; return the list's ``at``.
@@ -251,7 +252,7 @@ class Mirror:
             items.append(entry)
             at = at or entry_at
         if progress is not None:
-            progress.total = len(items)
+            progress.reset(total=len(items))
         expected: set[Path] = set()
 
         async def one(entry: Entry) -> None:
@@ -269,7 +270,7 @@ class Mirror:
             else:
                 await self._fetch(entry.loc, path, length=length, hash=hash)
             if progress is not None:
-                progress.advance()
+                progress.update(1)
 
         await asyncio.gather(*(self._limited(one(e)) for e in items))
         if progress is not None:

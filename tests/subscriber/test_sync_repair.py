@@ -84,3 +84,15 @@ async def test_audit_repair_fixes_missing_different_and_extra_files(
     assert await rshub(*sync(source, dest, "--audit", "--repair")) == 0
     assert await rshub(*sync(source, dest, "--audit")) == 0
     assert mirror_files(dest) == expected_files(source.url, source.files)
+
+
+async def test_baseline_progress_bar_only_when_asked(source: TestSource, tmp_path: Path) -> None:
+    drawn = await Command(*sync(source, tmp_path / "m1", "--once", "--progress")).start()
+    quiet = await Command(*sync(source, tmp_path / "m2", "--once")).start()
+    try:
+        assert await drawn.wait() == 0 and await quiet.wait() == 0
+    finally:
+        await drawn.stop()
+        await quiet.stop()
+    assert "baseline: 100%" in drawn.stderr and "3/3" in drawn.stderr
+    assert "3/3" not in quiet.stderr  # stderr is a pipe: no bar by default
