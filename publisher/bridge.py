@@ -57,7 +57,7 @@ from rsclient.documents import DocumentClient, Fetched
 
 from .changes import check_change
 from .client import Publisher
-from .exceptions import PublisherError, PublishRejected, SourceError, UsageError
+from .exceptions import PublisherError, PublishRejected, SourceError, UsageError, WrongSource
 from .position import ChangeListCursor, in_order
 from .state import StateFile
 
@@ -158,8 +158,10 @@ class Bridge:
     async def run(self, interval: float, *, polls: int | None = None) -> None:
         """Poll every ``interval`` seconds (``polls`` times, or until cancelled).
 
-        A Source that fails or answers nonsense is logged and polled again next time;
-        the hub refusing the changes (:class:`PublishRejected`) ends the run.
+        A Source that fails or answers nonsense is logged and polled again next time,
+        except that a start URL that is not ResourceSync at the first poll
+        (:class:`WrongSource`) ends the run, as does the hub refusing the changes
+        (:class:`PublishRejected`).
         """
         done = 0
         while polls is None or done < polls:
@@ -174,6 +176,10 @@ class Bridge:
                     )
             except PublishRejected:
                 raise
+            except WrongSource:
+                if done == 0:
+                    raise
+                log.error("%s is no longer a ResourceSync Source", self.source_url)
             except (SourceError, PublisherError) as exc:
                 log.error(
                     "poll of %s failed: %s; next poll in %.0fs", self.source_url, exc, interval
@@ -209,7 +215,7 @@ class Bridge:
         url = self.source_url
         start, _changed = await self._fetch(url, result, commit=True)
         if not isinstance(start, _STARTS):
-            raise SourceError(
+            raise WrongSource(
                 f"{url} is a {type(start).__name__}; give the bridge a Source "
                 "Description, Capability List, Change List Index or Change List"
             )
@@ -349,6 +355,8 @@ class Bridge:
         assert self._documents is not None  # set by poll()
         try:
             fetched = await self._documents.get(url, keep=True, remember=False)
+        except rsclient.exceptions.NotResourceSync as exc:
+            raise (WrongSource if url == self.source_url else SourceError)(str(exc)) from None
         except rsclient.exceptions.SourceError as exc:
             raise SourceError(str(exc)) from None
         result.documents_fetched += 1

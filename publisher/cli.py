@@ -7,9 +7,7 @@ Exit codes: 0 done, 1 the hub or the feed/Source failed, 2 bad usage or bad inpu
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
-import signal
 import sys
 from collections.abc import Coroutine
 from datetime import UTC, datetime
@@ -17,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from resourcesync import ChangeList, ChangeListNotification, DocumentError, Link, parse
+from rsclient import interrupt
 from rsclient.options import add_client_options, env_default
 
 from .batching import BatchPolicy
@@ -29,6 +28,9 @@ from .state import StateFile
 log = logging.getLogger("rshub")
 
 _CHANGES = ("created", "updated", "deleted")
+
+#: Seconds an interrupted command gets to send what it holds before it is stopped.
+_GRACE = 0.5
 
 
 def add_parsers(subparsers: Any) -> None:
@@ -128,7 +130,7 @@ def _entries_from_args(args: argparse.Namespace) -> list[Any]:
 
 async def _publish(args: argparse.Namespace) -> list[str]:
     entries = _entries_from_args(args)
-    async with Publisher(
+    pub = Publisher(
         args.hub,
         args.topic,
         token=args.token,
@@ -136,8 +138,13 @@ async def _publish(args: argparse.Namespace) -> list[str]:
         retry=RetryPolicy(give_up_after=args.retry_for),
         max_queued=max(len(entries), 1),
         close_timeout=None,
-    ) as pub:
+    )
+    await pub.start()
+    try:
         return await pub.publish(entries)
+    finally:
+        # Interrupted: what the hub has not stored within the grace is reported unsent.
+        await pub.close(timeout=_GRACE if interrupt.winding_up() else None)
 
 
 def run_publish(args: argparse.Namespace) -> int:
@@ -304,7 +311,11 @@ async def _bridge(args: argparse.Namespace) -> int:
             args.source, pub, state=StateFile(args.state) if args.state else None, since=args.since
         )
         log.info("bridging %s to %s every %.0fs", args.source, pub.url, args.interval)
-        await bridge.run(args.interval, polls=1 if args.once else None)
+        if args.once:  # one poll, whose failure is the command's
+            result = await bridge.poll()
+            log.info("published %d new changes", result.published)
+        else:
+            await bridge.run(args.interval)
     return 0
 
 
@@ -326,21 +337,14 @@ def _logging(level: str) -> None:
 
 
 def _run(command: str, coro: Coroutine[Any, Any, Any]) -> tuple[int, Any]:
-    """Run ``coro``; map errors to a message on stderr and an exit code. SIGTERM stops
-    the command as Ctrl-C does: queued changes are flushed and positions saved."""
-
-    async def main() -> Any:
-        task = asyncio.current_task()
-        loop = asyncio.get_running_loop()
-        if task is not None:
-            try:
-                loop.add_signal_handler(signal.SIGTERM, task.cancel)
-            except (NotImplementedError, RuntimeError):  # pragma: no cover - not on POSIX
-                pass
-        return await coro
-
+    """Run ``coro``; map errors to a message on stderr and an exit code. SIGINT and SIGTERM
+    stop the command within about a second (:mod:`rsclient.interrupt`): what is queued
+    gets that long to be sent, the position is saved, the rest is reported unsent."""
     try:
-        return 0, asyncio.run(main())
+        return 0, interrupt.run(coro, grace=_GRACE)
+    except interrupt.Interrupted as exc:
+        print(f"rshub {command}: {exc}", file=sys.stderr)
+        return interrupt.EXIT_INTERRUPTED, None
     except UsageError as exc:
         print(f"rshub {command}: {exc}", file=sys.stderr)
         return 2, None
@@ -350,5 +354,3 @@ def _run(command: str, coro: Coroutine[Any, Any, Any]) -> tuple[int, Any]:
     except PublisherError as exc:
         print(f"rshub {command}: {exc}", file=sys.stderr)
         return 1, None
-    except asyncio.CancelledError:
-        return 130, None

@@ -12,6 +12,7 @@ The tree::
     │                               never retried, ``status`` and the hub's ``error`` text
     ├── FeedError                   an edit feed (SSE stream or recorded file) is unusable
     ├── SourceError                 a ResourceSync Source (bridge) answered something unusable
+    │   └── WrongSource             the bridge's start URL is no Source it can start from
     └── StateError                  a state file cannot be read or written
 
 "The peer was wrong" (``PublishRejected``, ``FeedError``, ``SourceError``) is kept apart
@@ -35,6 +36,7 @@ __all__ = [
     "StateError",
     "UnsentChangesError",
     "UsageError",
+    "WrongSource",
 ]
 
 
@@ -101,3 +103,8 @@ class SourceError(PublisherError, rsclient.exceptions.SourceError):
 
 class StateError(PublisherError, rsclient.exceptions.StateFileError):
     """A state file is unreadable or cannot be written."""
+
+
+class WrongSource(SourceError):
+    """The bridge's start URL is not ResourceSync (an HTML page, say), or a document it
+    cannot start from: polling again will not change that."""

@@ -12,6 +12,7 @@ lists has been acted on, so that a crash in between re-reads it instead of skipp
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import aiohttp
@@ -19,7 +20,7 @@ import aiohttp
 from resourcesync import Document, DocumentError, parse
 from resourcesync.namespaces import MAX_BYTES
 
-from .exceptions import SourceError
+from .exceptions import NotResourceSync, SourceError
 
 __all__ = ["DocumentClient", "Fetched", "Validators"]
 
@@ -112,7 +113,8 @@ class DocumentClient:
                 if resp.status == 304 and cached is not None:
                     return Fetched(cached.doc, False, cached.validators)
                 if resp.status != 200:
-                    raise SourceError(f"GET {url}: HTTP {resp.status}")
+                    detail = await _error_text(resp)
+                    raise SourceError(f"GET {url}: HTTP {resp.status}{detail}", status=resp.status)
                 body = await _read_bounded(resp.content, self.max_bytes + 1)
                 validators = Validators(resp.headers.get("ETag"), resp.headers.get("Last-Modified"))
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
@@ -122,7 +124,7 @@ class DocumentClient:
             # read leniently; what a change needs is checked by the caller.
             doc = parse(body, max_bytes=self.max_bytes, validate=False)
         except DocumentError as exc:
-            raise SourceError(f"{url} is not a ResourceSync document: {exc}") from exc
+            raise NotResourceSync(f"{url} is not a ResourceSync document: {exc}") from exc
         fetched = Fetched(doc, True, validators)
         if remember:
             self.remember(url, fetched, keep=keep)
@@ -154,3 +156,14 @@ async def _read_bounded(content: aiohttp.StreamReader, limit: int) -> bytes:
         if len(body) >= limit:
             break
     return bytes(body[:limit])
+
+
+async def _error_text(resp: aiohttp.ClientResponse) -> str:
+    """``": <message>"`` from a JSON error body (``{"error": ...}``, as the hub sends)."""
+    if resp.content_type != "application/json":
+        return ""
+    try:
+        data = json.loads(await resp.content.read(16 * 1024))
+    except (ValueError, aiohttp.ClientError, OSError):
+        return ""
+    return f": {data['error']}" if isinstance(data, dict) and "error" in data else ""

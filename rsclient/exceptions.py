@@ -6,6 +6,7 @@ The tree::
     ├── EventStreamError     an event stream cannot be read (e.g. a line beyond the limit)
     ├── StateFileError       a state file cannot be read or written
     └── SourceError          a Source (or a hub serving documents) answered unusably
+        ├── NotResourceSync  it answered with something else than a ResourceSync document
         └── DiscoveryError   the walk from a start URL leads to no usable document
 
 :mod:`publisher` and :mod:`subscriber` re-raise these as their own types (whose roots
@@ -17,6 +18,7 @@ from __future__ import annotations
 __all__ = [
     "DiscoveryError",
     "EventStreamError",
+    "NotResourceSync",
     "RsClientError",
     "SourceError",
     "StateFileError",
@@ -36,7 +38,18 @@ class StateFileError(RsClientError):
 
 
 class SourceError(RsClientError):
-    """A Source answered with an HTTP error, not at all, or with no ResourceSync document."""
+    """A Source answered with an HTTP error, not at all, or with no ResourceSync document.
+
+    ``status`` is the HTTP status of an error answer (``None`` for the other failures).
+    """
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class NotResourceSync(SourceError):
+    """The URL answered 200 with something that is not a ResourceSync document."""
 
 
 class DiscoveryError(SourceError):

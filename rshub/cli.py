@@ -11,6 +11,9 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any
+
+import shtab
 
 #: package.cli modules that contribute sub-commands, in help order.
 _COMMAND_MODULES = ("hub.cli", "publisher.cli", "subscriber.cli")
@@ -26,7 +29,25 @@ def build_parser() -> argparse.ArgumentParser:
     for name in _COMMAND_MODULES:
         module = importlib.import_module(name)
         module.add_parsers(subparsers)
+    _add_completion(subparsers)
     return parser
+
+
+def _add_completion(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "completion",
+        help="print a shell completion script",
+        description="Print the completion script for SHELL, e.g. "
+        "'rshub completion bash > /etc/bash_completion.d/rshub' or, for zsh, "
+        "'rshub completion zsh > \"${fpath[1]}/_rshub\"'.",
+    )
+    parser.add_argument("shell", choices=shtab.SUPPORTED_SHELLS)
+    parser.set_defaults(run=_print_completion)
+
+
+def _print_completion(args: argparse.Namespace) -> int:
+    print(shtab.complete(build_parser(), shell=args.shell))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

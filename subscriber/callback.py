@@ -31,7 +31,8 @@ from aiohttp import web
 from resourcesync import DocumentError, parse
 
 from .events import ChangeEvent
-from .exceptions import PushUnavailable
+from .exceptions import HubRefused, PushUnavailable
+from .refusal import error_message, refusal
 from .websub import subscription_form, verification_answer, verify_signature
 
 __all__ = ["CallbackReceiver"]
@@ -112,20 +113,25 @@ class CallbackReceiver:
         if self._renewal is None or self._renewal.done():
             self._renewal = asyncio.create_task(self._renew())
 
-    async def unsubscribe(self) -> None:
+    async def unsubscribe(self, timeout: float | None = None) -> None:
+        """Unsubscribe and wait (``timeout``, default ``verify_timeout``) for the hub to
+        verify it. A subscribe verification still in flight is refused from now on: the
+        hub verifies requests concurrently, and confirming it would revive the lease."""
         if self._renewal is not None:
             self._renewal.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._renewal
             self._renewal = None
-        await self._request("unsubscribe")
+        self._wanted.discard("subscribe")
+        await self._request("unsubscribe", timeout=timeout)
 
-    async def close(self) -> None:
-        """Unsubscribe (best effort) and stop listening."""
+    async def close(self, timeout: float = 1.2) -> None:
+        """Unsubscribe, waiting at most ``timeout`` s for the hub's verification (the
+        callback server answers it, so it stops only then), and stop listening."""
         if "subscribe" in self._wanted:
             try:
-                await self.unsubscribe()
-            except PushUnavailable as exc:
+                await self.unsubscribe(timeout)
+            except (PushUnavailable, HubRefused) as exc:
                 log.warning("unsubscribe failed: %s", exc)
         if self._runner is not None:
             await self._runner.cleanup()
@@ -139,7 +145,9 @@ class CallbackReceiver:
                 raise item
             yield item
 
-    async def _request(self, mode: str, since: str | None = None) -> None:
+    async def _request(
+        self, mode: str, since: str | None = None, timeout: float | None = None
+    ) -> None:
         verified = asyncio.Event()
         self._verified[mode] = verified
         self._wanted.add(mode)
@@ -154,15 +162,17 @@ class CallbackReceiver:
         )
         try:
             async with self.session.post(f"{self.hub}/", data=form) as resp:
+                if refusal(resp.status):
+                    raise HubRefused(resp.status, f"{mode}: {await error_message(resp)}")
                 text = await resp.text()
                 if resp.status >= 300:
                     raise PushUnavailable(f"hub refused {mode}: HTTP {resp.status} {text}")
-            await asyncio.wait_for(verified.wait(), self.verify_timeout)
+            await asyncio.wait_for(verified.wait(), timeout or self.verify_timeout)
         except (aiohttp.ClientError, OSError) as exc:
             raise PushUnavailable(f"cannot reach hub for {mode}: {exc}") from exc
         except TimeoutError:
             raise PushUnavailable(
-                f"hub did not verify {mode} within {self.verify_timeout:.0f}s"
+                f"hub did not verify {mode} within {timeout or self.verify_timeout:.1f}s"
             ) from None
         finally:
             if mode == "unsubscribe":

@@ -6,10 +6,9 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,18 +16,23 @@ from typing import Any
 import aiohttp
 
 from resourcesync import Entry, format_datetime
+from rsclient import interrupt
 from rsclient.options import add_client_options, env_default
+from rsclient.progress import add_progress_options, progress_bar
 
-from .exceptions import SubscriberError
+from .exceptions import HubRefused, SubscriberError
 from .follower import Follower, Mode
 from .mirror import Mirror
 from .poller import Poller
 from .position import EventCursor, EventCursorFile
-from .progress import Progress
+from .retries import FailedFetches
 
 log = logging.getLogger("rshub.subscriber")
 
 _VIA = ("ws", "sse", "webhook", "poll")
+
+#: Seconds an interrupted command gets to unsubscribe and save before it is stopped.
+_GRACE = 1.5
 
 
 def _add_follow_options(parser: argparse.ArgumentParser) -> None:
@@ -101,6 +105,11 @@ def add_parsers(subparsers: Any) -> None:
         help="compare the mirror with the current Resource List and exit (1 on differences)",
     )
     sync.add_argument(
+        "--repair",
+        action="store_true",
+        help="with --audit: fetch what is missing or different, delete what is extra",
+    )
+    sync.add_argument(
         "--once",
         action="store_true",
         help="baseline if needed, catch up by polling once, then exit",
@@ -108,15 +117,7 @@ def add_parsers(subparsers: Any) -> None:
     sync.add_argument(
         "--concurrency", type=int, default=16, help="parallel fetches (default %(default)s)"
     )
-    progress = sync.add_mutually_exclusive_group()
-    progress.add_argument(
-        "--progress",
-        dest="progress",
-        action="store_true",
-        default=None,
-        help="always draw the baseline progress bar",
-    )
-    progress.add_argument("--no-progress", dest="progress", action="store_false")
+    add_progress_options(sync)
     sync.set_defaults(run=run_sync)
 
 
@@ -143,6 +144,8 @@ def _follower(
     session: aiohttp.ClientSession,
     position: EventCursor,
     save: Callable[[EventCursor], None] | None,
+    *,
+    start_at_end: bool = False,
 ) -> Follower:
     host, _, port = args.listen.rpartition(":")
 
@@ -166,24 +169,23 @@ def _follower(
         callback_port=int(port or 0),
         callback_url=args.callback_url,
         on_mode=on_mode,
+        start_at_end=start_at_end,
     )
 
 
-def _run(main: Awaitable[int]) -> int:
-    """Run ``main``; SIGTERM and SIGINT cancel it so that it can save and summarise."""
-
-    async def runner() -> int:
-        task = asyncio.ensure_future(main)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError):
-                loop.add_signal_handler(sig, task.cancel)
-        try:
-            return await task
-        except asyncio.CancelledError:
-            return 0
-
-    return asyncio.run(runner())
+def _run(command: str, main: Coroutine[Any, Any, int]) -> int:
+    """Run ``main``; SIGINT and SIGTERM stop it within :data:`_GRACE` seconds, after it
+    saved its position, unsubscribed and summarised (exit 130)."""
+    try:
+        return interrupt.run(main, grace=_GRACE)
+    except interrupt.Interrupted:
+        return interrupt.EXIT_INTERRUPTED
+    except HubRefused as exc:
+        print(f"rshub {command}: {exc}", file=sys.stderr)
+        return 2
+    except SubscriberError as exc:
+        print(f"rshub {command}: {exc}", file=sys.stderr)
+        return 1
 
 
 def run_subscribe(args: argparse.Namespace) -> int:
@@ -200,7 +202,9 @@ def run_subscribe(args: argparse.Namespace) -> int:
     async def main() -> int:
         count = 0
         async with aiohttp.ClientSession() as session:
-            follower = _follower(args, session, position, store.save if store else None)
+            follower = _follower(
+                args, session, position, store.save if store else None, start_at_end=True
+            )
             async with follower:
                 async for event in follower.events():
                     sys.stdout.buffer.write(event.dumps() + b"\n")
@@ -210,11 +214,7 @@ def run_subscribe(args: argparse.Namespace) -> int:
                         return 0
         return 0
 
-    try:
-        return _run(main())
-    except SubscriberError as exc:
-        print(f"rshub subscribe: {exc}", file=sys.stderr)
-        return 1
+    return _run("subscribe", main())
 
 
 def run_sync(args: argparse.Namespace) -> int:
@@ -223,11 +223,7 @@ def run_sync(args: argparse.Namespace) -> int:
     if problem:
         print(f"rshub sync: {problem}", file=sys.stderr)
         return 2
-    try:
-        return _run(_sync(args))
-    except SubscriberError as exc:
-        print(f"rshub sync: {exc}", file=sys.stderr)
-        return 1
+    return _run("sync", _sync(args))
 
 
 def _identity(args: argparse.Namespace) -> str:
@@ -254,7 +250,13 @@ async def _sync(args: argparse.Namespace) -> int:
                 f"{len(audit.different)} different",
                 file=sys.stderr,
             )
-            return 0 if audit.ok else 1
+            if audit.ok or not args.repair:
+                return 0 if audit.ok else 1
+            # Repair = a baseline: fetch what is missing or different, remove the extra.
+            await mirror.baseline(documents.resources())
+            after = await mirror.audit(documents.resources())
+            report(f"repair: {mirror.stats.summary()}; {len(after.lines())} differences left")
+            return 0 if after.ok else 1
 
         store = EventCursorFile(mirror.state_dir / "state.json")
         position = store.load()
@@ -263,14 +265,20 @@ async def _sync(args: argparse.Namespace) -> int:
             report(f"{dest} mirrors {known}, not {_identity(args)}; use another --dest")
             return 2
         position.extra["identity"] = _identity(args)
+        mirror.failed = FailedFetches.from_json(position.extra.get("failed"))
+
+        def save(position: EventCursor) -> None:
+            position.extra["failed"] = mirror.failed.to_json()
+            store.save(position)
+
         if args.once:
             args.via = "poll"
-        follower = _follower(args, session, position, store.save)
+        follower = _follower(args, session, position, save)
         try:
             await follower.start()
             if not position.extra.get("baseline"):
                 before = datetime.now(UTC)
-                progress = Progress("baseline", enabled=args.progress)
+                progress = progress_bar("baseline", enabled=args.progress, unit="files")
 
                 async def listed() -> AsyncIterator[tuple[Entry, datetime | None]]:
                     # What the baseline holds need not come again from a Change List.
@@ -283,17 +291,36 @@ async def _sync(args: argparse.Namespace) -> int:
                 if position.watermark is None:
                     position.watermark = min(at or before, before)
                 position.extra["baseline"] = True
-                store.save(position)
+                save(position)
                 report(f"baseline: {mirror.stats.summary()} in {time.monotonic() - started:.1f}s")
             if args.once:
                 batch = await follower.poller.poll(position.watermark) if follower.poller else []
                 await mirror.apply([e for e in batch if position.accept(e)])
-                store.save(position)
+                if mirror.failed:  # a later run is a later round: retry them all
+                    await mirror.retry_failed(all=True)
+                save(position)
             else:
-                with contextlib.suppress(asyncio.CancelledError):  # SIGTERM/SIGINT: stop
-                    async for batch in follower.batches():
-                        await mirror.apply(batch)
+                retrying = asyncio.create_task(_retry_failed(mirror, position, save))
+                try:
+                    with contextlib.suppress(asyncio.CancelledError):  # SIGTERM/SIGINT: stop
+                        async for batch in follower.batches():
+                            await mirror.apply(batch)
+                finally:
+                    retrying.cancel()
         finally:
             await follower.close()
             report(f"summary: {mirror.stats.summary()} in {time.monotonic() - started:.1f}s")
-    return 1 if mirror.stats.rejected or mirror.stats.failed else 0
+    return 1 if mirror.stats.rejected or mirror.failed else 0
+
+
+async def _retry_failed(
+    mirror: Mirror, position: EventCursor, save: Callable[[EventCursor], None]
+) -> None:
+    """Retry failed fetches as they come due (back-off in :mod:`subscriber.retries`)."""
+    while True:
+        due = mirror.failed.next_due()
+        await asyncio.sleep(1.0 if due is None else min(5.0, max(0.05, due - time.time())))
+        if mirror.failed.due():
+            left = await mirror.retry_failed()
+            log.info("retried failed fetches; %d still failing", left)
+            save(position)

@@ -5,6 +5,7 @@ The tree::
     SubscriberError               root of everything this package raises
     ├── PushUnavailable           the hub's push channel cannot be reached or was lost
     │   └── StreamClosed          the hub closed a stream on purpose (code, reason)
+    ├── HubRefused                the hub answered 4xx (bad topic name, bad since): fatal
     ├── SourceError               a Source or hub answered wrongly (the peer's fault)
     │   └── DiscoveryError        no Change List / Resource List found from a start URL
     ├── IntegrityError            fetched bytes do not match the announced length or hash
@@ -23,6 +24,7 @@ import rsclient.exceptions
 
 __all__ = [
     "DiscoveryError",
+    "HubRefused",
     "IntegrityError",
     "PositionError",
     "PushUnavailable",
@@ -48,6 +50,18 @@ class StreamClosed(PushUnavailable):
         super().__init__(f"stream closed by the hub: {code} {reason}".rstrip())
         self.code = code
         self.reason = reason
+
+
+class HubRefused(SubscriberError):
+    """The hub refused the request (400, 404, 410): retrying or polling cannot fix it.
+
+    ``message`` is the hub's own (its JSON ``error``).
+    """
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"the hub refused: HTTP {status}: {message}")
+        self.status = status
+        self.message = message
 
 
 class SourceError(SubscriberError, rsclient.exceptions.SourceError):

@@ -13,6 +13,10 @@ Guarantees to the caller of :meth:`Follower.batches`:
   the watermark minus ``overlap``;
 - nothing twice: every change passes :meth:`EventCursor.accept` (event id, else
   ``(loc, lastmod)``) before it is handed over;
+- start: from the position's event id or watermark; with neither and ``start_at_end``,
+  at the current end, whichever transport comes first (a first poll only records);
+- a hub refusal (4xx: bad topic name, bad ``since``) ends :meth:`batches` with
+  :class:`~subscriber.exceptions.HubRefused`;
 - restart: the position is saved (debounced, and on exit) once the caller asks for the next
   batch, i.e. after it handled the previous one. A crash may repeat the last batch.
 """
@@ -24,7 +28,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Literal
 
@@ -32,9 +36,10 @@ import aiohttp
 
 from .callback import CallbackReceiver
 from .events import ChangeEvent
-from .exceptions import PushUnavailable, SourceError
+from .exceptions import HubRefused, PushUnavailable, SourceError
 from .poller import Poller
 from .position import EventCursor
+from .refusal import error_message, refusal
 from .stream import HubStream
 
 __all__ = ["Follower", "Mode", "Via"]
@@ -48,6 +53,8 @@ Mode = Literal["push", "poll"]
 class _Lost:
     def __init__(self, error: Exception) -> None:
         self.error = error
+        #: The hub refused (4xx): no fallback or retry can help.
+        self.fatal = isinstance(error, HubRefused)
 
 
 class Follower:
@@ -71,6 +78,7 @@ class Follower:
         callback_port: int = 0,
         callback_url: str | None = None,
         on_mode: Callable[[Mode, str], None] | None = None,
+        start_at_end: bool = False,
     ) -> None:
         if via != "poll" and (hub is None or topic is None):
             raise ValueError("push needs hub and topic")
@@ -87,7 +95,11 @@ class Follower:
         self._on_mode = on_mode
         poll_start = source
         if poll_start is None and self.hub is not None:
-            poll_start = f"{self.hub}/.well-known/resourcesync"
+            poll_start = (
+                f"{self.hub}/.well-known/resourcesync"
+                if topic is None
+                else f"{self.hub}/topics/{topic}/capabilitylist.xml"
+            )
         self.poller: Poller | None = None
         if poll_start is not None and (via == "poll" or fallback):
             self.poller = Poller(session, poll_start, topic=topic, overlap=overlap)
@@ -103,6 +115,13 @@ class Follower:
         self._connected = asyncio.Event()
         self._dirty = False
         self._saved_at = 0.0
+        #: Polling starts at the current end (as push does without ``since``): the first
+        #: successful poll only records what is already listed.
+        self._primed = not (
+            start_at_end and position.event_id is None and position.watermark is None
+        )
+        #: Changes before push first connected (with no position) are not the caller's.
+        self._not_before: datetime | None = None
 
     async def __aenter__(self) -> Follower:
         await self.start()
@@ -124,12 +143,33 @@ class Follower:
         Until push is connected the follower polls.
         """
         self.mode = "poll"
+        if self.via == "poll":
+            if self.hub is not None and self.topic is not None:
+                await self._check_since()
+            self._set_mode("poll", "polling only")
         if self.via != "poll":
             self._start_push()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._ready.wait(), wait)
             if self._connected.is_set():
                 self._set_mode("push", "connected")
+
+    async def _check_since(self) -> None:
+        """Polling the hub from an event id: have the hub judge that id first (400 when
+        malformed, 410 when no longer retained), as it does for push."""
+        since = self.position.event_id
+        if since is None:
+            return
+        url = f"{self.hub}/topics/{self.topic}/events"
+        headers = {"Accept": "text/event-stream", "Last-Event-ID": since}
+        try:
+            async with self.session.get(
+                url, headers=headers, timeout=aiohttp.ClientTimeout(total=10)
+            ) as resp:
+                if refusal(resp.status):
+                    raise HubRefused(resp.status, await error_message(resp))
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            log.warning("cannot check since=%s at the hub: %s", since, exc)
 
     async def close(self) -> None:
         await self._stop_push()
@@ -175,6 +215,8 @@ class Follower:
 
     def _take(self, item: list[ChangeEvent] | _Lost) -> list[ChangeEvent]:
         if isinstance(item, _Lost):
+            if item.fatal:
+                raise item.error
             self._push_lost(item.error)
             return []
         return [e for e in item if self.position.accept(e)]
@@ -212,6 +254,15 @@ class Follower:
             except SourceError as exc:
                 log.warning("poll failed: %s", exc)
                 changes = []
+            else:
+                if self._not_before is not None:
+                    changes = [e for e in changes if e.when >= self._not_before]
+                if not self._primed:
+                    self._primed = True
+                    for event in changes:
+                        self.position.record(event)
+                    changes = []
+                    log.info("polling from the current end (after %s)", self.position.event_id)
             new = [e for e in changes if self.position.accept(e)]
             if new:
                 return new
@@ -272,7 +323,7 @@ class Follower:
                         await self._queue.put(batch)
                 finally:
                     watcher.cancel()
-        except PushUnavailable as exc:
+        except (PushUnavailable, HubRefused) as exc:
             await self._queue.put(_Lost(exc))
         except Exception as exc:  # a bug or a bad message must not hang the follower
             log.exception("push failed")
@@ -283,8 +334,17 @@ class Follower:
 
     def _on_connected(self, task: asyncio.Task[bool]) -> None:
         if not task.cancelled():
+            self._push_started()
             self._connected.set()
             self._ready.set()
+
+    def _push_started(self) -> None:
+        """Push began at the live end: a later fallback poll starts there too."""
+        if not self._primed:
+            self._primed = True
+            self._not_before = datetime.now(UTC)
+            if self.position.watermark is None:
+                self.position.watermark = self._not_before
 
     async def _produce_webhook(self) -> None:
         assert self.hub is not None and self.topic is not None
@@ -301,6 +361,7 @@ class Follower:
             await self._receiver.start()
         receiver = self._receiver
         await receiver.subscribe(since=self.position.event_id)
+        self._push_started()
         self._connected.set()
         self._ready.set()
 

@@ -24,8 +24,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import aiohttp
+from tqdm import tqdm
 
 from resourcesync import Entry
 from rsclient.statefile import write_atomically
@@ -34,7 +36,7 @@ from .events import ChangeEvent
 from .exceptions import UnsafePathError
 from .integrity import matches
 from .paths import RESERVED_PREFIX, uri_to_path
-from .progress import Progress
+from .retries import FailedFetches
 
 __all__ = ["AuditReport", "Mirror", "Stats"]
 
@@ -100,6 +102,8 @@ class Mirror:
         self.stats = Stats()
         self._limit = asyncio.Semaphore(concurrency)
         self._report = report
+        #: Fetches that failed, to retry (:meth:`retry_failed`); kept with the position.
+        self.failed = FailedFetches()
 
     @property
     def state_dir(self) -> Path:
@@ -149,6 +153,7 @@ class Mirror:
                     if resp.status in (404, 410):
                         self._remove(path)
                         self.stats.gone += 1
+                        self.failed.succeeded(loc)
                         return
                     if resp.status == 200:
                         data = await resp.read()
@@ -161,8 +166,10 @@ class Mirror:
             await asyncio.sleep(0.2 * 2**attempt)
         if data is None:
             self.stats.failed += 1
+            self.failed.failed(loc, length, hash)
             self._problem(f"failed {loc}: {error}")
             return
+        self.failed.succeeded(loc)
         problem = matches(data, length=length, hash=hash)
         if problem is not None and _holds(path, data):
             # A stale announcement (the resource changed again since) for bytes we
@@ -180,6 +187,23 @@ class Mirror:
             self._problem(f"failed {loc}: cannot write {path}: {exc}")
             return
         self.stats.fetched += 1
+
+    async def retry_failed(self, *, all: bool = False) -> int:
+        """Fetch again the failed resources that are due (``all``: every one); return how
+        many are still failing."""
+        due = self.failed.items if all else self.failed.due()
+        jobs = []
+        for loc, failed in list(due.items()):
+            try:
+                path = self.path_of(loc)
+            except UnsafePathError:
+                self.failed.succeeded(loc)
+                continue
+            jobs.append(
+                self._limited(self._fetch(loc, path, length=failed.length, hash=failed.hash))
+            )
+        await asyncio.gather(*jobs)
+        return len(self.failed)
 
     def _write(self, path: Path, data: bytes) -> None:
         write_atomically(path, data, temp_prefix=f"{_TMP}{path.name[:64]}-", durable=False)
@@ -214,7 +238,7 @@ class Mirror:
         self,
         entries: AsyncIterator[tuple[Entry, datetime | None]],
         *,
-        progress: Progress | None = None,
+        progress: tqdm[Any] | None = None,
         prune: bool = True,
     ) -> datetime | None:
         """Make the mirror equal to a Resource List; return the list's ``at``.
@@ -228,7 +252,7 @@ class Mirror:
             items.append(entry)
             at = at or entry_at
         if progress is not None:
-            progress.total = len(items)
+            progress.reset(total=len(items))
         expected: set[Path] = set()
 
         async def one(entry: Entry) -> None:
@@ -246,7 +270,7 @@ class Mirror:
             else:
                 await self._fetch(entry.loc, path, length=length, hash=hash)
             if progress is not None:
-                progress.advance()
+                progress.update(1)
 
         await asyncio.gather(*(self._limited(one(e)) for e in items))
         if progress is not None:

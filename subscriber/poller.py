@@ -6,6 +6,9 @@ Description → Capability List → Change List (Index) → pages, as Z39.99-201
 9 and 12 lay out; a Source Description with several Capability Lists needs ``topic`` (the
 one whose URL contains ``/topics/{topic}/`` wins) unless it lists only one.
 
+Entries of the hub's Change Lists carry their event id (``rs:md/@rshub:id``, namespace
+``urn:rshub:1``), which the changes keep, with ``topic``, as push would deliver them.
+
 Each :meth:`Poller.poll` returns the changes whose change time (``rs:md/@datetime`` if
 present, else ``lastmod``) is at or after ``watermark - overlap``, in document order.
 Pages entirely before that (``until`` earlier) are not fetched; unchanged pages (304) are
@@ -30,7 +33,8 @@ from rsclient.discovery import Discovery, discover
 from rsclient.documents import DocumentClient, Fetched
 
 from .events import ChangeEvent
-from .exceptions import DiscoveryError, SourceError
+from .exceptions import DiscoveryError, HubRefused, SourceError
+from .refusal import refusal
 
 __all__ = ["Discovery", "Poller"]
 
@@ -76,8 +80,17 @@ class Poller:
         Capability List (``topic`` picks among several)."""
         if self._found is None:
             with _as_subscriber_errors():
-                self._found = await discover(self.documents.fetch, self.start, choose=self._choose)
+                self._found = await discover(self._fetch_start, self.start, choose=self._choose)
         return self._found
+
+    async def _fetch_start(self, url: str) -> Document:
+        """Fetch a discovery document; a refused start URL (4xx) is a wrong URL: fatal."""
+        try:
+            return await self.documents.fetch(url)
+        except rsclient.exceptions.SourceError as exc:
+            if url == self.start and exc.status is not None and refusal(exc.status):
+                raise HubRefused(exc.status, str(exc)) from exc
+            raise
 
     def _choose(self, url: str, capability_lists: list[str]) -> list[str]:
         if self.topic is not None:
@@ -115,12 +128,12 @@ class Poller:
                     continue
                 fetched = await self._get(page.loc)
                 if fetched.changed and fetched.doc is not None:
-                    out.extend(_changes(fetched.doc, threshold))
+                    out.extend(_changes(fetched.doc, threshold, self.topic))
             return out
         if not result.changed and found.changelist in self._consumed:
             return []
         self._consumed.add(found.changelist)
-        return _changes(doc, threshold)
+        return _changes(doc, threshold, self.topic)
 
     async def resources(self) -> AsyncIterator[tuple[Entry, datetime | None]]:
         """Every entry of the Resource List (all pages of an index), with its ``at``."""
@@ -144,7 +157,13 @@ class Poller:
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _changes(doc: Document, threshold: datetime | None) -> list[ChangeEvent]:
+#: The hub's event id of a Change List entry: an extension attribute of ``rs:md``.
+ID_ATTRIBUTE = "{urn:rshub:1}id"
+
+
+def _changes(
+    doc: Document, threshold: datetime | None, topic: str | None = None
+) -> list[ChangeEvent]:
     # An entry without any time breaks Z39.99 (lastmod is mandatory in 1.0 Change Lists),
     # yet resync-simulator writes such "deleted" entries. Forward chronological order puts
     # the change at or after the entry before it, so it takes that entry's time: stable
@@ -157,7 +176,15 @@ def _changes(doc: Document, threshold: datetime | None) -> list[ChangeEvent]:
         if threshold is not None and when < threshold:
             continue
         try:
-            out.append(ChangeEvent.from_entry(entry, default_time=when))
+            event_id = entry.md.extra.get(ID_ATTRIBUTE) if entry.md is not None else None
+            out.append(
+                ChangeEvent.from_entry(
+                    entry,
+                    id=None if event_id is None else str(event_id),
+                    topic=topic,
+                    default_time=when,
+                )
+            )
         except ValueError as exc:
             log.warning("skipped a Change List entry: %s", exc)
     return out

@@ -8,7 +8,9 @@ id; resumed with ``Last-Event-ID``.
 When the hub closes the WebSocket because the client is too slow (1008 policy violation,
 1013 try again later), it reconnects at once from that id. Any other loss raises
 :class:`PushUnavailable` unless ``persistent=True``, in which case it reconnects with
-exponential back-off (capped at ``max_backoff``) forever.
+exponential back-off (capped at ``max_backoff``) forever. A 4xx answer (a bad topic name,
+a ``since`` the hub does not know or no longer retains) raises :class:`HubRefused` with
+the hub's message: no retry can fix it.
 
 No back-pressure reaches the hub beyond TCP's: a slow consumer is closed by the hub and
 resumes; nothing is lost as long as the hub retains the events.
@@ -28,7 +30,8 @@ from rsclient.exceptions import EventStreamError
 from rsclient.sse import EventParser, event_batches
 
 from .events import ChangeEvent
-from .exceptions import PushUnavailable, StreamClosed
+from .exceptions import HubRefused, PushUnavailable, StreamClosed
+from .refusal import error_message, refusal
 
 __all__ = ["RESUMABLE_CLOSE_CODES", "HubStream", "Transport"]
 
@@ -122,6 +125,12 @@ class HubStream:
                 ),
                 self.connect_timeout,
             )
+        except aiohttp.WSServerHandshakeError as exc:
+            if refusal(exc.status):
+                # The handshake error has no body: ask again plainly for the hub's message.
+                async with self.session.get(url, params=params, headers=self._headers) as resp:
+                    raise HubRefused(exc.status, await error_message(resp)) from None
+            raise PushUnavailable(f"cannot open {url}: {exc}") from exc
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise PushUnavailable(f"cannot open {url}: {exc}") from exc
         log.info("connected to %s since %s", url, self.last_id)
@@ -161,6 +170,8 @@ class HubStream:
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise PushUnavailable(f"cannot open {url}: {exc}") from exc
         async with resp:
+            if refusal(resp.status):
+                raise HubRefused(resp.status, await error_message(resp))
             if resp.status != 200:
                 raise PushUnavailable(f"{url}: HTTP {resp.status}")
             self.connected.set()

@@ -129,3 +129,21 @@ async def test_bridge_once(hub: Hub, redis_url: str, tmp_path: Path) -> None:
         assert await rshub(*args) == 0
         assert await rshub(*args) == 0  # nothing new the second time
     assert len(await stored_events(redis_url, "src")) == 2
+
+
+async def test_bridge_refuses_a_source_that_is_not_resourcesync(
+    hub: Hub, tmp_path: Path, capsys: Any
+) -> None:
+    source = StaticSource()
+    async with serve(source.app) as base:
+        source.docs["/page.html"] = b"<!DOCTYPE html><html><body>Hello</body></html>"
+        common = ["--hub", hub.url, "--topic", "src", "--state", str(tmp_path / "b.json")]
+        once = ["bridge", *common, "--source", base + "/page.html", "--once"]
+        assert await rshub(*once) == 1
+        assert "not a ResourceSync document" in capsys.readouterr().err
+        # Not --once either: polling again cannot make a web page a Source.
+        forever = ["bridge", *common, "--source", base + "/page.html", "--interval", "0.1"]
+        assert await asyncio.wait_for(rshub(*forever), 10) == 1
+        # A Source that is merely down is polled again, but --once reports it.
+        dead = ["bridge", *common, "--source", f"http://127.0.0.1:{free_port()}/cl", "--once"]
+        assert await rshub(*dead) == 1

@@ -36,6 +36,8 @@ class TestSource:
         self.lastmods: dict[str, datetime] = {}
         self.log: list[dict[str, Any]] = []
         self.url = ""
+        #: name -> how many more GETs of that file answer 500.
+        self.failing: dict[str, int] = {}
         self.requests: list[tuple[str, int]] = []
         self.served_bytes: dict[str, bytes] = {}  # name -> bytes served instead (corruption)
         self._clock = datetime(2026, 1, 1, tzinfo=UTC)
@@ -105,6 +107,9 @@ class TestSource:
         name = request.match_info["name"]
         if name not in self.files:
             raise web.HTTPNotFound()
+        if self.failing.get(name, 0) > 0:
+            self.failing[name] -= 1
+            raise web.HTTPInternalServerError()
         return web.Response(body=self.served_bytes.get(name, self.files[name]))
 
     def _xml(self, request: web.Request, body: str) -> web.Response:
