@@ -177,6 +177,47 @@ def _document(summary: str, extra: list[dict[str, Any]] | None = None) -> dict[s
     }
 
 
+_TARGET = {
+    "required": True,
+    "description": "The subscription, as a form or a JSON object",
+    "content": {
+        ctype: {
+            "schema": {
+                "type": "object",
+                "required": ["topic", "callback"],
+                "properties": {"topic": {"type": "string"}, "callback": {"type": "string"}},
+            }
+        }
+        for ctype in (JSON, "application/x-www-form-urlencoded")
+    },
+}
+
+
+def _admin(operation: str, summary: str, what: str, *, not_found: bool = False) -> dict[str, Any]:
+    """An operation of the /admin API: JSON answers, the operator token, errors as JSON."""
+    responses: dict[str, Any] = {
+        "200": {
+            "description": f"The {what}",
+            "content": {JSON: {"schema": {"type": "object"}}},
+        },
+        "400": _error("Bad topic name, field or body"),
+        "401": _error("No or malformed bearer token"),
+        "403": _error("Not the operator (or not loopback on an open hub)"),
+        "503": _UNAVAILABLE,
+    }
+    if not_found:
+        responses["404"] = _error("No such topic or subscription")
+        responses["415"] = _error("A body that is neither JSON nor a form")
+    return {
+        "operationId": operation,
+        "summary": summary,
+        "description": "Needs the operator token (RSHUB_ADMIN_TOKEN); without one, only "
+        "loopback clients of an open hub.",
+        "tags": ["admin"],
+        "responses": responses,
+    }
+
+
 def _publish_responses() -> dict[str, Any]:
     return {
         "202": _json("Stored (or replayed for a repeated Idempotency-Key)", "PublishAccepted"),
@@ -418,6 +459,68 @@ def spec(server_url: str = "/") -> dict[str, Any]:
                     }
                 },
             }
+        },
+        "/admin/topics": {
+            "get": _admin(
+                "adminTopics",
+                "Every topic: length, first and last id, last publish, subscription count",
+                "topics",
+            ),
+        },
+        "/admin/topics/{name}": {
+            "parameters": [_TOPIC],
+            "get": _admin(
+                "adminTopic",
+                "One topic, with its Change List pages and Resource List size",
+                "topic",
+                not_found=True,
+            ),
+            "delete": _admin(
+                "adminDeleteTopic",
+                "Delete a topic: its stream, documents and subscriptions",
+                "deleted",
+                not_found=True,
+            ),
+        },
+        "/admin/subscriptions": {
+            "get": {
+                **_admin(
+                    "adminSubscriptions",
+                    "Subscriptions with state, cursor and lag",
+                    "subscriptions",
+                ),
+                "parameters": [
+                    {
+                        "name": "topic",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "string"},
+                    },
+                    {
+                        "name": "state",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "string", "enum": ["active", "suspended"]},
+                    },
+                ],
+            },
+            "delete": {
+                **_admin(
+                    "adminDeleteSubscription", "Delete one subscription", "deleted", not_found=True
+                ),
+                "requestBody": _TARGET,
+            },
+        },
+        "/admin/subscriptions/resume": {
+            "post": {
+                **_admin(
+                    "adminResumeSubscription",
+                    "Resume a suspended subscription now",
+                    "resumed",
+                    not_found=True,
+                ),
+                "requestBody": _TARGET,
+            },
         },
         "/admin/overview.json": {
             "get": {

@@ -26,7 +26,7 @@ import orjson
 from aiohttp import web
 
 from .events import id_ms, parse_id
-from .exceptions import BadRequest, NotFound
+from .exceptions import BadRequest, NotFound, UnsupportedMediaType
 from .subscriptions import State, Subscription
 from .topic_admin import LAG_CAP, TopicSummary
 from .topics import check_name
@@ -178,11 +178,19 @@ def _topic_name(request: web.Request, value: str) -> str:
     return check_name(value)
 
 
+_FORM = "application/x-www-form-urlencoded"
+
+
 async def _target(request: web.Request) -> Subscription:
     """The subscription a form or JSON body names with ``topic`` and ``callback``."""
     if (request.content_length or 0) > _MAX_BODY:
         raise BadRequest(f"the body must be under {_MAX_BODY} bytes")
     fields: dict[str, str]
+    if request.content_type not in ("application/json", _FORM):
+        raise UnsupportedMediaType(
+            f"name the subscription in a JSON object or an {_FORM} form, got Content-Type "
+            f"{request.content_type!r}"
+        )
     if request.content_type == "application/json":
         try:
             raw = orjson.loads(await request.read() or b"{}")
@@ -192,7 +200,11 @@ async def _target(request: web.Request) -> Subscription:
             raise BadRequest("the JSON body must be an object with topic and callback")
         fields = {k: v for k, v in raw.items() if isinstance(v, str)}
     else:
-        fields = {k: v for k, v in (await request.post()).items() if isinstance(v, str)}
+        try:
+            form = await request.post()
+        except UnicodeDecodeError:
+            raise BadRequest("the form is not valid UTF-8") from None
+        fields = {k: v for k, v in form.items() if isinstance(v, str)}
     for name in ("topic", "callback"):
         if not fields.get(name, "").strip():
             raise BadRequest(f"missing field {name!r}", field=name)

@@ -5,7 +5,9 @@ The screenshot is saved under ``tests/artifacts/`` (git-ignored) and its path pr
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -23,12 +25,28 @@ from tests.support import TIME_SCALE, changes, free_port, notification, wait_for
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 
 
-def _chromium() -> str:
+def _find_chromium() -> str | None:
     for name in ("chromium", "chromium-browser"):
         found = shutil.which(name)
         if found:
             return found
-    raise AssertionError("chromium is not installed: apt-get install -y chromium (.ci/run does)")
+    return None
+
+
+def _chromium() -> str:
+    """Debian's chromium; installed here when missing and we may (root with apt-get), so
+    the README's one test command needs nothing installed by hand."""
+    found = _find_chromium()
+    if found is None and os.geteuid() == 0 and shutil.which("apt-get"):
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-qq"], check=False, env=env, timeout=600)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "chromium"], check=False, env=env, timeout=900
+        )
+        found = _find_chromium()
+    if found is None:
+        raise AssertionError("chromium is not installed: apt-get install -y chromium")
+    return found
 
 
 @pytest.fixture
