@@ -39,6 +39,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import aiohttp
+from tqdm import tqdm
 
 import rsclient.exceptions
 from resourcesync import (
@@ -104,6 +105,7 @@ class Bridge:
         chunk_size: int = 1000,
         since: str | None = None,
         request_timeout: float = 60.0,
+        progress: tqdm[Any] | None = None,
     ) -> None:
         if chunk_size < 1:
             raise UsageError("chunk_size must be at least 1")
@@ -113,6 +115,8 @@ class Bridge:
         self.chunk_size = chunk_size
         self.since = since
         self.request_timeout = request_timeout
+        #: Counts the changes published (its total grows as a catch-up finds more).
+        self.progress = progress
         self._session = session
         self._documents: DocumentClient | None = None
         self.positions: dict[str, ChangeListCursor] = {}
@@ -302,6 +306,9 @@ class Bridge:
                 format_datetime(position.time),
             )
         new = _valid(position.new_entries(entries), url)
+        if self.progress is not None and new:
+            self.progress.total = (self.progress.total or self.progress.n) + len(new)
+            self.progress.refresh()
         published = 0
         while new:
             chunk = new[: self.chunk_size]
@@ -322,6 +329,8 @@ class Bridge:
             self._pending = None
             self._save_state()
             published += len(chunk)
+            if self.progress is not None:
+                self.progress.update(len(chunk))
             new = new[len(chunk) :]
         if self._pending is not None and self._pending.get("feed") == feed:
             self._pending = None  # nothing left to resend: the Source moved on

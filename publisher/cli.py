@@ -9,14 +9,17 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from resourcesync import ChangeList, ChangeListNotification, DocumentError, Link, parse
 from rsclient import interrupt
 from rsclient.options import add_client_options, env_default
+from rsclient.progress import add_progress_options, progress_bar
 
 from .batching import BatchPolicy
 from .changes import make_change
@@ -83,6 +86,7 @@ def _add_publish(subparsers: Any) -> None:
         default=1000,
         help="changes per notification when sending a file (default %(default)s)",
     )
+    add_progress_options(parser)
     parser.set_defaults(run=run_publish)
 
 
@@ -140,9 +144,19 @@ async def _publish(args: argparse.Namespace) -> list[str]:
         close_timeout=None,
     )
     await pub.start()
+    bar = progress_bar("published", total=len(entries), enabled=args.progress, unit="changes")
     try:
-        return await pub.publish(entries)
+        if len(entries) <= args.batch_size:
+            ids = await pub.publish(entries)
+            bar.update(len(ids))
+            return ids
+        ids = []
+        for start in range(0, len(entries), args.batch_size):  # one notification at a time
+            ids += await pub.publish(entries[start : start + args.batch_size])
+            bar.update(len(ids) - bar.n)
+        return ids
     finally:
+        bar.close()
         # Interrupted: what the hub has not stored within the grace is reported unsent.
         await pub.close(timeout=_GRACE if interrupt.winding_up() else None)
 
@@ -216,11 +230,12 @@ def _add_wikipedia(subparsers: Any) -> None:
     parser.add_argument("--from-start", action="store_true", help="ignore the saved position")
     parser.add_argument("--limit", type=int, help="stop after reading this many events")
     parser.add_argument("--log-level", default="INFO")
+    add_progress_options(parser)
     parser.set_defaults(run=run_wikipedia)
 
 
 async def _wikipedia(args: argparse.Namespace) -> int:
-    from .editfeed import follow, replay, sample_path, saved_position, stream
+    from .editfeed import follow, read_recording, replay, sample_path, saved_position, stream
     from .wikipedia import EditFilter
 
     path = None
@@ -238,6 +253,10 @@ async def _wikipedia(args: argparse.Namespace) -> int:
         if path
         else stream(args.stream, after=position)
     )
+    bar = progress_bar("events read", enabled=args.progress, unit="events")
+    if path is not None:
+        bar.reset(total=sum(1 for _ in read_recording(path)))
+    events = _counted(events, bar)
     topic = args.topic or "wikipedia"
     async with Publisher(
         args.hub, topic, token=args.token, batching=BatchPolicy(max_changes=500, max_wait=0.2)
@@ -253,6 +272,7 @@ async def _wikipedia(args: argparse.Namespace) -> int:
             limit=args.limit,
             position=position,
         )
+    bar.close()
     counts = ", ".join(f"{n} {kind}" for kind, n in sorted(stats.by_change.items())) or "none"
     log.info(
         "read %d events (%d filtered out, %d without a page change); published %d changes: %s",
@@ -263,6 +283,12 @@ async def _wikipedia(args: argparse.Namespace) -> int:
         counts,
     )
     return 0
+
+
+async def _counted(events: AsyncIterator[Any], bar: tqdm[Any]) -> AsyncIterator[Any]:
+    async for event in events:
+        bar.update(1)
+        yield event
 
 
 def run_wikipedia(args: argparse.Namespace) -> int:
@@ -298,6 +324,7 @@ def _add_bridge(subparsers: Any) -> None:
     )
     parser.add_argument("--once", action="store_true", help="poll once and exit")
     parser.add_argument("--log-level", default="INFO")
+    add_progress_options(parser)
     parser.set_defaults(run=run_bridge)
 
 
@@ -307,8 +334,13 @@ async def _bridge(args: argparse.Namespace) -> int:
     if args.interval <= 0:
         raise UsageError("--interval must be positive")
     async with Publisher(args.hub, args.topic, token=args.token) as pub:
+        bar = progress_bar("changes published", enabled=args.progress, unit="changes")
         bridge = Bridge(
-            args.source, pub, state=StateFile(args.state) if args.state else None, since=args.since
+            args.source,
+            pub,
+            state=StateFile(args.state) if args.state else None,
+            since=args.since,
+            progress=bar,
         )
         log.info("bridging %s to %s every %.0fs", args.source, pub.url, args.interval)
         if args.once:  # one poll, whose failure is the command's
