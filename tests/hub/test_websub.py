@@ -266,8 +266,12 @@ class TestSuspension:
             await wait_for(suspended)
             await wait_for(lambda: len(cb.ids) >= 3)
             assert cb.ids == ids
-            sub = await store.get("t", cb.url)
-            assert sub is not None and sub.state is State.ACTIVE and sub.failures == 0
+
+            async def resumed() -> bool:  # saved after the 2xx, so just after the callback
+                sub = await store.get("t", cb.url)
+                return sub is not None and sub.state is State.ACTIVE and sub.failures == 0
+
+            await wait_for(resumed)
         finally:
             await cb.stop()
 
