@@ -84,7 +84,10 @@ class HubUrls:
         """
         if self.is_own_topic(url):
             return check_name(url[len(self.topics_prefix) :])
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+        except ValueError as exc:
+            raise BadRequest(f"topic is not a valid URL ({exc}): {url[:200]!r}") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise BadRequest(f"topic must be an absolute http(s) URL, got {url[:200]!r}")
         digest = hashlib.sha256(url.encode()).hexdigest()[:16]

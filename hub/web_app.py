@@ -14,6 +14,8 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 
 from resourcesync import DocumentError
 
@@ -61,6 +63,11 @@ def error_response(status: int, message: str, **detail: object) -> web.Response:
     return web.json_response(body, status=status)
 
 
+def _reason(exc: BaseException) -> str:
+    message = getattr(exc, "message", None) or str(exc)
+    return f"{type(exc).__name__}: {message}"[:300]
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The one place where exceptions become HTTP responses."""
@@ -82,6 +89,17 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             f"storage unavailable ({exc}); a publish may or may not have been stored: "
             "retry it with the same Idempotency-Key",
         )
+    except (RequestPayloadError, HttpProcessingError) as exc:
+        # A body that cannot be read as declared (e.g. Content-Encoding: gzip that is not).
+        cause = exc.__cause__ or exc.__context__ or exc
+        response = error_response(400, f"the request body cannot be read: {_reason(cause)}")
+        # The rest of that body is unreadable too: answer, then close the connection rather
+        # than let aiohttp drain the body (which would log the same error as a traceback).
+        response.force_close()
+        await response.prepare(request)
+        await response.write_eof()
+        request.protocol.force_close()
+        return response
     except web.HTTPException as exc:
         if exc.status >= 400 and exc.content_type != "application/json":
             return error_response(exc.status, exc.reason if not exc.text else exc.text)

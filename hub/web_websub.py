@@ -34,7 +34,12 @@ async def hub_endpoint(request: web.Request) -> web.StreamResponse:
 async def _websub_request(request: web.Request) -> web.Response:
     if (request.content_length or 0) > _MAX_FORM_BYTES:
         raise BadRequest(f"a WebSub request body must be under {_MAX_FORM_BYTES} bytes")
-    form = {k: str(v) for k, v in (await request.post()).items()}
+    try:
+        form = {k: str(v) for k, v in (await request.post()).items()}
+    except UnicodeDecodeError:
+        raise BadRequest(
+            "a WebSub request must be a UTF-8 form (invalid UTF-8 in the body)"
+        ) from None
     settings = request.app[SETTINGS]
     service, client = request.app[DELIVERY], request.app[CLIENT]
     try:
