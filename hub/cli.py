@@ -41,6 +41,12 @@ def add_parsers(subparsers: Any) -> None:
         default=None,
         help="allow a non-loopback bind with no publisher tokens",
     )
+    parser.add_argument(
+        "--allow-private-callbacks",
+        action="store_true",
+        default=None,
+        help="let the hub call loopback/private addresses (development on one machine only)",
+    )
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     parser.set_defaults(run=run_serve)
 
@@ -48,7 +54,16 @@ def add_parsers(subparsers: Any) -> None:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     overrides = {
         name: getattr(args, name)
-        for name in ("host", "port", "redis_url", "data_dir", "base_url", "tokens", "open")
+        for name in (
+            "host",
+            "port",
+            "redis_url",
+            "data_dir",
+            "base_url",
+            "tokens",
+            "open",
+            "allow_private_callbacks",
+        )
         if getattr(args, name, None) is not None
     }
     return Settings(**overrides)

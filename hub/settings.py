@@ -53,9 +53,10 @@ class Settings(BaseSettings):
     lease_seconds_default: int = Field(10 * 24 * 3600, ge=60)
     lease_seconds_min: int = Field(60, ge=1)
     lease_seconds_max: int = Field(30 * 24 * 3600, ge=60)
-    #: Callbacks on loopback/private/link-local addresses; ``None`` = allowed only when the
-    #: hub itself binds to loopback.
-    allow_private_callbacks: bool | None = None
+    #: Let the hub connect to loopback, private, link-local and other non-public addresses
+    #: (callbacks, publish-ping URLs). Off by default, even on a loopback bind: a hub behind
+    #: a local reverse proxy is reachable from outside. For development on one machine only.
+    allow_private_callbacks: bool = False
     verify_timeout: float = Field(10.0, gt=0, le=120)
     delivery_timeout: float = Field(10.0, gt=0, le=120)
     delivery_batch_max_changes: int = Field(1000, ge=1, le=50_000)
@@ -118,9 +119,3 @@ class Settings(BaseSettings):
             return ipaddress.ip_address(self.host).is_loopback
         except ValueError:
             return False
-
-    @property
-    def private_callbacks_allowed(self) -> bool:
-        if self.allow_private_callbacks is None:
-            return self.binds_loopback
-        return self.allow_private_callbacks

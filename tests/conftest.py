@@ -74,7 +74,9 @@ def hub_settings() -> dict[str, Any]:
 
 @pytest.fixture
 async def hub(redis_url: str, hub_settings: dict[str, Any]) -> AsyncIterator[Hub]:
-    settings = Settings(host="127.0.0.1", port=free_port(), **hub_settings)
+    # The tests' callbacks listen on 127.0.0.1: allowed explicitly (the default refuses them).
+    overrides = {"allow_private_callbacks": True, **hub_settings}
+    settings = Settings(host="127.0.0.1", port=free_port(), **overrides)
     runner, app = await start_hub(settings, redis_url)
     async with aiohttp.ClientSession() as session:
         yield Hub(settings.public_url, app, settings, session)
