@@ -33,7 +33,7 @@ def check_http_url(url: str, what: str) -> SplitResult:
         raise BadRequest(f"{what} is required")
     if len(url) > MAX_URL_LENGTH:
         raise BadRequest(f"{what} is longer than {MAX_URL_LENGTH} characters")
-    if _CONTROL.search(url):
+    if _CONTROL.search(url) or not url.isprintable():
         raise BadRequest(f"{what} must not contain spaces or control characters, got {url[:200]!r}")
     try:
         parts = urlsplit(url)

@@ -119,7 +119,7 @@ class DeliveryWorker:
                 cursor = batch[-1].key
                 self.delivered += len(batch)
         except _Gone as exc:
-            log.info("subscription %s -> %s ended: %s", sub.topic, sub.callback, exc)
+            log.info("subscription %s -> %r ended: %r", sub.topic, sub.callback, str(exc))
             self.cursors.forget(sub.topic, sub.callback)
             await self.store.delete(sub.topic, sub.callback)
         finally:
@@ -167,7 +167,7 @@ class DeliveryWorker:
         self.cursors.mark(sub.topic, sub.callback, last_id)
         if sub.failures or sub.state is not State.ACTIVE:
             if sub.state is State.SUSPENDED:
-                log.info("subscription %s -> %s resumed", sub.topic, sub.callback)
+                log.info("subscription %s -> %r resumed", sub.topic, sub.callback)
             sub.failures, sub.state, sub.last_error = 0, State.ACTIVE, None
             await self.store.save(sub)
 
@@ -178,7 +178,7 @@ class DeliveryWorker:
         if sub.failures >= self.settings.suspend_after_failures and sub.state is State.ACTIVE:
             sub.state = State.SUSPENDED
             log.warning(
-                "subscription %s -> %s suspended after %d failures: %s",
+                "subscription %s -> %r suspended after %d failures: %r",
                 sub.topic,
                 sub.callback,
                 sub.failures,
@@ -268,7 +268,7 @@ class DeliveryService:
             try:
                 await self.client.get(url, 4096)
             except CallbackFailed as exc:
-                log.info("denial to %s not delivered: %s", callback, exc)
+                log.info("denial to %r not delivered: %r", callback, str(exc))
 
     async def _verify(self, req: websub.SubscriptionRequest, start: str) -> None:
         challenge = websub.new_challenge()
@@ -278,11 +278,11 @@ class DeliveryService:
             async with self._verify_slots:
                 answer = await self.client.get(url, 4096)
         except CallbackFailed as exc:
-            log.info("verification of %s for %s failed: %s", req.callback, req.topic, exc)
+            log.info("verification of %r for %s failed: %r", req.callback, req.topic, str(exc))
             return
         if not (200 <= answer.status < 300 and answer.body.strip() == challenge.encode()):
             log.info(
-                "verification of %s for %s refused (status %s)",
+                "verification of %r for %s refused (status %s)",
                 req.callback,
                 req.topic,
                 answer.status,
@@ -295,7 +295,7 @@ class DeliveryService:
         if req.mode is websub.Mode.UNSUBSCRIBE:
             self.cursors.forget(req.topic, req.callback)
             await self.store.delete(req.topic, req.callback)
-            log.info("unsubscribed %s from %s", req.callback, req.topic)
+            log.info("unsubscribed %r from %s", req.callback, req.topic)
             return
         await self.cursors.flush()  # a re-subscription continues from the newest cursor
         previous = await self.store.get(req.topic, req.callback)
@@ -312,5 +312,5 @@ class DeliveryService:
             created_at=previous.created_at if previous else time.time(),
         )
         await self.store.activate(sub, cursor)
-        log.info("subscribed %s to %s", req.callback, req.topic)
+        log.info("subscribed %r to %s", req.callback, req.topic)
         self._run_worker(sub)

@@ -26,6 +26,9 @@ from .exceptions import BadRequest
 EventKey = tuple[int, int]
 
 _ID = re.compile(r"(\d{1,20})(?:-(\d{1,20}))?")
+#: What a published ``<loc>`` must be: an absolute http(s) URL with a host, and no spaces
+#: or control characters (subscribers fetch it; a relative or bare word means nothing).
+_LOC = re.compile(r"(?i:https?)://[^\x00-\x20\x7f-\x9f/?#]+(?:[/?#][^\x00-\x20\x7f-\x9f]*)?")
 
 
 def parse_id(value: str) -> EventKey:
@@ -118,8 +121,12 @@ def change_from_entry(entry: Entry, index: int) -> Change:
     when = entry.change_time
     if change is None or when is None:  # the parser's validation makes this unreachable
         raise BadRequest(f"entry {index}: a change needs rs:md change and lastmod")
-    if "\0" in entry.loc:
-        raise BadRequest(f"entry {index}: loc contains a NUL character")
+    if _LOC.fullmatch(entry.loc) is None:
+        raise BadRequest(
+            f"entry {index}: loc must be an absolute http(s) URL, got {entry.loc[:200]!r}",
+            rule="entry.loc-absolute-http",
+            index=index,
+        )
     event: dict[str, Any] = {"loc": entry.loc, "lastmod": _w3c(when), "change": str(change)}
     if md is not None:
         if md.hash is not None:

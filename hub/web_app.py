@@ -83,7 +83,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         }
         return error_response(getattr(exc, "http_status", 400), str(exc), **detail)
     except StoreError as exc:
-        log.warning("storage error on %s %s: %s", request.method, request.path, exc)
+        log.warning("storage error on %s %r: %s", request.method, request.path, exc)
         return error_response(
             503,
             f"storage unavailable ({exc}); a publish may or may not have been stored: "

@@ -20,6 +20,7 @@ from .events import Change, changes_from_document
 from .exceptions import BadRequest
 from .web_publish import accepted, publish_to_self_link
 from .web_state import AUTH, CLIENT, DELIVERY, SETTINGS, STORE, URLS
+from .web_streams import check_since
 
 _FORM = "application/x-www-form-urlencoded"
 _MAX_FORM_BYTES = 16 * 1024
@@ -57,6 +58,8 @@ async def _websub_request(request: web.Request) -> web.Response:
     if isinstance(parsed, websub.PublishPing):
         return await _publish_ping(request, parsed)
     await client.check_address(parsed.callback)
+    if parsed.since is not None and parsed.mode is websub.Mode.SUBSCRIBE:
+        await check_since(request, parsed.topic, parsed.since, "hub.since")
     await service.request(parsed)
     return web.Response(
         status=202,

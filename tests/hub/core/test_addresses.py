@@ -76,6 +76,7 @@ def test_good_urls(url: str) -> None:
         ("http://example.org/a b", "control characters"),
         ("http://example.org/\x00", "control characters"),
         ("http://example.org/\x85", "control characters"),
+        ("http://example.org/a\u2028forged", "control characters"),
         ("ftp://example.org/", "absolute http(s)"),
         ("/relative", "absolute http(s)"),
         ("http:///nohost", "absolute http(s)"),
