@@ -15,7 +15,8 @@
         ├── Gone                    410  (e.g. a resume id older than retention)
         ├── PayloadTooLarge         413
         ├── UnsupportedMediaType    415
-        └── BadGateway              502  (a fetched topic URL failed)
+        ├── BadGateway              502  (a fetched topic URL failed)
+        └── ServiceUnavailable      503  (e.g. a parser worker died)
 
 ``hub.web_app`` maps these to HTTP responses in one place, together with document errors
 from :mod:`resourcesync` (``DocumentError`` and subclasses, by their own ``http_status``)
@@ -86,3 +87,7 @@ class UnsupportedMediaType(RequestError):
 
 class BadGateway(RequestError):
     http_status = 502
+
+
+class ServiceUnavailable(RequestError):
+    http_status = 503

@@ -7,7 +7,9 @@ Every field comes from a flag of ``rshub serve`` or an ``RSHUB_*`` environment v
 from __future__ import annotations
 
 import ipaddress
+import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -37,6 +39,24 @@ class Settings(BaseSettings):
     #: Allow a non-loopback bind without any token (anyone may publish).
     open: bool = False
     max_body_bytes: int = Field(10 * 1024 * 1024, ge=1024, le=50 * 1024 * 1024)
+    #: Parse limits of a published document; over one, the publish is 400 naming it.
+    #: Changes (entries) per publish; the Sitemaps limit is the maximum.
+    publish_max_entries: int = Field(50_000, ge=1, le=50_000)
+    #: Attributes on one ``<rs:md>``/``<rs:ln>`` (ResourceSync defines 12; lxml reads
+    #: attributes in quadratic time, so thousands would stall parsing).
+    publish_max_attributes: int = Field(64, ge=16, le=10_000)
+    #: Characters in one attribute value or ``<loc>``/``<lastmod>`` text.
+    publish_max_value_chars: int = Field(8192, ge=256, le=1_000_000)
+    #: ``<rs:ln>`` elements per entry.
+    publish_max_links: int = Field(1024, ge=0, le=50_000)
+    #: Bodies up to this size are parsed on the event loop (fast for small documents);
+    #: larger ones in a worker pool, so no publish stalls other requests.
+    parse_inline_bytes: int = Field(64 * 1024, ge=0)
+    #: ``process`` (default: parsing is mostly Python holding the GIL, so only a process
+    #: keeps the event loop free) or ``thread``.
+    parse_pool: Literal["process", "thread"] = "process"
+    #: Workers of the parse pool (default: one fewer than the CPUs, at least one).
+    parse_workers: int = Field(default_factory=lambda: max(1, (os.cpu_count() or 2) - 1), ge=1)
     #: Retention per topic: events older than this many seconds are trimmed (0 = keep).
     retention_seconds: int = Field(7 * 24 * 3600, ge=0)
     #: Retention per topic: at most this many events are kept (0 = no length bound).

@@ -17,7 +17,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
-from resourcesync import DocumentError
+from resourcesync import DocumentError, Limits
 
 from . import web_admin, web_documents, web_publish, web_streams, web_websub
 from .auth import PublisherAuth
@@ -25,7 +25,9 @@ from .connection import Connections, StoreError
 from .delivery import DeliveryService
 from .exceptions import RequestError
 from .feed import FeedHub
+from .health import PING_TIMEOUT, RedisHealth
 from .pages import PageChain
+from .parsing import DocumentParser
 from .settings import Settings
 from .snapshots import ResourceSnapshots
 from .store import EventStore, Retention
@@ -41,6 +43,8 @@ from .web_state import (
     DOC_CACHE,
     FEEDS,
     PAGES,
+    PARSER,
+    REDIS_HEALTH,
     REDIS_URL,
     SETTINGS,
     SNAPSHOTS,
@@ -83,6 +87,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         }
         return error_response(getattr(exc, "http_status", 400), str(exc), **detail)
     except StoreError as exc:
+        request.app[REDIS_HEALTH].failed(str(exc))
         log.warning("storage error on %s %r: %s", request.method, request.path, exc)
         return error_response(
             503,
@@ -150,6 +155,17 @@ async def _sweep_retention(store: EventStore) -> None:
         await store.trim(topic)
 
 
+async def _check_redis(connections: Connections, health: RedisHealth) -> None:
+    """One health ping (see :mod:`hub.health`); never raises."""
+    loop = asyncio.get_running_loop()
+    try:
+        await asyncio.wait_for(connections.ping(), timeout=PING_TIMEOUT)
+    except Exception as exc:  # any failure means "not healthy"; say which
+        health.failed(f"{type(exc).__name__}: {exc}")
+    else:
+        health.succeeded(loop.time())
+
+
 async def _scan_pages(store: EventStore, chain: PageChain) -> None:
     """Advance every topic's page chain, so boundaries are recorded before retention trims."""
     for topic in await store.topics():
@@ -192,8 +208,22 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     )
     app[DOC_CACHE] = ByteCache(settings.document_cache_bytes)
     app[CLIENT], app[FEEDS], app[DELIVERY] = client, feeds, delivery
+    parser = app[PARSER] = DocumentParser(
+        max_bytes=settings.max_body_bytes,
+        limits=Limits(
+            max_entries=settings.publish_max_entries,
+            max_attributes=settings.publish_max_attributes,
+            max_value_chars=settings.publish_max_value_chars,
+            max_links=settings.publish_max_links,
+        ),
+        inline_bytes=settings.parse_inline_bytes,
+        workers=settings.parse_workers,
+        kind=settings.parse_pool,
+    )
+    health = app[REDIS_HEALTH] = RedisHealth()
 
     background = Periodic()
+    background.every(1.0, "redis-health", lambda: _check_redis(connections, health))
     background.every(settings.retention_sweep_seconds, "retention", lambda: _sweep_retention(store))
     if settings.changelist_scan_seconds:
         background.every(
@@ -204,6 +234,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         yield
     finally:
         await background.stop()
+        await parser.close()
         await delivery.close()
         await feeds.close()
         await client.close()

@@ -12,10 +12,9 @@ import hashlib
 import orjson
 from aiohttp import web
 
-from .events import changes_from_document
 from .exceptions import BadRequest, UnsupportedMediaType
 from .topics import check_name, parse_link_header
-from .web_state import AUTH, SETTINGS, STORE, URLS
+from .web_state import AUTH, PARSER, STORE, URLS
 
 _XML_TYPES = {"application/xml", "text/xml", "application/octet-stream", ""}
 _MAX_IDEMPOTENCY_KEY = 200
@@ -51,7 +50,7 @@ async def publish(request: web.Request, topic: str) -> web.Response:
     _check_content_type(request)
     idempotency_key = _idempotency_key(request)
     body = await request.read()
-    changes = changes_from_document(body, request.app[SETTINGS].max_body_bytes)
+    changes = await request.app[PARSER].packed(body)
     # The digest only matters to tell a retry from a reuse of its Idempotency-Key.
     digest = hashlib.sha256(body).hexdigest() if idempotency_key is not None else ""
     stored = await request.app[STORE].append(

@@ -8,7 +8,9 @@ from .auth import PublisherAuth
 from .connection import Connections
 from .delivery import DeliveryService
 from .feed import FeedHub
+from .health import RedisHealth
 from .pages import PageChain
+from .parsing import DocumentParser
 from .settings import Settings
 from .snapshots import ResourceSnapshots
 from .store import EventStore
@@ -30,3 +32,5 @@ DOC_CACHE = web.AppKey("doc_cache", ByteCache)
 CLIENT = web.AppKey("client", HttpClient)
 FEEDS = web.AppKey("feeds", FeedHub)
 DELIVERY = web.AppKey("delivery", DeliveryService)
+PARSER = web.AppKey("parser", DocumentParser)
+REDIS_HEALTH = web.AppKey("redis_health", RedisHealth)

@@ -16,10 +16,10 @@ import hashlib
 from aiohttp import web
 
 from . import websub
-from .events import Change, changes_from_document
+from .events import Change
 from .exceptions import BadRequest
 from .web_publish import accepted, publish_to_self_link
-from .web_state import AUTH, CLIENT, DELIVERY, SETTINGS, STORE, URLS
+from .web_state import AUTH, CLIENT, DELIVERY, PARSER, SETTINGS, STORE, URLS
 from .web_streams import check_since
 
 _FORM = "application/x-www-form-urlencoded"
@@ -81,7 +81,7 @@ async def _publish_ping(request: web.Request, ping: websub.PublishPing) -> web.R
         return accepted({"topic": topic, "accepted": 0, "ids": [], "note": note})
     client = app[CLIENT]
     await client.check_address(ping.url, what="hub.url")
-    changes = changes_from_document(await client.fetch_document(ping.url), settings.max_body_bytes)
+    changes = await app[PARSER].changes(await client.fetch_document(ping.url))
     digests = [_digest(c) for c in changes]
     unseen = await store.unseen(topic, digests)
     fresh = [(c, d) for c, d, new in zip(changes, digests, unseen, strict=True) if new]
