@@ -106,7 +106,6 @@ def run_serve(args: argparse.Namespace) -> int:
                 embedded.data_dir,
             )
         tune_gc(settings.gc_young_threshold)
-        log.info("rshub hub at %s", settings.public_url)
         web_app.run(settings, redis_url)
     except HubError as exc:
         print(f"rshub serve: {exc}", file=sys.stderr)

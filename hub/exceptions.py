@@ -11,6 +11,7 @@
         ├── Unauthorized            401
         ├── Forbidden               403
         ├── NotFound                404
+        ├── RequestTimeout          408  (a request body too slow to arrive)
         ├── Conflict                409
         ├── Gone                    410  (e.g. a resume id older than retention)
         ├── PayloadTooLarge         413
@@ -67,6 +68,10 @@ class Forbidden(RequestError):
 
 class NotFound(RequestError):
     http_status = 404
+
+
+class RequestTimeout(RequestError):
+    http_status = 408
 
 
 class Conflict(RequestError):

@@ -23,6 +23,17 @@ class Settings(BaseSettings):
     port: int = Field(8080, ge=0, le=65535)
     #: Public base URL (scheme://host[:port][/prefix]) when the hub sits behind a proxy.
     base_url: str | None = None
+    #: Open connections at most (WebSocket/SSE clients included); over it, 503 and close.
+    #: Keep ``ulimit -n`` above it.
+    max_connections: int = Field(10_000, ge=1)
+    #: A new connection must send complete request headers within this many seconds.
+    header_timeout_seconds: float = Field(10.0, gt=0, le=300)
+    #: A request body must arrive completely within this many seconds (else 408); at the
+    #: default body limit that asks at least ~350 KB/s of a publisher.
+    body_timeout_seconds: float = Field(30.0, gt=0, le=3600)
+    #: An idle kept-alive connection (or a next request that is slow to come) is closed
+    #: after this many seconds.
+    keepalive_timeout_seconds: float = Field(15.0, gt=0, le=3600)
 
     # -- storage -----------------------------------------------------------------------
     #: An existing Redis; without it ``rshub serve`` starts an embedded redis-server.

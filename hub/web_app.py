@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
@@ -23,7 +24,7 @@ from . import web_admin, web_documents, web_publish, web_streams, web_websub
 from .auth import PublisherAuth
 from .connection import Connections, StoreError
 from .delivery import DeliveryService
-from .exceptions import RequestError
+from .exceptions import RequestError, RequestTimeout
 from .feed import FeedHub
 from .health import PING_TIMEOUT, RedisHealth
 from .pages import PageChain
@@ -35,6 +36,7 @@ from .subscriptions import SubscriptionStore
 from .topics import WELL_KNOWN, HubUrls
 from .web_cache import ByteCache
 from .web_client import HttpClient
+from .web_connections import ConnectionGuard, GuardedSite, started_middleware
 from .web_state import (
     AUTH,
     CLIENT,
@@ -42,6 +44,7 @@ from .web_state import (
     DELIVERY,
     DOC_CACHE,
     FEEDS,
+    GUARD,
     PAGES,
     PARSER,
     REDIS_HEALTH,
@@ -67,6 +70,15 @@ def error_response(status: int, message: str, **detail: object) -> web.Response:
     return web.json_response(body, status=status)
 
 
+async def _answer_and_close(request: web.Request, response: web.Response) -> web.Response:
+    """Send ``response``, then close the connection without reading the rest of the body."""
+    response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    request.protocol.force_close()
+    return response
+
+
 def _reason(exc: BaseException) -> str:
     message = getattr(exc, "message", None) or str(exc)
     return f"{type(exc).__name__}: {message}"[:300]
@@ -77,6 +89,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     """The one place where exceptions become HTTP responses."""
     try:
         return await handler(request)
+    except RequestTimeout as exc:
+        # The rest of a body that is this slow is not worth waiting for: answer and close.
+        return await _answer_and_close(request, error_response(exc.http_status, exc.message))
     except RequestError as exc:
         return error_response(exc.http_status, exc.message, **exc.detail)
     except DocumentError as exc:
@@ -97,14 +112,11 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except (RequestPayloadError, HttpProcessingError) as exc:
         # A body that cannot be read as declared (e.g. Content-Encoding: gzip that is not).
         cause = exc.__cause__ or exc.__context__ or exc
-        response = error_response(400, f"the request body cannot be read: {_reason(cause)}")
         # The rest of that body is unreadable too: answer, then close the connection rather
         # than let aiohttp drain the body (which would log the same error as a traceback).
-        response.force_close()
-        await response.prepare(request)
-        await response.write_eof()
-        request.protocol.force_close()
-        return response
+        return await _answer_and_close(
+            request, error_response(400, f"the request body cannot be read: {_reason(cause)}")
+        )
     except web.HTTPException as exc:
         if exc.status >= 400 and exc.content_type != "application/json":
             return error_response(exc.status, exc.reason if not exc.text else exc.text)
@@ -234,6 +246,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         yield
     finally:
         await background.stop()
+        app[GUARD].close()
         await parser.close()
         await delivery.close()
         await feeds.close()
@@ -244,7 +257,12 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
 
 def create_app(settings: Settings, redis_url: str) -> web.Application:
     """Build the hub for ``settings`` on the Redis at ``redis_url``."""
-    app = web.Application(middlewares=[error_middleware], client_max_size=settings.max_body_bytes)
+    guard = ConnectionGuard(settings.max_connections, settings.header_timeout_seconds)
+    app = web.Application(
+        middlewares=[started_middleware(guard), error_middleware],
+        client_max_size=settings.max_body_bytes,
+    )
+    app[GUARD] = guard
     app[SETTINGS] = settings
     app[URLS] = HubUrls(settings.public_url)
     app[AUTH] = PublisherAuth(settings)
@@ -270,14 +288,43 @@ def create_app(settings: Settings, redis_url: str) -> web.Application:
     return app
 
 
+async def start(app: web.Application) -> tuple[web.AppRunner, GuardedSite]:
+    """Set ``app`` up and listen on its settings' host and port, guarded
+    (:mod:`hub.web_connections`). Raises ``OSError`` when the address cannot be bound."""
+    settings = app[SETTINGS]
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        handle_signals=False,
+        shutdown_timeout=5.0,
+        keepalive_timeout=settings.keepalive_timeout_seconds,
+    )
+    await runner.setup()
+    site = GuardedSite(runner, app[GUARD], settings.host, settings.port)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner, site
+
+
+async def serve(settings: Settings, redis_url: str) -> None:
+    """Serve the hub until SIGINT/SIGTERM (``rshub serve``)."""
+    runner, site = await start(create_app(settings, redis_url))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    log.info("listening on %s (public URL %s)", site.name, settings.public_url)
+    try:
+        await stop.wait()
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+        await runner.cleanup()
+
+
 def run(settings: Settings, redis_url: str) -> None:
     """Serve the hub until SIGINT/SIGTERM (``rshub serve``)."""
-    web.run_app(
-        create_app(settings, redis_url),
-        host=settings.host,
-        port=settings.port,
-        print=None,
-        access_log=None,
-        handle_signals=True,
-        shutdown_timeout=5.0,
-    )
+    asyncio.run(serve(settings, redis_url))

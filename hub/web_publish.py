@@ -14,7 +14,8 @@ from aiohttp import web
 
 from .exceptions import BadRequest, UnsupportedMediaType
 from .topics import check_name, parse_link_header
-from .web_state import AUTH, PARSER, STORE, URLS
+from .web_connections import read_body
+from .web_state import AUTH, PARSER, SETTINGS, STORE, URLS
 
 _XML_TYPES = {"application/xml", "text/xml", "application/octet-stream", ""}
 _MAX_IDEMPOTENCY_KEY = 200
@@ -49,7 +50,7 @@ async def publish(request: web.Request, topic: str) -> web.Response:
     request.app[AUTH].check(topic, request.headers.get("Authorization"))
     _check_content_type(request)
     idempotency_key = _idempotency_key(request)
-    body = await request.read()
+    body = await read_body(request, request.app[SETTINGS])
     changes = await request.app[PARSER].packed(body)
     # The digest only matters to tell a retry from a reuse of its Idempotency-Key.
     digest = hashlib.sha256(body).hexdigest() if idempotency_key is not None else ""

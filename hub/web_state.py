@@ -18,6 +18,7 @@ from .subscriptions import SubscriptionStore
 from .topics import HubUrls
 from .web_cache import ByteCache
 from .web_client import HttpClient
+from .web_connections import ConnectionGuard
 
 SETTINGS = web.AppKey("settings", Settings)
 URLS = web.AppKey("urls", HubUrls)
@@ -34,3 +35,4 @@ FEEDS = web.AppKey("feeds", FeedHub)
 DELIVERY = web.AppKey("delivery", DeliveryService)
 PARSER = web.AppKey("parser", DocumentParser)
 REDIS_HEALTH = web.AppKey("redis_health", RedisHealth)
+GUARD = web.AppKey("connection_guard", ConnectionGuard)

@@ -18,6 +18,7 @@ from aiohttp import web
 from . import websub
 from .events import Change
 from .exceptions import BadRequest
+from .web_connections import read_form
 from .web_publish import accepted, publish_to_self_link
 from .web_state import AUTH, CLIENT, DELIVERY, PARSER, SETTINGS, STORE, URLS
 from .web_streams import check_since
@@ -35,13 +36,8 @@ async def hub_endpoint(request: web.Request) -> web.StreamResponse:
 async def _websub_request(request: web.Request) -> web.Response:
     if (request.content_length or 0) > _MAX_FORM_BYTES:
         raise BadRequest(f"a WebSub request body must be under {_MAX_FORM_BYTES} bytes")
-    try:
-        form = {k: str(v) for k, v in (await request.post()).items()}
-    except UnicodeDecodeError:
-        raise BadRequest(
-            "a WebSub request must be a UTF-8 form (invalid UTF-8 in the body)"
-        ) from None
     settings = request.app[SETTINGS]
+    form = await read_form(request, settings)
     service, client = request.app[DELIVERY], request.app[CLIENT]
     try:
         parsed = websub.parse_request(

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from hub.embedded_redis import EmbeddedRedis
 from hub.settings import Settings
-from hub.web_app import create_app
+from hub.web_app import create_app, start
 from hub.web_state import CONNECTIONS
 from tests.support import free_port
 
@@ -58,11 +58,9 @@ class Hub:
 
 
 async def start_hub(settings: Settings, redis_url: str) -> tuple[web.AppRunner, web.Application]:
+    """The hub as ``rshub serve`` builds it (guarded site, timeouts), in this process."""
     app = create_app(settings, redis_url)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
-    await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port)
-    await site.start()
+    runner, _site = await start(app)
     return runner, app
 
 

@@ -1,0 +1,155 @@
+"""The hub's listening socket, guarded: a connection cap and a deadline for request headers.
+
+aiohttp waits for a new connection's first request forever, so a peer could hold thousands
+of connections open by sending nothing, or one header byte at a time. :class:`GuardedSite`
+is the hub's TCP site: every accepted connection counts against ``max_connections`` (over
+the cap it is answered ``503`` and closed at once), and one that has not sent complete request
+headers within ``header_timeout_seconds`` is closed. Later requests on a kept-alive
+connection are bounded by aiohttp's ``keepalive_timeout``; request bodies by
+``body_timeout_seconds`` where handlers read them (:func:`read_body`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+from .exceptions import BadRequest, RequestTimeout
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+_BUSY_BODY = b'{"error": "too many connections; retry later", "status": 503}'
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\n"
+    b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+) % (len(_BUSY_BODY), _BUSY_BODY)
+
+
+class _Refuse(asyncio.Protocol):
+    """A connection over the cap: answered 503 and closed, never parsed."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        transport.write(_BUSY)
+        transport.close()
+
+
+class ConnectionGuard:
+    """The cap and the header deadline; one per app, shared by its site and middleware."""
+
+    def __init__(self, max_connections: int, header_timeout: float) -> None:
+        self.max_connections = max_connections
+        self.header_timeout = header_timeout
+        self.refused = 0
+        #: Connections still owing their first request's headers, with their deadline.
+        #: (Request handlers take no weak references; an entry lives until its deadline at
+        #: most.)
+        self._pending: dict[RequestHandler, asyncio.TimerHandle] = {}
+
+    def protocol_factory(self, server: web.Server) -> Callable[[], asyncio.Protocol]:
+        loop = asyncio.get_running_loop()
+
+        def accept() -> asyncio.Protocol:
+            if len(server.connections) >= self.max_connections:
+                self.refused += 1
+                return _Refuse()
+            handler = server()
+            self._pending[handler] = loop.call_later(self.header_timeout, self._deadline, handler)
+            return handler
+
+        return accept
+
+    def request_started(self, handler: object) -> None:
+        timer = self._pending.pop(handler, None)  # type: ignore[call-overload]
+        if timer is not None:
+            timer.cancel()
+
+    def _deadline(self, handler: RequestHandler) -> None:
+        if self._pending.pop(handler, None) is None or handler.transport is None:
+            return
+        log.debug("closing a connection that sent no complete request headers in time")
+        handler.force_close()
+
+    def close(self) -> None:
+        for timer in self._pending.values():
+            timer.cancel()
+        self._pending.clear()
+
+
+def started_middleware(guard: ConnectionGuard) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """Marks a connection's headers as complete once its first request is dispatched."""
+
+    @web.middleware
+    async def middleware(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        guard.request_started(request.protocol)
+        return await handler(request)
+
+    return middleware
+
+
+class GuardedSite(web.BaseSite):
+    """A TCP site whose connections pass through a :class:`ConnectionGuard`."""
+
+    def __init__(
+        self, runner: web.BaseRunner, guard: ConnectionGuard, host: str, port: int
+    ) -> None:
+        super().__init__(runner, backlog=1024)
+        self._guard = guard
+        self._host = host
+        self._port = port
+
+    @property
+    def name(self) -> str:
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        return f"http://{host}:{self._port}"
+
+    async def start(self) -> None:
+        await super().start()
+        server = self._runner.server
+        assert server is not None
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self._guard.protocol_factory(server),
+            self._host,
+            self._port,
+            backlog=self._backlog,
+            reuse_address=True,
+            family=socket.AF_INET6 if ":" in self._host else socket.AF_UNSPEC,
+        )
+
+
+async def read_body(request: web.Request, settings: Settings) -> bytes:
+    """The request body, or 408 when it takes longer than ``body_timeout_seconds``."""
+    try:
+        async with asyncio.timeout(settings.body_timeout_seconds):
+            return await request.read()
+    except TimeoutError:
+        raise RequestTimeout(
+            f"the request body was not received within {settings.body_timeout_seconds:g} s "
+            "(RSHUB_BODY_TIMEOUT_SECONDS)"
+        ) from None
+
+
+async def read_form(request: web.Request, settings: Settings) -> dict[str, str]:
+    """A urlencoded form, bounded in time like :func:`read_body`; 400 unless UTF-8."""
+    try:
+        async with asyncio.timeout(settings.body_timeout_seconds):
+            posted = await request.post()
+    except TimeoutError:
+        raise RequestTimeout(
+            f"the request body was not received within {settings.body_timeout_seconds:g} s "
+            "(RSHUB_BODY_TIMEOUT_SECONDS)"
+        ) from None
+    except UnicodeDecodeError:
+        raise BadRequest(
+            "a WebSub request must be a UTF-8 form (invalid UTF-8 in the body)"
+        ) from None
+    return {k: str(v) for k, v in posted.items()}
