@@ -9,11 +9,13 @@ import sys
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from .auth import PublisherAuth
+from .connection import StoreError
 from .embedded_redis import EmbeddedRedis
 from .exceptions import HubError
-from .settings import Settings
+from .settings import Settings, describe_error
 
 log = logging.getLogger("rshub")
 
@@ -87,7 +89,10 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(args)
         PublisherAuth.check_startup(settings)
-    except (ValidationError, HubError) as exc:
+    except (ValidationError, SettingsError) as exc:
+        print(f"rshub serve: bad setting: {describe_error(exc)}", file=sys.stderr)
+        return 2
+    except HubError as exc:
         print(f"rshub serve: {exc}", file=sys.stderr)
         return 2
 
@@ -110,6 +115,13 @@ def run_serve(args: argparse.Namespace) -> int:
     except HubError as exc:
         print(f"rshub serve: {exc}", file=sys.stderr)
         return 1
+    except StoreError as exc:
+        print(
+            f"rshub serve: bad setting: redis_url (RSHUB_REDIS_URL): cannot use Redis at "
+            f"{redis_url}: {' '.join(str(exc).split())}",
+            file=sys.stderr,
+        )
+        return 2
     except OSError as exc:
         print(
             f"rshub serve: cannot listen on {settings.host}:{settings.port}: {exc}", file=sys.stderr

@@ -10,9 +10,29 @@ import ipaddress
 import os
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def describe_error(exc: Exception) -> str:
+    """A settings error as one line naming each bad setting by its variable (``RSHUB_X``)."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):  # pydantic's ValidationError: one entry per bad field
+        parts = []
+        for error in errors():
+            field = ".".join(str(p) for p in error.get("loc", ()))
+            name = f"{field} (RSHUB_{field.upper()})" if field else "settings"
+            parts.append(f"{name}: {error.get('msg', '')}")
+        return "; ".join(parts)
+    # pydantic-settings' SettingsError: 'error parsing value for field "tokens" from ...'
+    message = " ".join(str(exc).split())
+    field = message.split('field "', 1)[1].split('"', 1)[0] if 'field "' in message else ""
+    if field:
+        hint = " (lists and maps are JSON, e.g. RSHUB_TOKENS='[\"s3cret\"]')"
+        return f"{field} (RSHUB_{field.upper()}): cannot parse the value{hint}"
+    return message
 
 
 class Settings(BaseSettings):
@@ -126,6 +146,24 @@ class Settings(BaseSettings):
     #: large ring of live events; collecting less often was worth ~20% of WebSocket fan-out
     #: throughput in bench/hub.py. Garbage without cycles is freed at once regardless.
     gc_young_threshold: int = Field(50_000, ge=0)
+
+    @field_validator("redis_url")
+    @classmethod
+    def _check_redis_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018  # raises ValueError for a bad port
+        except ValueError as exc:
+            raise ValueError(f"not a valid URL ({exc})") from None
+        if parts.scheme not in ("redis", "rediss", "unix"):
+            raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        if parts.scheme != "unix" and not parts.hostname:
+            raise ValueError("must name a host (redis://HOST:PORT/DB)")
+        if parts.scheme == "unix" and not parts.path:
+            raise ValueError("must name a socket path (unix:///path/to/redis.sock)")
+        return value
 
     @field_validator("appendfsync")
     @classmethod

@@ -109,6 +109,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             f"storage unavailable ({exc}); a publish may or may not have been stored: "
             "retry it with the same Idempotency-Key",
         )
+    except ConnectionError as exc:
+        # The client went away (mid-body, mid-stream, mid-document): routine, not an error.
+        log.debug("client went away during %s %r: %r", request.method, request.path, exc)
+        return web.Response(status=499)  # never reaches anyone; nginx's "client closed"
     except (RequestPayloadError, HttpProcessingError) as exc:
         # A body that cannot be read as declared (e.g. Content-Encoding: gzip that is not).
         cause = exc.__cause__ or exc.__context__ or exc
@@ -241,8 +245,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         background.every(
             settings.changelist_scan_seconds, "page-scan", lambda: _scan_pages(store, pages)
         )
-    await delivery.start()
     try:
+        await delivery.start()
         yield
     finally:
         await background.stop()
