@@ -36,7 +36,13 @@ from .subscriptions import SubscriptionStore
 from .topics import WELL_KNOWN, HubUrls
 from .web_cache import ByteCache
 from .web_client import HttpClient
-from .web_connections import ConnectionGuard, GuardedSite, started_middleware
+from .web_connections import (
+    ClientGone,
+    ConnectionGuard,
+    GuardedSite,
+    install_client_fault_filter,
+    started_middleware,
+)
 from .web_state import (
     AUTH,
     CLIENT,
@@ -70,7 +76,9 @@ def error_response(status: int, message: str, **detail: object) -> web.Response:
     return web.json_response(body, status=status)
 
 
-async def _answer_and_close(request: web.Request, response: web.Response) -> web.Response:
+async def _answer_and_close(
+    request: web.Request, response: web.StreamResponse
+) -> web.StreamResponse:
     """Send ``response``, then close the connection without reading the rest of the body."""
     response.force_close()
     await response.prepare(request)
@@ -87,6 +95,19 @@ def _reason(exc: BaseException) -> str:
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The one place where exceptions become HTTP responses."""
+    response = await _answer(request, handler)
+    if (
+        response.status >= 400
+        and "Content-Encoding" in request.headers
+        and not request.content.is_eof()
+    ):
+        # Refused before its encoded body was read: draining it would decode it (and log a
+        # traceback if it does not decode). Close instead.
+        return await _answer_and_close(request, response)
+    return response
+
+
+async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except RequestTimeout as exc:
@@ -112,7 +133,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except ConnectionError as exc:
         # The client went away (mid-body, mid-stream, mid-document): routine, not an error.
         log.debug("client went away during %s %r: %r", request.method, request.path, exc)
-        return web.Response(status=499)  # never reaches anyone; nginx's "client closed"
+        return ClientGone(status=499)
     except (RequestPayloadError, HttpProcessingError) as exc:
         # A body that cannot be read as declared (e.g. Content-Encoding: gzip that is not).
         cause = exc.__cause__ or exc.__context__ or exc
@@ -261,6 +282,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
 
 def create_app(settings: Settings, redis_url: str) -> web.Application:
     """Build the hub for ``settings`` on the Redis at ``redis_url``."""
+    install_client_fault_filter()
     guard = ConnectionGuard(settings.max_connections, settings.header_timeout_seconds)
     app = web.Application(
         middlewares=[started_middleware(guard), error_middleware],
@@ -292,7 +314,9 @@ def create_app(settings: Settings, redis_url: str) -> web.Application:
     return app
 
 
-async def start(app: web.Application) -> tuple[web.AppRunner, GuardedSite]:
+async def start(
+    app: web.Application, *, shutdown_timeout: float = 5.0
+) -> tuple[web.AppRunner, GuardedSite]:
     """Set ``app`` up and listen on its settings' host and port, guarded
     (:mod:`hub.web_connections`). Raises ``OSError`` when the address cannot be bound."""
     settings = app[SETTINGS]
@@ -300,7 +324,7 @@ async def start(app: web.Application) -> tuple[web.AppRunner, GuardedSite]:
         app,
         access_log=None,
         handle_signals=False,
-        shutdown_timeout=5.0,
+        shutdown_timeout=shutdown_timeout,
         keepalive_timeout=settings.keepalive_timeout_seconds,
     )
     await runner.setup()

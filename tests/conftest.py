@@ -60,7 +60,7 @@ class Hub:
 async def start_hub(settings: Settings, redis_url: str) -> tuple[web.AppRunner, web.Application]:
     """The hub as ``rshub serve`` builds it (guarded site, timeouts), in this process."""
     app = create_app(settings, redis_url)
-    runner, _site = await start(app)
+    runner, _site = await start(app, shutdown_timeout=2.0)
     return runner, app
 
 
