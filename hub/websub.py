@@ -167,6 +167,7 @@ def backoff(failures: int, base: float, cap: float, rng: random.Random | None = 
 
 def retry_after(value: str | None) -> float | None:
     """A ``Retry-After`` header in seconds (the HTTP-date form is not honoured)."""
-    if value and value.strip().isdigit():
-        return float(value.strip())
+    text = (value or "").strip()
+    if text.isascii() and text.isdigit() and len(text) <= 12:
+        return float(text)
     return None
