@@ -1079,6 +1079,12 @@ def main() -> int:
     )
     parser.add_argument("--hub-log-level", default="WARNING", help="the hub's --log-level")
     parser.add_argument(
+        "--appendfsync",
+        choices=("always", "everysec", "no"),
+        default="everysec",
+        help="the embedded Redis's AOF fsync policy (RSHUB_APPENDFSYNC; default everysec)",
+    )
+    parser.add_argument(
         "--hub-env",
         action="append",
         metavar="RSHUB_X=VALUE",
@@ -1111,7 +1117,7 @@ def main() -> int:
     )
     tmp = Path(tempfile.mkdtemp(prefix="rshub-bench-"))
     procs = Processes(tmp)
-    redis = EmbeddedRedis(tmp / "redis")
+    redis = EmbeddedRedis(tmp / "redis", appendfsync=args.appendfsync)
     try:
         redis_url = redis.start()
         rows = asyncio.run(asyncio.wait_for(conduct(args, procs, redis_url, redis.pid or 0), 225))

@@ -10,12 +10,14 @@ import sys
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from . import log_format
 from .auth import PublisherAuth
+from .connection import StoreError
 from .embedded_redis import EmbeddedRedis
 from .exceptions import HubError
-from .settings import Settings
+from .settings import Settings, describe_error
 from .workers import WorkerPool, worker_count
 
 log = logging.getLogger("rshub")
@@ -65,6 +67,12 @@ def add_parsers(subparsers: Any) -> None:
     parser.add_argument(
         "--access-log", action="store_true", default=None, help="log one line per request"
     )
+    parser.add_argument(
+        "--allow-private-callbacks",
+        action="store_true",
+        default=None,
+        help="let the hub call loopback/private addresses (development on one machine only)",
+    )
     parser.set_defaults(run=run_serve)
 
 
@@ -83,6 +91,7 @@ _SETTINGS_FLAGS = (
     "log_level",
     "log_format",
     "access_log",
+    "allow_private_callbacks",
 )
 
 
@@ -119,6 +128,8 @@ def _worker_argv(args: argparse.Namespace) -> list[str]:
         argv.append("--open")
     if getattr(args, "access_log", None):
         argv.append("--access-log")
+    if getattr(args, "allow_private_callbacks", None):
+        argv.append("--allow-private-callbacks")
     return argv
 
 
@@ -136,7 +147,10 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(args)
         PublisherAuth.check_startup(settings)
-    except (ValidationError, HubError) as exc:
+    except (ValidationError, SettingsError) as exc:
+        print(f"rshub serve: bad setting: {describe_error(exc)}", file=sys.stderr)
+        return 2
+    except HubError as exc:
         print(f"rshub serve: {exc}", file=sys.stderr)
         return 2
     log_format.configure(settings.log_level, settings.log_format)
@@ -161,11 +175,17 @@ def run_serve(args: argparse.Namespace) -> int:
             pool = WorkerPool(workers, _worker_argv(args), redis_url, embedded)
             return asyncio.run(pool.run())
         tune_gc(settings.gc_young_threshold)
-        log.info("rshub hub at %s", settings.public_url)
         web_app.run(settings, redis_url, embedded)
     except HubError as exc:
         print(f"rshub serve: {exc}", file=sys.stderr)
         return 1
+    except StoreError as exc:
+        print(
+            f"rshub serve: bad setting: redis_url (RSHUB_REDIS_URL): cannot use Redis at "
+            f"{redis_url}: {' '.join(str(exc).split())}",
+            file=sys.stderr,
+        )
+        return 2
     except OSError as exc:
         print(
             f"rshub serve: cannot listen on {settings.host}:{settings.port}: {exc}", file=sys.stderr

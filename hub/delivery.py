@@ -138,7 +138,7 @@ class DeliveryWorker:
                 cursor = batch[-1].key
                 self.delivered += len(batch)
         except _Gone as exc:
-            log.info("subscription %s -> %s ended: %s", sub.topic, sub.callback, exc)
+            log.info("subscription %s -> %r ended: %r", sub.topic, sub.callback, str(exc))
             self.cursors.forget(sub.topic, sub.callback)
             await self.store.delete(sub.topic, sub.callback)
         except _Lost:
@@ -212,7 +212,7 @@ class DeliveryWorker:
             raise _Lost
         if sub.failures or sub.state is not State.ACTIVE:
             if sub.state is State.SUSPENDED:
-                log.info("subscription %s -> %s resumed", sub.topic, sub.callback)
+                log.info("subscription %s -> %r resumed", sub.topic, sub.callback)
             sub.failures, sub.state, sub.last_error, sub.retry_at = 0, State.ACTIVE, None, 0.0
             await self._save()
 
@@ -225,7 +225,7 @@ class DeliveryWorker:
             sub.state = State.SUSPENDED
             metrics.delivery_outcome("suspended")
             log.warning(
-                "subscription %s -> %s suspended after %d failures: %s",
+                "subscription %s -> %r suspended after %d failures: %r",
                 sub.topic,
                 sub.callback,
                 sub.failures,
@@ -336,7 +336,7 @@ class DeliveryService:
             try:
                 await self.client.get(url, 4096)
             except CallbackFailed as exc:
-                log.info("denial to %s not delivered: %s", callback, exc)
+                log.info("denial to %r not delivered: %r", callback, str(exc))
 
     async def _verify(self, req: websub.SubscriptionRequest, start: str) -> None:
         challenge = websub.new_challenge()
@@ -346,11 +346,11 @@ class DeliveryService:
             async with self._verify_slots:
                 answer = await self.client.get(url, 4096)
         except CallbackFailed as exc:
-            log.info("verification of %s for %s failed: %s", req.callback, req.topic, exc)
+            log.info("verification of %r for %s failed: %r", req.callback, req.topic, str(exc))
             return
         if not (200 <= answer.status < 300 and answer.body.strip() == challenge.encode()):
             log.info(
-                "verification of %s for %s refused (status %s)",
+                "verification of %r for %s refused (status %s)",
                 req.callback,
                 req.topic,
                 answer.status,
@@ -358,7 +358,7 @@ class DeliveryService:
             return
         if req.mode is websub.Mode.UNSUBSCRIBE:
             await self.store.delete(req.topic, req.callback)
-            log.info("unsubscribed %s from %s", req.callback, req.topic)
+            log.info("unsubscribed %r from %s", req.callback, req.topic)
             return
         previous = await self.store.get(req.topic, req.callback)
         cursor = req.since
@@ -374,4 +374,4 @@ class DeliveryService:
             created_at=previous.created_at if previous else time.time(),
         )
         await self.store.activate(sub, cursor)
-        log.info("subscribed %s to %s", req.callback, req.topic)
+        log.info("subscribed %r to %s", req.callback, req.topic)

@@ -11,14 +11,23 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
 import orjson
 
-from resourcesync import ChangeList, ChangeListNotification, Entry, Link, format_datetime, parse
+from resourcesync import (
+    DEFAULT_LIMITS,
+    ChangeList,
+    ChangeListNotification,
+    Entry,
+    Limits,
+    Link,
+    format_datetime,
+    parse,
+)
 
 from .exceptions import BadRequest
 
@@ -26,6 +35,9 @@ from .exceptions import BadRequest
 EventKey = tuple[int, int]
 
 _ID = re.compile(r"(\d{1,20})(?:-(\d{1,20}))?")
+#: What a published ``<loc>`` must be: an absolute http(s) URL with a host, and no spaces
+#: or control characters (subscribers fetch it; a relative or bare word means nothing).
+_LOC = re.compile(r"(?i:https?)://[^\x00-\x20\x7f-\x9f/?#]+(?:[/?#][^\x00-\x20\x7f-\x9f]*)?")
 
 
 def parse_id(value: str) -> EventKey:
@@ -118,8 +130,12 @@ def change_from_entry(entry: Entry, index: int) -> Change:
     when = entry.change_time
     if change is None or when is None:  # the parser's validation makes this unreachable
         raise BadRequest(f"entry {index}: a change needs rs:md change and lastmod")
-    if "\0" in entry.loc:
-        raise BadRequest(f"entry {index}: loc contains a NUL character")
+    if _LOC.fullmatch(entry.loc) is None:
+        raise BadRequest(
+            f"entry {index}: loc must be an absolute http(s) URL, got {entry.loc[:200]!r}",
+            rule="entry.loc-absolute-http",
+            index=index,
+        )
     event: dict[str, Any] = {"loc": entry.loc, "lastmod": _w3c(when), "change": str(change)}
     if md is not None:
         if md.hash is not None:
@@ -133,11 +149,33 @@ def change_from_entry(entry: Entry, index: int) -> Change:
     return Change(entry.loc, event["change"], orjson.dumps(event))
 
 
-def changes_from_document(body: bytes, max_bytes: int) -> list[Change]:
+class Packed(NamedTuple):
+    """Changes as the append script takes them: ``loc NUL change NUL json NUL`` each.
+
+    Packing 50,000 changes takes tens of milliseconds; a worker does it for large publishes.
+    """
+
+    data: bytes
+    changes: int
+
+
+def pack(changes: Sequence[Change]) -> Packed:
+    data = b"".join(b"%s\0%s\0%s\0" % (c.loc.encode(), c.change.encode(), c.event) for c in changes)
+    return Packed(data, len(changes))
+
+
+def packed_from_document(body: bytes, max_bytes: int, limits: Limits = DEFAULT_LIMITS) -> Packed:
+    """:func:`changes_from_document`, packed (what a publish stores)."""
+    return pack(changes_from_document(body, max_bytes, limits))
+
+
+def changes_from_document(
+    body: bytes, max_bytes: int, limits: Limits = DEFAULT_LIMITS
+) -> list[Change]:
     """The changes of a ``changelist-notification`` (or Change List) body; 4xx otherwise."""
     if not body:
         raise BadRequest("empty body: expected a changelist-notification XML document")
-    doc = parse(body, max_bytes=max_bytes)
+    doc = parse(body, max_bytes=max_bytes, limits=limits)
     if not isinstance(doc, ChangeListNotification | ChangeList) or doc.is_index:
         raise BadRequest(
             "expected a changelist-notification (or Change List) document, "

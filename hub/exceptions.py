@@ -14,11 +14,13 @@
         ├── Unauthorized            401
         ├── Forbidden               403
         ├── NotFound                404
+        ├── RequestTimeout          408  (a request body too slow to arrive)
         ├── Conflict                409
         ├── Gone                    410  (e.g. a resume id older than retention)
         ├── PayloadTooLarge         413
         ├── UnsupportedMediaType    415
-        └── BadGateway              502  (a fetched topic URL failed)
+        ├── BadGateway              502  (a fetched topic URL failed)
+        └── ServiceUnavailable      503  (e.g. a parser worker died)
 
 ``hub.web_app`` maps these to HTTP responses in one place, together with document errors
 from :mod:`resourcesync` (``DocumentError`` and subclasses, by their own ``http_status``)
@@ -100,6 +102,10 @@ class NotFound(RequestError):
     http_status = 404
 
 
+class RequestTimeout(RequestError):
+    http_status = 408
+
+
 class Conflict(RequestError):
     http_status = 409
 
@@ -118,3 +124,7 @@ class UnsupportedMediaType(RequestError):
 
 class BadGateway(RequestError):
     http_status = 502
+
+
+class ServiceUnavailable(RequestError):
+    http_status = 503

@@ -8,11 +8,32 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+def describe_error(exc: Exception) -> str:
+    """A settings error as one line naming each bad setting by its variable (``RSHUB_X``)."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):  # pydantic's ValidationError: one entry per bad field
+        parts = []
+        for error in errors():
+            field = ".".join(str(p) for p in error.get("loc", ()))
+            name = f"{field} (RSHUB_{field.upper()})" if field else "settings"
+            parts.append(f"{name}: {error.get('msg', '')}")
+        return "; ".join(parts)
+    # pydantic-settings' SettingsError: 'error parsing value for field "tokens" from ...'
+    message = " ".join(str(exc).split())
+    field = message.split('field "', 1)[1].split('"', 1)[0] if 'field "' in message else ""
+    if field:
+        hint = " (lists and maps are JSON, e.g. RSHUB_TOKENS='[\"s3cret\"]')"
+        return f"{field} (RSHUB_{field.upper()}): cannot parse the value{hint}"
+    return message
 
 
 class Settings(BaseSettings):
@@ -37,6 +58,18 @@ class Settings(BaseSettings):
     #: Bind with ``SO_REUSEPORT`` so several processes share the port (set for the
     #: processes ``--workers`` starts; set it yourself to run more of them by hand).
     reuse_port: bool = False
+
+    #: Open connections at most (WebSocket/SSE clients included); over it, 503 and close.
+    #: Keep ``ulimit -n`` above it.
+    max_connections: int = Field(10_000, ge=1)
+    #: A new connection must send complete request headers within this many seconds.
+    header_timeout_seconds: float = Field(10.0, gt=0, le=300)
+    #: A request body must arrive completely within this many seconds (else 408); at the
+    #: default body limit that asks at least ~350 KB/s of a publisher.
+    body_timeout_seconds: float = Field(30.0, gt=0, le=3600)
+    #: An idle kept-alive connection (or a next request that is slow to come) is closed
+    #: after this many seconds.
+    keepalive_timeout_seconds: float = Field(15.0, gt=0, le=3600)
 
     # -- storage -----------------------------------------------------------------------
     #: An existing Redis; without it ``rshub serve`` starts an embedded redis-server.
@@ -67,6 +100,24 @@ class Settings(BaseSettings):
     #: Bearer token of the ``/admin`` API (without it: loopback clients of an open hub only).
     admin_token: str | None = None
     max_body_bytes: int = Field(10 * 1024 * 1024, ge=1024, le=50 * 1024 * 1024)
+    #: Parse limits of a published document; over one, the publish is 400 naming it.
+    #: Changes (entries) per publish; the Sitemaps limit is the maximum.
+    publish_max_entries: int = Field(50_000, ge=1, le=50_000)
+    #: Attributes on one ``<rs:md>``/``<rs:ln>`` (ResourceSync defines 12; lxml reads
+    #: attributes in quadratic time, so thousands would stall parsing).
+    publish_max_attributes: int = Field(64, ge=16, le=10_000)
+    #: Characters in one attribute value or ``<loc>``/``<lastmod>`` text.
+    publish_max_value_chars: int = Field(8192, ge=256, le=1_000_000)
+    #: ``<rs:ln>`` elements per entry.
+    publish_max_links: int = Field(1024, ge=0, le=50_000)
+    #: Bodies up to this size are parsed on the event loop (fast for small documents);
+    #: larger ones in a worker pool, so no publish stalls other requests.
+    parse_inline_bytes: int = Field(64 * 1024, ge=0)
+    #: ``process`` (default: parsing is mostly Python holding the GIL, so only a process
+    #: keeps the event loop free) or ``thread``.
+    parse_pool: Literal["process", "thread"] = "process"
+    #: Workers of the parse pool (default: one fewer than the CPUs, at least one).
+    parse_workers: int = Field(default_factory=lambda: max(1, (os.cpu_count() or 2) - 1), ge=1)
     #: Retention per topic: events older than this many seconds are trimmed (0 = keep).
     retention_seconds: int = Field(7 * 24 * 3600, ge=0)
     #: Retention per topic: at most this many events are kept (0 = no length bound).
@@ -83,9 +134,10 @@ class Settings(BaseSettings):
     lease_seconds_default: int = Field(10 * 24 * 3600, ge=60)
     lease_seconds_min: int = Field(60, ge=1)
     lease_seconds_max: int = Field(30 * 24 * 3600, ge=60)
-    #: Callbacks on loopback/private/link-local addresses; ``None`` = allowed only when the
-    #: hub itself binds to loopback.
-    allow_private_callbacks: bool | None = None
+    #: Let the hub connect to loopback, private, link-local and other non-public addresses
+    #: (callbacks, publish-ping URLs). Off by default, even on a loopback bind: a hub behind
+    #: a local reverse proxy is reachable from outside. For development on one machine only.
+    allow_private_callbacks: bool = False
     verify_timeout: float = Field(10.0, gt=0, le=120)
     delivery_timeout: float = Field(10.0, gt=0, le=120)
     delivery_batch_max_changes: int = Field(1000, ge=1, le=50_000)
@@ -160,6 +212,24 @@ class Settings(BaseSettings):
             return [part.strip() for part in text.split(",") if part.strip()]
         return value
 
+    @field_validator("redis_url")
+    @classmethod
+    def _check_redis_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018  # raises ValueError for a bad port
+        except ValueError as exc:
+            raise ValueError(f"not a valid URL ({exc})") from None
+        if parts.scheme not in ("redis", "rediss", "unix", "redis+cluster"):
+            raise ValueError("must be a redis://, rediss://, unix:// or redis+cluster:// URL")
+        if parts.scheme != "unix" and not parts.hostname:
+            raise ValueError("must name a host (redis://HOST:PORT/DB)")
+        if parts.scheme == "unix" and not parts.path:
+            raise ValueError("must name a socket path (unix:///path/to/redis.sock)")
+        return value
+
     @field_validator("appendfsync")
     @classmethod
     def _check_fsync(cls, value: str) -> str:
@@ -191,9 +261,3 @@ class Settings(BaseSettings):
             return ipaddress.ip_address(self.host).is_loopback
         except ValueError:
             return False
-
-    @property
-    def private_callbacks_allowed(self) -> bool:
-        if self.allow_private_callbacks is None:
-            return self.binds_loopback
-        return self.allow_private_callbacks

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from . import keys, scripts
 from .connection import Client
-from .events import Change
+from .events import Change, Packed, pack
 from .exceptions import Conflict
 from .script_pipe import ScriptPipe
 
@@ -73,7 +73,7 @@ class EventStore:
     async def append(
         self,
         topic: str,
-        changes: list[Change],
+        changes: list[Change] | Packed,
         *,
         digest: str = "",
         idempotency_key: str | None = None,
@@ -85,16 +85,14 @@ class EventStore:
         script_keys = [keys.events(topic), keys.resources(topic), keys.topic_meta(topic)]
         if idempotency_key is not None:
             script_keys.append(keys.idempotency(topic, idempotency_key))
-        packed = b"".join(
-            b"%s\0%s\0%s\0" % (c.loc.encode(), c.change.encode(), c.event) for c in changes
-        )
-        if changes and topic not in self._known_topics:
+        packed = changes if isinstance(changes, Packed) else pack(changes)
+        if packed.changes and topic not in self._known_topics:
             await self.redis.sadd(keys.TOPICS, topic)
             self._known_topics.add(topic)
         replayed, joined = await self.scripts.run(
             scripts.APPEND,
             script_keys,
-            [digest, self.idempotency_seconds, max_events, minid, now_ms, packed],
+            [digest, self.idempotency_seconds, max_events, minid, now_ms, packed.data],
         )
         text = keys.text(joined)
         if replayed:

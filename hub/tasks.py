@@ -16,13 +16,14 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any] | None], timeout: fl
     A task that swallows its cancellation (a client library catching it mid-call, say) is
     reported and left behind rather than blocking the hub's shutdown forever.
     """
-    pending = {t for t in tasks if t is not None and not t.done()}
+    given = [t for t in tasks if t is not None]
+    pending = {t for t in given if not t.done()}
     for task in pending:
         task.cancel()
-    if not pending:
-        return
-    done, stuck = await asyncio.wait(pending, timeout=timeout)
-    for task in done:
+    done, stuck = await asyncio.wait(pending, timeout=timeout) if pending else (set(), set())
+    # Retrieve every ending exception (also of tasks that were done before), so none is
+    # reported later as "never retrieved"; e.g. a write to a client that went away.
+    for task in (*done, *(t for t in given if t not in pending)):
         if not task.cancelled() and task.exception() is not None:
             log.debug("task %s ended with %r", task.get_name(), task.exception())
     for task in stuck:

@@ -74,11 +74,17 @@ class HubUrls:
         """The rest of ``url`` after ``/topics/`` when it is under one of our bases."""
         if url.startswith(self.topics_prefix):
             return url[len(self.topics_prefix) :]
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+        except ValueError:  # not a URL at all: not one of ours
+            return None
         for base in (self.base, *self.aliases):
             origin = base_origin(base)
-            if origin is None or _origin(parts, origin[3]) != origin:
-                continue
+            try:
+                if origin is None or _origin(parts, origin[3]) != origin:
+                    continue
+            except ValueError:  # a port out of range, say
+                return None
             prefix = origin[3] + "/topics/"
             rest = url.split("://", 1)[1].partition("/")[2]
             if ("/" + rest).startswith(prefix):
@@ -137,7 +143,10 @@ class HubUrls:
         own = self._own_name(url)
         if own is not None:
             return check_name(own)
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+        except ValueError as exc:
+            raise BadRequest(f"topic is not a valid URL ({exc}): {url[:200]!r}") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise BadRequest(f"topic must be an absolute http(s) URL, got {url[:200]!r}")
         digest = hashlib.sha256(url.encode()).hexdigest()[:16]

@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 
-from resourcesync import DocumentError
+from resourcesync import DocumentError, Limits
 
 from . import (
     metrics,
@@ -35,12 +38,14 @@ from .auth import PublisherAuth
 from .connection import Connections, StoreError
 from .delivery import DeliveryService
 from .embedded_redis import EmbeddedRedis
-from .exceptions import RequestError
+from .exceptions import RequestError, RequestTimeout
 from .feed import FeedHub
 from .forwarding import TrustedPeers
+from .health import PING_TIMEOUT, RedisHealth
 from .leases import Leases
 from .ownership import Ownership
 from .pages import PageChain
+from .parsing import DocumentParser
 from .settings import Settings
 from .snapshots import ResourceSnapshots
 from .store import EventStore, Retention
@@ -51,6 +56,13 @@ from .topic_admin import TopicAdmin
 from .topics import WELL_KNOWN, HubUrls
 from .web_cache import ByteCache
 from .web_client import HttpClient
+from .web_connections import (
+    ClientGone,
+    ConnectionGuard,
+    GuardedSite,
+    install_client_fault_filter,
+    started_middleware,
+)
 from .web_state import (
     AUTH,
     CLIENT,
@@ -59,10 +71,13 @@ from .web_state import (
     DOC_CACHE,
     EMBEDDED,
     FEEDS,
+    GUARD,
     OPERATORS,
     OWNERSHIP,
     PAGES,
+    PARSER,
     READERS,
+    REDIS_HEALTH,
     REDIS_URL,
     SETTINGS,
     SNAPSHOTS,
@@ -88,11 +103,43 @@ def error_response(status: int, message: str, **detail: object) -> web.Response:
     return web.json_response(body, status=status)
 
 
+async def _answer_and_close(
+    request: web.Request, response: web.StreamResponse
+) -> web.StreamResponse:
+    """Send ``response``, then close the connection without reading the rest of the body."""
+    response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    request.protocol.force_close()
+    return response
+
+
+def _reason(exc: BaseException) -> str:
+    message = getattr(exc, "message", None) or str(exc)
+    return f"{type(exc).__name__}: {message}"[:300]
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The one place where exceptions become HTTP responses."""
+    response = await _answer(request, handler)
+    if (
+        response.status >= 400
+        and "Content-Encoding" in request.headers
+        and not request.content.is_eof()
+    ):
+        # Refused before its encoded body was read: draining it would decode it (and log a
+        # traceback if it does not decode). Close instead.
+        return await _answer_and_close(request, response)
+    return response
+
+
+async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
+    except RequestTimeout as exc:
+        # The rest of a body that is this slow is not worth waiting for: answer and close.
+        return await _answer_and_close(request, error_response(exc.http_status, exc.message))
     except RequestError as exc:
         return error_response(exc.http_status, exc.message, **exc.detail)
     except DocumentError as exc:
@@ -104,11 +151,24 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return error_response(getattr(exc, "http_status", 400), str(exc), **detail)
     except StoreError as exc:
         metrics.redis_error()
-        log.warning("storage error on %s %s: %s", request.method, request.path, exc)
+        request.app[REDIS_HEALTH].failed(str(exc))
+        log.warning("storage error on %s %r: %s", request.method, request.path, exc)
         return error_response(
             503,
             f"storage unavailable ({exc}); a publish may or may not have been stored: "
             "retry it with the same Idempotency-Key",
+        )
+    except ConnectionError as exc:
+        # The client went away (mid-body, mid-stream, mid-document): routine, not an error.
+        log.debug("client went away during %s %r: %r", request.method, request.path, exc)
+        return ClientGone(status=499)
+    except (RequestPayloadError, HttpProcessingError) as exc:
+        # A body that cannot be read as declared (e.g. Content-Encoding: gzip that is not).
+        cause = exc.__cause__ or exc.__context__ or exc
+        # The rest of that body is unreadable too: answer, then close the connection rather
+        # than let aiohttp drain the body (which would log the same error as a traceback).
+        return await _answer_and_close(
+            request, error_response(400, f"the request body cannot be read: {_reason(cause)}")
         )
     except web.HTTPException as exc:
         if exc.status >= 400 and exc.content_type != "application/json":
@@ -163,6 +223,17 @@ async def _nothing() -> None:
 async def _sweep_retention(store: EventStore) -> None:
     for topic in await store.topics():
         await store.trim(topic)
+
+
+async def _check_redis(connections: Connections, health: RedisHealth) -> None:
+    """One health ping (see :mod:`hub.health`); never raises."""
+    loop = asyncio.get_running_loop()
+    try:
+        await asyncio.wait_for(connections.ping(), timeout=PING_TIMEOUT)
+    except Exception as exc:  # any failure means "not healthy"; say which
+        health.failed(f"{type(exc).__name__}: {exc}")
+    else:
+        health.succeeded(loop.time())
 
 
 async def _scan_pages(store: EventStore, chain: PageChain) -> None:
@@ -232,10 +303,24 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     app[DOC_CACHE] = ByteCache(settings.document_cache_bytes)
     app[CLIENT], app[FEEDS], app[DELIVERY], app[OWNERSHIP] = client, feeds, delivery, ownership
     app[STATS] = StreamStats(connections.main, store.scripts)
+    parser = app[PARSER] = DocumentParser(
+        max_bytes=settings.max_body_bytes,
+        limits=Limits(
+            max_entries=settings.publish_max_entries,
+            max_attributes=settings.publish_max_attributes,
+            max_value_chars=settings.publish_max_value_chars,
+            max_links=settings.publish_max_links,
+        ),
+        inline_bytes=settings.parse_inline_bytes,
+        workers=settings.parse_workers,
+        kind=settings.parse_pool,
+    )
+    health = app[REDIS_HEALTH] = RedisHealth()
 
     # Hub-wide jobs run on the leading process only (they are atomic scripts, so a second
     # runner during a handover merely repeats work).
     background = Periodic()
+    background.every(1.0, "redis-health", lambda: _check_redis(connections, health))
     background.every(
         settings.retention_sweep_seconds,
         "retention",
@@ -250,10 +335,10 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     supervisor = None
     if EMBEDDED in app:
         supervisor = asyncio.create_task(app[EMBEDDED].supervise(), name="redis-supervisor")
-    await delivery.start()
-    await ownership.start()
-    log.info("hub ready at %s", settings.public_url)
     try:
+        await delivery.start()
+        await ownership.start()
+        log.info("hub ready at %s", settings.public_url)
         yield
     finally:
         log.info("shutdown: stopping background tasks, deliveries and Redis connections")
@@ -261,6 +346,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
             await cancel_and_wait([supervisor])
         await background.stop()
         await ownership.close()
+        app[GUARD].close()
+        await parser.close()
         await delivery.close()
         await feeds.close()
         await client.close()
@@ -281,10 +368,13 @@ def create_app(
     ``embedded``: the redis-server behind ``redis_url`` when this process started it; the
     app then supervises it (restarts it if it dies) and reports it in ``/healthz``.
     """
+    install_client_fault_filter()
+    guard = ConnectionGuard(settings.max_connections, settings.header_timeout_seconds)
     app = web.Application(
-        middlewares=[web_observe.observe_middleware, error_middleware],
+        middlewares=[started_middleware(guard), web_observe.observe_middleware, error_middleware],
         client_max_size=settings.max_body_bytes,
     )
+    app[GUARD] = guard
     app[SETTINGS] = settings
     app[URLS] = HubUrls(settings.public_url, tuple(u.rstrip("/") for u in settings.alias_urls))
     app[AUTH] = PublisherAuth(settings)
@@ -329,15 +419,47 @@ def create_app(
     return app
 
 
+async def start(
+    app: web.Application, *, shutdown_timeout: float = 5.0
+) -> tuple[web.AppRunner, GuardedSite]:
+    """Set ``app`` up and listen on its settings' host and port, guarded
+    (:mod:`hub.web_connections`). Raises ``OSError`` when the address cannot be bound."""
+    settings = app[SETTINGS]
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        handle_signals=False,
+        shutdown_timeout=shutdown_timeout,
+        keepalive_timeout=settings.keepalive_timeout_seconds,
+    )
+    await runner.setup()
+    site = GuardedSite(
+        runner, app[GUARD], settings.host, settings.port, reuse_port=settings.reuse_port
+    )
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner, site
+
+
+async def serve(settings: Settings, redis_url: str, embedded: EmbeddedRedis | None) -> None:
+    """Serve the hub until SIGINT/SIGTERM (``rshub serve``)."""
+    runner, site = await start(create_app(settings, redis_url, embedded))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    log.info("listening on %s (public URL %s)", site.name, settings.public_url)
+    try:
+        await stop.wait()
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+        await runner.cleanup()
+
+
 def run(settings: Settings, redis_url: str, embedded: EmbeddedRedis | None = None) -> None:
     """Serve the hub until SIGINT/SIGTERM (``rshub serve``)."""
-    web.run_app(
-        create_app(settings, redis_url, embedded),
-        host=settings.host,
-        port=settings.port,
-        print=None,
-        access_log=None,
-        handle_signals=True,
-        shutdown_timeout=5.0,
-        reuse_port=settings.reuse_port or None,
-    )
+    asyncio.run(serve(settings, redis_url, embedded))

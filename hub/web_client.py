@@ -1,29 +1,58 @@
 """The hub's outgoing HTTP on aiohttp: WebSub verification, deliveries and ping fetches.
 
-Never follows redirects (a redirect could lead anywhere, past the address checks), bounds
-every request in time, and reads at most the bytes asked for. Failures before an HTTP answer
-become :class:`CallbackFailed`, the one error :mod:`hub.delivery` handles.
+Never follows redirects, bounds every request in time, and reads at most the bytes asked
+for. Unless private callbacks are allowed, every socket is checked against the address it is
+about to connect to (:func:`public_socket`): the check sits where the connection is made, so
+it covers verifications, deliveries and ping fetches, IP literals as well as names, and a
+name whose DNS answer changes after the subscribe-time check (DNS rebinding). Failures before
+an HTTP answer become :class:`CallbackFailed`, the one error :mod:`hub.delivery` handles.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import socket
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 import aiohttp
 
-from .addresses import is_public
+from .addresses import refusal
 from .delivery import Answer
 from .exceptions import BadGateway, BadRequest, CallbackFailed, PayloadTooLarge
 from .settings import Settings
 
 
+class RefusedAddress(OSError):
+    """The hub will not connect to this address (SSRF rules, :mod:`hub.addresses`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(errno.EACCES, message)  # aiohttp reports strerror
+
+
+AddrInfo = tuple[int, int, int, str, tuple[str, int] | tuple[str, int, int, int]]
+
+
+def public_socket(addr_info: AddrInfo) -> socket.socket:
+    """aiohttp's socket factory: a socket for ``addr_info`` only if its address is public."""
+    family, type_, proto, _, sockaddr = addr_info
+    why = refusal(str(sockaddr[0]))
+    if why is not None:
+        raise RefusedAddress(
+            f"refusing to connect to {sockaddr[0]}: {why} (RSHUB_ALLOW_PRIVATE_CALLBACKS)"
+        )
+    return socket.socket(family=family, type=type_, proto=proto)
+
+
 class HttpClient:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        connector = aiohttp.TCPConnector(limit=settings.delivery_concurrency, limit_per_host=0)
+        connector = aiohttp.TCPConnector(
+            limit=settings.delivery_concurrency,
+            limit_per_host=0,
+            socket_factory=None if settings.allow_private_callbacks else public_socket,
+        )
         self.session = aiohttp.ClientSession(
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=settings.delivery_timeout),
@@ -81,7 +110,7 @@ class HttpClient:
 
         ``what`` names the URL in the error (the hub also fetches publish-ping URLs).
         """
-        if self.settings.private_callbacks_allowed:
+        if self.settings.allow_private_callbacks:
             return
         parts = urlsplit(url)
         host = parts.hostname or ""
@@ -95,8 +124,9 @@ class HttpClient:
             raise BadRequest(f"{what} host {host!r} does not resolve: {exc}") from None
         for info in infos:
             address = str(info[4][0])
-            if not is_public(address):
+            why = refusal(address)
+            if why is not None:
                 raise BadRequest(
-                    f"{what} {host!r} resolves to non-public address {address}; private "
-                    "addresses are not allowed on this hub (RSHUB_ALLOW_PRIVATE_CALLBACKS)"
+                    f"{what} {host!r} resolves to {address}, {why}; such addresses are not "
+                    "allowed on this hub (RSHUB_ALLOW_PRIVATE_CALLBACKS)"
                 )

@@ -97,7 +97,7 @@ async def capability_list(request: web.Request) -> web.StreamResponse:
 
 
 def page_number(text: str) -> int:
-    if not text.isdigit() or len(text) > 12 or int(text) < 1:
+    if not (text.isascii() and text.isdigit()) or len(text) > 12 or int(text) < 1:
         raise NotFound(f"no Change List page {text!r}: pages are numbered 1, 2, 3, ...")
     return int(text)
 
@@ -286,7 +286,7 @@ async def resource_list_page(request: web.Request) -> web.StreamResponse:
     topic = await known_topic(request)
     snap_id, _, k = request.match_info["page"].partition("-")
     body = None
-    if snap_id.isdigit() and k.isdigit() and len(k) <= 6:
+    if snap_id.isascii() and snap_id.isdigit() and k.isascii() and k.isdigit() and len(k) <= 6:
         body = await request.app[SNAPSHOTS].page(topic, snap_id, int(k))
     u = request.app[URLS]
     if body is None:

@@ -13,11 +13,11 @@ import orjson
 from aiohttp import web
 
 from . import metrics
-from .events import changes_from_document
 from .exceptions import BadRequest, UnsupportedMediaType
 from .topics import check_name, parse_link_header
 from .web_access import request_urls
-from .web_state import AUTH, SETTINGS, STORE
+from .web_connections import read_body
+from .web_state import AUTH, PARSER, SETTINGS, STORE
 
 _XML_TYPES = {"application/xml", "text/xml", "application/octet-stream", ""}
 _MAX_IDEMPOTENCY_KEY = 200
@@ -52,8 +52,8 @@ async def publish(request: web.Request, topic: str) -> web.Response:
     request.app[AUTH].check(topic, request.headers.get("Authorization"))
     _check_content_type(request)
     idempotency_key = _idempotency_key(request)
-    body = await request.read()
-    changes = changes_from_document(body, request.app[SETTINGS].max_body_bytes)
+    body = await read_body(request, request.app[SETTINGS])
+    changes = await request.app[PARSER].packed(body)
     # The digest only matters to tell a retry from a reuse of its Idempotency-Key.
     digest = hashlib.sha256(body).hexdigest() if idempotency_key is not None else ""
     stored = await request.app[STORE].append(

@@ -11,8 +11,10 @@ from .delivery import DeliveryService
 from .embedded_redis import EmbeddedRedis
 from .feed import FeedHub
 from .forwarding import TrustedPeers
+from .health import RedisHealth
 from .ownership import Ownership
 from .pages import PageChain
+from .parsing import DocumentParser
 from .settings import Settings
 from .snapshots import ResourceSnapshots
 from .store import EventStore
@@ -22,6 +24,7 @@ from .topic_admin import TopicAdmin
 from .topics import HubUrls
 from .web_cache import ByteCache
 from .web_client import HttpClient
+from .web_connections import ConnectionGuard
 
 SETTINGS = web.AppKey("settings", Settings)
 URLS = web.AppKey("urls", HubUrls)
@@ -45,3 +48,6 @@ OPERATORS = web.AppKey("operators", OperatorAccess)
 TRUSTED_PEERS = web.AppKey("trusted_peers", TrustedPeers)
 TOPIC_ADMIN = web.AppKey("topic_admin", TopicAdmin)
 STATS = web.AppKey("stats", StreamStats)
+PARSER = web.AppKey("parser", DocumentParser)
+REDIS_HEALTH = web.AppKey("redis_health", RedisHealth)
+GUARD = web.AppKey("connection_guard", ConnectionGuard)

@@ -27,7 +27,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from . import metrics
 from .events import EventFilter, EventKey, parse_id
-from .exceptions import Gone
+from .exceptions import BadRequest, Gone
 from .feed import ClientStream, TopicFeed
 from .tasks import cancel_and_wait
 from .topics import check_name
@@ -65,12 +65,23 @@ def _start_cursor(request: web.Request, feed: TopicFeed) -> EventKey:
     return feed.last_key
 
 
-async def check_no_gap(request: web.Request, topic: str, since: str) -> None:
-    """410 when retention removed events after ``since`` (``0`` asks for what is retained)."""
+async def check_since(request: web.Request, topic: str, since: str, what: str = "since") -> None:
+    """A resume point must lie within the stream: 400 when it is beyond the topic's last id
+    (a typo, or a position from another hub, would otherwise wait forever), 410 when
+    retention removed events after it (``0`` asks for what is retained)."""
     key = parse_id(since)
     if key == (0, 0):
         return
-    trimmed = await request.app[STORE].trimmed_through(topic)
+    facts = await request.app[STORE].facts(topic)
+    last = facts.last_id
+    if last is None or key > parse_id(last):
+        raise BadRequest(
+            f"{what}={since} is beyond the last event id of topic {topic} "
+            f"({last or 'none: nothing published yet'}); resume from an id this hub gave out, "
+            "or pass 0 for everything retained",
+            last_id=last,
+        )
+    trimmed = facts.trimmed_through
     if trimmed is not None and key < parse_id(trimmed):
         resourcelist = request.app[URLS].resourcelist(topic)
         raise Gone(
@@ -90,7 +101,7 @@ async def _following(
     check_read(request, topic, query_token=True)
     since = _since(request)
     if since:
-        await check_no_gap(request, topic, since.strip())  # 400/410 before any upgrade
+        await check_since(request, topic, since.strip())  # 400/410 before any upgrade
     event_filter = EventFilter.from_query(request.query, request.query.getall("prefix", []))
     feeds = request.app[FEEDS]
     feed = await feeds.acquire(topic)

@@ -16,11 +16,13 @@ import hashlib
 from aiohttp import web
 
 from . import metrics, websub
-from .events import Change, changes_from_document
+from .events import Change
 from .exceptions import BadRequest
 from .web_access import check_read, request_urls
+from .web_connections import read_form
 from .web_publish import accepted, publish_to_self_link
-from .web_state import AUTH, CLIENT, DELIVERY, SETTINGS, STORE
+from .web_state import AUTH, CLIENT, DELIVERY, PARSER, SETTINGS, STORE
+from .web_streams import check_since
 
 _FORM = "application/x-www-form-urlencoded"
 _MAX_FORM_BYTES = 16 * 1024
@@ -35,8 +37,8 @@ async def hub_endpoint(request: web.Request) -> web.StreamResponse:
 async def _websub_request(request: web.Request) -> web.Response:
     if (request.content_length or 0) > _MAX_FORM_BYTES:
         raise BadRequest(f"a WebSub request body must be under {_MAX_FORM_BYTES} bytes")
-    form = {k: str(v) for k, v in (await request.post()).items()}
     settings = request.app[SETTINGS]
+    form = await read_form(request, settings)
     service, client = request.app[DELIVERY], request.app[CLIENT]
     try:
         parsed = websub.parse_request(
@@ -55,6 +57,8 @@ async def _websub_request(request: web.Request) -> web.Response:
     if parsed.mode is websub.Mode.SUBSCRIBE:
         check_read(request, parsed.topic)
     await client.check_address(parsed.callback)
+    if parsed.since is not None and parsed.mode is websub.Mode.SUBSCRIBE:
+        await check_since(request, parsed.topic, parsed.since, "hub.since")
     await service.request(parsed)
     return web.Response(
         status=202,
@@ -76,7 +80,7 @@ async def _publish_ping(request: web.Request, ping: websub.PublishPing) -> web.R
         return accepted({"topic": topic, "accepted": 0, "ids": [], "note": note})
     client = app[CLIENT]
     await client.check_address(ping.url, what="hub.url")
-    changes = changes_from_document(await client.fetch_document(ping.url), settings.max_body_bytes)
+    changes = await app[PARSER].changes(await client.fetch_document(ping.url))
     digests = [_digest(c) for c in changes]
     unseen = await store.unseen(topic, digests)
     fresh = [(c, d) for c, d, new in zip(changes, digests, unseen, strict=True) if new]

@@ -14,12 +14,15 @@ from dataclasses import dataclass
 from enum import StrEnum
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
+from .addresses import MAX_URL_LENGTH, check_http_url
 from .events import parse_id
 from .exceptions import BadRequest
 from .topics import HubUrls
 
 MAX_SECRET_BYTES = 200  # §5.1: hub.secret MUST be less than 200 bytes
-MAX_CALLBACK_LENGTH = 2048
+MAX_CALLBACK_LENGTH = MAX_URL_LENGTH
+#: A longer hub.lease_seconds asks for "as long as possible": it gets the maximum.
+_MAX_LEASE_DIGITS = 12
 
 
 class TopicDenied(BadRequest):
@@ -79,9 +82,11 @@ def parse_request(
             f"hub.mode must be subscribe, unsubscribe or publish, got {mode_text[:40]!r}"
         ) from None
     if mode is Mode.PUBLISH:
-        url = form.get("hub.url") or form.get("hub.topic") or ""
+        what = "hub.url" if form.get("hub.url") else "hub.topic"
+        url = (form.get("hub.url") or form.get("hub.topic") or "").strip()
         if not url:
             raise BadRequest("hub.mode=publish needs hub.url (or hub.topic)")
+        check_http_url(url, what)
         return PublishPing(url)
 
     callback = check_callback_syntax(form.get("hub.callback", "").strip())
@@ -95,9 +100,12 @@ def parse_request(
 
     lease_text = form.get("hub.lease_seconds", "").strip()
     if lease_text:
-        if not lease_text.isdigit():
+        if not (lease_text.isascii() and lease_text.isdigit()):
             raise BadRequest(f"hub.lease_seconds must be a whole number, got {lease_text[:20]!r}")
-        lease = min(max(int(lease_text), lease_min), lease_max)
+        if len(lease_text) > _MAX_LEASE_DIGITS:
+            lease = lease_max
+        else:
+            lease = min(max(int(lease_text), lease_min), lease_max)
     else:
         lease = lease_default
 
@@ -115,15 +123,7 @@ def parse_request(
 
 
 def check_callback_syntax(callback: str) -> str:
-    if not callback:
-        raise BadRequest("hub.callback is required")
-    if len(callback) > MAX_CALLBACK_LENGTH:
-        raise BadRequest(f"hub.callback is longer than {MAX_CALLBACK_LENGTH} characters")
-    parts = urlsplit(callback)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BadRequest(f"hub.callback must be an absolute http(s) URL, got {callback[:200]!r}")
-    if parts.username or parts.password:
-        raise BadRequest("hub.callback must not carry credentials")
+    check_http_url(callback, "hub.callback")
     return callback
 
 
@@ -167,6 +167,7 @@ def backoff(failures: int, base: float, cap: float, rng: random.Random | None = 
 
 def retry_after(value: str | None) -> float | None:
     """A ``Retry-After`` header in seconds (the HTTP-date form is not honoured)."""
-    if value and value.strip().isdigit():
-        return float(value.strip())
+    text = (value or "").strip()
+    if text.isascii() and text.isdigit() and len(text) <= 12:
+        return float(text)
     return None

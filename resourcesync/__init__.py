@@ -9,11 +9,13 @@ from .datetimes import format_datetime, parse_datetime
 from .exceptions import (
     DocumentError,
     DocumentTooLargeError,
+    LimitExceededError,
     ParseError,
     ResourceSyncError,
     UnsafeDocumentError,
     ValidationError,
 )
+from .limits import DEFAULT_LIMITS, Limits
 from .models import (
     DOCUMENT_TYPES,
     Capability,
@@ -43,6 +45,7 @@ from .serialize import serialize
 from .validate import validate
 
 __all__ = [
+    "DEFAULT_LIMITS",
     "DOCUMENT_TYPES",
     "Capability",
     "CapabilityList",
@@ -58,6 +61,8 @@ __all__ = [
     "DocumentError",
     "DocumentTooLargeError",
     "Entry",
+    "LimitExceededError",
+    "Limits",
     # models
     "Link",
     "Metadata",

@@ -7,10 +7,13 @@ The tree::
         ├── ParseError                not XML, wrong root element, wrong namespace
         ├── UnsafeDocumentError       DTD / entity declarations, nesting too deep
         ├── DocumentTooLargeError     more than ``max_bytes`` bytes, http_status 413
+        ├── LimitExceededError        over a parse limit (attributes, value size, entries,
+        │                             links; :class:`resourcesync.limits.Limits`)
         └── ValidationError           well-formed XML that breaks a ResourceSync rule
 
 Every :class:`DocumentError` carries ``http_status``, the status a server should answer
-with when the document came in a request body.
+with when the document came in a request body. Every exception here pickles (a server may
+parse in a worker process and re-raise the error in the parent).
 
 :class:`ValidationError` names the broken rule with a stable id (``rule``), the document's
 capability (``document``) and the 0-based entry index (``index``, ``None`` for the root).
@@ -62,6 +65,7 @@ from __future__ import annotations
 __all__ = [
     "DocumentError",
     "DocumentTooLargeError",
+    "LimitExceededError",
     "ParseError",
     "ResourceSyncError",
     "UnsafeDocumentError",
@@ -99,6 +103,28 @@ class DocumentTooLargeError(DocumentError):
         self.size = size
         self.limit = limit
 
+    def __reduce__(self) -> tuple[type[DocumentTooLargeError], tuple[int, int]]:
+        return type(self), (self.size, self.limit)
+
+
+class LimitExceededError(DocumentError):
+    """A parse limit is exceeded; ``limit`` names it (a field of ``Limits``)."""
+
+    def __init__(self, limit: str, value: int, maximum: int, where: str) -> None:
+        super().__init__(f"{where}: {value:,} is more than the limit of {maximum:,} ({limit})")
+        #: The field of :class:`resourcesync.limits.Limits` that was exceeded.
+        self.limit = limit
+        self.value = value
+        self.maximum = maximum
+        self.where = where
+        #: Stable rule id, ``limit.<field>``.
+        self.rule = f"limit.{limit}"
+        #: 0-based entry index, when the limit was exceeded inside an entry.
+        self.index: int | None = None
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return type(self), (self.limit, self.value, self.maximum, self.where), self.__dict__
+
 
 class ValidationError(DocumentError):
     """A ResourceSync rule is broken; ``rule``, ``document`` and ``index`` say which."""
@@ -115,3 +141,6 @@ class ValidationError(DocumentError):
         self.index = index
         #: Human-readable detail without the location prefix.
         self.detail = detail
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return type(self), (self.rule, self.document, self.index, self.detail)

@@ -2,7 +2,9 @@
 
 Hostile input is expected (the hub parses request bodies), so before anything else the
 size is checked, then lxml parses with entity resolution, DTD loading and network access
-off; any DOCTYPE is rejected outright and nesting is bounded. The walk compares tags
+off; any DOCTYPE is rejected outright and nesting is bounded. Whatever the walk reads is
+bounded by :class:`~resourcesync.limits.Limits` before it is read (attribute counts, value
+sizes, entries, links), so parsing time stays linear in the document's size. The walk compares tags
 against precomputed ``{namespace}name`` strings and builds models without pydantic
 validation: every value is converted and checked here, then the ResourceSync rules run
 once over the models (:func:`resourcesync.validate.check_document`).
@@ -21,10 +23,12 @@ from lxml import etree
 from .datetimes import UTC_SECONDS, parse_datetime
 from .exceptions import (
     DocumentTooLargeError,
+    LimitExceededError,
     ParseError,
     UnsafeDocumentError,
     ValidationError,
 )
+from .limits import DEFAULT_LIMITS, Limits
 from .models import (
     DOCUMENT_TYPES,
     Capability,
@@ -159,13 +163,27 @@ _new = object.__new__
 
 
 def _build(
-    cls: type[M], element: Any, table: dict[str, tuple[str, _Converter]], defaults: dict[str, Any]
+    cls: type[M],
+    element: Any,
+    table: dict[str, tuple[str, _Converter]],
+    defaults: dict[str, Any],
+    limits: Limits,
 ) -> M:
     """Build a Metadata or Link from an element's attributes, without pydantic."""
+    # Counted first: lxml's items() is quadratic in the number of attributes.
+    count = len(element.attrib)
+    if count > limits.max_attributes:
+        where = "rs:md" if cls is Metadata else "rs:ln"
+        raise LimitExceededError("max_attributes", count, limits.max_attributes, f"<{where}>")
     fields = defaults.copy()
     present = set()
     extra: dict[str, str] = {}
+    max_chars = limits.max_value_chars
     for key, value in element.items():
+        if len(value) > max_chars:
+            raise LimitExceededError(
+                "max_value_chars", len(value), max_chars, f"attribute {key[:100]!r}"
+            )
         slot = table.get(key)
         if slot is None:
             extra[key] = value
@@ -230,6 +248,7 @@ def parse(
     *,
     max_bytes: int = MAX_BYTES,
     validate: bool = True,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> Document:
     """Parse a ResourceSync document and return the matching :class:`Document` subclass.
 
@@ -240,6 +259,7 @@ def parse(
 
     Raises:
         DocumentTooLargeError: ``data`` is longer than ``max_bytes`` (checked first).
+        LimitExceededError: a bound of ``limits`` is exceeded (named in ``limit``).
         UnsafeDocumentError: a DOCTYPE (hence DTDs, entities) or excessive nesting.
         ParseError: not well-formed XML, or not a Sitemap ``urlset``/``sitemapindex``.
         ValidationError: a ResourceSync rule is broken.
@@ -320,16 +340,26 @@ def parse(
             None,
             f"{len(entry_elements)} entries, more than the limit of {MAX_ENTRIES}",
         )
+    if len(entry_elements) > limits.max_entries:
+        raise LimitExceededError(
+            "max_entries", len(entry_elements), limits.max_entries, f"{name} entries"
+        )
+    if len(link_elements) > limits.max_links:
+        raise LimitExceededError(
+            "max_links", len(link_elements), limits.max_links, f"{name} root <rs:ln>"
+        )
 
     try:
-        md = _build(Metadata, md_element, _MD_ATTRIBUTES, _MD_DEFAULTS)
-        links = tuple(_build(Link, el, _LN_ATTRIBUTES, _LN_DEFAULTS) for el in link_elements)
+        md = _build(Metadata, md_element, _MD_ATTRIBUTES, _MD_DEFAULTS, limits)
+        links = tuple(
+            _build(Link, el, _LN_ATTRIBUTES, _LN_DEFAULTS, limits) for el in link_elements
+        )
         if len(entry_elements) < _GC_PAUSE_MIN_ENTRIES:
-            entries = _entries(entry_elements)
+            entries = _entries(entry_elements, limits)
         else:
             _pause_gc()
             try:
-                entries = _entries(entry_elements)
+                entries = _entries(entry_elements, limits)
             finally:
                 _resume_gc()
     except _Invalid as exc:
@@ -342,7 +372,7 @@ def parse(
     return document
 
 
-def _entries(elements: list[Any]) -> tuple[Entry, ...]:
+def _entries(elements: list[Any], limits: Limits) -> tuple[Entry, ...]:
     """Build the entries: the hot loop, hence locals for globals and no pydantic."""
     loc_tag, lastmod_tag, md_tag, ln_tag, changefreq_tag = LOC, LASTMOD, RS_MD, RS_LN, CHANGEFREQ
     build, datetime_, new, setattr_ = _build, _datetime, _new, _setattr
@@ -354,23 +384,32 @@ def _entries(elements: list[Any]) -> tuple[Entry, ...]:
         _LN_DEFAULTS,
     )
     entry_fields = _ENTRY_FIELDS
+    max_chars, max_links = limits.max_value_chars, limits.max_links
     entries: list[Entry] = []
     append = entries.append
     index = 0
     try:
         for index, element in enumerate(elements):  # noqa: B007  # used on error
             loc = lastmod = changefreq = md = None
-            links: Any = ()
+            links: list[Link] = []
             for child in element:
                 tag = child.tag
                 if tag == loc_tag:
                     if loc is not None:
                         raise _Invalid("entry.element-repeated", "two <loc>")
-                    loc = (child.text or "").strip()
+                    loc = child.text or ""
+                    if len(loc) > max_chars:
+                        raise LimitExceededError("max_value_chars", len(loc), max_chars, "<loc>")
+                    loc = loc.strip()
                 elif tag == lastmod_tag:
                     if lastmod is not None:
                         raise _Invalid("entry.element-repeated", "two <lastmod>")
-                    text = (child.text or "").strip()
+                    text = child.text or ""
+                    if len(text) > max_chars:
+                        raise LimitExceededError(
+                            "max_value_chars", len(text), max_chars, "<lastmod>"
+                        )
+                    text = text.strip()
                     # Inline fast path for "YYYY-MM-DDThh:mm:ssZ"; anything else, or an
                     # impossible date, goes through parse_datetime for the full rules.
                     if fast(text) is not None:
@@ -383,13 +422,17 @@ def _entries(elements: list[Any]) -> tuple[Entry, ...]:
                 elif tag == md_tag:
                     if md is not None:
                         raise _Invalid("entry.element-repeated", "two <rs:md>")
-                    md = build(Metadata, child, md_table, md_defaults)
+                    md = build(Metadata, child, md_table, md_defaults, limits)
                 elif tag == ln_tag:
-                    links += (build(Link, child, ln_table, ln_defaults),)
+                    if len(links) == max_links:
+                        raise LimitExceededError(
+                            "max_links", max_links + 1, max_links, "<rs:ln> in one entry"
+                        )
+                    links.append(build(Link, child, ln_table, ln_defaults, limits))
                 elif tag == changefreq_tag:
                     if changefreq is not None:
                         raise _Invalid("entry.element-repeated", "two <changefreq>")
-                    changefreq = (child.text or "").strip()
+                    changefreq = (child.text or "")[:max_chars].strip()
                 elif isinstance(tag, str):
                     _check_depth(child, 3)
             entry = new(Entry)
@@ -401,7 +444,7 @@ def _entries(elements: list[Any]) -> tuple[Entry, ...]:
                     "lastmod": lastmod,
                     "changefreq": changefreq,
                     "md": md,
-                    "links": links,
+                    "links": tuple(links),
                 },
             )
             # Shared: frozen models never mutate it, and model_copy() copies it first.
@@ -409,7 +452,7 @@ def _entries(elements: list[Any]) -> tuple[Entry, ...]:
             setattr_(entry, "__pydantic_extra__", None)
             setattr_(entry, "__pydantic_private__", None)
             append(entry)
-    except _Invalid as exc:
+    except (_Invalid, LimitExceededError) as exc:
         exc.index = index
         raise
     return tuple(entries)

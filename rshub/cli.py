@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import shtab
@@ -19,11 +20,22 @@ import shtab
 _COMMAND_MODULES = ("hub.cli", "publisher.cli", "subscriber.cli")
 
 
+def package_version() -> str:
+    """The installed distribution's version (what a bug report should quote)."""
+    try:
+        return version("rshub")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        from hub import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rshub",
         description="ResourceSync change-notification hub, publisher and subscriber.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     for name in _COMMAND_MODULES:

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from hub.embedded_redis import EmbeddedRedis
 from hub.settings import Settings
-from hub.web_app import create_app
+from hub.web_app import create_app, start
 from hub.web_state import CONNECTIONS
 from tests.redis_cluster import redis_cluster  # noqa: F401  (a session fixture)
 from tests.support import free_port
@@ -59,11 +59,9 @@ class Hub:
 
 
 async def start_hub(settings: Settings, redis_url: str) -> tuple[web.AppRunner, web.Application]:
+    """The hub as ``rshub serve`` builds it (guarded site, timeouts), in this process."""
     app = create_app(settings, redis_url)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
-    await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port)
-    await site.start()
+    runner, _site = await start(app, shutdown_timeout=2.0)
     return runner, app
 
 
@@ -75,7 +73,9 @@ def hub_settings() -> dict[str, Any]:
 
 @pytest.fixture
 async def hub(redis_url: str, hub_settings: dict[str, Any]) -> AsyncIterator[Hub]:
-    settings = Settings(host="127.0.0.1", port=free_port(), **hub_settings)
+    # The tests' callbacks listen on 127.0.0.1: allowed explicitly (the default refuses them).
+    overrides = {"allow_private_callbacks": True, **hub_settings}
+    settings = Settings(host="127.0.0.1", port=free_port(), **overrides)
     runner, app = await start_hub(settings, redis_url)
     async with aiohttp.ClientSession() as session:
         yield Hub(settings.public_url, app, settings, session)

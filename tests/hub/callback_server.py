@@ -78,6 +78,10 @@ class CallbackServer:
         self.url = f"http://127.0.0.1:{port}{path}"
         return self
 
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1].split("/", 1)[0])
+
     async def stop(self) -> None:
         if self._runner:
             await self._runner.cleanup()

@@ -81,7 +81,7 @@ async def publish_all(
 
 @pytest.mark.timeout(180)
 async def test_sigkill_midway_loses_nothing(tmp_path: Path) -> None:
-    hub = HubProcess(str(tmp_path)).start()
+    hub = HubProcess(str(tmp_path), None, "--allow-private-callbacks").start()
     callback = await CallbackServer().start()
     ws_ids: list[str] = []
     sse_ids: list[str] = []

@@ -167,3 +167,10 @@ def test_backoff_grows_exponentially_with_equal_jitter_and_a_cap() -> None:
 )
 def test_retry_after(value: str | None, seconds: float | None) -> None:
     assert websub.retry_after(value) == seconds
+
+
+def test_retry_after_takes_only_ascii_seconds() -> None:
+    """A callback's header must not crash its delivery worker (``float("²")`` raises)."""
+    assert websub.retry_after(" 30 ") == 30.0
+    for hostile in ("²", "٣", "9" * 5000, "-1", "1.5", "", None):
+        assert websub.retry_after(hostile) is None

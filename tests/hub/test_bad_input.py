@@ -1,0 +1,118 @@
+"""Every malformed request is a 4xx with a message, and the hub logs no traceback for it."""
+
+from __future__ import annotations
+
+import gzip
+import logging
+from typing import Any
+
+import pytest
+
+from tests.conftest import Hub
+from tests.support import changes, notification
+
+FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+
+
+def form(hub: Hub, **fields: str) -> bytes:
+    base = {
+        "hub.mode": "subscribe",
+        "hub.topic": f"{hub.url}/topics/t",
+        "hub.callback": "http://example.org/cb",
+    }
+    base.update(fields)
+    from urllib.parse import urlencode
+
+    return urlencode(base).encode()
+
+
+def assert_no_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    bad = [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    assert not bad, [r.getMessage() for r in bad]
+
+
+async def post(hub: Hub, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, Any]:
+    resp = await hub.session.post(hub.url + path, data=body, headers=headers)
+    text = await resp.text(errors="replace")
+    return resp.status, text
+
+
+@pytest.mark.parametrize(
+    "name,fields",
+    [
+        ("superscript lease", {"hub.lease_seconds": "²"}),
+        ("bad IPv6 callback", {"hub.callback": "http://[::1/x"}),
+        ("bad port callback", {"hub.callback": "http://example.org:99999/x"}),
+        ("CRLF in callback", {"hub.callback": "http://example.org/a\r\nX-Injected: 1"}),
+        ("tab in callback", {"hub.callback": "http://example.org/a\tb"}),
+        ("bad IPv6 ping", {"hub.mode": "publish", "hub.url": "http://[::1/x"}),
+    ],
+)
+async def test_bad_websub_fields_are_400(
+    hub: Hub, caplog: pytest.LogCaptureFixture, name: str, fields: dict[str, str]
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    status, text = await post(hub, "/", form(hub, **fields), FORM)
+    assert 400 <= status < 500, (name, status, text)
+    assert '"error"' in text or "denied" in text
+    assert_no_traceback(caplog)
+
+
+async def test_a_5000_digit_lease_gets_the_longest_lease(
+    hub: Hub, caplog: pytest.LogCaptureFixture
+) -> None:
+    from hub import websub
+    from hub.topics import HubUrls
+
+    caplog.set_level(logging.DEBUG)
+    status, text = await post(hub, "/", form(hub, **{"hub.lease_seconds": "9" * 5000}), FORM)
+    assert status == 202, text
+    parsed = websub.parse_request(
+        {
+            "hub.mode": "subscribe",
+            "hub.topic": f"{hub.url}/topics/t",
+            "hub.callback": "http://example.org/cb",
+            "hub.lease_seconds": "9" * 5000,
+        },
+        urls=HubUrls(hub.url),
+        lease_default=100,
+        lease_min=60,
+        lease_max=1000,
+    )
+    assert isinstance(parsed, websub.SubscriptionRequest) and parsed.lease_seconds == 1000
+    assert_no_traceback(caplog)
+
+
+async def test_a_malformed_topic_url_is_denied(hub: Hub, caplog: pytest.LogCaptureFixture) -> None:
+    """WebSub §5.2: a well-formed request for a topic the hub will not serve is denied."""
+    caplog.set_level(logging.DEBUG)
+    status, text = await post(hub, "/", form(hub, **{"hub.topic": "http://[::1/x"}), FORM)
+    assert status == 202 and text.startswith("denied: topic is not a valid URL"), text
+    assert_no_traceback(caplog)
+
+
+async def test_invalid_utf8_in_a_websub_form_is_400(
+    hub: Hub, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    status, text = await post(hub, "/", form(hub) + b"&hub.secret=\xff\xfe", FORM)
+    assert status == 400, text
+    assert "UTF-8" in text
+    assert_no_traceback(caplog)
+
+
+async def test_a_body_that_claims_gzip_but_is_not_is_400(
+    hub: Hub, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    headers = {"Content-Type": "application/xml", "Content-Encoding": "gzip"}
+    status, text = await post(hub, "/topics/t", notification(changes(1)), headers)
+    assert status == 400, text
+    assert "gzip" in text.lower() or "encoding" in text.lower()
+    assert_no_traceback(caplog)
+
+
+async def test_a_real_gzip_body_is_still_accepted(hub: Hub) -> None:
+    headers = {"Content-Type": "application/xml", "Content-Encoding": "gzip"}
+    status, text = await post(hub, "/topics/t", gzip.compress(notification(changes(2))), headers)
+    assert status == 202, text

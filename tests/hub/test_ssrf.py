@@ -1,0 +1,116 @@
+"""SSRF: the hub refuses to connect to non-public addresses, checked on the connected address.
+
+The callbacks here are real servers on 127.0.0.1; the hub must not reach them unless
+``allow_private_callbacks`` is set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from hub.exceptions import BadGateway, CallbackFailed
+from hub.settings import Settings
+from hub.web_client import HttpClient
+from tests.conftest import Hub, start_hub
+from tests.hub.callback_server import CallbackServer
+from tests.support import changes, free_port, notification, wait_for
+
+
+@pytest.fixture
+async def callback() -> AsyncIterator[CallbackServer]:
+    server = await CallbackServer().start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+def hub_settings() -> dict[str, Any]:
+    return {"allow_private_callbacks": False}
+
+
+@pytest.mark.parametrize(
+    "host,why",
+    [
+        ("[64:ff9b::7f00:1]", "NAT64"),
+        ("[::127.0.0.1]", "IPv4-compatible"),
+        ("[2002:7f00:1::1]", "6to4"),
+        ("[::ffff:127.0.0.1]", "IPv4-mapped"),
+        ("127.0.0.1", "loopback"),
+        ("[::1]", "loopback"),
+        ("169.254.169.254", "link-local"),
+        ("10.0.0.1", "private"),
+    ],
+)
+async def test_callbacks_on_non_public_addresses_are_refused(
+    hub: Hub, callback: CallbackServer, host: str, why: str
+) -> None:
+    form = {
+        "hub.mode": "subscribe",
+        "hub.topic": f"{hub.url}/topics/t",
+        "hub.callback": f"http://{host}:{callback.port}/cb",
+    }
+    resp = await hub.session.post(hub.url + "/", data=form)
+    assert resp.status == 400
+    assert why in (await resp.json())["error"]
+    assert callback.verifications == []
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+async def test_the_connected_address_is_checked_on_every_request(
+    callback: CallbackServer, host: str
+) -> None:
+    """No name check before: the socket itself refuses (what stops DNS rebinding)."""
+    client = HttpClient(Settings(allow_private_callbacks=False))
+    url = f"http://{host}:{callback.port}/cb"
+    try:
+        with pytest.raises(CallbackFailed, match="refusing to connect to"):
+            await client.post(url, notification(changes(1)), {"Content-Type": "application/xml"})
+        with pytest.raises(CallbackFailed, match="a loopback address"):
+            await client.get(url + "?hub.challenge=x", 100)
+        with pytest.raises(BadGateway, match="refusing to connect to"):
+            await client.fetch_document(url)
+    finally:
+        await client.close()
+    assert callback.verifications == [] and callback.deliveries == []
+
+
+async def test_a_stored_subscription_is_not_delivered_once_its_address_is_refused(
+    redis_url: str, callback: CallbackServer
+) -> None:
+    """A subscription accepted earlier (as if its name then resolved to a public address)
+    gets no delivery when the address connected to is private."""
+    port = free_port()
+    allowed = Settings(host="127.0.0.1", port=port, allow_private_callbacks=True)
+    refused = Settings(host="127.0.0.1", port=port, retry_base_seconds=0.02)
+    runner, app = await start_hub(allowed, redis_url)
+    async with aiohttp.ClientSession() as session:
+        hub = Hub(allowed.public_url, app, allowed, session)
+        form = {
+            "hub.mode": "subscribe",
+            "hub.topic": f"{hub.url}/topics/t",
+            "hub.callback": callback.url,
+        }
+        assert (await session.post(hub.url + "/", data=form)).status == 202
+        await wait_for(lambda: len(callback.verifications) == 1)
+        await hub.publish("t", notification(changes(1)))
+        await wait_for(lambda: len(callback.deliveries) == 1)
+        await runner.cleanup()
+
+        runner, app = await start_hub(refused, redis_url)
+        hub = Hub(refused.public_url, app, refused, session)
+        await hub.publish("t", notification(changes(1, start=1)))
+        from hub.subscriptions import SubscriptionStore
+
+        store = SubscriptionStore(hub.redis)
+
+        async def failed() -> bool:
+            sub = await store.get("t", callback.url)
+            return sub is not None and "refusing to connect" in (sub.last_error or "")
+
+        await wait_for(failed)
+        await runner.cleanup()
+    assert len(callback.deliveries) == 1

@@ -1,0 +1,77 @@
+"""``rshub serve`` with bad settings: exit 2 and one stderr line naming the setting."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import HubProcess, free_port
+
+
+def serve(
+    tmp_path: Path, *argv: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rshub",
+            "serve",
+            "--data-dir",
+            str(tmp_path),
+            "--port",
+            str(free_port()),
+            *argv,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.mark.parametrize(
+    "env,argv,names",
+    [
+        ({"RSHUB_TOKENS": "abc"}, [], "RSHUB_TOKENS"),
+        ({"RSHUB_TOPIC_TOKENS": "{bad"}, [], "RSHUB_TOPIC_TOKENS"),
+        ({"RSHUB_APPENDFSYNC": "sometimes"}, [], "RSHUB_APPENDFSYNC"),
+        ({"RSHUB_MAX_CONNECTIONS": "0"}, [], "RSHUB_MAX_CONNECTIONS"),
+        ({}, ["--redis-url", "notaurl"], "RSHUB_REDIS_URL"),
+        ({}, ["--redis-url", "redis://[::1"], "RSHUB_REDIS_URL"),
+        ({}, ["--redis-url", "redis://127.0.0.1:99999"], "RSHUB_REDIS_URL"),
+        ({}, ["--redis-url", "redis://127.0.0.1:1"], "RSHUB_REDIS_URL"),  # nothing listens
+    ],
+)
+def test_a_bad_setting_is_one_line_naming_it(
+    tmp_path: Path, env: dict[str, str], argv: list[str], names: str
+) -> None:
+    done = serve(tmp_path, *argv, env=env)
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("rshub serve: bad setting: ") and names in lines[0]
+    assert "Traceback" not in done.stderr + done.stdout
+
+
+def test_listening_is_logged_only_once_listening(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = serve(tmp_path, "--port", str(port))
+    assert done.returncode == 1 and "cannot listen" in done.stderr
+    assert "listening on" not in done.stderr + done.stdout
+    assert "Traceback" not in done.stderr + done.stdout
+
+    (tmp_path / "ok").mkdir()
+    hub = HubProcess(str(tmp_path / "ok")).start()
+    try:
+        assert f"listening on http://127.0.0.1:{hub.port}" in hub.log()
+    finally:
+        hub.stop()
