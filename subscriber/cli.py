@@ -108,6 +108,14 @@ def add_parsers(subparsers: Any) -> None:
     sync.add_argument(
         "--concurrency", type=int, default=16, help="parallel fetches (default %(default)s)"
     )
+    sync.add_argument(
+        "--resourcelist-interval",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="baseline synchronization only: every SECONDS re-read the whole Resource "
+        "List and fetch what differs, instead of following changes",
+    )
     progress = sync.add_mutually_exclusive_group()
     progress.add_argument(
         "--progress",
@@ -263,6 +271,10 @@ async def _sync(args: argparse.Namespace) -> int:
             report(f"{dest} mirrors {known}, not {_identity(args)}; use another --dest")
             return 2
         position.extra["identity"] = _identity(args)
+        if args.resourcelist_interval:
+            await _resync(mirror, documents, args.resourcelist_interval)
+            report(f"summary: {mirror.stats.summary()} in {time.monotonic() - started:.1f}s")
+            return 1 if mirror.stats.rejected or mirror.stats.failed else 0
         if args.once:
             args.via = "poll"
         follower = _follower(args, session, position, store.save)
@@ -297,3 +309,12 @@ async def _sync(args: argparse.Namespace) -> int:
             await follower.close()
             report(f"summary: {mirror.stats.summary()} in {time.monotonic() - started:.1f}s")
     return 1 if mirror.stats.rejected or mirror.stats.failed else 0
+
+
+async def _resync(mirror: Mirror, documents: Poller, interval: float) -> None:
+    """Resource List polling: a baseline every ``interval`` s (start to start) until stopped."""
+    with contextlib.suppress(asyncio.CancelledError):  # SIGTERM/SIGINT: stop
+        while True:
+            began = time.monotonic()
+            await mirror.baseline(documents.resources())
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - began)))
