@@ -104,10 +104,34 @@ class Destination:
     args: list[str]
     dest: Path
     webhook: bool = False
+    #: Run ``rshub sync --once`` every this many seconds instead of one long process.
+    every: float | None = None
     proc: subprocess.Popen[bytes] | None = None
+    pids: set[int] = field(default_factory=set)
+    runs: list[tuple[float, float]] = field(default_factory=list)  # --once: (start, CPU s)
     initial: dict[str, str] = field(default_factory=dict)
     copies: list[Change] = field(default_factory=list)
     writes: list[tuple[float, int]] = field(default_factory=list)  # (time, bytes written)
+
+
+def launch(log: Path, argv: list[str]) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, *argv], stdout=out, stderr=subprocess.STDOUT)
+
+
+async def poll_every(d: Destination, argv: list[str], work: Path, stop: asyncio.Event) -> None:
+    """Destination-triggered Change List sync: ``rshub sync --once`` every ``d.every`` s."""
+    assert d.every is not None
+    while not stop.is_set():
+        began = time.monotonic()
+        proc = launch(work / f"{d.dest.name}.log", argv)
+        d.proc = proc
+        d.pids.add(proc.pid)
+        _, status, usage = await asyncio.to_thread(os.wait4, proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        d.runs.append((began, usage.ru_utime + usage.ru_stime))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), max(0.0, d.every - (time.monotonic() - began)))
 
 
 class Watcher:
@@ -221,15 +245,17 @@ class Proxy:
         return dict(json.loads(line))
 
 
-def transferred(before: dict[str, list[int]], after: dict[str, list[int]], d: Destination) -> int:
-    assert d.proc is not None
-    total = 0
+def transferred(
+    before: dict[str, list[int]], after: dict[str, list[int]], d: Destination
+) -> dict[str, int]:
+    """Bytes ``d`` transferred between two snapshots, per forwarder (hub, src, cb)."""
+    out = {"hub": 0, "src": 0, "cb": 0}
     for key, (up, down) in after.items():
         name, pid = key.split()
-        if (name in ("hub", "src") and int(pid) == d.proc.pid) or (name == "cb" and d.webhook):
+        if (name in ("hub", "src") and int(pid) in d.pids) or (name == "cb" and d.webhook):
             b_up, b_down = before.get(key, [0, 0])
-            total += up - b_up + down - b_down
-    return total
+            out[name] += up - b_up + down - b_down
+    return out
 
 
 @dataclass
@@ -264,6 +290,9 @@ async def run_setup(
         return proc
 
     watcher: Watcher | None = None
+    dests: list[Destination] = []
+    pollers: list[asyncio.Task[None]] = []
+    stop = asyncio.Event()
     phases: list[str] = []
     mark = time.monotonic()
 
@@ -334,8 +363,12 @@ async def run_setup(
         dests = [
             Destination(f"{rl} {p1:g} s", ["--resourcelist-interval", str(p1)], work / "rl1"),
             Destination(f"{rl} {p2:g} s", ["--resourcelist-interval", str(p2)], work / "rl2"),
-            Destination(f"{cl} {p1:g} s", ["--via", "poll", "--interval", str(p1)], work / "cl1"),
-            Destination(f"{cl} {p2:g} s", ["--via", "poll", "--interval", str(p2)], work / "cl2"),
+            Destination(f"{cl} {p1:g} s", ["--once"], work / "cl1", every=p1),
+            Destination(f"{cl} {p2:g} s", ["--once"], work / "cl2", every=p2),
+            Destination(
+                f"`--via poll --interval {p2:g}`", ["--via", "poll", "--interval", str(p2)],
+                work / "clf",
+            ),
             Destination("push, WebSocket", ["--via", "ws"], work / "ws"),
             Destination(
                 "push, WebSub",
@@ -363,10 +396,15 @@ async def run_setup(
         phase("copies")
         watcher.start()
         for d in dests:
-            d.proc = spawn(
-                d.dest.name, "-m", "rshub", "sync", "--dest", str(d.dest), "--hub", hub_pub,
-                "--topic", TOPIC, "--no-progress", *d.args,
-            )  # fmt: skip
+            argv = [
+                "-m", "rshub", "sync", "--dest", str(d.dest), "--hub", hub_pub, "--topic", TOPIC,
+                "--no-progress", *d.args,
+            ]  # fmt: skip
+            if d.every is None:
+                d.proc = spawn(d.dest.name, *argv)
+                d.pids.add(d.proc.pid)
+            else:
+                pollers.append(asyncio.create_task(poll_every(d, argv, work, stop)))
 
         def metric(name: str) -> float:
             text = (http_get(f"http://127.0.0.1:{ports['hub']}/metrics") or b"").decode()
@@ -391,15 +429,20 @@ async def run_setup(
             d.writes.clear()
         # The run: T seconds of changes, then G more seconds to see late copies.
         watched = [hub.pid, source.pid, proxy_proc.pid, os.getpid()] + [
-            d.proc.pid for d in dests if d.proc
+            d.proc.pid for d in dests if d.proc and d.every is None
         ]
         cpu_before = {pid: cpu_seconds(pid) for pid in watched}
         before = await proxy.snapshot()
         start = time.monotonic()
         go.touch()
+        load = os.getloadavg()[0]
         await asyncio.sleep(plan.window)
         end = time.monotonic()
         after = await proxy.snapshot()
+        log.append(
+            f"machine load average (1 min) at start / end of the window: "
+            f"{load:.1f} / {os.getloadavg()[0]:.1f} (the other processes of this machine count too)"
+        )
         cpu_after = {pid: cpu_seconds(pid) for pid in watched}
         await asyncio.sleep(plan.grace)
         if watcher.overflowed:
@@ -410,7 +453,7 @@ async def run_setup(
             proxy_proc.pid: "proxy",
             os.getpid(): "bench",
         }
-        names.update({d.proc.pid: d.label for d in dests if d.proc})
+        names.update({d.proc.pid: d.label for d in dests if d.proc and d.every is None})
         log.append(
             "CPU s in the window: "
             + ", ".join(f"{names[p]} {cpu_after[p] - cpu_before[p]:.1f}" for p in watched)
@@ -436,19 +479,33 @@ async def run_setup(
                 source_initial, source_changes, d.initial, d.copies, since=start, until=end
             )
             required = sum(size for at, size in d.writes if start <= at <= end)
-            total = transferred(before, after, d)
+            split = transferred(before, after, d)
+            total = sum(split.values())
+            log.append(
+                f"{d.label}: bytes to/from the hub {split['hub']:,}, the Source "
+                f"{split['src']:,}, the WebSub callback {split['cb']:,}; "
+                f"{len([c for c in d.copies if start <= c.at <= end])} copy changes"
+            )
             rows.append(
                 Row(
                     d.label, avg, percentile(lat.values, 0.5), lat.mean(),
                     percentile(lat.values, 0.99), len(lat.values), lat.unsynced,
                     transfer_efficiency(required, total), required, total,
-                    cpu_after[d.proc.pid] - cpu_before[d.proc.pid],
+                    sum(cpu for at, cpu in d.runs if start <= at <= end)
+                    if d.every is not None
+                    else cpu_after[d.proc.pid] - cpu_before[d.proc.pid],
                 )
             )  # fmt: skip
         phase("metrics")
         log.append("phases (s): " + ", ".join(phases))
         return rows
     finally:
+        stop.set()
+        for d in dests:
+            if d.every is not None and d.proc is not None and d.proc.returncode is None:
+                d.proc.terminate()
+        if pollers:
+            await asyncio.wait(pollers, timeout=30)
         if watcher is not None:
             watcher.close()
         for proc in reversed(procs):
