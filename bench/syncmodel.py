@@ -369,10 +369,10 @@ async def run_setup(
                 f"`--via poll --interval {p2:g}`", ["--via", "poll", "--interval", str(p2)],
                 work / "clf",
             ),
-            Destination("push, WebSocket", ["--via", "ws"], work / "ws"),
+            Destination("push, WebSocket", ["--via", "ws", "-v"], work / "ws"),
             Destination(
                 "push, WebSub",
-                ["--via", "webhook", "--listen", f"127.0.0.1:{ports['cb']}",
+                ["--via", "webhook", "-v", "--listen", f"127.0.0.1:{ports['cb']}",
                  "--callback-url", f"http://127.0.0.1:{ports['cb_pub']}"],
                 work / "websub", webhook=True,
             ),
@@ -497,6 +497,12 @@ async def run_setup(
                 )
             )  # fmt: skip
         phase("metrics")
+        for d in dests:
+            if "-v" in d.args:  # push Destinations log their transport switches
+                text = (work / f"{d.dest.name}.log").read_text(errors="replace")
+                falls = text.count(" now poll (")
+                if falls:
+                    log.append(f"{d.label}: fell back to polling {falls} times")
         log.append("phases (s): " + ", ".join(phases))
         return rows
     finally:
