@@ -535,6 +535,10 @@ def seconds(value: float) -> str:
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f} s"
 
 
+def ratio(value: float) -> str:
+    return "—" if math.isnan(value) else f"{value:.3f}"
+
+
 def table(rows: list[Row]) -> str:
     out = [
         "| Destination | avg consistency | latency p50 | mean | p99 | changes synced / unsynced "
@@ -544,7 +548,7 @@ def table(rows: list[Row]) -> str:
     for r in rows:
         out.append(
             f"| {r.label} | {r.consistency:.4f} | {seconds(r.p50)} | {seconds(r.mean)} | "
-            f"{seconds(r.p99)} | {r.measured} / {r.unsynced} | {r.efficiency:.3f} | "
+            f"{seconds(r.p99)} | {r.measured} / {r.unsynced} | {ratio(r.efficiency)} | "
             f"{r.required:,} | {r.transferred:,} | {r.cpu:.1f} |"
         )
     return "\n".join(out)
