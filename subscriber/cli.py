@@ -118,6 +118,14 @@ def add_parsers(subparsers: Any) -> None:
         "--concurrency", type=int, default=16, help="parallel fetches (default %(default)s)"
     )
     add_progress_options(sync)
+    sync.add_argument(
+        "--resourcelist-interval",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="baseline synchronization only: every SECONDS re-read the whole Resource "
+        "List and fetch what differs, instead of following changes",
+    )
     sync.set_defaults(run=run_sync)
 
 
@@ -266,6 +274,10 @@ async def _sync(args: argparse.Namespace) -> int:
             return 2
         position.extra["identity"] = _identity(args)
         mirror.failed = FailedFetches.from_json(position.extra.get("failed"))
+        if args.resourcelist_interval:
+            await _resync(mirror, documents, args.resourcelist_interval)
+            report(f"summary: {mirror.stats.summary()} in {time.monotonic() - started:.1f}s")
+            return 1 if mirror.stats.rejected or mirror.failed else 0
 
         def save(position: EventCursor) -> None:
             position.extra["failed"] = mirror.failed.to_json()
@@ -324,3 +336,11 @@ async def _retry_failed(
             left = await mirror.retry_failed()
             log.info("retried failed fetches; %d still failing", left)
             save(position)
+
+
+async def _resync(mirror: Mirror, documents: Poller, interval: float) -> None:
+    """Resource List polling: a baseline every ``interval`` s (start to start) until stopped."""
+    while True:
+        began = time.monotonic()
+        await mirror.baseline(documents.resources())
+        await asyncio.sleep(max(0.0, interval - (time.monotonic() - began)))
