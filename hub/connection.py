@@ -79,7 +79,8 @@ class Connections:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise RedisUnavailable(
-                        f"Redis at {_redacted(self.url)} did not answer within {within:g}s "
+                        f"Redis at {_redacted(self.url)} (RSHUB_REDIS_URL) did not answer within "
+                        f"{within:g}s "
                         f"({attempt} attempts): {exc}"
                     ) from None
                 wait = min(delay, left)

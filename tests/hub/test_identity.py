@@ -31,6 +31,7 @@ async def aliased_hub(redis_url: str, proxy_ips: list[str]) -> AsyncIterator[Hub
         base_url=PUBLIC,
         alias_urls=[f"http://127.0.0.1:{port}"],
         forwarded_allow_ips=proxy_ips,
+        allow_private_callbacks=True,  # the callbacks here are on loopback
     )
     runner, app = await start_hub(settings, redis_url)
     async with aiohttp.ClientSession() as session:
