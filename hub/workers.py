@@ -19,6 +19,7 @@ import signal
 import sys
 import time
 
+from . import metrics
 from .embedded_redis import EmbeddedRedis
 
 log = logging.getLogger("rshub")
@@ -86,6 +87,7 @@ class WorkerPool:
             started = time.monotonic()
             proc = await self._spawn(slot)
             code = await proc.wait()
+            metrics.process_exited(proc.pid)
             if self._stopping.is_set():
                 return
             self.restarts += 1
