@@ -218,6 +218,18 @@ def _admin(operation: str, summary: str, what: str, *, not_found: bool = False) 
     }
 
 
+def _optional(name: str, where: str) -> dict[str, Any]:
+    return {"name": name, "in": where, "required": False, "schema": {"type": "string"}}
+
+
+def _stream_parameters(*, last_event_id: bool) -> list[dict[str, Any]]:
+    """A stream's resume point (``since``, SSE's ``Last-Event-ID``) and its filters."""
+    resume = [_optional("since", "query")]
+    if last_event_id:
+        resume.append(_optional("Last-Event-ID", "header"))
+    return [*resume, _optional("change", "query"), _optional("prefix", "query")]
+
+
 def _publish_responses() -> dict[str, Any]:
     return {
         "202": _json("Stored (or replayed for a repeated Idempotency-Key)", "PublishAccepted"),
@@ -326,32 +338,7 @@ def spec(server_url: str = "/") -> dict[str, Any]:
                 "operationId": "serverSentEvents",
                 "summary": "Follow a topic as server-sent events (one change per event)",
                 "tags": ["streams"],
-                "parameters": [
-                    {
-                        "name": "since",
-                        "in": "query",
-                        "required": False,
-                        "schema": {"type": "string"},
-                    },
-                    {
-                        "name": "Last-Event-ID",
-                        "in": "header",
-                        "required": False,
-                        "schema": {"type": "string"},
-                    },
-                    {
-                        "name": "change",
-                        "in": "query",
-                        "required": False,
-                        "schema": {"type": "string"},
-                    },
-                    {
-                        "name": "prefix",
-                        "in": "query",
-                        "required": False,
-                        "schema": {"type": "string"},
-                    },
-                ],
+                "parameters": _stream_parameters(last_event_id=True),
                 "responses": {
                     "200": {
                         "description": "An endless event stream",
@@ -369,26 +356,7 @@ def spec(server_url: str = "/") -> dict[str, Any]:
                 "operationId": "webSocket",
                 "summary": "Follow a topic over a WebSocket (JSON arrays of changes)",
                 "tags": ["streams"],
-                "parameters": [
-                    {
-                        "name": "since",
-                        "in": "query",
-                        "required": False,
-                        "schema": {"type": "string"},
-                    },
-                    {
-                        "name": "change",
-                        "in": "query",
-                        "required": False,
-                        "schema": {"type": "string"},
-                    },
-                    {
-                        "name": "prefix",
-                        "in": "query",
-                        "required": False,
-                        "schema": {"type": "string"},
-                    },
-                ],
+                "parameters": _stream_parameters(last_event_id=False),
                 "responses": {
                     "101": {"description": "Switching to the WebSocket protocol"},
                     "400": _error("Not a WebSocket upgrade, or a bad name, resume id or filter"),
