@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 FIRST_EVENT_ID_HEADER = "X-RSHub-First-Event-Id"
 LAST_EVENT_ID_HEADER = "X-RSHub-Last-Event-Id"
 EVENT_COUNT_HEADER = "X-RSHub-Event-Count"
+#: How long a worker waits for its node's heartbeat to vouch for its lease again.
+_LEASE_PATIENCE = 60.0
 #: The hub process that sent a delivery (its ``node`` in ``/healthz``), for operators.
 NODE_HEADER = "X-RSHub-Node"
 
@@ -149,9 +151,9 @@ class DeliveryWorker:
 
     async def _post(self, body: bytes, headers: Mapping[str, str]) -> Answer:
         """POST under a valid lease only: a paused process must not deliver on waking."""
-        if not self.lease.valid() and not await self.lease.wait_valid(
-            self.settings.ownership_lease_seconds
-        ):
+        # A busy loop may delay the heartbeat past the lease; wait for it rather than give
+        # the subscription up (a lease really lost stops this worker from outside).
+        if not self.lease.valid() and not await self.lease.wait_valid(_LEASE_PATIENCE):
             raise _Lost
         self.posting = True
         try:

@@ -50,7 +50,7 @@ class Leases:
         out = await self.scripts.run(
             scripts.HEARTBEAT, [keys.NODES, keys.LEADER], [self.node, 0 if leaving else self.ttl_ms]
         )
-        return Membership(tuple(keys.text(n) for n in out[1:]), bool(int(out[0])))
+        return Membership(tuple(sorted(keys.text(n) for n in out[1:])), bool(int(out[0])))
 
     async def claim(
         self, topic: str, callbacks: list[str], live: tuple[str, ...]

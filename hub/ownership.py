@@ -1,8 +1,9 @@
 """Delivery ownership: this process runs the delivery workers of the subscriptions it owns.
 
-Every ``tick`` (a third of the lease) the :class:`Ownership` loop:
+Every ``tick`` (a third of the lease) a task of its own heartbeats, and the
+:class:`Ownership` loop (on a tick, or at once when something changed) reconciles:
 
-1. heartbeats, learning the live nodes (:meth:`hub.leases.Leases.heartbeat`). A successful
+1. the heartbeat learns the live nodes (:meth:`hub.leases.Leases.heartbeat`). A successful
    heartbeat keeps every lease this node holds valid for 0.9 of a lease from the moment it
    was *sent*; a worker sends nothing once that has passed. After a gap longer than that
    (the process was paused, or Redis was away), the node first checks which leases are
@@ -133,8 +134,10 @@ class Ownership:
 
     async def start(self) -> None:
         self._changes_from = await self.subscriptions.last_change_id()
+        await self._heartbeat()
         await self._reconcile(full=True)
         self._tasks = [
+            asyncio.create_task(self._beat(), name="heartbeat"),
             asyncio.create_task(self._run(), name="ownership"),
             asyncio.create_task(self._follow_changes(), name="subscription-changes"),
         ]
@@ -156,6 +159,29 @@ class Ownership:
     def _set_known(self, known: set[SubscriptionKey]) -> None:
         self.known = known
         self._known_version += 1
+
+    async def _beat(self) -> None:
+        """Heartbeat every tick, in a task of its own: a reconcile round that starts many
+        workers must not delay it past the lease (the others would take over)."""
+        while True:
+            await asyncio.sleep(self.tick)
+            try:
+                if await self._heartbeat():
+                    self._wake.set()  # the live nodes changed: placement moves
+            except StoreError as exc:
+                log.warning("heartbeat failed (will retry): %s", exc)
+
+    async def _heartbeat(self) -> bool:
+        """One heartbeat; True when the set of live nodes changed."""
+        sent = time.monotonic()
+        membership = await self.leases.heartbeat()
+        if sent - self._last_heartbeat > self.lease_seconds * _TRUSTED and self.held:
+            await self._check_after_gap()
+        self._last_heartbeat = sent
+        self.validity.renewed(sent + self.lease_seconds * _TRUSTED)
+        changed = membership.nodes != self.nodes
+        self.nodes, self.leader = membership.nodes, membership.leader
+        return changed
 
     async def _run(self) -> None:
         while True:
@@ -206,29 +232,22 @@ class Ownership:
         return self._wanted
 
     async def _reconcile(self, *, full: bool) -> None:
-        sent = time.monotonic()
-        membership = await self.leases.heartbeat()
-        if sent - self._last_heartbeat > self.lease_seconds * _TRUSTED and self.held:
-            await self._check_after_gap()
-        self._last_heartbeat = sent
-        self.validity.renewed(sent + self.lease_seconds * _TRUSTED)
-        self.nodes, self.leader = membership.nodes, membership.leader
         if full:
+            self._last_full = time.monotonic()
             self._set_known(await self.subscriptions.all_keys())
-            self._last_full = sent
         wanted = self._placement()
 
         running = self.workers.running()
         for key in [k for k in self.held if k not in self.known or k not in running]:
             if key in running:  # ended elsewhere (unsubscribed on another process)
                 await self.workers.stop_worker(key)
-            self.held.pop(key).lose()  # ...or it ended here (410, expiry, lease lost)
+            self._drop(key)  # ...or it ended here (410, expiry, lease lost)
         moving = [k for k in self.held if k not in wanted]
         for key in moving:
             await self.workers.stop_worker(key)
         await self._release(moving)
         for key in moving:
-            self.held.pop(key).lose()
+            self._drop(key)
 
         missing = [k for k in wanted if k not in self.held]
         for topic, callbacks in _by_topic((k, 0) for k in missing).items():
@@ -245,16 +264,23 @@ class Ownership:
     async def _check_after_gap(self) -> None:
         """After a pause longer than our heartbeat's trust, keep only what is still ours."""
         log.warning("no heartbeat for more than %.1fs: checking leases", self.lease_seconds)
-        for topic, held in _by_topic((k, self.held[k].token) for k in self.held).items():
+        snapshot = [(k, lease.token) for k, lease in self.held.items()]
+        for topic, held in _by_topic(snapshot).items():
             for callback in await self.leases.check(topic, held):
                 log.info("lease of %s -> %s lost while paused", topic, callback)
                 key = (topic, callback)
-                self.held.pop(key).lose()
+                self._drop(key)
                 await self.workers.stop_worker(key)
 
+    def _drop(self, key: SubscriptionKey) -> None:
+        lease = self.held.pop(key, None)
+        if lease is not None:
+            lease.lose()
+
     async def _release(self, keys: list[SubscriptionKey]) -> None:
-        for topic, held in _by_topic((k, self.held[k].token) for k in keys).items():
-            await self.leases.release(topic, held)
+        ours = [(k, self.held[k].token) for k in keys if k in self.held]
+        for topic, tokens in _by_topic(ours).items():
+            await self.leases.release(topic, tokens)
 
 
 def _by_topic(items: Iterable[tuple[SubscriptionKey, int]]) -> dict[str, dict[str, int]]:

@@ -26,7 +26,7 @@ import redis
 import redis.asyncio
 from aiohttp import web
 
-from hub import keys
+from hub import keys, placement
 from hub.connection import connect
 from hub.embedded_redis import EmbeddedRedis
 from subscriber.stream import HubStream
@@ -156,6 +156,25 @@ async def subscribe_all(
     await wait_for(lambda: all(r.ids for r in callbacks.received), timeout=20)
 
 
+async def settled(
+    session: aiohttp.ClientSession, hubs: list[HubProcess], callbacks: Callbacks
+) -> None:
+    """Wait until each subscription is delivered by the process rendezvous hashing picks
+    among the live ones: right after start-up, a process that has not yet seen the last
+    one join may briefly hold a share that then moves."""
+    nodes = [await node_of(session, hub) for hub in hubs]
+    want = {
+        i: placement.owner((TOPIC, callbacks.url(i)), nodes) for i in range(len(callbacks.received))
+    }
+
+    async def placed() -> bool:
+        mark = await publish(session, hubs[0], changes(1, prefix="http://example.org/settle"))
+        await wait_for(lambda: all(mark[0] in r.ids for r in callbacks.received), timeout=20)
+        return all(r.deliveries[-1][1] == want[i] for i, r in enumerate(callbacks.received))
+
+    await wait_for(placed, timeout=30, interval=0.5)
+
+
 async def publish(
     session: aiohttp.ClientSession, hub: HubProcess, batch: list[dict[str, Any]]
 ) -> list[str]:
@@ -234,6 +253,7 @@ async def test_three_hubs_deliver_every_change_once_in_order(
 ) -> None:
     async with Callbacks(20) as callbacks:
         await subscribe_all(session, hubs, callbacks)
+        await settled(session, hubs, callbacks)
         already = {i: len(r.ids) for i, r in enumerate(callbacks.received)}
         last = (await publish(session, hubs[0], changes(1, prefix="http://example.org/mark")))[0]
         await wait_for(lambda: all(last in r.ids for r in callbacks.received), timeout=20)
@@ -271,6 +291,7 @@ async def test_sigkill_of_one_hub_loses_nothing_and_is_taken_over_in_time(
 ) -> None:
     async with Callbacks(20) as callbacks:
         await subscribe_all(session, hubs, callbacks)
+        await settled(session, hubs, callbacks)
         nodes = [await node_of(session, hub) for hub in hubs]
         counts = Counter(r.deliveries[-1][1] for r in callbacks.received)
         victim = max(range(3), key=lambda k: counts[nodes[k]])
@@ -320,6 +341,7 @@ async def test_a_paused_owner_delivers_nothing_more_and_moves_no_cursor_back(
     try:
         async with Callbacks(9) as callbacks:
             await subscribe_all(session, started, callbacks)
+            await settled(session, started, callbacks)
             nodes = [await node_of(session, hub) for hub in started]
             victim_node = callbacks.received[0].deliveries[-1][1]
             victim = started[nodes.index(victim_node)]
