@@ -180,7 +180,8 @@ class Ownership:
         for key in [k for k in self.held if k not in self.known]:
             await self.workers.stop_worker(key)
             self.held.pop(key).lose()
-        for key in [k for k in self.held if k not in self.workers.running()]:
+        running = self.workers.running()  # once: it copies every worker's key
+        for key in [k for k in self.held if k not in running]:
             self.held.pop(key).lose()  # the worker ended by itself (lease expired, gone)
         # No longer ours: stop, write the cursor, hand over.
         moving = [k for k in self.held if k not in wanted]
