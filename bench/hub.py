@@ -512,15 +512,16 @@ class Processes:
         path = self.logdir / f"{name}.log"
         return path.read_text(errors="replace")[-chars:] if path.exists() else ""
 
-    def stop(self, name: str) -> None:
-        """SIGTERM ``name`` and its children (its own session); SIGKILL after 15 s."""
+    def stop(self, name: str, timeout: float = 15.0) -> None:
+        """SIGTERM ``name`` and its children (its own session); SIGKILL after ``timeout``."""
         proc = self.procs.pop(name)
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
         try:
-            proc.wait(15)
+            proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            print(f"{name} did not exit {timeout} s after SIGTERM; killing it", file=sys.stderr)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(5)
@@ -1265,11 +1266,12 @@ def print_workers(results: list[WorkersResult]) -> bool:
     base_pub = single.row("1.").value
     print("\nScale-out summary (each row beside the baselines measured just before it)\n")
     header = (
-        "| hub | publishes/s | bare 204 | x single | x w1 | hub cores (per worker) | "
-        "redis | loadgen | others | ingest changes/s | XADD | WS events/s | bare broadcast |"
+        "| hub | publishes/s | bare 204 | x single | x w1 | per hub core | "
+        "hub cores (per worker) | redis | loadgen | others | "
+        "ingest changes/s | XADD | WS events/s | bare broadcast |"
     )
     print(header)
-    print("|" + "|".join("---" for _ in range(13)) + "|")
+    print("|" + "|".join("---" for _ in range(14)) + "|")
     for res in results:
         pub, ing, ws = res.row("1."), res.row("2."), res.row("3. WebSocket events")
         used = res.cpu.get("hub publishes", {})
@@ -1280,7 +1282,8 @@ def print_workers(results: list[WorkersResult]) -> bool:
         x_w1 = f"{pub.value / w1.row('1.').value:.2f}" if w1 else "—"
         print(
             f"| {res.label} | {pub.value:,.0f} | {pub.baseline or 0:,.0f} | "
-            f"{pub.value / base_pub:.2f} | {x_w1} | {hub_cores:.2f}{per} | "
+            f"{pub.value / base_pub:.2f} | {x_w1} | {pub.value / max(hub_cores, 0.01):,.0f} | "
+            f"{hub_cores:.2f}{per} | "
             f"{used.get('redis', 0):.2f} | {used.get('loadgen', 0):.2f} | "
             f"{used.get('others', 0):.2f} | "
             f"{ing.value:,.0f} | {ing.baseline or 0:,.0f} | {ws.value:,.0f} | "
