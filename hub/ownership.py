@@ -8,7 +8,8 @@ Every ``tick`` (a third of the lease) the :class:`Ownership` loop:
    cursors are written after every delivery), so the new owner can take them at once;
 4. claims the leases it should hold and starts their workers; a lease still held by a node
    that died expires within one lease, and is then claimed on the next tick;
-5. renews what it holds; a lease found lost stops its worker at once.
+5. renews what it holds (a task of its own, also every tick, so a long round cannot let
+   the leases lapse); a lease found lost stops its worker at once.
 
 So a dead node's subscriptions are resumed from their cursors within about one lease plus
 one tick. A worker delivers only while its lease is known valid (:class:`Lease`), and its
@@ -115,8 +116,10 @@ class Ownership:
 
     async def start(self) -> None:
         self._changes_from = await self.subscriptions.last_change_id()
+        # Renewal runs from the start: the first round may claim and start many workers.
+        self._tasks = [asyncio.create_task(self._renewing(), name="lease-renewal")]
         await self._reconcile(full=True)
-        self._tasks = [
+        self._tasks += [
             asyncio.create_task(self._run(), name="ownership"),
             asyncio.create_task(self._follow_changes(), name="subscription-changes"),
         ]
@@ -127,7 +130,7 @@ class Ownership:
         for key in list(self.held):
             await self.workers.stop_worker(key)
         with contextlib.suppress(StoreError):
-            await self._release(list(self.held))
+            await self._release(dict(self.held))
             await self.leases.heartbeat(leaving=True)
         self.held.clear()
 
@@ -145,6 +148,38 @@ class Ownership:
                 await self._reconcile(full=full)
             except StoreError as exc:
                 log.warning("ownership round failed (will retry): %s", exc)
+
+    async def _renewing(self) -> None:
+        """Heartbeat and renew every held lease each tick, apart from the round: a round
+        that starts thousands of workers, or a loop busy delivering, must not let the
+        leases lapse (workers would stop, restart and make the loop busier still)."""
+        while True:
+            await asyncio.sleep(self.tick)
+            try:
+                await self.leases.heartbeat()
+                await self._renew_held()
+            except StoreError as exc:
+                log.warning("lease renewal failed (will retry): %s", exc)
+
+    async def _renew_held(self) -> None:
+        """Renew all topics' leases at once (the script pipe sends them together)."""
+        leases = dict(self.held)
+        groups = _by_topic((k, lease.token) for k, lease in leases.items())
+        sent = time.monotonic()
+        results = await asyncio.gather(*(self.leases.renew(t, h) for t, h in groups.items()))
+        for (topic, held), lost in zip(groups.items(), results, strict=True):
+            for callback in held:
+                key = (topic, callback)
+                lease = leases[key]
+                if self.held.get(key) is not lease:
+                    continue  # released or re-claimed meanwhile
+                if callback in lost:
+                    log.info("lease of %s -> %s lost", topic, callback)
+                    lease.lose()
+                    del self.held[key]
+                    await self.workers.stop_worker(key)
+                else:
+                    lease.renewed(sent + self.lease_seconds * 0.9)
 
     async def _follow_changes(self) -> None:
         failures = 0
@@ -164,9 +199,11 @@ class Ownership:
                     self.known.discard(key)
                 else:
                     self.known.add(key)
-                    if key in self.held:  # re-subscribed: restart with the new record
+                    lease = self.held.get(key)
+                    if lease is not None:  # re-subscribed: restart with the new record
                         await self.workers.stop_worker(key)
-                        await self.workers.start_worker(key, self.held[key])
+                        if self.held.get(key) is lease:
+                            await self.workers.start_worker(key, lease)
             if changes:
                 self._wake.set()
 
@@ -179,44 +216,38 @@ class Ownership:
             self._last_full = sent
         wanted = self._wanted()
 
+        # (Leases leave self.held before any await, so the renewal task never sees a
+        # lease that is being stopped or released.)
         # Ended here (410, expiry) or elsewhere: stop and forget.
         for key in [k for k in self.held if k not in self.known]:
+            if (ended := self.held.pop(key, None)) is not None:
+                ended.lose()
             await self.workers.stop_worker(key)
-            self.held.pop(key).lose()
         running = self.workers.running()  # once: it copies every worker's key
         for key in [k for k in self.held if k not in running]:
             self.held.pop(key).lose()  # the worker ended by itself (lease expired, gone)
         # No longer ours: stop, write the cursor, hand over.
-        moving = [k for k in self.held if k not in wanted]
+        moving = {k: self.held.pop(k) for k in [k for k in self.held if k not in wanted]}
         for key in moving:
             await self.workers.stop_worker(key)
         await self._release(moving)
-        for key in moving:
-            self.held.pop(key).lose()
-        # Keep what we hold.
-        for topic, held in _by_topic((k, self.held[k].token) for k in self.held).items():
-            lost = await self.leases.renew(topic, held)
-            for callback in held:
-                lease = self.held[(topic, callback)]
-                if callback in lost:
-                    log.info("lease of %s -> %s lost", topic, callback)
-                    lease.lose()
-                    await self.workers.stop_worker((topic, callback))
-                    del self.held[(topic, callback)]
-                else:
-                    lease.renewed(sent + self.lease_seconds * 0.9)
+        for lease in moving.values():
+            lease.lose()
         # Take what should be ours.
         missing = [k for k in wanted if k not in self.held]
         for topic, callbacks in _by_topic((k, 0) for k in missing).items():
+            at = time.monotonic()
             claimed = await self.leases.claim(topic, list(callbacks))
+            started: dict[SubscriptionKey, Lease] = {}
             for callback, token in claimed.items():
                 key = (topic, callback)
                 if token == GONE:
                     self.known.discard(key)
                 elif token != HELD_ELSEWHERE:
-                    lease = Lease(token, 0)
-                    lease.renewed(sent + self.lease_seconds * 0.9)
-                    self.held[key] = lease
+                    started[key] = self.held[key] = Lease(token, 0)
+                    started[key].renewed(at + self.lease_seconds * 0.9)
+            for key, lease in started.items():
+                if self.held.get(key) is lease:
                     await self.workers.start_worker(key, lease)
 
     def _wanted(self) -> set[SubscriptionKey]:
@@ -234,8 +265,8 @@ class Ownership:
             self._placed = placed = {k: placed[k] for k in self.known}
         return {k for k in self.known if placed[k]}
 
-    async def _release(self, keys: list[SubscriptionKey]) -> None:
-        for topic, held in _by_topic((k, self.held[k].token) for k in keys).items():
+    async def _release(self, leases: dict[SubscriptionKey, Lease]) -> None:
+        for topic, held in _by_topic((k, lease.token) for k, lease in leases.items()).items():
             await self.leases.release(topic, held)
 
 
