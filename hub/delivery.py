@@ -43,6 +43,11 @@ LAST_EVENT_ID_HEADER = "X-RSHub-Last-Event-Id"
 EVENT_COUNT_HEADER = "X-RSHub-Event-Count"
 #: The hub process that sent a delivery (its ``node`` in ``/healthz``), for operators.
 NODE_HEADER = "X-RSHub-Node"
+#: How long a delivery waits for its stale lease to be renewed before giving the
+#: subscription up. A publish that wakes tens of thousands of workers can hold the event
+#: loop for longer than a lease; the renewal then comes late, but it still either finds
+#: the lease ours (nobody claimed it) or reports it lost, and either ends the wait.
+LEASE_WAIT_SECONDS = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +155,7 @@ class DeliveryWorker:
     async def _post(self, body: bytes, headers: Mapping[str, str]) -> Answer:
         """POST under a valid lease only: a paused process must not deliver on waking."""
         if not self.lease.valid() and not await self.lease.wait_valid(
-            self.settings.ownership_lease_seconds
+            max(LEASE_WAIT_SECONDS, self.settings.ownership_lease_seconds)
         ):
             raise _Lost
         self.posting = True
