@@ -59,6 +59,8 @@ SCRIPT = Path(__file__).resolve()
 ROOT = SCRIPT.parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import rawload  # noqa: E402
+from hub.workers import worker_count  # noqa: E402
 from tests.support import free_port  # noqa: E402
 
 HOST = "127.0.0.1"
@@ -428,16 +430,39 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds all cores spent busy so far (``/proc/stat``), to see other load."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except OSError:
+        return 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / _TICK
+
+
 class CpuMeter:
     """Cores used per process over a stretch of time: ``with meter.measure(label):``."""
 
-    def __init__(self, pids: dict[str, int]) -> None:
+    def __init__(
+        self,
+        pids: dict[str, int],
+        groups: dict[str, tuple[str, ...]] | None = None,
+        report_others: bool = False,
+    ) -> None:
         self.pids = pids
+        #: Also report ``others``: busy cores of the machine not used by ``pids``.
+        self.report_others = report_others
+        #: Extra figures summed over several processes (e.g. every hub worker).
+        self.groups = groups or {}
         self.lines: list[str] = []
+        #: Cores per process (and group) of the last measured stretch.
+        self.last: dict[str, float] = {}
+        self.by_label: dict[str, dict[str, float]] = {}
 
     @contextlib.contextmanager
     def measure(self, label: str) -> Iterator[None]:
         before = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        machine = machine_busy_seconds()
         start = time.perf_counter()
         try:
             yield
@@ -446,6 +471,13 @@ class CpuMeter:
             used = {
                 name: (cpu_seconds(pid) - before[name]) / wall for name, pid in self.pids.items()
             }
+            others = (machine_busy_seconds() - machine) / wall - sum(used.values())
+            for group, names in self.groups.items():
+                used[group] = sum(used[name] for name in names)
+            if self.groups or self.report_others:
+                used["others"] = max(0.0, others)
+            self.last = used
+            self.by_label[label] = used
             busy = ", ".join(f"{name} {cores:.2f}" for name, cores in used.items() if cores >= 0.02)
             line = f"     cores used during {label} ({wall:.1f} s): {busy}"
             self.lines.append(line)
@@ -479,6 +511,20 @@ class Processes:
     def log_tail(self, name: str, chars: int = 1500) -> str:
         path = self.logdir / f"{name}.log"
         return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+    def stop(self, name: str, timeout: float = 15.0) -> None:
+        """SIGTERM ``name`` and its children (its own session); SIGKILL after ``timeout``."""
+        proc = self.procs.pop(name)
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            print(f"{name} did not exit {timeout} s after SIGTERM; killing it", file=sys.stderr)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
 
     def stop_all(self) -> None:
         for proc in self.procs.values():
@@ -709,6 +755,8 @@ class Bench:
     pause_before: set[str]
     hub_pid: int
     cpu: CpuMeter
+    #: Figure 1 through :mod:`bench.rawload` instead of aiohttp (``--workers`` runs).
+    raw_publish: bool = False
     rows: list[Row] = field(default_factory=list)
     seq: Iterator[int] = field(default_factory=lambda: iter(range(10**12)))
 
@@ -737,6 +785,16 @@ class Bench:
             await post_all(
                 self.session, url, lambda k: pool[k % 100], s.publish_warmup, s.publish_concurrency
             )
+            if self.raw_publish:
+                port = int(base.rsplit(":", 1)[1])
+                requests = [
+                    rawload.post_request(HOST, port, "/topics/single", body, "application/xml")
+                    for body in pool
+                ]
+                with self.cpu.measure(label):
+                    return await rawload.post_for(
+                        HOST, port, requests, s.publish_seconds, s.publish_concurrency
+                    )
             with self.cpu.measure(label):
                 return await post_for(
                     self.session,
@@ -1062,6 +1120,186 @@ async def conduct(
     return bench.rows
 
 
+# -- conductor: --workers N ---------------------------------------------------------------
+
+
+def child_pids(pid: int) -> list[int]:
+    """The direct children of ``pid`` (the workers of ``rshub serve --workers N``)."""
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+async def wait_workers(url: str, parent: int, count: int, timeout: float = 60.0) -> list[int]:
+    """Wait until ``parent`` has ``count`` children and each answered ``/healthz`` on the
+    shared port (new connection per request, so ``SO_REUSEPORT`` spreads them)."""
+    deadline = time.monotonic() + timeout
+    seen: set[int] = set()
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        while time.monotonic() < deadline:
+            kids = child_pids(parent)
+            with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+                async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as resp:
+                    if resp.status == 200:
+                        seen.add(int((await resp.json())["pid"]))
+            if len(kids) == count and seen >= set(kids):
+                return sorted(kids)
+            await asyncio.sleep(0.02)
+    raise RuntimeError(f"{count} workers not all healthy after {timeout} s (saw {sorted(seen)})")
+
+
+@dataclass
+class WorkersResult:
+    """One hub configuration of a ``--workers`` run: its rows and CPU per stretch."""
+
+    label: str
+    workers: int
+    rows: list[Row]
+    cpu: dict[str, dict[str, float]]
+
+    def row(self, prefix: str) -> Row:
+        return next(r for r in self.rows if r.figure.startswith(prefix))
+
+
+async def conduct_workers(
+    args: argparse.Namespace, procs: Processes, redis_url: str, redis_pid: int
+) -> list[WorkersResult]:
+    """Figures 1-3 for the single-process hub, then ``--workers N`` for each N, on one
+    port, one Redis and the same helper processes, each beside its own bare baselines."""
+    sizes = QUICK if args.quick else Sizes()
+    counts = [worker_count(c) for c in args.workers.split(",")]
+    py, me = sys.executable, str(SCRIPT)
+    hub_port, bare_port, ws_port = (free_port() for _ in range(3))
+    hub_cmd = [
+        py, "-m", "rshub", "serve", "--host", HOST, "--port", str(hub_port),
+        "--redis-url", redis_url, "--log-level", args.hub_log_level,
+    ]  # fmt: skip
+    hub_env = dict(item.split("=", 1) for item in args.hub_env or ())
+    bare = procs.start("bare", [py, me, "--role", "bare", "--port", str(bare_port)])
+    wsclients = procs.start(
+        "wsclients",
+        [py, me, "--role", "wsclients", "--port", str(ws_port), "--sinks", str(sizes.ws_clients)],
+    )
+    urls = {
+        "hub": f"http://{HOST}:{hub_port}",
+        "bare": f"http://{HOST}:{bare_port}",
+        "wsclients": f"http://{HOST}:{ws_port}",
+    }
+    configs = [("single process (no --workers)", 0)] + [(f"--workers {n}", n) for n in counts]
+    results: list[WorkersResult] = []
+    connector = aiohttp.TCPConnector(limit=64)
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        for name in ("bare", "wsclients"):
+            await wait_healthy(session, urls[name] + "/healthz", procs, name)
+        for label, n in configs:
+            hub = procs.start("hub", hub_cmd + (["--workers", str(n)] if n else []), env=hub_env)
+            await wait_healthy(session, urls["hub"] + "/healthz", procs, "hub")
+            pids = {"hub": hub.pid}
+            groups: dict[str, tuple[str, ...]] = {}
+            if n > 1:  # --workers 1 runs the hub in the parent process itself
+                kids = await wait_workers(urls["hub"] + "/healthz", hub.pid, n)
+                pids = {"hub parent": hub.pid} | {f"w{k}": pid for k, pid in enumerate(kids)}
+                groups = {"hub total": tuple(pids)}
+            print(f"\n== hub {label}: pids {pids}", flush=True)
+            cpu = CpuMeter(
+                pids
+                | {
+                    "redis": redis_pid,
+                    "loadgen": os.getpid(),
+                    "bare": bare.pid,
+                    "wsclients": wsclients.pid,
+                },
+                groups,
+                report_others=True,
+            )
+            bench = Bench(
+                session=session,
+                hub=urls["hub"],
+                bare=urls["bare"],
+                redis_url=redis_url,
+                sizes=sizes,
+                ws=Control(session, urls["wsclients"]),
+                callbacks=Control(session, urls["wsclients"]),
+                callbacks_base="",
+                pause_before=set(),
+                hub_pid=hub.pid,
+                cpu=cpu,
+                raw_publish=True,
+            )
+            for step in (bench.publishes, bench.fragments, bench.websocket):
+                await step()
+                if hub.poll() is not None:
+                    raise RuntimeError(f"the hub exited during {label}:\n{procs.log_tail('hub')}")
+            # every process of the configuration must still be the one measured
+            if n > 1 and sorted(child_pids(hub.pid)) != sorted(
+                p for k, p in pids.items() if k[0] == "w"
+            ):
+                raise RuntimeError(
+                    f"a worker was restarted during {label}:\n{procs.log_tail('hub')}"
+                )
+            results.append(WorkersResult(label, n, bench.rows, cpu.by_label))
+            procs.stop("hub")
+    return results
+
+
+def _cores(used: dict[str, float], names: tuple[str, ...]) -> str:
+    return ", ".join(f"{n} {used[n]:.2f}" for n in names if n in used and used[n] >= 0.02)
+
+
+def print_workers(results: list[WorkersResult]) -> bool:
+    """Per-configuration tables, where the CPU went, and the summary; True if the goal
+    (``--workers 2`` >= 1.3x ``--workers 1`` on publishes/s) was met or not measured."""
+    for res in results:
+        print_table(res.rows, f"Hub {res.label}")
+        print()
+        for stretch, used in res.cpu.items():
+            hub_names = ("hub", "hub total", "hub parent", *(f"w{k}" for k in range(64)))
+            print(
+                f"  cores during {stretch}: "
+                + _cores(used, (*hub_names, "redis", "loadgen", "bare", "wsclients", "others"))
+            )
+    single = results[0]
+    by_workers = {r.workers: r for r in results}
+    base_pub = single.row("1.").value
+    print("\nScale-out summary (each row beside the baselines measured just before it)\n")
+    header = (
+        "| hub | publishes/s | bare 204 | x single | x w1 | per hub core | "
+        "hub cores (per worker) | redis | loadgen | others | "
+        "ingest changes/s | XADD | WS events/s | bare broadcast |"
+    )
+    print(header)
+    print("|" + "|".join("---" for _ in range(14)) + "|")
+    for res in results:
+        pub, ing, ws = res.row("1."), res.row("2."), res.row("3. WebSocket events")
+        used = res.cpu.get("hub publishes", {})
+        workers = [used[k] for k in sorted(used) if k[0] == "w" and k[1:].isdigit()]
+        hub_cores = used.get("hub total", used.get("hub", 0.0))
+        per = f" ({' / '.join(f'{w:.2f}' for w in workers)})" if workers else ""
+        w1 = by_workers.get(1)
+        x_w1 = f"{pub.value / w1.row('1.').value:.2f}" if w1 else "—"
+        print(
+            f"| {res.label} | {pub.value:,.0f} | {pub.baseline or 0:,.0f} | "
+            f"{pub.value / base_pub:.2f} | {x_w1} | {pub.value / max(hub_cores, 0.01):,.0f} | "
+            f"{hub_cores:.2f}{per} | "
+            f"{used.get('redis', 0):.2f} | {used.get('loadgen', 0):.2f} | "
+            f"{used.get('others', 0):.2f} | "
+            f"{ing.value:,.0f} | {ing.baseline or 0:,.0f} | {ws.value:,.0f} | "
+            f"{ws.baseline or 0:,.0f} |"
+        )
+    if 1 in by_workers and 2 in by_workers:
+        ratio = by_workers[2].row("1.").value / by_workers[1].row("1.").value
+        met = ratio >= 1.3
+        print(
+            f"\ngoal --workers 2 >= 1.3x --workers 1 on publishes/s: {ratio:.2f} "
+            f"{'PASS' if met else 'MISSED'}"
+        )
+        return met
+    return True
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="smaller counts, shorter runs")
@@ -1089,6 +1327,12 @@ def main() -> int:
         action="append",
         metavar="RSHUB_X=VALUE",
         help="extra environment for the hub (repeatable), e.g. a setting",
+    )
+    parser.add_argument(
+        "--workers",
+        metavar="N,N,...",
+        help="scale-out run: the single-process hub, then rshub serve --workers N for each N "
+        "(figures 1-3, publishes through a raw HTTP load generator)",
     )
     parser.add_argument(
         "--role", choices=("bare", "wsclients", "callbacks"), help=argparse.SUPPRESS
@@ -1120,7 +1364,15 @@ def main() -> int:
     redis = EmbeddedRedis(tmp / "redis", appendfsync=args.appendfsync)
     try:
         redis_url = redis.start()
-        rows = asyncio.run(asyncio.wait_for(conduct(args, procs, redis_url, redis.pid or 0), 225))
+        if args.workers:
+            budget = 240.0 * (1 + len(args.workers.split(",")))
+            results = asyncio.run(
+                asyncio.wait_for(conduct_workers(args, procs, redis_url, redis.pid or 0), budget)
+            )
+        else:
+            rows = asyncio.run(
+                asyncio.wait_for(conduct(args, procs, redis_url, redis.pid or 0), 225)
+            )
     except (RuntimeError, TimeoutError) as exc:
         print(f"benchmark failed: {exc!s}", file=sys.stderr)
         return 1
@@ -1131,6 +1383,10 @@ def main() -> int:
             print(f"logs kept in {tmp}", file=sys.stderr)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
+    if args.workers:
+        met = print_workers(results)
+        print(f"\n({time.perf_counter() - started:.0f} s wall)")
+        return 0 if met else 2
     print_table(rows, f"Results ({time.perf_counter() - started:.0f} s wall)")
     return 0 if all(r.passed is not False for r in rows) else 2
 

@@ -59,7 +59,11 @@ class Connections:
             self.main = connect(
                 url, max_connections=512, health_check_interval=30, socket_timeout=10
             )
-            self.blocking = connect(url, socket_timeout=None, health_check_interval=30)
+            # One XREAD BLOCK per followed topic holds a connection: no pool cap (redis-py
+            # defaults to 100, which starved every topic past the hundredth).
+            self.blocking = connect(
+                url, socket_timeout=None, health_check_interval=30, max_connections=2**31 - 1
+            )
 
     async def ping(self) -> None:
         await self.main.ping()

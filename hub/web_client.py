@@ -48,8 +48,12 @@ def public_socket(addr_info: AddrInfo) -> socket.socket:
 class HttpClient:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        #: Deliveries in flight. A delivery's timeout starts once it has a slot: with the
+        #: limit on the connector instead, time queued for a connection counted against
+        #: the timeout, so a burst to many callbacks failed deliveries that never left.
+        self._delivery_slots = asyncio.Semaphore(settings.delivery_concurrency)
         connector = aiohttp.TCPConnector(
-            limit=settings.delivery_concurrency,
+            limit=0,
             limit_per_host=0,
             socket_factory=None if settings.allow_private_callbacks else public_socket,
         )
@@ -66,13 +70,16 @@ class HttpClient:
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Answer:
         try:
-            async with self.session.post(
-                url,
-                data=body,
-                headers=headers,
-                allow_redirects=False,
-                timeout=self._delivery_timeout,
-            ) as resp:
+            async with (
+                self._delivery_slots,
+                self.session.post(
+                    url,
+                    data=body,
+                    headers=headers,
+                    allow_redirects=False,
+                    timeout=self._delivery_timeout,
+                ) as resp,
+            ):
                 return Answer(resp.status, dict(resp.headers))
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise CallbackFailed(f"{type(exc).__name__}: {exc}") from None

@@ -1,0 +1,684 @@
+"""Benchmark the hub at scale: many WebSub subscriptions, many idle WebSocket clients.
+
+Run ``.venv/bin/python bench/scale.py`` from the repository root (``--quick`` for a short
+run; ``--only websub|websocket``). Everything runs on 127.0.0.1 and is killed at the end:
+
+1. **WebSub** (full: 100,000 subscriptions over 1,000 topics; quick: 10,000 over 100). An
+   embedded ``redis-server``, one hub process (``rshub serve --redis-url``, with
+   ``RSHUB_ALLOW_PRIVATE_CALLBACKS=true``) and one aiohttp process answering every callback
+   path ``/cb/{i}`` (the challenge to verification GETs, 204 to deliveries). After one
+   change per topic, the idle hub's RSS (``/proc/PID/status`` VmRSS) and Redis's
+   ``used_memory`` are the baseline. Every subscription is then requested through the hub's
+   ``POST /`` form; verification is asynchronous, so the bench waits until the topics'
+   subscription hashes in Redis hold them all and ``/metrics`` counts them all active. It
+   reports memory per subscription, then the *steady* figure: one change published to
+   every topic, time until every callback received it. Then the hub is restarted (SIGTERM,
+   start again): time to exit, to answer ``/healthz``, to count every subscription active in
+   ``/metrics``, and until a change published to every topic as soon as ``/healthz``
+   answered has reached every callback -- beside the steady figure.
+2. **WebSocket** (full and quick: 10,000 idle clients). A fresh hub on a flushed Redis; 100
+   active clients on one topic (``bench/hub.py --role wsclients``) and the idle ones on
+   another topic with no traffic (held by a separate helper process). Publish-to-receive
+   p50/p99 of the active clients at 1,000 changes/s, with no idle clients, with the idle
+   ones connected, and again after they left; hub RSS at each step (target < 1 GiB with
+   the idle clients).
+
+The conductor raises its ``RLIMIT_NOFILE`` soft limit to the hard limit; the processes it
+starts inherit it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import platform
+import re
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+SCRIPT = Path(__file__).resolve()
+ROOT = SCRIPT.parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.hub import (  # noqa: E402
+    HOST,
+    XML_HEADERS,
+    Control,
+    CpuMeter,
+    Processes,
+    notification,
+    paced,
+    serve,
+    wait_healthy,
+)
+from tests.support import free_port  # noqa: E402
+
+_ACTIVE = re.compile(r'^rshub_subscriptions\{state="active"\} (\d+)$', re.M)
+_CONSUMERS = re.compile(r"^rshub_stream_consumers (\d+)$", re.M)
+
+
+#: The hub's --log-level (``--hub-log-level``).
+LOG_LEVEL = ["WARNING"]
+
+
+@dataclass(frozen=True)
+class Sizes:
+    subscriptions: int = 100_000
+    topics: int = 1_000
+    subscribe_concurrency: int = 64
+    idle_clients: int = 10_000
+    active_clients: int = 100
+    latency_seconds: float = 10.0
+    #: Bound on each long wait (subscribing, verification, restart, delivery).
+    wait_seconds: float = 900.0
+
+
+QUICK = Sizes(subscriptions=10_000, topics=100, latency_seconds=5.0, wait_seconds=300.0)
+
+
+def raise_nofile() -> int:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def rss_bytes(pid: int) -> int:
+    """VmRSS of ``pid`` from ``/proc/PID/status``."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def mib(n: float) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+# -- helper process: many callback paths ----------------------------------------------
+
+
+def role_callbacks(port: int, sinks: int) -> None:
+    """``/cb/{i}``: the challenge to verification GETs, 204 to deliveries. Records which
+    paths were verified and which received a delivery since the last ``/ctl/reset``."""
+    raise_nofile()
+    verified = bytearray(sinks)
+    received = bytearray(sinks)
+    state = {"verified": 0, "received": 0, "deliveries": 0, "done_ns": 0}
+    reached = asyncio.Event()
+    target = {"n": sinks}
+
+    async def verify(request: web.Request) -> web.Response:
+        i = int(request.match_info["i"])
+        if request.query.get("hub.mode") == "subscribe" and not verified[i]:
+            verified[i] = 1
+            state["verified"] += 1
+        return web.Response(text=request.query.get("hub.challenge", ""))
+
+    async def deliver(request: web.Request) -> web.Response:
+        await request.read()
+        i = int(request.match_info["i"])
+        state["deliveries"] += 1
+        if not received[i]:
+            received[i] = 1
+            state["received"] += 1
+            if state["received"] >= target["n"] and not reached.is_set():
+                state["done_ns"] = time.perf_counter_ns()
+                reached.set()
+        return web.Response(status=204)
+
+    async def reset(request: web.Request) -> web.Response:
+        nonlocal reached
+        received[:] = bytes(sinks)
+        state.update(received=0, deliveries=0, done_ns=0)
+        target["n"] = int(request.query.get("target", sinks))
+        reached = asyncio.Event()
+        return web.json_response({"ok": True})
+
+    async def wait(request: web.Request) -> web.Response:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(reached.wait(), float(request.query["timeout"]))
+        return web.json_response(state | {"complete": reached.is_set()})
+
+    async def status(_request: web.Request) -> web.Response:
+        return web.json_response(state)
+
+    async def healthz(_request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/cb/{i:\\d+}", verify)
+    app.router.add_post("/cb/{i:\\d+}", deliver)
+    app.router.add_post("/ctl/reset", reset)
+    app.router.add_post("/ctl/wait", wait)
+    app.router.add_get("/ctl/status", status)
+    app.router.add_get("/healthz", healthz)
+    serve(app, port, backlog=4096)
+
+
+# -- helper process: idle WebSocket clients -------------------------------------------
+
+
+def role_idle(port: int) -> None:
+    """``/ctl/connect?url=&n=`` opens ``n`` WebSocket clients that only answer pings."""
+    raise_nofile()
+    state: dict[str, Any] = {"tasks": [], "session": None, "open": 0, "closed": 0}
+
+    async def client(url: str, session: aiohttp.ClientSession, gate: asyncio.Semaphore,
+                     opened: asyncio.Queue[bool]) -> None:  # fmt: skip
+        try:
+            async with gate:
+                ws = await session.ws_connect(url, heartbeat=None, autoping=True)
+            opened.put_nowait(True)
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            print(f"idle client: {exc!r}", file=sys.stderr)
+            opened.put_nowait(False)
+            return
+        state["open"] += 1
+        try:
+            async for _msg in ws:
+                pass
+        finally:
+            state["open"] -= 1
+            state["closed"] += 1
+            await ws.close()
+
+    async def connect(request: web.Request) -> web.Response:
+        url, n = request.query["url"], int(request.query["n"])
+        if state["session"] is None:
+            state["session"] = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0),
+                timeout=aiohttp.ClientTimeout(total=None, connect=60),
+            )
+        gate = asyncio.Semaphore(200)
+        opened: asyncio.Queue[bool] = asyncio.Queue()
+        start = time.perf_counter()
+        state["tasks"] += [
+            asyncio.create_task(client(url, state["session"], gate, opened)) for _ in range(n)
+        ]
+        ok = 0
+        deadline = time.monotonic() + 300
+        for _ in range(n):
+            try:
+                got = await asyncio.wait_for(opened.get(), max(0.1, deadline - time.monotonic()))
+            except TimeoutError:
+                break
+            ok += got
+        return web.json_response({"connected": ok, "seconds": time.perf_counter() - start})
+
+    async def disconnect(_request: web.Request) -> web.Response:
+        for task in state["tasks"]:
+            task.cancel()
+        for task in state["tasks"]:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        state["tasks"] = []
+        if state["session"] is not None:
+            await state["session"].close()
+            state["session"] = None
+        return web.json_response({"open": state["open"]})
+
+    async def status(_request: web.Request) -> web.Response:
+        return web.json_response({"open": state["open"], "closed": state["closed"]})
+
+    async def healthz(_request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/ctl/connect", connect)
+    app.router.add_post("/ctl/disconnect", disconnect)
+    app.router.add_get("/ctl/status", status)
+    app.router.add_get("/healthz", healthz)
+    serve(app, port)
+
+
+# -- conductor --------------------------------------------------------------------------
+
+
+class Hub:
+    """The hub process: start, stop, and what it reports."""
+
+    def __init__(self, procs: Processes, session: aiohttp.ClientSession, redis_url: str) -> None:
+        self.procs = procs
+        self.session = session
+        self.redis_url = redis_url
+        self.port = free_port()
+        self.url = f"http://{HOST}:{self.port}"
+        self.pid = 0
+
+    def start(self) -> None:
+        cmd = [sys.executable, "-m", "rshub", "serve", "--host", HOST, "--port", str(self.port),
+               "--redis-url", self.redis_url, "--log-level", LOG_LEVEL[0]]  # fmt: skip
+        env = {"RSHUB_ALLOW_PRIVATE_CALLBACKS": "true"}
+        self.pid = self.procs.start("hub", cmd, env=env).pid
+
+    async def healthy(self, timeout: float) -> None:
+        await wait_healthy(self.session, self.url + "/healthz", self.procs, "hub", timeout)
+
+    def stop(self, timeout: float) -> None:
+        self.procs.stop("hub", timeout)
+
+    async def active(self) -> int:
+        """Running delivery workers, from ``/metrics``."""
+        async with self.session.get(self.url + "/metrics") as resp:
+            match = _ACTIVE.search(await resp.text())
+        return int(match.group(1)) if match else 0
+
+    async def consumers_below(self, bound: int) -> int:
+        """1 once ``/metrics`` counts fewer than ``bound`` stream consumers, else 0."""
+        async with self.session.get(self.url + "/metrics") as resp:
+            match = _CONSUMERS.search(await resp.text())
+        return int(match is not None and int(match.group(1)) < bound)
+
+    async def publish_everywhere(self, topics: int, first: int) -> None:
+        """One change to each topic, 32 in flight."""
+        gate = asyncio.Semaphore(32)
+
+        async def one(k: int) -> None:
+            async with (
+                gate,
+                self.session.post(
+                    f"{self.url}/topics/t{k}",
+                    data=notification(first + k, 1),
+                    headers=XML_HEADERS,
+                ) as resp,
+            ):
+                await resp.read()
+                if resp.status != 202:
+                    raise RuntimeError(f"publish to t{k}: {resp.status}")
+
+        await asyncio.gather(*(one(k) for k in range(topics)))
+
+
+async def redis_used_memory(redis: Any) -> int:
+    return int((await redis.info("memory"))["used_memory"])
+
+
+async def stored_subscriptions(redis: Any, topics: int) -> int:
+    pipe = redis.pipeline(transaction=False)
+    for k in range(topics):
+        pipe.hlen(f"rshub:{{t{k}}}:subs")
+    return int(sum(await pipe.execute()))
+
+
+async def until(check: Any, goal: int, timeout: float, what: str, every: float = 0.5) -> float:
+    """Poll ``check()`` until it reaches ``goal``; seconds taken. Bounded by ``timeout``."""
+    start = time.perf_counter()
+    value = 0
+    while time.perf_counter() - start < timeout:
+        value = await check()
+        if value >= goal:
+            return time.perf_counter() - start
+        await asyncio.sleep(every)
+    raise RuntimeError(f"{what}: {value:,} of {goal:,} after {timeout:.0f} s")
+
+
+@dataclass
+class Report:
+    lines: list[tuple[str, str, str]]
+
+    def add(self, figure: str, value: str, baseline: str = "—") -> None:
+        self.lines.append((figure, value, baseline))
+        print(f"  {figure}: {value}" + (f"  (baseline: {baseline})" if baseline != "—" else ""),
+              flush=True)  # fmt: skip
+
+    def print(self, title: str) -> None:
+        header = ("figure", "value", "baseline (same run)")
+        rows = [header, *self.lines]
+        widths = [max(len(r[c]) for r in rows) for c in range(3)]
+        print(f"\n{title}\n")
+        for n, row in enumerate(rows):
+            print("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
+            if n == 0:
+                print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+
+
+async def bench_websub(
+    sizes: Sizes, procs: Processes, redis_url: str, redis_pid: int, report: Report
+) -> None:
+    from redis.asyncio import Redis
+
+    n, topics = sizes.subscriptions, sizes.topics
+    py, me = sys.executable, str(SCRIPT)
+    cb_port = free_port()
+    callbacks = procs.start(
+        "callbacks", [py, me, "--role", "callbacks", "--port", str(cb_port), "--sinks", str(n)]
+    )
+    cb_base = f"http://{HOST}:{cb_port}"
+    redis = Redis.from_url(redis_url)
+    connector = aiohttp.TCPConnector(limit=128)
+    timeout = aiohttp.ClientTimeout(total=sizes.wait_seconds + 30)
+    try:
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            hub = Hub(procs, session, redis_url)
+            hub.start()
+            await hub.healthy(60)
+            await wait_healthy(session, cb_base + "/healthz", procs, "callbacks")
+            ctl = Control(session, cb_base)
+
+            def meter() -> CpuMeter:
+                return CpuMeter(
+                    {
+                        "hub": hub.pid,
+                        "redis": redis_pid,
+                        "callbacks": callbacks.pid,
+                        "loadgen": os.getpid(),
+                    },
+                    report_others=True,
+                )
+
+            await hub.publish_everywhere(topics, 0)
+            await asyncio.sleep(1.0)  # let the publishes' buffers go before the baseline
+            rss0, mem0 = rss_bytes(hub.pid), await redis_used_memory(redis)
+            report.add("idle hub RSS (one change per topic)", mib(rss0))
+            report.add("idle Redis used_memory", mib(mem0))
+
+            # subscribe everything through POST /
+            gate = asyncio.Semaphore(sizes.subscribe_concurrency)
+            failures: list[str] = []
+
+            async def subscribe(i: int) -> None:
+                form = {
+                    "hub.mode": "subscribe",
+                    "hub.topic": f"{hub.url}/topics/t{i % topics}",
+                    "hub.callback": f"{cb_base}/cb/{i}",
+                }
+                async with gate, session.post(hub.url + "/", data=form) as resp:
+                    if resp.status != 202:
+                        failures.append(f"{i}: {resp.status} {await resp.text()}")
+
+            cpu = meter()
+            with cpu.measure("subscribing"):
+                t0 = time.perf_counter()
+                await asyncio.gather(*(subscribe(i) for i in range(n)))
+                t_req = time.perf_counter() - t0
+                if failures:
+                    raise RuntimeError(f"{len(failures)} subscribe requests failed: {failures[:3]}")
+                await until(
+                    lambda: stored_subscriptions(redis, topics),
+                    n,
+                    sizes.wait_seconds,
+                    "subscriptions stored in Redis",
+                )
+                t_stored = time.perf_counter() - t0
+                await until(hub.active, n, sizes.wait_seconds, "subscriptions active (/metrics)")
+                t_active = time.perf_counter() - t0
+            report.add(
+                f"{n:,} subscribe requests answered (64 in flight)",
+                f"{t_req:.1f} s ({n / t_req:,.0f}/s)",
+            )
+            report.add(
+                "... all verified and stored / all active",
+                f"{t_stored:.1f} s ({n / t_stored:,.0f}/s) / {t_active:.1f} s",
+            )
+            await asyncio.sleep(1.0)
+            rss1, mem1 = rss_bytes(hub.pid), await redis_used_memory(redis)
+            report.add(
+                "hub RSS per subscription (after subscribing)",
+                f"{(rss1 - rss0) / n:,.0f} B ({mib(rss1)} total)",
+                f"idle hub {mib(rss0)}",
+            )
+            report.add(
+                "Redis used_memory per subscription",
+                f"{(mem1 - mem0) / n:,.0f} B ({mib(mem1)} total)",
+                f"idle {mib(mem0)}",
+            )
+
+            # steady state: one change per topic reaches every callback
+            async def everyone(first: int, label: str) -> float:
+                await ctl.call("POST", "/ctl/reset", target=n)
+                with cpu.measure(label):
+                    t0 = time.perf_counter_ns()
+                    await hub.publish_everywhere(topics, first)
+                    got = await ctl.call(
+                        "POST", "/ctl/wait", wait=sizes.wait_seconds, timeout=sizes.wait_seconds
+                    )
+                if not got["complete"]:
+                    raise RuntimeError(f"{label}: only {got['received']:,} of {n:,} callbacks")
+                return (got["done_ns"] - t0) / 1e9
+
+            steady = await everyone(topics, "steady delivery to every callback")
+            rss2, mem2 = rss_bytes(hub.pid), await redis_used_memory(redis)
+            report.add(
+                f"one change per topic -> all {n:,} callbacks (running hub)",
+                f"{steady:.2f} s ({n / steady:,.0f} deliveries/s)",
+            )
+            report.add(
+                "hub RSS / Redis used_memory per subscription (after one delivery each)",
+                f"{(rss2 - rss0) / n:,.0f} B / {(mem2 - mem0) / n:,.0f} B",
+                f"idle {mib(rss0)} / {mib(mem0)}",
+            )
+
+            # restart
+            t0 = time.perf_counter()
+            hub.stop(timeout=120)
+            t_exit = time.perf_counter() - t0
+            await ctl.call("POST", "/ctl/reset", target=n)
+            with cpu.measure("restart until every callback got a change"):
+                t0 = time.perf_counter()
+                t0_ns = time.perf_counter_ns()
+                hub.start()
+                cpu.pids["hub"] = hub.pid  # the old one has exited: it counted 0 at the start
+                await hub.healthy(sizes.wait_seconds)
+                t_health = time.perf_counter() - t0
+                active_task = asyncio.create_task(
+                    until(hub.active, n, sizes.wait_seconds, "active after restart", every=0.1)
+                )
+                await hub.publish_everywhere(topics, 2 * topics)
+                got = await ctl.call(
+                    "POST", "/ctl/wait", wait=sizes.wait_seconds, timeout=sizes.wait_seconds
+                )
+                t_active = await active_task
+            if not got["complete"]:
+                raise RuntimeError(f"after restart only {got['received']:,} of {n:,} callbacks")
+            t_all = (got["done_ns"] - t0_ns) / 1e9
+            report.add("restart: SIGTERM -> exit", f"{t_exit:.2f} s")
+            report.add("restart: start -> /healthz 200", f"{t_health:.2f} s")
+            report.add(f"restart: start -> /metrics active = {n:,}", f"{t_health + t_active:.2f} s")
+            report.add(
+                "restart: start -> every callback got the change published at /healthz",
+                f"{t_all:.2f} s",
+                f"running hub: {steady:.2f} s from publish",
+            )
+            report.add("restart: hub RSS after", mib(rss_bytes(hub.pid)))
+            for line in cpu.lines:
+                report.add("cores", line.split("cores used during ", 1)[1])
+            hub.stop(timeout=120)
+    finally:
+        await redis.aclose()
+        procs.stop("callbacks", 15)
+
+
+async def bench_websocket(
+    sizes: Sizes, procs: Processes, redis_url: str, redis_pid: int, report: Report
+) -> None:
+    from redis.asyncio import Redis
+
+    redis = Redis.from_url(redis_url)
+    await redis.flushall()
+    await redis.aclose()
+    py, me, hub_py = sys.executable, str(SCRIPT), str(SCRIPT.parent / "hub.py")
+    ws_port, idle_port = free_port(), free_port()
+    active = procs.start(
+        "wsclients",
+        [
+            py,
+            hub_py,
+            "--role",
+            "wsclients",
+            "--port",
+            str(ws_port),
+            "--sinks",
+            str(sizes.active_clients),
+        ],
+    )
+    idle = procs.start("idle", [py, me, "--role", "idle", "--port", str(idle_port)])
+    connector = aiohttp.TCPConnector(limit=64)
+    timeout = aiohttp.ClientTimeout(total=600)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        hub = Hub(procs, session, redis_url)
+        hub.start()
+        await hub.healthy(60)
+        for name, port in (("wsclients", ws_port), ("idle", idle_port)):
+            await wait_healthy(session, f"http://{HOST}:{port}/healthz", procs, name)
+        ws, idle_ctl = (
+            Control(session, f"http://{HOST}:{ws_port}"),
+            Control(session, f"http://{HOST}:{idle_port}"),
+        )
+        cpu = CpuMeter(
+            {
+                "hub": hub.pid,
+                "redis": redis_pid,
+                "active clients": active.pid,
+                "idle clients": idle.pid,
+                "loadgen": os.getpid(),
+            },
+            report_others=True,
+        )
+        ws_base = f"ws://{HOST}:{hub.port}/topics"
+        for topic in ("active", "quiet"):
+            await session.post(
+                f"{hub.url}/topics/{topic}", data=notification(0, 1), headers=XML_HEADERS
+            )
+        got = await ws.call("POST", "/ctl/connect", url=f"{ws_base}/active/ws")
+        if got["connected"] != sizes.active_clients:
+            raise RuntimeError(f"only {got['connected']} active clients connected")
+        seq = iter(range(1, 10**9, 100_000))
+
+        async def latency(label: str) -> dict[str, Any]:
+            changes = round(sizes.latency_seconds / 0.01) * 10
+            await ws.reset(changes, latency=True)
+            with cpu.measure(label):
+                await paced(
+                    session, f"{hub.url}/topics/active", 10, 0.01, sizes.latency_seconds, next(seq)
+                )
+                res = await ws.expect(60)
+            if not res["complete"]:
+                raise RuntimeError(f"{label}: incomplete {res}")
+            return res
+
+        await asyncio.sleep(1.0)
+        rss_quiet = rss_bytes(hub.pid)
+        base = await latency("latency, no idle clients")
+        rss_base = rss_bytes(hub.pid)
+        t0 = time.perf_counter()
+        with cpu.measure("connecting idle clients"):
+            got = await idle_ctl.call(
+                "POST", "/ctl/connect", wait=300, url=f"{ws_base}/quiet/ws", n=sizes.idle_clients
+            )
+        if got["connected"] != sizes.idle_clients:
+            raise RuntimeError(f"only {got['connected']:,} idle clients connected")
+        t_connect = time.perf_counter() - t0
+        await asyncio.sleep(1.0)
+        rss_idle = rss_bytes(hub.pid)
+        loaded = await latency(f"latency, {sizes.idle_clients:,} idle clients")
+        rss_loaded = rss_bytes(hub.pid)
+        still = (await idle_ctl.call("GET", "/ctl/status"))["open"]
+        await idle_ctl.call("POST", "/ctl/disconnect", wait=120)
+        await until(
+            lambda: hub.consumers_below(sizes.active_clients + 10),
+            1,
+            120,
+            "hub closing the idle clients' streams",
+        )
+        after = await latency("latency, idle clients gone")
+        rss_after = rss_bytes(hub.pid)
+
+        k = sizes.idle_clients
+        report.add(f"connect {k:,} idle clients", f"{t_connect:.1f} s ({k / t_connect:,.0f}/s)")
+        report.add(
+            f"hub RSS with {k:,} idle + {sizes.active_clients} active clients (target < 1 GiB)",
+            f"{mib(rss_idle)} ({(rss_idle - rss_base) / k / 1024:,.1f} KiB per idle client); "
+            f"{mib(rss_loaded)} after the latency run",
+            f"{sizes.active_clients} active only: {mib(rss_quiet)}, {mib(rss_base)} after a run",
+        )
+        report.add(
+            f"p50 / p99 publish->receive, {sizes.active_clients} active, {k:,} idle connected",
+            f"{loaded['p50_ms']:.1f} / {loaded['p99_ms']:.1f} ms ({loaded['samples']:,} samples)",
+            f"no idle: {base['p50_ms']:.1f} / {base['p99_ms']:.1f} ms; idle gone: "
+            f"{after['p50_ms']:.1f} / {after['p99_ms']:.1f} ms",
+        )
+        report.add(f"idle clients still open after the run (of {k:,})", f"{still:,}")
+        report.add("hub RSS after the idle clients left", mib(rss_after))
+        for line in cpu.lines:
+            report.add("cores", line.split("cores used during ", 1)[1])
+        hub.stop(timeout=30)
+    procs.stop("idle", 30)
+    procs.stop("wsclients", 15)
+
+
+async def conduct(
+    args: argparse.Namespace, procs: Processes, redis_url: str, redis_pid: int
+) -> Report:
+    sizes = QUICK if args.quick else Sizes()
+    report = Report([])
+    if args.only in (None, "websub"):
+        await bench_websub(sizes, procs, redis_url, redis_pid, report)
+    if args.only in (None, "websocket"):
+        await bench_websocket(sizes, procs, redis_url, redis_pid, report)
+    return report
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true", help="10,000 subscriptions, 100 topics")
+    parser.add_argument("--only", choices=("websub", "websocket"))
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir with the logs")
+    parser.add_argument("--hub-log-level", default="WARNING", help="the hub's --log-level")
+    parser.add_argument("--role", choices=("callbacks", "idle"), help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--sinks", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.role == "callbacks":
+        role_callbacks(args.port, args.sinks)
+        return 0
+    if args.role == "idle":
+        role_idle(args.port)
+        return 0
+
+    from hub.embedded_redis import EmbeddedRedis
+
+    LOG_LEVEL[0] = args.hub_log_level
+    nofile = raise_nofile()
+    started = time.perf_counter()
+    print(
+        f"rshub scale benchmark: Python {platform.python_version()}, {os.cpu_count()} CPUs, "
+        f"RLIMIT_NOFILE {nofile}, {'quick' if args.quick else 'full'} run, "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        flush=True,
+    )
+    tmp = Path(tempfile.mkdtemp(prefix="rshub-scale-"))
+    procs = Processes(tmp)
+    redis = EmbeddedRedis(tmp / "redis")
+    try:
+        redis_url = redis.start()
+        report = asyncio.run(conduct(args, procs, redis_url, redis.pid or 0))
+    except (RuntimeError, TimeoutError, aiohttp.ClientError) as exc:
+        print(f"benchmark failed: {exc!s}", file=sys.stderr)
+        for name in list(procs.procs):
+            print(f"--- {name} log tail:\n{procs.log_tail(name)}", file=sys.stderr)
+        return 1
+    finally:
+        procs.stop_all()
+        redis.stop()
+        if args.keep:
+            print(f"logs kept in {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    report.print(f"Results ({time.perf_counter() - started:.0f} s wall)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
