@@ -1056,6 +1056,7 @@ async def conduct(
             str(hub_port),
             "--redis-url",
             redis_url,
+            "--allow-private-callbacks",  # the bench's callbacks are on loopback
             "--log-level",
             args.hub_log_level,
         ],
@@ -1175,6 +1176,7 @@ async def conduct_workers(
     hub_cmd = [
         py, "-m", "rshub", "serve", "--host", HOST, "--port", str(hub_port),
         "--redis-url", redis_url, "--log-level", args.hub_log_level,
+        "--allow-private-callbacks",  # the bench's callbacks are on loopback
     ]  # fmt: skip
     hub_env = dict(item.split("=", 1) for item in args.hub_env or ())
     bare = procs.start("bare", [py, me, "--role", "bare", "--port", str(bare_port)])

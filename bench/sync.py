@@ -53,7 +53,17 @@ def notification(changes: list[tuple[str, str]]) -> bytes:
 def start_hub(data: Path, port: int) -> subprocess.Popen[bytes]:
     with open(data / "hub.log", "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "rshub", "serve", "--port", str(port), "--data-dir", str(data)],
+            [
+                sys.executable,
+                "-m",
+                "rshub",
+                "serve",
+                "--port",
+                str(port),
+                "--data-dir",
+                str(data),
+                "--allow-private-callbacks",
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
         )
