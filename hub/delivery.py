@@ -262,9 +262,6 @@ class DeliveryService:
         #: Called when a worker ends by itself, so ownership reconciles at once.
         self.on_worker_end: Callable[[], None] = lambda: None
 
-    async def start(self) -> None:
-        pass
-
     async def close(self) -> None:
         await cancel_and_wait(list(self._tasks))
         await asyncio.gather(*(w.stop() for w in self.workers.values()))

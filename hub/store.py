@@ -120,13 +120,6 @@ class EventStore:
         rows = await self.redis.xrange(keys.events(topic), start, end, count=count)
         return keys.event_rows(rows)
 
-    async def read(
-        self, topic: str, after: str | None, count: int, *, until: str = "+"
-    ) -> list[tuple[str, bytes]]:
-        """Up to ``count`` events with id > ``after`` (all from the start if None)."""
-        start = f"({after}" if after and after not in ("0", "0-0") else "-"
-        return await self.range(topic, start, until, count)
-
     async def wait_after(
         self, topic: str, after: str, count: int, block_ms: int
     ) -> list[tuple[str, bytes]]:

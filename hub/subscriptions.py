@@ -115,9 +115,6 @@ class SubscriptionStore:
         await self._changed(sub.topic, sub.callback, ACTIVATED)
         return keys.text(in_force)
 
-    async def save(self, sub: Subscription) -> None:
-        await self.redis.hset(keys.subscriptions(sub.topic), sub.callback, sub.to_json())
-
     async def save_fenced(self, sub: Subscription, node: str, token: int) -> bool:
         """Save ``sub`` only while ``node`` holds its lease with ``token``."""
         saved = await self.scripts.run(

@@ -216,8 +216,16 @@ class Periodic:
             task.cancel()
 
 
-async def _nothing() -> None:
-    pass
+def _when_leading(
+    ownership: Ownership, step: Callable[[], Awaitable[None]]
+) -> Callable[[], Awaitable[None]]:
+    """``step``, run only while this process leads (see :mod:`hub.leases`)."""
+
+    async def run() -> None:
+        if ownership.leader:
+            await step()
+
+    return run
 
 
 async def _sweep_retention(store: EventStore) -> None:
@@ -324,19 +332,18 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     background.every(
         settings.retention_sweep_seconds,
         "retention",
-        lambda: _sweep_retention(store) if ownership.leader else _nothing(),
+        _when_leading(ownership, lambda: _sweep_retention(store)),
     )
     if settings.changelist_scan_seconds:
         background.every(
             settings.changelist_scan_seconds,
             "page-scan",
-            lambda: _scan_pages(store, pages) if ownership.leader else _nothing(),
+            _when_leading(ownership, lambda: _scan_pages(store, pages)),
         )
     supervisor = None
     if EMBEDDED in app:
         supervisor = asyncio.create_task(app[EMBEDDED].supervise(), name="redis-supervisor")
     try:
-        await delivery.start()
         await ownership.start()
         log.info("hub ready at %s", settings.public_url)
         yield

@@ -56,7 +56,10 @@ async def test_a_new_owner_continues_the_back_off_and_suspension(redis_url: str)
                 sub = await store.get("t", callback.url)
                 return sub.failures if sub else -1
 
-            await wait_for(lambda: _at_least(failures, 2), timeout=15)
+            async def failed_twice() -> bool:
+                return await failures() >= 2
+
+            await wait_for(failed_twice, timeout=15)
             running = [
                 app for app in (app_a, app_b) if ("t", callback.url) in app[DELIVERY].workers
             ]
@@ -86,10 +89,6 @@ async def test_a_new_owner_continues_the_back_off_and_suspension(redis_url: str)
         for runner, app in ((runner_a, app_a), (runner_b, app_b)):
             if id(app) not in stopped:
                 await runner.cleanup()
-
-
-async def _at_least(value: object, n: int) -> bool:
-    return await value() >= n  # type: ignore[operator]
 
 
 async def _state_is(store: SubscriptionStore, callback: str, state: State) -> bool:

@@ -244,8 +244,7 @@ def order_key(event_id: str) -> tuple[int, int]:
 
 
 def first_occurrences(ids: list[str]) -> list[str]:
-    seen: set[str] = set()
-    return [i for i in ids if not (i in seen or seen.add(i))]  # type: ignore[func-returns-value]
+    return list(dict.fromkeys(ids))
 
 
 async def test_three_hubs_deliver_every_change_once_in_order(
