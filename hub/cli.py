@@ -73,6 +73,13 @@ def add_parsers(subparsers: Any) -> None:
         default=None,
         help="let the hub call loopback/private addresses (development on one machine only)",
     )
+    parser.add_argument(
+        "--no-uvloop",
+        dest="uvloop",
+        action="store_false",
+        default=None,
+        help="run on the standard asyncio event loop instead of uvloop",
+    )
     parser.set_defaults(run=run_serve)
 
 
@@ -92,6 +99,7 @@ _SETTINGS_FLAGS = (
     "log_format",
     "access_log",
     "allow_private_callbacks",
+    "uvloop",
 )
 
 
@@ -130,6 +138,8 @@ def _worker_argv(args: argparse.Namespace) -> list[str]:
         argv.append("--access-log")
     if getattr(args, "allow_private_callbacks", None):
         argv.append("--allow-private-callbacks")
+    if getattr(args, "uvloop", None) is False:
+        argv.append("--no-uvloop")
     return argv
 
 
@@ -175,7 +185,7 @@ def run_serve(args: argparse.Namespace) -> int:
             pool = WorkerPool(workers, _worker_argv(args), redis_url, embedded)
             return asyncio.run(pool.run())
         tune_gc(settings.gc_young_threshold)
-        web_app.run(settings, redis_url, embedded)
+        web_app.run(settings, redis_url, embedded, use_uvloop=settings.uvloop)
     except HubError as exc:
         print(f"rshub serve: {exc}", file=sys.stderr)
         return 1

@@ -14,9 +14,10 @@ import asyncio
 import bisect
 import logging
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from typing import Any, Protocol
 
-from . import metrics
+from . import frames, metrics
 from .connection import StoreError
 from .events import Event, EventFilter, EventKey, format_id, parse_id
 from .store import EventStore
@@ -32,6 +33,11 @@ _READ_BATCH = 1000
 
 class Follower(Protocol):
     def offer(self, events: list[Event]) -> None: ...
+
+
+#: Writes events to a client's connection now, if it can take them without waiting; False
+#: when it cannot (they are queued for the client's sender task instead).
+Writer = Callable[[list[Event]], bool]
 
 
 class TopicFeed:
@@ -58,6 +64,7 @@ class TopicFeed:
         self.consumers = 0
         self._followers: set[Follower] = set()
         self._messages: OrderedDict[tuple[str, str], bytes] = OrderedDict()
+        self._frames: OrderedDict[tuple[str, str], bytes] = OrderedDict()
         #: Set when the topic was deleted: its streams end (see :meth:`FeedHub.end`).
         self.ended = asyncio.Event()
 
@@ -71,6 +78,17 @@ class TopicFeed:
             if len(self._messages) > 64:
                 self._messages.popitem(last=False)
         return message
+
+    def ws_frame(self, events: list[Event]) -> bytes:
+        """:meth:`ws_message` as a WebSocket text frame, cached the same way."""
+        key = (events[0].id, events[-1].id)
+        frame = self._frames.get(key)
+        if frame is None:
+            frame = frames.text_frame(self.ws_message(events))
+            self._frames[key] = frame
+            if len(self._frames) > 64:
+                self._frames.popitem(last=False)
+        return frame
 
     async def start(self) -> None:
         last = await self.store.last_id(self.topic)
@@ -207,8 +225,12 @@ class ClientStream:
 
     While behind, :meth:`next` reads from the feed (ring or Redis) at the client's own
     pace. Once caught up it follows the feed, which hands every new batch to
-    :meth:`offer` synchronously, so a live client costs no task of its own beyond its
-    sender, and all live clients share one encoded message per batch.
+    :meth:`offer` synchronously. With a ``writer``, a live client whose connection can
+    take the batch gets it written there and then, by the feed's own fan-out loop: no task
+    wakes up, no timer is armed, and all live clients share one encoded frame per batch, so
+    a publish costs time per *active* client only. A batch the connection cannot take yet
+    is queued (bounded by ``capacity``) for the sender task, which waits for the
+    connection to drain; later batches queue behind it, so order is kept.
     """
 
     def __init__(
@@ -217,11 +239,13 @@ class ClientStream:
         cursor: EventKey,
         capacity: int,
         event_filter: EventFilter | None = None,
+        writer: Writer | None = None,
     ) -> None:
         self.feed = feed
         self.cursor = cursor
         self.capacity = capacity
         self.filter = event_filter
+        self.writer = writer
         self.live = False
         self._pending: deque[list[Event]] = deque()
         self._count = 0
@@ -236,6 +260,13 @@ class ClientStream:
         if events[0].key <= self.cursor:  # only when a client resumed from a future id
             events = [e for e in events if e.key > self.cursor]
             if not events:
+                return
+        if not self._pending and self.writer is not None:
+            shown = self._filtered(events)
+            if not shown or self.writer(shown):
+                self.cursor = events[-1].key
+                if shown:
+                    self.last_sent = shown[-1].id
                 return
         if self._count and self._count + len(events) > self.capacity:
             self.feed.unfollow(self)
@@ -253,16 +284,25 @@ class ClientStream:
         With a filter, a batch may come back empty: everything in it was filtered out.
         """
         events = await self._next(timeout)
-        if events and self.filter is not None:
-            accepts = self.filter.accepts
-            return [e for e in events if accepts(e.fields)]
-        return events
+        return self._filtered(events) if events else events
+
+    def _filtered(self, events: list[Event]) -> list[Event]:
+        if self.filter is None:
+            return events
+        accepts = self.filter.accepts
+        return [e for e in events if accepts(e.fields)]
 
     def message(self, events: list[Event]) -> bytes:
         """The WebSocket message for ``events``: shared by every unfiltered client."""
         if self.filter is None:
             return self.feed.ws_message(events)
         return b"[" + b",".join(e.json(self.feed.topic) for e in events) + b"]"
+
+    def frame(self, events: list[Event]) -> bytes:
+        """:meth:`message` as a WebSocket text frame: shared by every unfiltered client."""
+        if self.filter is None:
+            return self.feed.ws_frame(events)
+        return frames.text_frame(self.message(events))
 
     async def _next(self, timeout: float) -> list[Event] | None:
         if not self.live:

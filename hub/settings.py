@@ -183,6 +183,11 @@ class Settings(BaseSettings):
     #: large ring of live events; collecting less often was worth ~20% of WebSocket fan-out
     #: throughput in bench/hub.py. Garbage without cycles is freed at once regardless.
     gc_young_threshold: int = Field(50_000, ge=0)
+    #: Run the event loop on uvloop (libuv) when it is installed (it is a dependency on
+    #: Linux and macOS). Socket writes and reads, timers and task switches cost less there:
+    #: bench/hub.py measures both loops (``--loop``). ``false`` runs the standard asyncio
+    #: loop, e.g. to rule uvloop out when chasing a problem.
+    uvloop: bool = True
 
     # -- logs --------------------------------------------------------------------------
     #: DEBUG, INFO, WARNING, ERROR or CRITICAL (any case).

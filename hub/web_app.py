@@ -467,6 +467,25 @@ async def serve(settings: Settings, redis_url: str, embedded: EmbeddedRedis | No
         await runner.cleanup()
 
 
-def run(settings: Settings, redis_url: str, embedded: EmbeddedRedis | None = None) -> None:
+def loop_factory(use_uvloop: bool) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop when wanted and installed, else None (asyncio's default loop)."""
+    if not use_uvloop:
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        log.info("uvloop is not installed; running on the asyncio event loop")
+        return None
+    return uvloop.new_event_loop
+
+
+def run(
+    settings: Settings,
+    redis_url: str,
+    embedded: EmbeddedRedis | None = None,
+    *,
+    use_uvloop: bool = True,
+) -> None:
     """Serve the hub until SIGINT/SIGTERM (``rshub serve``)."""
-    asyncio.run(serve(settings, redis_url, embedded))
+    with asyncio.Runner(loop_factory=loop_factory(use_uvloop)) as runner:
+        runner.run(serve(settings, redis_url, embedded))

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from . import metrics
-from .events import EventFilter, EventKey, parse_id
+from .events import Event, EventFilter, EventKey, parse_id
 from .exceptions import BadRequest, Gone
 from .feed import ClientStream, TopicFeed
 from .tasks import cancel_and_wait
@@ -36,6 +36,9 @@ from .web_state import FEEDS, SETTINGS, STORE, URLS
 
 #: Why a stream ended early: its client was too slow, or its topic was deleted.
 TOO_SLOW, DELETED = "too slow", "topic deleted"
+#: A live WebSocket batch is written straight to the connection while less than this is
+#: waiting in its send buffer (aiohttp's own writer limit); beyond it, batches queue.
+_DIRECT_WRITE_LIMIT = 64 * 1024
 
 
 async def _until_overflow_or_done(pump: ClientStream, *tasks: asyncio.Task[None]) -> str | None:
@@ -123,15 +126,33 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
             heartbeat=settings.heartbeat_seconds, max_msg_size=4096, compress=False
         )
         await ws.prepare(request)
+        transport = request.transport
+
+        def write_now(events: list[Event]) -> bool:
+            # The feed's fan-out loop calls this for every live client: one transport write
+            # of the shared frame, or False to leave the batch to send() below.
+            if (
+                ws.closed
+                or transport is None
+                or transport.is_closing()
+                or transport.get_write_buffer_size() > _DIRECT_WRITE_LIMIT
+            ):
+                return False
+            transport.write(pump.frame(events))
+            metrics.stream_messages("ws")
+            return True
+
+        pump.writer = write_now
 
         async def send() -> None:
             with contextlib.suppress(ConnectionError):  # the client went away: just end
                 while not ws.closed:
                     events = await pump.next(settings.heartbeat_seconds)
                     if events:  # None: idle; aiohttp's heartbeat pings keep the line alive
-                        # Pre-encoded text frame: no per-client re-encoding of a shared message.
+                        # A shared message: no per-client re-encoding. send_frame writes before
+                        # it waits for the connection to drain, so batches stay in order.
                         await ws.send_frame(pump.message(events), WSMsgType.TEXT)
-                        metrics.stream_message("ws")
+                        metrics.stream_messages("ws")
                         pump.last_sent = events[-1].id
 
         ended = await _until_overflow_or_done(
@@ -192,7 +213,7 @@ async def server_sent_events(request: web.Request) -> web.StreamResponse:
                         b"id: %s\ndata: %s\n\n" % (e.id.encode(), e.json(topic)) for e in events
                     )
                 )
-                metrics.stream_message("sse")
+                metrics.stream_messages("sse")
                 pump.last_sent = events[-1].id
 
         ended = await _until_overflow_or_done(pump, asyncio.create_task(send()))

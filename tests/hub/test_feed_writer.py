@@ -1,0 +1,88 @@
+"""Live clients written to directly by the feed's fan-out, and queued when they cannot take it.
+
+In-memory: a :class:`TopicFeed` whose ring is filled by hand (no Redis is read).
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from hub.events import Event, EventFilter, format_id
+from hub.feed import ClientStream, TopicFeed
+from hub.store import EventStore
+
+
+def events(first: int, count: int) -> list[Event]:
+    return [
+        Event(format_id((first + i, 0)), b'{"loc":"http://e/%d","change":"updated"}' % (first + i))
+        for i in range(count)
+    ]
+
+
+class Recorder:
+    """A connection that takes every batch."""
+
+    def __init__(self) -> None:
+        self.written: list[list[Event]] = []
+
+    def __call__(self, batch: list[Event]) -> bool:
+        self.written.append(batch)
+        return True
+
+
+def live_client(writer: object = None, event_filter: EventFilter | None = None) -> ClientStream:
+    feed = TopicFeed(cast(EventStore, None), "t")
+    feed.base = (0, 0)
+    client = ClientStream(feed, (0, 0), capacity=10, event_filter=event_filter)
+    client.live = True
+    feed.follow(client)
+    client.writer = writer  # type: ignore[assignment]
+    return client
+
+
+async def test_a_connection_that_takes_the_batch_gets_it_at_once() -> None:
+    written = Recorder()
+    client = live_client(written)
+    batch = events(1, 3)
+    client.offer(batch)
+    assert written.written == [batch]
+    assert client.cursor == batch[-1].key and client.last_sent == batch[-1].id
+    assert await client.next(0.01) is None  # nothing queued for the sender
+
+
+async def test_a_backed_up_connection_queues_and_keeps_order() -> None:
+    accept = [False]
+    written: list[list[Event]] = []
+
+    def writer(batch: list[Event]) -> bool:
+        if accept[0]:
+            written.append(batch)
+        return accept[0]
+
+    client = live_client(writer)
+    first, second, third = events(1, 2), events(3, 2), events(5, 2)
+    client.offer(first)  # refused: queued
+    accept[0] = True
+    client.offer(second)  # accepted by the connection, but must queue behind `first`
+    assert written == []
+    assert await client.next(0.01) == first + second
+    client.offer(third)  # the queue is empty again: written at once
+    assert written == [third]
+
+
+async def test_a_queue_past_capacity_overflows() -> None:
+    client = live_client(lambda batch: False)
+    client.offer(events(1, 6))
+    client.offer(events(7, 6))
+    assert client.overflowed.is_set()
+
+
+async def test_a_filtered_client_is_written_only_what_it_asked_for() -> None:
+    written = Recorder()
+    wanted = EventFilter.from_query({"change": "deleted"}, [])
+    client = live_client(written, wanted)
+    client.offer(events(1, 3))  # nothing matches: nothing written, cursor still moves
+    assert written.written == [] and client.cursor == (3, 0)
+    deleted = Event(format_id((4, 0)), b'{"loc":"http://e/4","change":"deleted"}')
+    client.offer([deleted, *events(5, 1)])
+    assert written.written == [[deleted]] and client.cursor == (5, 0)
