@@ -49,7 +49,7 @@ NODE_HEADER = "X-RSHub-Node"
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """What a callback answered."""
+    """What a callback answered; header names are lower-case."""
 
     status: int
     headers: Mapping[str, str] = field(default_factory=dict)
@@ -191,7 +191,7 @@ class DeliveryWorker:
                     metrics.delivered(batch)
                     await self._succeeded(batch[-1].id)
                     return
-                retry_after = websub.retry_after(answer.headers.get("Retry-After"))
+                retry_after = websub.retry_after(answer.headers.get("retry-after"))
                 error = f"HTTP {answer.status}"
             metrics.delivery_outcome("retry")
             delay = websub.backoff(

@@ -1,4 +1,7 @@
-"""The hub's outgoing HTTP on aiohttp: WebSub verification, deliveries and ping fetches.
+"""The hub's outgoing HTTP: WebSub verification, deliveries and ping fetches.
+
+Deliveries go through :class:`hub.callback_connections.CallbackConnections` (the hot path,
+with the same address checks); verification and ping fetches through aiohttp.
 
 Never follows redirects, bounds every request in time, and reads at most the bytes asked
 for. Unless private callbacks are allowed, every socket is checked against the address it is
@@ -19,6 +22,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from .addresses import refusal
+from .callback_connections import CallbackConnections
 from .delivery import Answer
 from .exceptions import BadGateway, BadRequest, CallbackFailed, PayloadTooLarge
 from .settings import Settings
@@ -62,34 +66,34 @@ class HttpClient:
             timeout=aiohttp.ClientTimeout(total=settings.delivery_timeout),
             auto_decompress=False,
         )
-        self._delivery_timeout = aiohttp.ClientTimeout(total=settings.delivery_timeout)
+        self.deliveries = CallbackConnections(
+            allow_private=settings.allow_private_callbacks,
+            max_idle_per_origin=settings.delivery_concurrency,
+        )
         self._verify_timeout = aiohttp.ClientTimeout(total=settings.verify_timeout)
 
     async def close(self) -> None:
+        await self.deliveries.close()
         await self.session.close()
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Answer:
-        try:
-            async with (
-                self._delivery_slots,
-                self.session.post(
-                    url,
-                    data=body,
-                    headers=headers,
-                    allow_redirects=False,
-                    timeout=self._delivery_timeout,
-                ) as resp,
-            ):
-                return Answer(resp.status, dict(resp.headers))
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise CallbackFailed(f"{type(exc).__name__}: {exc}") from None
+        """A delivery, on :class:`CallbackConnections` rather than aiohttp (see there why)."""
+        timeout = self.settings.delivery_timeout
+        async with self._delivery_slots:
+            try:
+                async with asyncio.timeout(timeout):
+                    status, answer_headers = await self.deliveries.post(url, body, headers)
+            except TimeoutError:
+                raise CallbackFailed(f"no answer within {timeout:g} s") from None
+        return Answer(status, answer_headers)
 
     async def get(self, url: str, limit: int) -> Answer:
         try:
             async with self.session.get(
                 url, allow_redirects=False, timeout=self._verify_timeout
             ) as resp:
-                return Answer(resp.status, dict(resp.headers), await resp.content.read(limit))
+                headers = {name.lower(): value for name, value in resp.headers.items()}
+                return Answer(resp.status, headers, await resp.content.read(limit))
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise CallbackFailed(f"{type(exc).__name__}: {exc}") from None
 
