@@ -39,6 +39,8 @@ from .exceptions import CallbackFailed
 
 #: The longest response head (status line and headers) accepted.
 MAX_HEAD_BYTES = 64 * 1024
+#: How often requests in flight are checked against their deadline (its precision).
+_SWEEP_SECONDS = 0.5
 
 Origin = tuple[str, str, int]  # scheme, host, port
 Head = tuple[int, dict[str, str]]
@@ -81,6 +83,8 @@ class _Connection(asyncio.Protocol):
         self.idle_since = 0.0
         self.got_bytes = False
         self.discarded = 0
+        self.deadline = 0.0
+        self.timeout = 0.0
 
     # -- asyncio.Protocol --------------------------------------------------------------
 
@@ -120,6 +124,9 @@ class _Connection(asyncio.Protocol):
         self.keep_alive = False
         if self.transport is not None:
             self.transport.close()
+
+    def give_up(self, why: str) -> None:
+        self._fail(CallbackFailed(why))
 
     def _fail(self, exc: CallbackFailed) -> None:
         if self.waiter is not None and not self.waiter.done():
@@ -278,9 +285,17 @@ class CallbackConnections:
         self._targets: dict[str, _Target] = {}
         self._ssl: ssl.SSLContext | None = None
         self._open: set[_Connection] = set()
+        self._busy: set[_Connection] = set()
+        self._sweeper: asyncio.Task[None] | None = None
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Head:
-        """POST ``body``; the status and headers of the answer (its body is skipped)."""
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> Head:
+        """POST ``body``; the status and headers of the answer (its body is skipped).
+
+        ``timeout`` bounds the whole exchange, connecting included. Answers are timed by
+        one sweep over the requests in flight (:meth:`_sweep`) rather than a timer per
+        request: arming and cancelling a timer per POST cost more than the POST's own write.
+        """
+        deadline = asyncio.get_running_loop().time() + timeout
         target = self._targets.get(url)
         if target is None:
             target = _Target(url)
@@ -297,22 +312,49 @@ class CallbackConnections:
         connection = self._reuse(target.origin)
         if connection is not None:
             try:
-                return await self._exchange(connection, request)
+                return await self._exchange(connection, request, deadline, timeout)
             except _Reset as exc:
                 if not exc.retry:
                     raise
             # the callback closed the idle connection as we reused it: once more, fresh
-        return await self._exchange(await self._connect(target.origin), request)
+        try:
+            async with asyncio.timeout_at(deadline):
+                connection = await self._connect(target.origin)
+        except TimeoutError:
+            raise CallbackFailed(f"could not connect within {timeout:g} s") from None
+        return await self._exchange(connection, request, deadline, timeout)
 
-    @staticmethod
-    async def _exchange(connection: _Connection, request: bytes) -> Head:
+    async def _exchange(
+        self, connection: _Connection, request: bytes, deadline: float, timeout: float
+    ) -> Head:
+        connection.deadline, connection.timeout = deadline, timeout
+        self._busy.add(connection)
+        if self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep(), name="callback-timeouts")
         try:
             return await connection.send(request)
         except BaseException:  # failed, timed out or cancelled: never reuse it
             connection.close()
             raise
+        finally:
+            self._busy.discard(connection)
+
+    async def _sweep(self) -> None:
+        """Fail the requests past their deadline, twice a second while any is in flight."""
+        loop = asyncio.get_running_loop()
+        try:
+            while self._busy:
+                await asyncio.sleep(_SWEEP_SECONDS)
+                now = loop.time()
+                for connection in [c for c in self._busy if c.deadline <= now]:
+                    self._busy.discard(connection)
+                    connection.give_up(f"no answer within {connection.timeout:g} s")
+        finally:
+            self._sweeper = None
 
     async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         for connection in list(self._open):
             connection.close()
         self._idle.clear()

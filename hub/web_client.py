@@ -78,13 +78,10 @@ class HttpClient:
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Answer:
         """A delivery, on :class:`CallbackConnections` rather than aiohttp (see there why)."""
-        timeout = self.settings.delivery_timeout
         async with self._delivery_slots:
-            try:
-                async with asyncio.timeout(timeout):
-                    status, answer_headers = await self.deliveries.post(url, body, headers)
-            except TimeoutError:
-                raise CallbackFailed(f"no answer within {timeout:g} s") from None
+            status, answer_headers = await self.deliveries.post(
+                url, body, headers, self.settings.delivery_timeout
+            )
         return Answer(status, answer_headers)
 
     async def get(self, url: str, limit: int) -> Answer:

@@ -88,7 +88,7 @@ async def post_all(
     try:
         for i in range(count):
             try:
-                results.append(await pool.post(url, b"<body %d/>" % i, {"X-Test": str(i)}))
+                results.append(await pool.post(url, b"<body %d/>" % i, {"X-Test": str(i)}, 5.0))
             except CallbackFailed as exc:
                 results.append(exc)
             await asyncio.sleep(0)  # let a discarded body finish (bounded: data is local)
@@ -181,14 +181,29 @@ async def test_a_chunked_body_in_pieces_and_a_huge_body_to_skip() -> None:
 async def test_private_addresses_are_refused_unless_allowed() -> None:
     pool = CallbackConnections(allow_private=False)
     with pytest.raises(CallbackFailed, match=r"refusing to connect to 127\.0\.0\.1"):
-        await pool.post("http://127.0.0.1:9/cb", b"", {})
+        await pool.post("http://127.0.0.1:9/cb", b"", {}, 5.0)
     with pytest.raises(CallbackFailed, match="refusing to connect to ::1"):
-        await pool.post("http://[::1]:9/cb", b"", {})
+        await pool.post("http://[::1]:9/cb", b"", {}, 5.0)
     await pool.close()
 
 
 async def test_a_header_with_a_line_break_is_refused() -> None:
     pool = CallbackConnections(allow_private=True)
     with pytest.raises(CallbackFailed, match="line break"):
-        await pool.post("http://127.0.0.1:9/cb", b"", {"X": "a\r\nInjected: 1"})
+        await pool.post("http://127.0.0.1:9/cb", b"", {"X": "a\r\nInjected: 1"}, 5.0)
     await pool.close()
+
+
+@on_both_loops
+async def test_a_callback_that_never_answers_times_out() -> None:
+    srv = ScriptedServer([b""])  # reads the request, writes nothing
+    url = await srv.start()
+    pool = CallbackConnections(allow_private=True)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(CallbackFailed, match=r"no answer within 0\.2 s"):
+        await pool.post(url, b"<x/>", {}, 0.2)
+    assert 0.2 <= loop.time() - started < 2.0
+    assert not pool._idle.get(("http", "127.0.0.1", srv.server.sockets[0].getsockname()[1]))
+    await pool.close()
+    srv.server.close()
