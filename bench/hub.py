@@ -1224,7 +1224,7 @@ class Bench:
         posts = max(1, res["posts"])
         hub_ms = hub_cpu / posts * 1000
         body = await self.callbacks_sample()
-        notes = [f"{res['events'] / posts:.1f} changes/POST, {len(body):,} B"]
+        notes = [f"{posts:,} POSTs, {res['events'] / posts:.1f} changes/POST, {len(body):,} B"]
         if not res["complete"]:
             notes.append(f"INCOMPLETE min {res['min_count']}/{n * per_post}")
         if res["signed"] != res["posts"]:
@@ -1262,7 +1262,7 @@ class Bench:
         base_ms = own / max(1, base["posts"]) * 1000
         self.rows.append(
             Row(
-                f"5. hub CPU per signed WebSub POST ({callbacks} callbacks, {posts:,} POSTs)",
+                f"5. hub CPU per signed WebSub POST ({callbacks} callbacks)",
                 hub_ms,
                 "ms",
                 base_ms,
