@@ -28,6 +28,7 @@ import contextlib
 import math
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -589,7 +590,13 @@ def main() -> int:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _interrupt)  # a SIGTERM cleans up like Ctrl-C
     with contextlib.suppress(KeyboardInterrupt):
         sys.exit(main())
+    print("interrupted; every process it started was stopped", file=sys.stderr)
     sys.exit(130)
