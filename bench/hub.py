@@ -1749,6 +1749,8 @@ def main() -> int:
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--sinks", type=int, default=100, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
 
     if args.role == "bare":
         role_bare(args.port, args.loop)
