@@ -143,6 +143,12 @@ def new_loop(kind: str) -> asyncio.AbstractEventLoop:
     return asyncio.new_event_loop()
 
 
+def uvloop_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("uvloop") is not None
+
+
 def raise_nofile() -> int:
     """Raise the ``RLIMIT_NOFILE`` soft limit to the hard one (children inherit it)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -1751,6 +1757,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    if args.loop == "uvloop" and not uvloop_installed():
+        parser.error("uvloop is not installed: pip install uvloop, or pass --loop asyncio")
 
     if args.role == "bare":
         role_bare(args.port, args.loop)

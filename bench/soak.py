@@ -57,6 +57,7 @@ from bench.hub import (  # noqa: E402
     raise_nofile,
     rss_bytes,
     serve,
+    uvloop_installed,
     wait_healthy,
 )
 from tests.support import free_port  # noqa: E402
@@ -553,6 +554,8 @@ def main() -> int:
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--sinks", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.loop == "uvloop" and not uvloop_installed():
+        parser.error("uvloop is not installed: pip install uvloop, or pass --loop asyncio")
     if args.role == "ws":
         role_ws(args.port, args.sinks, args.loop)
         return 0
