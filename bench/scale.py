@@ -35,7 +35,6 @@ import contextlib
 import os
 import platform
 import re
-import resource
 import shutil
 import sys
 import tempfile
@@ -59,6 +58,9 @@ from bench.hub import (  # noqa: E402
     Processes,
     notification,
     paced,
+    raise_nofile,
+    role_idle,
+    rss_bytes,
     serve,
     wait_healthy,
 )
@@ -85,21 +87,6 @@ class Sizes:
 
 
 QUICK = Sizes(subscriptions=10_000, topics=100, latency_seconds=5.0, wait_seconds=300.0)
-
-
-def raise_nofile() -> int:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
-def rss_bytes(pid: int) -> int:
-    """VmRSS of ``pid`` from ``/proc/PID/status``."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
 def mib(n: float) -> str:
@@ -165,82 +152,6 @@ def role_callbacks(port: int, sinks: int) -> None:
     app.router.add_get("/ctl/status", status)
     app.router.add_get("/healthz", healthz)
     serve(app, port, backlog=4096)
-
-
-# -- helper process: idle WebSocket clients -------------------------------------------
-
-
-def role_idle(port: int) -> None:
-    """``/ctl/connect?url=&n=`` opens ``n`` WebSocket clients that only answer pings."""
-    raise_nofile()
-    state: dict[str, Any] = {"tasks": [], "session": None, "open": 0, "closed": 0}
-
-    async def client(url: str, session: aiohttp.ClientSession, gate: asyncio.Semaphore,
-                     opened: asyncio.Queue[bool]) -> None:  # fmt: skip
-        try:
-            async with gate:
-                ws = await session.ws_connect(url, heartbeat=None, autoping=True)
-            opened.put_nowait(True)
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            print(f"idle client: {exc!r}", file=sys.stderr)
-            opened.put_nowait(False)
-            return
-        state["open"] += 1
-        try:
-            async for _msg in ws:
-                pass
-        finally:
-            state["open"] -= 1
-            state["closed"] += 1
-            await ws.close()
-
-    async def connect(request: web.Request) -> web.Response:
-        url, n = request.query["url"], int(request.query["n"])
-        if state["session"] is None:
-            state["session"] = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0),
-                timeout=aiohttp.ClientTimeout(total=None, connect=60),
-            )
-        gate = asyncio.Semaphore(200)
-        opened: asyncio.Queue[bool] = asyncio.Queue()
-        start = time.perf_counter()
-        state["tasks"] += [
-            asyncio.create_task(client(url, state["session"], gate, opened)) for _ in range(n)
-        ]
-        ok = 0
-        deadline = time.monotonic() + 300
-        for _ in range(n):
-            try:
-                got = await asyncio.wait_for(opened.get(), max(0.1, deadline - time.monotonic()))
-            except TimeoutError:
-                break
-            ok += got
-        return web.json_response({"connected": ok, "seconds": time.perf_counter() - start})
-
-    async def disconnect(_request: web.Request) -> web.Response:
-        for task in state["tasks"]:
-            task.cancel()
-        for task in state["tasks"]:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        state["tasks"] = []
-        if state["session"] is not None:
-            await state["session"].close()
-            state["session"] = None
-        return web.json_response({"open": state["open"]})
-
-    async def status(_request: web.Request) -> web.Response:
-        return web.json_response({"open": state["open"], "closed": state["closed"]})
-
-    async def healthz(_request: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
-    app = web.Application()
-    app.router.add_post("/ctl/connect", connect)
-    app.router.add_post("/ctl/disconnect", disconnect)
-    app.router.add_get("/ctl/status", status)
-    app.router.add_get("/healthz", healthz)
-    serve(app, port)
 
 
 # -- conductor --------------------------------------------------------------------------
@@ -446,7 +357,7 @@ async def bench_websub(
                     )
                 if not got["complete"]:
                     raise RuntimeError(f"{label}: only {got['received']:,} of {n:,} callbacks")
-                return (got["done_ns"] - t0) / 1e9
+                return (int(got["done_ns"]) - t0) / 1e9
 
             steady = await everyone(topics, "steady delivery to every callback")
             rss2, mem2 = rss_bytes(hub.pid), await redis_used_memory(redis)
