@@ -41,9 +41,9 @@ from resourcesync import (
 )
 
 ENTRIES = 1_000
-ROUNDS = 5
+ROUNDS = 7
 #: Each round runs for about this long.
-ROUND_SECONDS = 0.25
+ROUND_SECONDS = 0.2
 _PARSER_OPTIONS = {
     "resolve_entities": False,
     "no_network": True,
@@ -78,17 +78,24 @@ def make_notification(n: int = ENTRIES) -> bytes:
     return serialize(ChangeListNotification(links=(up,), entries=tuple(entries)))
 
 
-def best_of(func: Callable[[], object]) -> float:
-    """Best mean seconds per call over ROUNDS rounds of about ROUND_SECONDS each."""
-    start = time.perf_counter()
-    func()
-    repeat = max(1, int(ROUND_SECONDS / max(time.perf_counter() - start, 1e-7)))
-    best = float("inf")
-    for _ in range(ROUNDS):
+def best_of(funcs: list[Callable[[], object]]) -> list[float]:
+    """Best mean seconds per call of each function over ROUNDS rounds of about ROUND_SECONDS.
+
+    Rounds are interleaved (each round runs every function in turn) so that a busy machine
+    slows all of them alike and the ratios stay meaningful.
+    """
+    repeats = []
+    for func in funcs:
         start = time.perf_counter()
-        for _ in range(repeat):
-            func()
-        best = min(best, (time.perf_counter() - start) / repeat)
+        func()
+        repeats.append(max(1, int(ROUND_SECONDS / max(time.perf_counter() - start, 1e-7))))
+    best = [float("inf")] * len(funcs)
+    for _ in range(ROUNDS):
+        for n, (func, repeat) in enumerate(zip(funcs, repeats, strict=True)):
+            start = time.perf_counter()
+            for _ in range(repeat):
+                func()
+            best[n] = min(best[n], (time.perf_counter() - start) / repeat)
     return best
 
 
@@ -124,14 +131,24 @@ def pull_parser(data: bytes) -> Callable[[], None]:
 
 def report(label: str, data: bytes, entries: int) -> None:
     assert len(parse(data).entries) == entries
-    baseline = best_of(bare_lxml(data))
-    rows = [
-        ("bare lxml (fromstring)", baseline),
-        ("lxml iterparse", best_of(iterparse(data))),
-        ("lxml XMLPullParser", best_of(pull_parser(data))),
-        ("parse+validate", best_of(lambda: parse(data))),
-        ("hub ingest (packed)", best_of(lambda: packed_from_document(data, len(data)))),
+    names = [
+        "bare lxml (fromstring)",
+        "lxml iterparse",
+        "lxml XMLPullParser",
+        "parse+validate",
+        "hub ingest (packed)",
     ]
+    times = best_of(
+        [
+            bare_lxml(data),
+            iterparse(data),
+            pull_parser(data),
+            lambda: parse(data),
+            lambda: packed_from_document(data, len(data)),
+        ]
+    )
+    baseline = times[0]
+    rows = list(zip(names, times, strict=True))
     print(f"\n{label}: {entries:,} entries, {len(data):,} bytes; best of {ROUNDS} rounds")
     print(f"  {'':24} {'entries/s':>12} {'docs/s':>10} {'per doc':>11} {'vs bare':>8}")
     for name, seconds in rows:
@@ -150,7 +167,7 @@ def main() -> None:
     report("1,000-entry notification", big, ENTRIES)
     report("1-entry notification", make_notification(1), 1)
     doc = parse(big)
-    serialize_s = best_of(lambda: serialize(doc))
+    (serialize_s,) = best_of([lambda: serialize(doc)])
     print(f"\nserialize (1,000 entries) {ENTRIES / serialize_s:>12,.0f} entries/s")
 
 
