@@ -13,6 +13,7 @@ once over the models (:func:`resourcesync.validate.check_document`).
 from __future__ import annotations
 
 import gc
+import re
 import threading
 from collections.abc import Callable
 from datetime import datetime
@@ -204,7 +205,9 @@ def _build(
 # A DOCTYPE sits in the prolog: looking at the first bytes rejects it before libxml2
 # reads any declaration. A DOCTYPE further in is still caught after parsing (docinfo).
 _HEAD = 4096
-_DOCTYPE_MARKERS = tuple("<!DOCTYPE".encode(codec) for codec in ("ascii", "utf-16-le", "utf-16-be"))
+_DOCTYPE = re.compile(
+    b"|".join(re.escape("<!DOCTYPE".encode(codec)) for codec in ("ascii", "utf-16-le", "utf-16-be"))
+)
 
 _gc_lock = threading.Lock()
 _gc_pauses = 0
@@ -267,8 +270,7 @@ def parse(
     size = data.nbytes if isinstance(data, memoryview) else len(data)
     if size > max_bytes:
         raise DocumentTooLargeError(size, max_bytes)
-    head = bytes(data[:_HEAD])
-    if any(marker in head for marker in _DOCTYPE_MARKERS):
+    if _DOCTYPE.search(data, 0, _HEAD) is not None:  # searched in place: no copy
         raise UnsafeDocumentError("DOCTYPE declarations (DTDs, entities) are not allowed")
     try:
         root = etree.fromstring(data if isinstance(data, bytes) else bytes(data), _parser())
@@ -332,7 +334,7 @@ def parse(
             None,
             f"{raw_capability} has no <sitemapindex> form",
         )
-    name = capability.value
+    name = raw_capability
     if validate and len(entry_elements) > MAX_ENTRIES:
         raise ValidationError(
             "document.max-entries",

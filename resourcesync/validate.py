@@ -184,7 +184,7 @@ def check_document(doc: Document, *, trusted: bool) -> None:
         raise ValidationError(
             "document.capability-value", "document", None, "use a Document subclass"
         )
-    name = capability.value
+    name = str(capability)  # the value, without the enum's Python-level property
     if md.capability is None:
         raise ValidationError("document.capability-required", name, None, "rs:md has no capability")
     if md.capability != capability:
@@ -208,8 +208,10 @@ def check_document(doc: Document, *, trusted: bool) -> None:
         raise ValidationError(f"{name}.at-required", name, None, "rs:md has no at attribute")
     if profile.root_time == "from" and md.from_ is None:
         raise ValidationError(f"{name}.from-required", name, None, "rs:md has no from attribute")
-    _check_times(md, name, None, "rs:md")
-    _check_common(md, name, None, "rs:md")
+    if md.at is not None or md.from_ is not None:
+        _check_times(md, name, None, "rs:md")
+    if md.hash is not None or md.path is not None:
+        _check_common(md, name, None, "rs:md")
     if doc.links:
         _check_links(doc.links, name, None, trusted)
     _check_entries(doc.entries, profile, name, trusted)

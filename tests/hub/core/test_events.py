@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import orjson
 import pytest
 
 from hub.events import (
     Event,
     EventFilter,
+    Packed,
     change_from_entry,
     changes_from_document,
     decode,
     format_id,
     id_ms,
+    pack,
+    packed_from_document,
     parse_id,
     with_id,
 )
@@ -141,3 +147,74 @@ def test_bad_change_filters_are_400(value: str) -> None:
 def test_too_many_prefixes_is_400() -> None:
     with pytest.raises(BadRequest, match="at most 32"):
         EventFilter.from_query({}, [f"http://x/{i}" for i in range(33)])
+
+
+# -- the packed ingest path agrees with parse + change_from_entry + pack ------------------
+
+EXAMPLES = Path(__file__).parents[2] / "resourcesync" / "examples"
+_GOOD_URL = url("http://example.org/a")
+_CORPUS: dict[str, bytes] = {
+    "one change": notification(_GOOD_URL),
+    "several, links and 1.1 datetime": notification(
+        url("http://example.org/a", "created", ' hash="md5:' + "0" * 32 + '" length="7"'),
+        "<url><loc>http://example.org/b?x=1</loc><lastmod>2026-11-22T12:00:00+02:00</lastmod>"
+        '<rs:md change="deleted" type="text/html" datetime="2026-11-22T10:00:01Z"/>'
+        '<rs:ln rel="alternate" href="http://example.org/b.pdf" modified="2026-11-22" pri="3"/>'
+        "</url>",
+    ),
+    "a change list": notification(_GOOD_URL, capability="changelist"),
+    "no changes": notification(),
+    "a resource list": notification(_GOOD_URL, capability="resourcelist"),
+    "empty body": b"",
+    "not XML": b"<urlset",
+    "a DOCTYPE": b'<!DOCTYPE urlset [<!ENTITY x "y">]>' + notification(_GOOD_URL),
+    "no change": notification(url("http://example.org/a").replace(' change="updated"', "")),
+    "bad change": notification(url("http://example.org/a", "moved")),
+    "bad datetime": notification(_GOOD_URL.replace("2026-11-22T10", "2026-02-30T10")),
+    "bad hash": notification(url("http://example.org/a", extra=' hash="md5:xyz"')),
+    "bad length": notification(url("http://example.org/a", extra=' length="-1"')),
+    "relative loc": notification(url("/a")),
+    "out of order": notification(
+        _GOOD_URL, url("http://example.org/b").replace("T10:00:00.5Z", "T09:00:00Z")
+    ),
+    "link without href": notification(
+        _GOOD_URL.replace("</url>", '<rs:ln rel="alternate"/></url>')
+    ),
+    "two locs": notification(_GOOD_URL.replace("</loc>", "</loc><loc>http://x/</loc>")),
+    "an index": notification(capability="changelist").replace(b"urlset", b"sitemapindex"),
+}
+_CORPUS.update({path.name: path.read_bytes() for path in sorted(EXAMPLES.glob("*.xml"))})
+
+
+def _reference(body: bytes) -> Packed:
+    """The full path: models from ``parse``, a ``Change`` per entry, then ``pack``."""
+    changes = changes_from_document(body, 1 << 20)  # the document-level 4xx, if any
+    entries = parse(body, max_bytes=1 << 20).entries
+    assert changes == [change_from_entry(entry, i) for i, entry in enumerate(entries)]
+    return pack(changes)
+
+
+def _outcome(make: Callable[[], Packed]) -> object:
+    try:
+        return make()
+    except (DocumentError, BadRequest) as exc:
+        return type(exc), str(exc)
+
+
+@pytest.mark.parametrize("name", sorted(_CORPUS))
+def test_the_packed_path_agrees_with_the_full_parse(name: str) -> None:
+    body = _CORPUS[name]
+    fast = _outcome(lambda: packed_from_document(body, 1 << 20))
+    assert fast == _outcome(lambda: _reference(body))
+
+
+def test_the_corpus_has_both_valid_and_invalid_documents() -> None:
+    outcomes = [_outcome(lambda b=b: packed_from_document(b, 1 << 20)) for b in _CORPUS.values()]
+    valid = [o for o in outcomes if isinstance(o, Packed)]
+    assert len(valid) >= 4 and len(outcomes) - len(valid) >= 15
+    several = packed_from_document(_CORPUS["several, links and 1.1 datetime"], 1 << 20)
+    rows = several.data.split(b"\0")
+    assert several.changes == 2 and rows[-1] == b""
+    second = orjson.loads(rows[5])
+    assert second["lastmod"] == "2026-11-22T10:00:01Z"  # rs:md datetime wins over lastmod
+    assert second["links"][0]["modified"] == "2026-11-22T00:00:00Z"
