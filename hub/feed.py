@@ -31,6 +31,11 @@ _BLOCK_MS = 5000
 _READ_BATCH = 1000
 
 
+def _expire(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(False)
+
+
 class Follower(Protocol):
     def offer(self, events: list[Event]) -> None: ...
 
@@ -59,7 +64,7 @@ class TopicFeed:
         self._keys: list[EventKey] = []
         #: The ring holds every event with id > base (and <= its last event).
         self.base: EventKey | None = None
-        self._changed = asyncio.Event()
+        self._waiters: set[asyncio.Future[bool]] = set()
         self._task: asyncio.Task[None] | None = None
         self.consumers = 0
         self._followers: set[Follower] = set()
@@ -127,8 +132,10 @@ class TopicFeed:
                 self.base = self._keys[overflow - 1]
                 del self._events[:overflow]
                 del self._keys[:overflow]
-            self._changed.set()
-            self._changed = asyncio.Event()
+            waiters, self._waiters = self._waiters, set()
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(True)
             for follower in list(self._followers):
                 follower.offer(fresh)
 
@@ -157,11 +164,25 @@ class TopicFeed:
             start = bisect.bisect_right(self._keys, cursor)
             if start < len(self._events):
                 return self._events[start : start + limit]
-            changed = self._changed
-            try:
-                await asyncio.wait_for(changed.wait(), timeout)
-            except TimeoutError:
+            if not await self._wait(timeout):
                 return []
+
+    async def _wait(self, timeout: float | None) -> bool:
+        """Wait for new events; False when ``timeout`` passed first.
+
+        A bare future and one timer, where ``asyncio.wait_for(event.wait())`` also made a
+        task per wait: every delivery worker of a topic waits here once per batch.
+        """
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        self._waiters.add(waiter)
+        timer = None if timeout is None else loop.call_later(timeout, _expire, waiter)
+        try:
+            return bool(await waiter)
+        finally:
+            self._waiters.discard(waiter)  # timed out or cancelled: not left behind
+            if timer is not None:
+                timer.cancel()
 
     async def _read_redis(self, cursor: EventKey, limit: int) -> list[Event]:
         assert self.base is not None
