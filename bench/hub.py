@@ -267,6 +267,7 @@ class Tally:
             "p50_ms": percentile(self.latencies, 0.50) / 1e6,
             "p99_ms": percentile(self.latencies, 0.99) / 1e6,
             "max_ms": percentile(self.latencies, 1.0) / 1e6,
+            "min_ms": percentile(self.latencies, 0.0) / 1e6,
             "samples": len(self.latencies),
             "posts": self.posts,
             "signed": self.signed,
@@ -1263,7 +1264,8 @@ class Bench:
             )
         )
         print(
-            f"  4. websub changes/s {rate:,.0f}; latency p50 {lat['p50_ms']:.1f} ms "
+            f"  4. websub changes/s {rate:,.0f}; latency min {lat['min_ms']:.1f} ms "
+            f"p50 {lat['p50_ms']:.1f} ms "
             f"p99 {lat['p99_ms']:.1f} ms max {lat['max_ms']:.1f} ms "
             f"({lat['samples']:,} samples)",
             flush=True,

@@ -124,20 +124,39 @@ class TopicFeed:
                 continue
             if not rows:
                 continue
-            fresh = [Event(eid, data) for eid, data in rows]
-            self._events.extend(fresh)
-            self._keys.extend(e.key for e in fresh)
-            overflow = len(self._events) - self.ring_events
-            if overflow > 0:
-                self.base = self._keys[overflow - 1]
-                del self._events[:overflow]
-                del self._keys[:overflow]
-            waiters, self._waiters = self._waiters, set()
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_result(True)
-            for follower in list(self._followers):
-                follower.offer(fresh)
+            last = self.last_key
+            fresh = [event for eid, data in rows if (event := Event(eid, data)).key > last]
+            if fresh:  # else the publishing path handed them over already (take_local)
+                self._add(fresh)
+
+    def take_local(self, previous_id: str, events: list[Event]) -> bool:
+        """Events this process just appended, handed over without waiting for ``XREAD``.
+
+        Taken only when they follow on from the ring's last event (``previous_id`` is the
+        stream's last id before them, read in the same atomic step as the append); else
+        ``XREAD`` brings them in order, with whatever other processes appended before them.
+        """
+        previous = parse_id(previous_id) if previous_id else (0, 0)
+        if self.base is None or not events or previous != self.last_key:
+            return False
+        self._add(events)
+        return True
+
+    def _add(self, fresh: list[Event]) -> None:
+        """Append to the ring, wake the waiting readers and push to the followers."""
+        self._events.extend(fresh)
+        self._keys.extend(e.key for e in fresh)
+        overflow = len(self._events) - self.ring_events
+        if overflow > 0:
+            self.base = self._keys[overflow - 1]
+            del self._events[:overflow]
+            del self._keys[:overflow]
+        waiters, self._waiters = self._waiters, set()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(True)
+        for follower in list(self._followers):
+            follower.offer(fresh)
 
     def follow(self, follower: Follower) -> None:
         """Push every batch read from now on to ``follower.offer`` (synchronously)."""
@@ -222,6 +241,18 @@ class FeedHub:
                 if self._feeds.get(feed.topic) is feed:
                     del self._feeds[feed.topic]
                 await feed.stop()
+
+    def published(self, topic: str, previous_id: str | None, ids: list[str], data: bytes) -> None:
+        """This process appended ``ids`` to ``topic``: hand them to its feed, if followed.
+
+        ``data`` is the append script's packed changes, whose every third NUL-separated
+        field is an event's stored JSON.
+        """
+        feed = self._feeds.get(topic)
+        if feed is None or previous_id is None or not ids:
+            return
+        stored = data.split(b"\0")[2::3]
+        feed.take_local(previous_id, [Event(i, d) for i, d in zip(ids, stored, strict=True)])
 
     async def end(self, topic: str) -> None:
         """The topic was deleted: stop following it and end its consumers' streams.

@@ -27,6 +27,9 @@ class Appended(NamedTuple):
     ids: list[str]
     #: True when an earlier publish with the same Idempotency-Key was found instead.
     replayed: bool
+    #: The stream's last id just before these events ("" when it was empty; None when
+    #: replayed): with it, :meth:`hub.feed.FeedHub.published` knows the events follow on.
+    previous_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +92,7 @@ class EventStore:
         if packed.changes and topic not in self._known_topics:
             await self.redis.sadd(keys.TOPICS, topic)
             self._known_topics.add(topic)
-        replayed, joined = await self.scripts.run(
+        replayed, joined, *before = await self.scripts.run(
             scripts.APPEND,
             script_keys,
             [digest, self.idempotency_seconds, max_events, minid, now_ms, packed.data],
@@ -102,7 +105,11 @@ class EventStore:
                     "Idempotency-Key was already used for a different body",
                     idempotency_key=idempotency_key,
                 )
-        return Appended(ids=text.split(" ") if text else [], replayed=bool(replayed))
+        return Appended(
+            ids=text.split(" ") if text else [],
+            replayed=bool(replayed),
+            previous_id=keys.text(before[0]) if before else None,
+        )
 
     async def close(self) -> None:
         await self.scripts.close()

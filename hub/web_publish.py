@@ -17,7 +17,7 @@ from .exceptions import BadRequest, UnsupportedMediaType
 from .topics import check_name, parse_link_header
 from .web_access import request_urls
 from .web_connections import read_body
-from .web_state import AUTH, PARSER, SETTINGS, STORE
+from .web_state import AUTH, FEEDS, PARSER, SETTINGS, STORE
 
 _XML_TYPES = {"application/xml", "text/xml", "application/octet-stream", ""}
 _MAX_IDEMPOTENCY_KEY = 200
@@ -59,6 +59,8 @@ async def publish(request: web.Request, topic: str) -> web.Response:
     stored = await request.app[STORE].append(
         topic, changes, digest=digest, idempotency_key=idempotency_key
     )
+    if not stored.replayed:  # start the live fan-out now rather than at the feed's XREAD
+        request.app[FEEDS].published(topic, stored.previous_id, stored.ids, changes.data)
     metrics.published(len(body), len(stored.ids), stored.replayed)
     return accepted(
         {

@@ -10,6 +10,10 @@ if #KEYS > 3 then
   local prev = redis.call('GET', KEYS[4])
   if prev then return {1, prev} end
 end
+-- The stream's last id before this publish: the hub process that published hands its
+-- events to its own live feed at once when the feed is at exactly that id (hub.feed).
+local before = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)
+before = #before > 0 and before[1][1] or ''
 local ids = {}
 local packed, pos, find, sub = ARGV[6], 1, string.find, string.sub
 while pos <= #packed do
@@ -61,4 +65,4 @@ if #ids > 0 then
   redis.call('HINCRBY', meta, '$PUBLISHED', #ids)
 end
 if #KEYS > 3 then redis.call('SET', KEYS[4], ARGV[1] .. '|' .. joined, 'EX', ARGV[2]) end
-return {0, joined}
+return {0, joined, before}

@@ -86,3 +86,18 @@ async def test_a_filtered_client_is_written_only_what_it_asked_for() -> None:
     deleted = Event(format_id((4, 0)), b'{"loc":"http://e/4","change":"deleted"}')
     client.offer([deleted, *events(5, 1)])
     assert written.written == [[deleted]] and client.cursor == (5, 0)
+
+
+async def test_a_local_publish_is_taken_only_when_it_follows_on() -> None:
+    written = Recorder()
+    client = live_client(written)
+    feed = client.feed
+    assert feed.take_local("", events(1, 2))  # the stream was empty, as the ring
+    assert not feed.take_local("1-0", events(3, 1))  # an event (2-0) came in between
+    assert feed.take_local("2-0", events(3, 2))
+    assert [[e.id for e in batch] for batch in written.written] == [
+        ["1-0", "2-0"],
+        ["3-0", "4-0"],
+    ]
+    assert feed.last_key == (4, 0)
+    assert [e.id for e in await feed.read_after((2, 0), 10)] == ["3-0", "4-0"]
