@@ -15,6 +15,7 @@ import asyncio
 import logging
 import socket
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -36,9 +37,9 @@ class _Refuse(asyncio.Protocol):
     """A connection over the cap: answered 503 and closed, never parsed."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        transport.write(_BUSY)
-        transport.close()
+        tcp = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
+        tcp.write(_BUSY)
+        tcp.close()
 
 
 class ConnectionGuard:

@@ -10,9 +10,9 @@ bounded), counts failed publishes, and writes the opt-in access log line.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -46,7 +46,7 @@ def is_publish(request: web.Request, route: str) -> bool:
 @web.middleware
 async def observe_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     given = request.headers.get(REQUEST_ID_HEADER, "")
-    request_id = given if _SANE_ID.match(given) else uuid.uuid4().hex[:16]
+    request_id = given if _SANE_ID.match(given) else os.urandom(8).hex()
     request[_REQUEST_ID_KEY] = request_id
     token = REQUEST_ID.set(request_id)
     started = time.perf_counter()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
@@ -22,10 +22,12 @@ _PLACEHOLDER = re.compile(r"\$([A-Z_]+)")
 class Script:
     name: str
     source: str
+    #: What ``EVALSHA`` names it by; computed once (it was hashed per call, on every publish).
+    sha: str = field(init=False)
 
-    @property
-    def sha(self) -> str:
-        return hashlib.sha1(self.source.encode(), usedforsecurity=False).hexdigest()
+    def __post_init__(self) -> None:
+        digest = hashlib.sha1(self.source.encode(), usedforsecurity=False).hexdigest()
+        object.__setattr__(self, "sha", digest)
 
 
 def _fill(match: re.Match[str]) -> str:

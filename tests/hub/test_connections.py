@@ -129,3 +129,27 @@ class TestConnectionCap:
         from tests.support import wait_for
 
         await wait_for(healthy)
+
+
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+async def test_the_cap_holds_in_rshub_serve_on_either_event_loop(tmp_path: Any, loop: str) -> None:
+    from tests.support import HubProcess
+
+    served = HubProcess(
+        str(tmp_path),
+        None,
+        env={"RSHUB_MAX_CONNECTIONS": "5", "RSHUB_UVLOOP": str(loop == "uvloop").lower()},
+    ).start()
+    held = []
+    try:
+        for _ in range(5):
+            held.append(await asyncio.open_connection("127.0.0.1", served.port))
+        reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
+        answer = await closed_within(reader, 5)
+        assert answer.startswith(b"HTTP/1.1 503") and b"too many connections" in answer
+        writer.close()
+        assert "Traceback" not in served.log()
+    finally:
+        for _, w in held:
+            w.close()
+        served.stop()
