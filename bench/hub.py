@@ -644,6 +644,26 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
+def descendants_cpu_seconds(pid: int) -> float:
+    """CPU seconds used so far by the live descendants of ``pid`` (e.g. the hub's parse
+    pool), which its own figure does not include."""
+    total, todo = 0.0, [pid]
+    while todo:
+        parent = todo.pop()
+        for task in (
+            Path(f"/proc/{parent}/task").glob("*/children")
+            if Path(f"/proc/{parent}").exists()
+            else ()
+        ):
+            try:
+                kids = [int(k) for k in task.read_text().split()]
+            except OSError:
+                continue
+            total += sum(cpu_seconds(k) for k in kids)
+            todo.extend(kids)
+    return total
+
+
 def machine_busy_seconds() -> float:
     """CPU seconds all cores spent busy so far (``/proc/stat``), to see other load."""
     try:
@@ -676,6 +696,8 @@ class CpuMeter:
     @contextlib.contextmanager
     def measure(self, label: str) -> Iterator[None]:
         before = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        hub_pid = self.pids.get("hub")
+        pool_before = descendants_cpu_seconds(hub_pid) if hub_pid else 0.0
         machine = machine_busy_seconds()
         start = time.perf_counter()
         try:
@@ -685,6 +707,8 @@ class CpuMeter:
             used = {
                 name: (cpu_seconds(pid) - before[name]) / wall for name, pid in self.pids.items()
             }
+            if hub_pid:  # the parse pool's processes, reported as "hub pool"
+                used["hub pool"] = (descendants_cpu_seconds(hub_pid) - pool_before) / wall
             others = (machine_busy_seconds() - machine) / wall - sum(used.values())
             for group, names in self.groups.items():
                 used[group] = sum(used[name] for name in names)
