@@ -453,17 +453,23 @@ def role_wsclients(port: int, sinks: int, loop: str) -> None:
 
 
 class RawCallback(asyncio.Protocol):
-    """``/cb/{i}`` on a bare asyncio protocol: echo ``hub.challenge`` to a GET, count the
-    ``<url>`` entries of each POST and answer 204.
+    """``/cb/{i}`` on a bare asyncio protocol: echo ``hub.challenge`` to a GET (calling
+    ``verified(topic, i)`` for a subscribe), hand each POST to ``delivered(i, lower-case
+    head, body, receive time ns)`` and answer 204.
 
-    The receiving side of figures 4 and 5 must cost far less than the hub's sending side:
+    The receiving side of the WebSub figures must cost far less than the hub's sending side:
     on aiohttp's server it cost ~100 µs per delivery, so 100 callbacks in one process took
     10 ms to *receive* one publish, and that queue, not the hub, set the latency. Handles
     keep-alive and Content-Length bodies, which is all the hub sends.
     """
 
-    def __init__(self, tally: Tally) -> None:
-        self.tally = tally
+    def __init__(
+        self,
+        verified: Callable[[str, int], None],
+        delivered: Callable[[int, bytes, bytes, int], None],
+    ) -> None:
+        self.verified = verified
+        self.delivered = delivered
         self.buffer = b""
         self.transport: asyncio.Transport | None = None
 
@@ -494,20 +500,35 @@ class RawCallback(asyncio.Protocol):
         if method == b"GET":
             params = urllib.parse.parse_qs(query.decode())
             if params.get("hub.mode") == ["subscribe"]:
-                self.tally.verified.add((params.get("hub.topic", [""])[0], i))
+                self.verified(params.get("hub.topic", [""])[0], i)
             challenge = params.get("hub.challenge", [""])[0].encode()
             self.transport.write(
                 b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(challenge), challenge)
             )
             return
-        now = time.perf_counter_ns()
-        tally = self.tally
-        stamps = _T_BYTES.findall(body) if tally.record_latency else []
-        tally.posts += 1
-        tally.signed += b"\r\nx-hub-signature:" in lower
-        tally.sample = body
-        tally.add(i, body.count(b"<url>"), now, stamps)
+        self.delivered(i, lower, body, time.perf_counter_ns())
         self.transport.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+
+
+def serve_raw_callbacks(
+    app: web.Application,
+    verified: Callable[[str, int], None],
+    delivered: Callable[[int, bytes, bytes, int], None],
+) -> None:
+    """Start a :class:`RawCallback` server with ``app``; its port at ``/ctl/endpoint``."""
+    raw: dict[str, int] = {}
+
+    async def endpoint(_request: web.Request) -> web.Response:
+        return web.json_response(raw)
+
+    async def start(_app: web.Application) -> None:
+        server = await asyncio.get_running_loop().create_server(
+            lambda: RawCallback(verified, delivered), HOST, 0, backlog=1024
+        )
+        raw["port"] = server.sockets[0].getsockname()[1]
+
+    app.router.add_get("/ctl/endpoint", endpoint)
+    app.on_startup.append(start)
 
 
 async def raw_callbacks(session: aiohttp.ClientSession, control: str) -> str:
@@ -517,24 +538,23 @@ async def raw_callbacks(session: aiohttp.ClientSession, control: str) -> str:
 
 
 def role_callbacks(port: int, sinks: int, loop: str) -> None:
-    """Callbacks on a :class:`RawCallback` server (its port at ``/ctl/endpoint``); the
-    control routes on aiohttp at ``port``."""
+    """Callbacks on a :class:`RawCallback` server: count the ``<url>`` entries of each
+    delivery; the control routes on aiohttp at ``port``."""
     tally = Tally(sinks)
-    raw: dict[str, int] = {}
 
-    async def endpoint(_request: web.Request) -> web.Response:
-        return web.json_response(raw)
+    def verified(topic: str, i: int) -> None:
+        tally.verified.add((topic, i))
 
-    async def start_raw(_app: web.Application) -> None:
-        server = await asyncio.get_running_loop().create_server(
-            lambda: RawCallback(tally), HOST, 0, backlog=1024
-        )
-        raw["port"] = server.sockets[0].getsockname()[1]
+    def delivered(i: int, lower: bytes, body: bytes, now: int) -> None:
+        stamps = _T_BYTES.findall(body) if tally.record_latency else []
+        tally.posts += 1
+        tally.signed += b"\r\nx-hub-signature:" in lower
+        tally.sample = body
+        tally.add(i, body.count(b"<url>"), now, stamps)
 
     app = web.Application()
     control_routes(app, tally)
-    app.router.add_get("/ctl/endpoint", endpoint)
-    app.on_startup.append(start_raw)
+    serve_raw_callbacks(app, verified, delivered)
     serve(app, port, loop, backlog=1024)
 
 

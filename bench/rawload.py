@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import cast
 
 _HEADER_END = b"\r\n\r\n"
 _LENGTH = b"\r\ncontent-length:"
@@ -35,8 +36,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self._send()
 
     def _send(self) -> None:

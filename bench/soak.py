@@ -55,8 +55,10 @@ from bench.hub import (  # noqa: E402
     new_loop,
     notification,
     raise_nofile,
+    raw_callbacks,
     rss_bytes,
     serve,
+    serve_raw_callbacks,
     uvloop_installed,
     wait_healthy,
 )
@@ -209,31 +211,24 @@ def role_ws(port: int, sinks: int, loop: str) -> None:
 
 
 def role_callbacks(port: int, sinks: int, loop: str) -> None:
-    """``/cb/{i}``: echo the challenge; record the changes of each delivery."""
+    """``/cb/{i}`` on a :class:`bench.hub.RawCallback` server (so receiving costs the
+    measuring side little): echo the challenge; record the changes of each delivery."""
     receiver = Receiver(sinks)
     verified: set[int] = set()
 
-    async def verify(request: web.Request) -> web.Response:
-        if request.query.get("hub.mode") == "subscribe":
-            verified.add(int(request.match_info["i"]))
-        return web.Response(text=request.query.get("hub.challenge", ""))
+    def subscribed(_topic: str, i: int) -> None:
+        verified.add(i)
 
-    async def deliver(request: web.Request) -> web.Response:
-        body = await request.read()
-        now = time.perf_counter_ns()
-        receiver.take(
-            int(request.match_info["i"]), _LOC_BYTES.findall(body), now, _PROBE_BYTES in body
-        )
-        return web.Response(status=204)
+    def delivered(i: int, _head: bytes, body: bytes, now: int) -> None:
+        receiver.take(i, _LOC_BYTES.findall(body), now, _PROBE_BYTES in body)
 
     async def count_verified(_request: web.Request) -> web.Response:
         return web.json_response({"verified": len(verified)})
 
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app = web.Application()
     receiver.routes(app)
     app.router.add_get("/ctl/verified", count_verified)
-    app.router.add_get("/cb/{i:\\d+}", verify)
-    app.router.add_post("/cb/{i:\\d+}", deliver)
+    serve_raw_callbacks(app, subscribed, delivered)
     serve(app, port, loop, backlog=1024)
 
 
@@ -397,11 +392,12 @@ async def soak(args: argparse.Namespace, procs: Processes, redis_url: str, redis
             if got["connected"] != n:
                 raise RuntimeError(f"{h.name}: only {got['connected']} of {n} clients connected")
         if cb is not None:
+            cb_base = await raw_callbacks(session, cb.ctl.base)
             for i in range(args.websub):
                 form = {
                     "hub.mode": "subscribe",
                     "hub.topic": topic_url,
-                    "hub.callback": f"{cb.ctl.base}/cb/{i}",
+                    "hub.callback": f"{cb_base}/cb/{i}",
                     "hub.secret": callback_secret(i),
                 }
                 async with session.post(hub_url + "/", data=form) as resp:
