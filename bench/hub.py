@@ -381,6 +381,19 @@ def role_bare(port: int, loop: str) -> None:
 # -- helper process: WebSocket clients ----------------------------------------------------
 
 
+async def close_clients(state: dict[str, Any]) -> None:
+    """Cancel a helper's client tasks (``state["tasks"]``) and close its session."""
+    for task in state["tasks"]:
+        task.cancel()
+    for task in state["tasks"]:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    state["tasks"] = []
+    if state["session"] is not None:
+        await state["session"].close()
+        state["session"] = None
+
+
 def role_wsclients(port: int, sinks: int, loop: str) -> None:
     """``/ctl/connect?url=...`` (re)connects ``sinks`` clients; they count events."""
     tally = Tally(sinks)
@@ -403,19 +416,8 @@ def role_wsclients(port: int, sinks: int, loop: str) -> None:
             print(f"wsclient {i}: {exc!r}", file=sys.stderr)
             connected.put_nowait(-1)
 
-    async def disconnect() -> None:
-        for task in state["tasks"]:
-            task.cancel()
-        for task in state["tasks"]:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        state["tasks"] = []
-        if state["session"] is not None:
-            await state["session"].close()
-            state["session"] = None
-
     async def connect(request: web.Request) -> web.Response:
-        await disconnect()
+        await close_clients(state)
         url = request.query["url"]
         tally.reset(0, False)
         session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
@@ -435,11 +437,11 @@ def role_wsclients(port: int, sinks: int, loop: str) -> None:
         return web.json_response({"connected": ok})
 
     async def disconnect_all(_request: web.Request) -> web.Response:
-        await disconnect()
+        await close_clients(state)
         return web.json_response({"connected": 0})
 
     async def on_cleanup(_app: web.Application) -> None:
-        await disconnect()
+        await close_clients(state)
 
     app = web.Application()
     control_routes(app, tally)
@@ -609,15 +611,7 @@ def role_idle(port: int, loop: str = "asyncio") -> None:
         return web.json_response({"connected": ok, "seconds": time.perf_counter() - start})
 
     async def disconnect(_request: web.Request) -> web.Response:
-        for task in state["tasks"]:
-            task.cancel()
-        for task in state["tasks"]:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        state["tasks"] = []
-        if state["session"] is not None:
-            await state["session"].close()
-            state["session"] = None
+        await close_clients(state)
         return web.json_response({"open": state["open"]})
 
     async def status(_request: web.Request) -> web.Response:
