@@ -9,7 +9,8 @@ fan-out.
 What it does, and no more:
 
 * one request per connection at a time; idle connections are kept per ``(scheme, host,
-  port)`` and reused, newest first, for ``idle_seconds``;
+  port)`` and reused, newest first, for ``idle_seconds``, at most ``max_idle_per_origin``
+  per origin and ``max_idle`` in all;
 * the request is built as one ``bytes`` (head and body) and written with one call;
 * the answer is complete as soon as the status line and headers are in: the body (which
   deliveries ignore) is read and thrown away in the background, up to ``max_body_bytes``,
@@ -276,11 +277,16 @@ class CallbackConnections:
         allow_private: bool,
         idle_seconds: float = 30.0,
         max_idle_per_origin: int = 256,
+        max_idle: int = 1024,
         max_body_bytes: int = 1 << 20,
     ) -> None:
         self.allow_private = allow_private
         self.idle_seconds = idle_seconds
         self.max_idle_per_origin = max_idle_per_origin
+        #: Idle connections kept in all (each is a file descriptor): a hub with many
+        #: subscriptions on many callback hosts keeps only its busiest ones warm.
+        self.max_idle = max_idle
+        self.idle_count = 0
         self.max_body_bytes = max_body_bytes
         self._idle: dict[Origin, list[_Connection]] = {}
         self._targets: dict[str, _Target] = {}
@@ -330,8 +336,7 @@ class CallbackConnections:
     ) -> Head:
         connection.deadline, connection.timeout = deadline, timeout
         self._busy.add(connection)
-        if self._sweeper is None:
-            self._sweeper = asyncio.create_task(self._sweep(), name="callback-timeouts")
+        self._start_sweeper()
         try:
             return await connection.send(request)
         except BaseException:  # failed, timed out or cancelled: never reuse it
@@ -340,18 +345,32 @@ class CallbackConnections:
         finally:
             self._busy.discard(connection)
 
+    def _start_sweeper(self) -> None:
+        if self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep(), name="callback-connections")
+
     async def _sweep(self) -> None:
-        """Fail the requests past their deadline, twice a second while any is in flight."""
+        """Twice a second, while any connection is busy or idle: fail the requests past
+        their deadline, and close the connections idle for ``idle_seconds``."""
         loop = asyncio.get_running_loop()
         try:
-            while self._busy:
+            while self._busy or self.idle_count:
                 await asyncio.sleep(_SWEEP_SECONDS)
                 now = loop.time()
                 for connection in [c for c in self._busy if c.deadline <= now]:
                     self._busy.discard(connection)
                     connection.give_up(f"no answer within {connection.timeout:g} s")
+                self._close_stale(time.monotonic() - self.idle_seconds)
         finally:
             self._sweeper = None
+
+    def _close_stale(self, idle_before: float) -> None:
+        for origin, idle in list(self._idle.items()):
+            while idle and idle[0].idle_since < idle_before:  # oldest first
+                self.idle_count -= 1
+                idle.pop(0).close()
+            if not idle:
+                del self._idle[origin]
 
     async def close(self) -> None:
         if self._sweeper is not None:
@@ -359,6 +378,7 @@ class CallbackConnections:
         for connection in list(self._open):
             connection.close()
         self._idle.clear()
+        self.idle_count = 0
 
     # -- the pool ----------------------------------------------------------------------
 
@@ -366,7 +386,8 @@ class CallbackConnections:
         idle = self._idle.get(origin)
         now = time.monotonic()
         while idle:
-            connection = idle.pop()
+            connection = idle.pop()  # the newest: the likeliest to be still open
+            self.idle_count -= 1
             if not connection.closed and now - connection.idle_since < self.idle_seconds:
                 return connection
             connection.close()
@@ -374,17 +395,21 @@ class CallbackConnections:
 
     def _release(self, connection: _Connection) -> None:
         idle = self._idle.setdefault(connection.origin, [])
-        if len(idle) >= self.max_idle_per_origin:
+        if len(idle) >= self.max_idle_per_origin or self.idle_count >= self.max_idle:
             connection.close()
             return
         connection.idle_since = time.monotonic()
         idle.append(connection)
+        self.idle_count += 1
+        self._start_sweeper()
 
     def _forget(self, connection: _Connection) -> None:
+        """The connection closed (either side): not open, not idle any more."""
         self._open.discard(connection)
         idle = self._idle.get(connection.origin)
         if idle and connection in idle:
             idle.remove(connection)
+            self.idle_count -= 1
 
     async def _connect(self, origin: Origin) -> _Connection:
         scheme, host, port = origin

@@ -207,3 +207,45 @@ async def test_a_callback_that_never_answers_times_out() -> None:
     assert not pool._idle.get(("http", "127.0.0.1", srv.server.sockets[0].getsockname()[1]))
     await pool.close()
     srv.server.close()
+
+
+@on_both_loops
+async def test_idle_connections_are_closed_after_idle_seconds() -> None:
+    srv = ScriptedServer([NO_CONTENT])
+    url = await srv.start()
+    pool = CallbackConnections(allow_private=True, idle_seconds=0.3)
+    try:
+        assert (await pool.post(url, b"<x/>", {}, 5.0))[0] == 204
+        for _ in range(100):  # the body-less answer ends at once: the connection is idle
+            if pool.idle_count == 1:
+                break
+            await asyncio.sleep(0.01)
+        assert pool.idle_count == 1 and len(pool._open) == 1
+        for _ in range(300):  # closed by the sweep (twice a second) once 0.3 s idle
+            if pool.idle_count == 0 and not pool._open:
+                break
+            await asyncio.sleep(0.01)
+        assert pool.idle_count == 0 and not pool._open and not pool._idle
+    finally:
+        await pool.close()
+        srv.server.close()
+
+
+@on_both_loops
+async def test_idle_connections_are_capped_in_all() -> None:
+    servers = [ScriptedServer([NO_CONTENT]) for _ in range(3)]
+    urls = [await s.start() for s in servers]
+    pool = CallbackConnections(allow_private=True, max_idle=2)
+    try:
+        for url in urls:
+            assert (await pool.post(url, b"<x/>", {}, 5.0))[0] == 204
+            await asyncio.sleep(0)
+        for _ in range(300):  # the third answer's connection is closed, not kept
+            if len(pool._open) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert pool.idle_count == 2 and len(pool._open) == 2
+    finally:
+        await pool.close()
+        for s in servers:
+            s.server.close()
