@@ -53,19 +53,28 @@ class ConnectionGuard:
         #: (Request handlers take no weak references; an entry lives until its deadline at
         #: most.)
         self._pending: dict[RequestHandler, asyncio.TimerHandle] = {}
+        self._accepting = 0
 
     def protocol_factory(self, server: web.Server) -> Callable[[], asyncio.Protocol]:
         loop = asyncio.get_running_loop()
 
         def accept() -> asyncio.Protocol:
-            if len(server.connections) >= self.max_connections:
+            # ``server.connections`` counts a connection once its connection_made has run,
+            # which the loop schedules after the accept: a burst accepted in one go would
+            # all pass a check on it alone. ``_accepting`` counts those still on their way.
+            if len(server.connections) + self._accepting >= self.max_connections:
                 self.refused += 1
                 return _Refuse()
+            self._accepting += 1
+            loop.call_soon(self._made)  # runs just before the handler's connection_made
             handler = server()
             self._pending[handler] = loop.call_later(self.header_timeout, self._deadline, handler)
             return handler
 
         return accept
+
+    def _made(self) -> None:
+        self._accepting -= 1
 
     def request_started(self, handler: object) -> None:
         timer = self._pending.pop(handler, None)  # type: ignore[call-overload]
