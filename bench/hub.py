@@ -79,6 +79,7 @@ ROOT = SCRIPT.parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import rawload  # noqa: E402
+from hub.embedded_redis import EmbeddedRedis  # noqa: E402
 from hub.workers import worker_count  # noqa: E402
 from tests.support import free_port  # noqa: E402
 
@@ -792,6 +793,41 @@ class Processes:
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(5)
         self.procs.clear()
+
+
+#: What a benchmark reports as its own failure (anything else is a bug: a traceback).
+FAILURES = (RuntimeError, TimeoutError, aiohttp.ClientError)
+
+
+@contextlib.contextmanager
+def bench_run(prefix: str, keep: bool, appendfsync: str = "everysec") -> Iterator[Harness]:
+    """A temp dir, the helper processes and an embedded Redis for one benchmark; all
+    stopped, and the dir removed unless ``keep``, at the end (also on error)."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    harness = Harness(tmp, Processes(tmp), EmbeddedRedis(tmp / "redis", appendfsync=appendfsync))
+    try:
+        yield harness
+    finally:
+        harness.procs.stop_all()
+        harness.redis.stop()
+        if keep:
+            print(f"logs kept in {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@dataclass
+class Harness:
+    tmp: Path
+    procs: Processes
+    redis: EmbeddedRedis
+
+    def failed(self, what: str, exc: BaseException) -> int:
+        """Say why ``what`` failed, with each helper's log tail; the exit status (1)."""
+        print(f"{what} failed: {exc!s}", file=sys.stderr)
+        for name in list(self.procs.procs):
+            print(f"--- {name} log tail:\n{self.procs.log_tail(name)}", file=sys.stderr)
+        return 1
 
 
 async def wait_healthy(
@@ -1872,8 +1908,6 @@ def main() -> int:
         role_idle(args.port, args.loop)
         return 0
 
-    from hub.embedded_redis import EmbeddedRedis
-
     started = time.perf_counter()
     nofile = raise_nofile()
     print(
@@ -1882,41 +1916,32 @@ def main() -> int:
         + (f", {args.repeat} runs" if args.repeat > 1 else ""),
         flush=True,
     )
-    tmp = Path(tempfile.mkdtemp(prefix="rshub-bench-"))
-    procs = Processes(tmp)
-    redis = EmbeddedRedis(tmp / "redis", appendfsync=args.appendfsync)
     runs: list[list[Row]] = []
-    try:
-        redis_url = redis.start()
-        with asyncio.Runner(loop_factory=lambda: new_loop(args.loop)) as runner:
-            if args.workers:
-                budget = 240.0 * (1 + len(args.workers.split(",")))
-                results = runner.run(
-                    asyncio.wait_for(
-                        conduct_workers(args, procs, redis_url, redis.pid or 0), budget
+    with bench_run("rshub-bench-", args.keep, args.appendfsync) as harness:
+        procs, redis = harness.procs, harness.redis
+        try:
+            redis_url = redis.start()
+            with asyncio.Runner(loop_factory=lambda: new_loop(args.loop)) as runner:
+                if args.workers:
+                    budget = 240.0 * (1 + len(args.workers.split(",")))
+                    results = runner.run(
+                        asyncio.wait_for(
+                            conduct_workers(args, procs, redis_url, redis.pid or 0), budget
+                        )
                     )
-                )
-            for k in range(0 if args.workers else args.repeat):
-                if k:
-                    runner.run(flush_redis(redis_url))
-                rows = runner.run(
-                    asyncio.wait_for(conduct(args, procs, redis_url, redis.pid or 0), 600)
-                )
-                procs.stop_all()
-                runs.append(rows)
-                if args.repeat > 1:
-                    print_table(rows, f"Run {k + 1} of {args.repeat}")
-                    print(flush=True)
-    except (RuntimeError, TimeoutError, aiohttp.ClientError) as exc:
-        print(f"benchmark failed: {exc!s}", file=sys.stderr)
-        return 1
-    finally:
-        procs.stop_all()
-        redis.stop()
-        if args.keep:
-            print(f"logs kept in {tmp}", file=sys.stderr)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+                for k in range(0 if args.workers else args.repeat):
+                    if k:
+                        runner.run(flush_redis(redis_url))
+                    rows = runner.run(
+                        asyncio.wait_for(conduct(args, procs, redis_url, redis.pid or 0), 600)
+                    )
+                    procs.stop_all()
+                    runs.append(rows)
+                    if args.repeat > 1:
+                        print_table(rows, f"Run {k + 1} of {args.repeat}")
+                        print(flush=True)
+        except FAILURES as exc:
+            return harness.failed("benchmark", exc)
     if args.workers:
         met = print_workers(results)
         print(f"\n({time.perf_counter() - started:.0f} s wall)")

@@ -35,9 +35,7 @@ import contextlib
 import os
 import platform
 import re
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,11 +49,13 @@ ROOT = SCRIPT.parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.hub import (  # noqa: E402
+    FAILURES,
     HOST,
     XML_HEADERS,
     Control,
     CpuMeter,
     Processes,
+    bench_run,
     notification,
     paced,
     raise_nofile,
@@ -561,8 +561,6 @@ def main() -> int:
         role_idle(args.port)
         return 0
 
-    from hub.embedded_redis import EmbeddedRedis
-
     LOG_LEVEL[0] = args.hub_log_level
     nofile = raise_nofile()
     started = time.perf_counter()
@@ -572,24 +570,12 @@ def main() -> int:
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         flush=True,
     )
-    tmp = Path(tempfile.mkdtemp(prefix="rshub-scale-"))
-    procs = Processes(tmp)
-    redis = EmbeddedRedis(tmp / "redis")
-    try:
-        redis_url = redis.start()
-        report = asyncio.run(conduct(args, procs, redis_url, redis.pid or 0))
-    except (RuntimeError, TimeoutError, aiohttp.ClientError) as exc:
-        print(f"benchmark failed: {exc!s}", file=sys.stderr)
-        for name in list(procs.procs):
-            print(f"--- {name} log tail:\n{procs.log_tail(name)}", file=sys.stderr)
-        return 1
-    finally:
-        procs.stop_all()
-        redis.stop()
-        if args.keep:
-            print(f"logs kept in {tmp}", file=sys.stderr)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+    with bench_run("rshub-scale-", args.keep) as harness:
+        try:
+            redis_url = harness.redis.start()
+            report = asyncio.run(conduct(args, harness.procs, redis_url, harness.redis.pid or 0))
+        except FAILURES as exc:
+            return harness.failed("benchmark", exc)
     report.print(f"Results ({time.perf_counter() - started:.0f} s wall)")
     return 0
 

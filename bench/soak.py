@@ -27,10 +27,8 @@ import asyncio
 import contextlib
 import math
 import re
-import shutil
 import signal
 import sys
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -45,11 +43,13 @@ ROOT = SCRIPT.parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.hub import (  # noqa: E402
+    FAILURES,
     HOST,
     LOOPS,
     XML_HEADERS,
     Control,
     Processes,
+    bench_run,
     callback_secret,
     cpu_seconds,
     new_loop,
@@ -567,31 +567,19 @@ def main() -> int:
         role_publisher(args.port, args.loop)
         return 0
 
-    from hub.embedded_redis import EmbeddedRedis
-
     raise_nofile()
-    tmp = Path(tempfile.mkdtemp(prefix="rshub-soak-"))
-    procs = Processes(tmp)
-    redis = EmbeddedRedis(tmp / "redis")
     budget = args.duration + args.drain + 300
-    try:
-        redis_url = redis.start()
-        with asyncio.Runner(loop_factory=lambda: new_loop(args.loop)) as runner:
-            return runner.run(
-                asyncio.wait_for(soak(args, procs, redis_url, redis.pid or 0), budget)
-            )
-    except (RuntimeError, TimeoutError, aiohttp.ClientError) as exc:
-        print(f"soak failed: {exc!s}", file=sys.stderr)
-        for name in list(procs.procs):
-            print(f"--- {name} log tail:\n{procs.log_tail(name)}", file=sys.stderr)
-        return 1
-    finally:
-        procs.stop_all()
-        redis.stop()
-        if args.keep:
-            print(f"logs kept in {tmp}", file=sys.stderr)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+    with bench_run("rshub-soak-", args.keep) as harness:
+        try:
+            redis_url = harness.redis.start()
+            with asyncio.Runner(loop_factory=lambda: new_loop(args.loop)) as runner:
+                return runner.run(
+                    asyncio.wait_for(
+                        soak(args, harness.procs, redis_url, harness.redis.pid or 0), budget
+                    )
+                )
+        except FAILURES as exc:
+            return harness.failed("soak", exc)
 
 
 def _interrupt(_signum: int, _frame: object) -> None:
