@@ -101,3 +101,14 @@ async def test_a_local_publish_is_taken_only_when_it_follows_on() -> None:
     ]
     assert feed.last_key == (4, 0)
     assert [e.id for e in await feed.read_after((2, 0), 10)] == ["3-0", "4-0"]
+
+
+async def test_a_stopped_feed_lets_go_of_its_ring() -> None:
+    # A stopped feed may sit in reference cycles until a full GC pass; it must not keep
+    # tens of thousands of events alive with it (they made that pass take 30-80 ms).
+    client = live_client(Recorder())
+    feed = client.feed
+    assert feed.take_local("", events(1, 1000))
+    feed.ws_frame(feed._events[:10])
+    await feed.stop()
+    assert not feed._events and not feed._keys and not feed._frames and not feed._followers
