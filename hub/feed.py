@@ -15,6 +15,7 @@ import bisect
 import logging
 from collections import OrderedDict, deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from . import frames, metrics
@@ -34,6 +35,15 @@ _READ_BATCH = 1000
 def _expire(waiter: asyncio.Future[bool]) -> None:
     if not waiter.done():
         waiter.set_result(False)
+
+
+@dataclass(slots=True)
+class _Encoding:
+    """One batch as every unfiltered live client gets it: the message, and (once a client
+    is written to directly) the same message as a WebSocket frame."""
+
+    message: bytes
+    frame: bytes | None = None
 
 
 class Follower(Protocol):
@@ -68,32 +78,30 @@ class TopicFeed:
         self._task: asyncio.Task[None] | None = None
         self.consumers = 0
         self._followers: set[Follower] = set()
-        self._messages: OrderedDict[tuple[str, str], bytes] = OrderedDict()
-        self._frames: OrderedDict[tuple[str, str], bytes] = OrderedDict()
+        self._encodings: OrderedDict[tuple[str, str], _Encoding] = OrderedDict()
         #: Set when the topic was deleted: its streams end (see :meth:`FeedHub.end`).
         self.ended = asyncio.Event()
 
     def ws_message(self, events: list[Event]) -> bytes:
         """A JSON array of ``events`` (UTF-8), cached: live clients get identical batches."""
-        key = (events[0].id, events[-1].id)
-        message = self._messages.get(key)
-        if message is None:
-            message = b"[" + b",".join(e.json(self.topic) for e in events) + b"]"
-            self._messages[key] = message
-            if len(self._messages) > 64:
-                self._messages.popitem(last=False)
-        return message
+        return self._encoding(events).message
 
     def ws_frame(self, events: list[Event]) -> bytes:
-        """:meth:`ws_message` as a WebSocket text frame, cached the same way."""
+        """:meth:`ws_message` as a WebSocket text frame, cached with it."""
+        encoding = self._encoding(events)
+        if encoding.frame is None:
+            encoding.frame = frames.text_frame(encoding.message)
+        return encoding.frame
+
+    def _encoding(self, events: list[Event]) -> _Encoding:
         key = (events[0].id, events[-1].id)
-        frame = self._frames.get(key)
-        if frame is None:
-            frame = frames.text_frame(self.ws_message(events))
-            self._frames[key] = frame
-            if len(self._frames) > 64:
-                self._frames.popitem(last=False)
-        return frame
+        encoding = self._encodings.get(key)
+        if encoding is None:
+            message = b"[" + b",".join(e.json(self.topic) for e in events) + b"]"
+            encoding = self._encodings[key] = _Encoding(message)
+            if len(self._encodings) > 64:
+                self._encodings.popitem(last=False)
+        return encoding
 
     async def start(self) -> None:
         last = await self.store.last_id(self.topic)
@@ -107,8 +115,7 @@ class TopicFeed:
         # at once (a 30-80 ms pause, bench/hub.py with gc.callbacks).
         self._events.clear()
         self._keys.clear()
-        self._messages.clear()
-        self._frames.clear()
+        self._encodings.clear()
         self._followers.clear()
 
     @property

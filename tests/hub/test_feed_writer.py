@@ -111,4 +111,4 @@ async def test_a_stopped_feed_lets_go_of_its_ring() -> None:
     assert feed.take_local("", events(1, 1000))
     feed.ws_frame(feed._events[:10])
     await feed.stop()
-    assert not feed._events and not feed._keys and not feed._frames and not feed._followers
+    assert not feed._events and not feed._keys and not feed._encodings and not feed._followers
