@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,14 @@ from hub.web_app import create_app, start
 from hub.web_state import CONNECTIONS
 from tests.redis_cluster import redis_cluster  # noqa: F401  (a session fixture)
 from tests.support import free_port
+
+
+@pytest.fixture(autouse=True)
+def _hermetic_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ``RSHUB_*`` variable of the caller's changes a test (only the time scale)."""
+    for name in list(os.environ):
+        if name.startswith("RSHUB_") and name != "RSHUB_TEST_TIME_SCALE":
+            monkeypatch.delenv(name)
 
 
 @pytest.fixture(scope="session")

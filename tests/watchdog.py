@@ -1,0 +1,133 @@
+"""The hostile tests' watchdog: event-loop stalls, leaked sockets and crash loops.
+
+Every test where another party's bytes enter the hub runs under :class:`Watchdog`::
+
+    async with Watchdog() as dog:
+        ...  # the hostile part
+    await dog.sockets_back()   # open sockets returned to where they were
+
+A **stall** is the loop thread busy for longer than ``stall_seconds`` without coming back
+to the loop: a ticker wakes every 10 ms and compares both the wall time and the loop
+thread's own CPU time since its last tick. CPU time is what tells a hub that spins (an
+unparseable answer, a document built on the loop) from a machine that is merely busy: on
+this 2-core box a ticker on wall time alone sees 100 ms gaps whenever another process
+runs, while the loop's own CPU time cannot grow while it is preempted. A gap of more than
+``hang_seconds`` of wall time counts too, whatever the CPU: that is a loop blocked in a
+system call.
+
+A **crash loop** is seen in the log: more than ``max_errors`` records at ERROR or above
+while the watchdog runs (a worker that dies and restarts logs one each time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from types import TracebackType
+
+from tests.support import TIME_SCALE, wait_for
+
+
+def open_sockets() -> int:
+    """The sockets this process holds open (from ``/proc/self/fd``)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                count += 1
+        except OSError:  # closed while listed
+            pass
+    return count
+
+
+class _ErrorCounter(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+class Watchdog:
+    """Fails the test on a loop stall, a crash loop, or (on request) leaked sockets."""
+
+    def __init__(
+        self,
+        *,
+        stall_seconds: float = 0.1,
+        hang_seconds: float = 1.0,
+        max_errors: int = 0,
+    ) -> None:
+        self.stall_seconds = stall_seconds
+        self.hang_seconds = hang_seconds * TIME_SCALE
+        self.max_errors = max_errors
+        #: The longest busy stretch of the loop thread seen, in CPU seconds.
+        self.max_busy = 0.0
+        #: The longest gap between two ticks, in wall seconds.
+        self.max_gap = 0.0
+        self.baseline_sockets = 0
+        self._errors = _ErrorCounter()
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Watchdog:
+        self.baseline_sockets = open_sockets()
+        logging.getLogger().addHandler(self._errors)
+        self._task = asyncio.create_task(self._tick())
+        await asyncio.sleep(0)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
+        logging.getLogger().removeHandler(self._errors)
+        if exc_type is None:
+            self.check()
+
+    async def _tick(self) -> None:
+        wall, cpu = time.monotonic(), time.thread_time()
+        while True:
+            await asyncio.sleep(0.01)
+            now_wall, now_cpu = time.monotonic(), time.thread_time()
+            self.max_gap = max(self.max_gap, now_wall - wall)
+            self.max_busy = max(self.max_busy, now_cpu - cpu)
+            wall, cpu = now_wall, now_cpu
+
+    def check(self) -> None:
+        """Raise if the loop stalled or errors were logged beyond the allowance."""
+        assert self.max_busy <= self.stall_seconds, (
+            f"event loop busy for {self.max_busy * 1000:.0f} ms without yielding "
+            f"(limit {self.stall_seconds * 1000:.0f} ms)"
+        )
+        assert self.max_gap <= self.hang_seconds, (
+            f"event loop did not run for {self.max_gap:.2f} s (limit {self.hang_seconds:.2f} s)"
+        )
+        errors = self._errors.records
+        assert len(errors) <= self.max_errors, (
+            f"{len(errors)} ERROR log records (allowed {self.max_errors}); first: "
+            f"{errors[0].getMessage()[:200]!r}"
+        )
+
+    @property
+    def errors(self) -> list[logging.LogRecord]:
+        return list(self._errors.records)
+
+    async def sockets_back(self, timeout: float = 10.0, slack: int = 0) -> None:
+        """Wait until the process holds no more sockets than when the watchdog started."""
+        try:
+            await wait_for(lambda: open_sockets() <= self.baseline_sockets + slack, timeout)
+        except AssertionError:
+            raise AssertionError(
+                f"{open_sockets()} sockets open, {self.baseline_sockets} at the start"
+            ) from None
