@@ -12,8 +12,9 @@ experiments):
   consistency* is the mean of consistency sampled every ``step`` over an interval.
 - *latency* of a change at the Source: the time from the change until the Destination's
   copy of that resource equals the lead state again (the state of that change, or of a
-  later change that superseded it). Changes never matched before the timelines end are
-  counted as *unsynced* instead.
+  later change that superseded it). A change never matched by the end of observation is
+  *censored*: its latency is at least (end of observation - change time), and it counts
+  with that lower bound, so that the slowest changes are not left out of the figures.
 - *data transfer efficiency*: required bytes (the representations the Destination had to
   fetch to make the copy changes it made) ÷ all bytes it transferred.
 """
@@ -47,13 +48,24 @@ class Change:
 
 @dataclass
 class Latencies:
-    """Latency of every Source change in the interval, and the changes never matched."""
+    """Latency of every Source change in the interval: ``values`` of the changes matched,
+    ``censored`` lower bounds (end of observation - change time) of those never matched."""
 
     values: list[float] = field(default_factory=list)
-    unsynced: int = 0
+    censored: list[float] = field(default_factory=list)
+
+    @property
+    def unsynced(self) -> int:
+        return len(self.censored)
+
+    def all(self) -> list[float]:
+        """Every change's latency, a censored one as its lower bound."""
+        return self.values + self.censored
 
     def mean(self) -> float:
-        return sum(self.values) / len(self.values) if self.values else math.nan
+        """The mean of :meth:`all` (a lower bound when some are censored)."""
+        every = self.all()
+        return sum(every) / len(every) if every else math.nan
 
 
 _SOURCE, _DEST = 0, 1
@@ -151,19 +163,26 @@ def latencies(
     *,
     since: float = -math.inf,
     until: float = math.inf,
+    observed_until: float | None = None,
 ) -> Latencies:
-    """Latency of each Source change made in ``[since, until]``."""
+    """Latency of each Source change made in ``[since, until]``, as observed up to
+    ``observed_until`` (default: the last change of either timeline); changes not in sync
+    by then are censored there."""
+    if observed_until is None:
+        observed_until = max((c.at for c in (*source, *dest)), default=0.0)
     pair = _Pair(source0, dest0)
     waiting: dict[str, list[float]] = {}
     result = Latencies()
     for side, change in _merged(source, dest):
+        if change.at > observed_until:
+            break
         pair.apply(side, change)
         if side == _SOURCE and since <= change.at <= until:
             waiting.setdefault(change.uri, []).append(change.at)
         if pair.synced(change.uri):
             for at in waiting.pop(change.uri, ()):
                 result.values.append(change.at - at)
-    result.unsynced = sum(len(v) for v in waiting.values())
+    result.censored = sorted(observed_until - at for ats in waiting.values() for at in ats)
     return result
 
 

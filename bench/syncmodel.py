@@ -20,7 +20,8 @@ writes by rename, so the copies never share a write). Copy states are observed w
 inotify on each mirror directory (every rename/delete, file MD5 read at once). The metrics
 (``bench/syncmetrics.py``) are computed over the run window of T seconds: average
 consistency sampled every 100 ms, latency of every change made in the window (observed up
-to a grace period G after it), data transfer efficiency = bytes of the representations each
+to a grace period G after it; a change still out of sync then counts as censored there, a
+lower bound), data transfer efficiency = bytes of the representations each
 Destination wrote ÷ all bytes it transferred in the window.
 
 Usage: ``python bench/syncmodel.py [--quick]``. Prints one Markdown table per setup.
@@ -37,6 +38,7 @@ import hashlib
 import json
 import math
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -90,12 +92,17 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int, children: bool = False) -> float:
+    """User + system CPU s of ``pid`` so far (NaN once it is reaped); with ``children``
+    also of its waited-for children, as ``wait4`` reports it."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return math.nan
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    used = int(fields[11]) + int(fields[12])
+    if children:
+        used += int(fields[13]) + int(fields[14])
+    return used / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -108,7 +115,8 @@ class Destination:
     every: float | None = None
     proc: subprocess.Popen[bytes] | None = None
     pids: set[int] = field(default_factory=set)
-    runs: list[tuple[float, float]] = field(default_factory=list)  # --once: (start, CPU s)
+    #: ``--once`` runs that ended: (pid, when it was reaped, its CPU s from ``wait4``).
+    runs: list[tuple[int, float, float]] = field(default_factory=list)
     initial: dict[str, str] = field(default_factory=dict)
     copies: list[Change] = field(default_factory=list)
     writes: list[tuple[float, int]] = field(default_factory=list)  # (time, bytes written)
@@ -119,6 +127,34 @@ def launch(log: Path, argv: list[str]) -> subprocess.Popen[bytes]:
         return subprocess.Popen([sys.executable, *argv], stdout=out, stderr=subprocess.STDOUT)
 
 
+def _reap(pid: int) -> tuple[float, int, resource.struct_rusage]:
+    _, status, usage = os.wait4(pid, 0)
+    return time.monotonic(), status, usage
+
+
+def live_runs_cpu(dests: list[Destination]) -> tuple[float, dict[int, float]]:
+    """CPU s so far of each ``--once`` run still alive, and when they were read."""
+    live = {}
+    for d in dests:
+        if d.every is not None and d.proc is not None and d.proc.returncode is None:
+            used = cpu_seconds(d.proc.pid, children=True)
+            if not math.isnan(used):  # else already reaped: it is in d.runs
+                live[d.proc.pid] = used
+    return time.monotonic(), live
+
+
+def runs_cpu(
+    d: Destination, before: tuple[float, dict[int, float]], after: tuple[float, dict[int, float]]
+) -> float:
+    """CPU s the ``--once`` runs of ``d`` used between two :func:`live_runs_cpu` readings:
+    runs that ended in between, less what they had used before it, and the run alive at
+    the end, less what it had used before (previously only runs that started *and* ended
+    in the window were counted, and a run still going at the end was left out)."""
+    (t0, at_start), (t1, at_end) = before, after
+    used = sum(cpu - at_start.get(pid, 0.0) for pid, reaped, cpu in d.runs if t0 < reaped <= t1)
+    return used + sum(cpu - at_start.get(pid, 0.0) for pid, cpu in at_end.items() if pid in d.pids)
+
+
 async def poll_every(d: Destination, argv: list[str], work: Path, stop: asyncio.Event) -> None:
     """Destination-triggered Change List sync: ``rshub sync --once`` every ``d.every`` s."""
     assert d.every is not None
@@ -127,9 +163,9 @@ async def poll_every(d: Destination, argv: list[str], work: Path, stop: asyncio.
         proc = launch(work / f"{d.dest.name}.log", argv)
         d.proc = proc
         d.pids.add(proc.pid)
-        _, status, usage = await asyncio.to_thread(os.wait4, proc.pid, 0)
+        reaped, status, usage = await asyncio.to_thread(_reap, proc.pid)
         proc.returncode = os.waitstatus_to_exitcode(status)
-        d.runs.append((began, usage.ru_utime + usage.ru_stime))
+        d.runs.append((proc.pid, reaped, usage.ru_utime + usage.ru_stime))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), max(0.0, d.every - (time.monotonic() - began)))
 
@@ -241,7 +277,8 @@ class Proxy:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(b"snap\n")
         await self.proc.stdin.drain()
-        line = await asyncio.wait_for(self.proc.stdout.readline(), 10)
+        # The proxy answers once its pending pid lookups are done (at most 30 s).
+        line = await asyncio.wait_for(self.proc.stdout.readline(), 40)
         return dict(json.loads(line))
 
 
@@ -252,7 +289,8 @@ def transferred(
     out = {"hub": 0, "src": 0, "cb": 0}
     for key, (up, down) in after.items():
         name, pid = key.split()
-        if (name in ("hub", "src") and int(pid) in d.pids) or (name == "cb" and d.webhook):
+        client = int(pid) if pid.lstrip("-").isdigit() else -1  # "?": lookup unfinished
+        if (name in ("hub", "src") and client in d.pids) or (name == "cb" and d.webhook):
             b_up, b_down = before.get(key, [0, 0])
             out[name] += up - b_up + down - b_down
     return out
@@ -266,7 +304,9 @@ class Row:
     mean: float
     p99: float
     measured: int
-    unsynced: int
+    #: Changes never in sync by the end of observation: counted in the latency figures
+    #: at that end (a lower bound), which then read "≥".
+    censored: int
     efficiency: float
     required: int
     transferred: int
@@ -436,6 +476,7 @@ async def run_setup(
             d.proc.pid for d in dests if d.proc and d.every is None
         ]
         cpu_before = {pid: cpu_seconds(pid) for pid in watched}
+        runs_before = live_runs_cpu(dests)
         before = await proxy.snapshot()
         start = time.monotonic()
         go.touch()
@@ -448,7 +489,9 @@ async def run_setup(
             f"{load:.1f} / {os.getloadavg()[0]:.1f} (the other processes of this machine count too)"
         )
         cpu_after = {pid: cpu_seconds(pid) for pid in watched}
+        runs_after = live_runs_cpu(dests)
         await asyncio.sleep(plan.grace)
+        observed_until = time.monotonic()
         if watcher.overflowed:
             log.append("inotify queue overflowed: copy states incomplete")
         names = {
@@ -461,6 +504,11 @@ async def run_setup(
         log.append(
             "CPU s in the window: "
             + ", ".join(f"{names[p]} {cpu_after[p] - cpu_before[p]:.1f}" for p in watched)
+            + "".join(
+                f", {d.label} {runs_cpu(d, runs_before, runs_after):.1f}"
+                for d in dests
+                if d.every is not None
+            )
         )
         phase("run")
         source_initial, source_changes = read_truth(truth)
@@ -479,8 +527,15 @@ async def run_setup(
                 end=end,
                 step=plan.step,
             )
+            # Changes still out of sync at the end of the grace period are censored there.
             lat = latencies(
-                source_initial, source_changes, d.initial, d.copies, since=start, until=end
+                source_initial,
+                source_changes,
+                d.initial,
+                d.copies,
+                since=start,
+                until=end,
+                observed_until=observed_until,
             )
             required = sum(size for at, size in d.writes if start <= at <= end)
             split = transferred(before, after, d)
@@ -492,10 +547,10 @@ async def run_setup(
             )
             rows.append(
                 Row(
-                    d.label, avg, percentile(lat.values, 0.5), lat.mean(),
-                    percentile(lat.values, 0.99), len(lat.values), lat.unsynced,
+                    d.label, avg, percentile(lat.all(), 0.5), lat.mean(),
+                    percentile(lat.all(), 0.99), len(lat.values), lat.unsynced,
                     transfer_efficiency(required, total), required, total,
-                    sum(cpu for at, cpu in d.runs if start <= at <= end)
+                    runs_cpu(d, runs_before, runs_after)
                     if d.every is not None
                     else cpu_after[d.proc.pid] - cpu_before[d.proc.pid],
                 )
@@ -545,14 +600,16 @@ def ratio(value: float) -> str:
 
 def table(rows: list[Row]) -> str:
     out = [
-        "| Destination | avg consistency | latency p50 | mean | p99 | changes synced / unsynced "
+        "| Destination | avg consistency | latency p50 | mean | p99 | changes synced / censored "
         "| transfer efficiency | required bytes | bytes transferred | CPU s |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
+        at_least = "≥ " if r.censored else ""  # a censored latency is a lower bound
+        p50, mean, p99 = (at_least + seconds(v) for v in (r.p50, r.mean, r.p99))
         out.append(
-            f"| {r.label} | {r.consistency:.4f} | {seconds(r.p50)} | {seconds(r.mean)} | "
-            f"{seconds(r.p99)} | {r.measured} / {r.unsynced} | {ratio(r.efficiency)} | "
+            f"| {r.label} | {r.consistency:.4f} | {p50} | {mean} | "
+            f"{p99} | {r.measured} / {r.censored} | {ratio(r.efficiency)} | "
             f"{r.required:,} | {r.transferred:,} | {r.cpu:.1f} |"
         )
     return "\n".join(out)

@@ -35,9 +35,26 @@ def test_latency_per_change_and_unsynced() -> None:
     result = latencies(START, SOURCE, START, DEST)
     assert sorted(result.values) == pytest.approx([0.5, 2.0])
     assert result.unsynced == 1  # c
-    assert result.mean() == pytest.approx(1.25)
+    # c, made at 3, is censored at the timelines' last change (b removed at 4)
+    assert result.censored == pytest.approx([1.0])
+    assert result.mean() == pytest.approx((0.5 + 2.0 + 1.0) / 3)
     # Only the changes made in the interval are measured.
     assert latencies(START, SOURCE, START, DEST, since=1.5).values == pytest.approx([2.0])
+
+
+def test_unsynced_changes_count_as_censored_at_the_end_of_observation() -> None:
+    # Observed until 10: c (made at 3) never arrived, so its latency is at least 7 s and
+    # it weighs in the figures with that bound instead of vanishing from them.
+    result = latencies(START, SOURCE, START, DEST, observed_until=10.0)
+    assert result.values == pytest.approx([0.5, 2.0])
+    assert result.censored == pytest.approx([7.0])
+    assert result.unsynced == 1
+    assert result.mean() == pytest.approx((0.5 + 2.0 + 7.0) / 3)
+    assert percentile(result.all(), 1.0) == pytest.approx(7.0)
+    # A copy made after the end of observation is not seen: b is censored at 3.5 too.
+    cut = latencies(START, SOURCE, START, DEST, observed_until=3.5)
+    assert cut.values == pytest.approx([0.5])
+    assert sorted(cut.censored) == pytest.approx([0.5, 1.5])  # c at 3, b at 2
 
 
 def test_superseded_change_is_in_sync_when_the_later_state_arrives() -> None:

@@ -1,0 +1,100 @@
+"""``bench/hub.py``'s bookkeeping and baselines: an incomplete figure fails the run, the
+bare broadcaster writes pre-encoded frames, the XADD baseline runs as many clients as the
+hub has publishers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+import orjson
+import redis
+from aiohttp import web
+
+from bench.hub import (
+    Row,
+    bare_app,
+    bare_frames,
+    exit_status,
+    notification,
+    print_repeats,
+    stored_payloads,
+    xadd_baseline,
+)
+from hub.frames import text_frame
+from tests.support import TIME_SCALE
+
+
+def test_an_incomplete_figure_fails_whatever_its_value() -> None:
+    met = Row("p99", 5.0, "ms", target=("max", 10))
+    lost = Row("p99", 5.0, "ms", target=("max", 10), note="INCOMPLETE min 9/10", complete=False)
+    info_lost = Row("p50", 1.0, "ms", complete=False)
+    assert met.passed is True
+    assert lost.passed is False
+    assert info_lost.passed is False
+    assert lost.cells()[-1] == "FAIL"
+    assert exit_status([met, Row("p50", 1.0, "ms")]) == 0
+    assert exit_status([met, info_lost]) == 2
+    assert exit_status([lost]) == 2
+
+
+def test_repeat_summary_fails_when_one_run_lost_events() -> None:
+    def run(complete: bool) -> list[Row]:
+        return [Row("p99", 5.0, "ms", target=("max", 10), complete=complete)]
+
+    assert print_repeats([run(True) for _ in range(5)])
+    # every target met in 5 of 5 by value, but run 3 never got all its events
+    assert not print_repeats([run(k != 2) for k in range(5)])
+
+
+def test_bare_frames_are_the_hubs_text_frames_of_the_event_arrays() -> None:
+    frames = bare_frames(250, 100, "t")
+    assert len(frames) == 3
+    for frame, count in zip(frames, (100, 100, 50), strict=True):
+        payload = frame[frame.index(b"[") :]
+        assert frame == text_frame(payload)
+        events = orjson.loads(payload)
+        assert len(events) == count and all(e["topic"] == "t" for e in events)
+
+
+async def test_bare_broadcast_writes_every_frame_to_every_client_after_building() -> None:
+    runner = web.AppRunner(bare_app())
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with aiohttp.ClientSession() as session:
+            sockets = [
+                await session.ws_connect(f"{base}/topics/t/ws", max_msg_size=0) for _ in range(3)
+            ]
+            before = time.perf_counter_ns()
+            async with session.post(f"{base}/ctl/broadcast?n=2500&batch=100&topic=t") as resp:
+                started = await resp.json()
+            assert started["clients"] == 3 and started["frames"] == 25
+            # the timed span starts after the frames were built, inside the request
+            assert before < started["t0_ns"] < time.perf_counter_ns()
+            for ws in sockets:
+                ids: list[str] = []
+                while len(ids) < 2500:
+                    msg = await asyncio.wait_for(ws.receive(), 10 * TIME_SCALE)
+                    assert msg.type is aiohttp.WSMsgType.TEXT
+                    ids += [e["id"] for e in orjson.loads(msg.data)]
+                assert [int(i.split("-")[1]) for i in ids] == list(range(2500))
+                await ws.close()
+    finally:
+        await runner.cleanup()
+
+
+async def test_xadd_baseline_spreads_the_rounds_over_client_processes(redis_url: str) -> None:
+    payloads = [stored_payloads(notification(k * 10, 10)) for k in range(3)]
+    result = await xadd_baseline(redis_url, payloads, rounds=8, clients=4, key="test:xadd")
+    assert result.changes == 80  # 8 rounds of 10, the warm-up rounds not counted
+    assert result.seconds > 0 and result.cpu_seconds > 0
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert client.exists("test:xadd") == 0  # cleaned up
+    finally:
+        client.close()
