@@ -8,14 +8,13 @@ import gc
 import logging
 import sys
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
 from . import log_format
 from .auth import PublisherAuth
-from .connection import StoreError
+from .connection import StoreError, _redacted
 from .embedded_redis import EmbeddedRedis
 from .exceptions import HubError
 from .settings import Settings, describe_error
@@ -144,18 +143,6 @@ def _worker_argv(args: argparse.Namespace) -> list[str]:
     return argv
 
 
-def _without_password(url: str | None) -> str | None:
-    """``url`` fit for a message: its password (if any) replaced by ``***``."""
-    if url is None:
-        return None
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-
-
 def tune_gc(young_threshold: int) -> None:
     """Freeze what start-up allocated (long-lived anyway) and collect young objects less
     often. Process-wide, so it belongs to the ``serve`` entry point, not to the app."""
@@ -205,7 +192,7 @@ def run_serve(args: argparse.Namespace) -> int:
     except StoreError as exc:
         print(
             f"rshub serve: bad setting: redis_url (RSHUB_REDIS_URL): cannot use Redis at "
-            f"{_without_password(redis_url)}: {' '.join(str(exc).split())}",
+            f"{_redacted(redis_url or '')}: {' '.join(str(exc).split())}",
             file=sys.stderr,
         )
         return 2

@@ -46,6 +46,9 @@ from .web_state import (
 
 log = logging.getLogger(__name__)
 
+#: Health and metrics answer per request (who asks decides what they show): never cached.
+_NO_STORE = {"Cache-Control": "no-store"}
+
 
 async def healthz(request: web.Request) -> web.Response:
     """``{"status": "ok"}`` (200) or ``{"status": "degraded"}`` (503) for anyone; the
@@ -69,11 +72,11 @@ async def healthz(request: web.Request) -> web.Response:
             health.failed(str(exc))
             if details:
                 extra.update(hub="ok", redis=f"unreachable: {exc!s}")
-            return web.json_response({"status": "degraded", **extra}, status=503)
+            return web.json_response({"status": "degraded", **extra}, status=503, headers=_NO_STORE)
         health.succeeded(now)
     if details:
         extra.update(hub="ok", redis="ok")
-    return web.json_response({"status": "ok", **extra}, headers={"Cache-Control": "no-store"})
+    return web.json_response({"status": "ok", **extra}, headers=_NO_STORE)
 
 
 def _check_operator(request: web.Request, topic: str) -> None:

@@ -9,6 +9,7 @@ import os
 import random
 import socket
 import stat
+import time
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
@@ -26,7 +27,7 @@ from hub.settings import Settings
 from hub.web_state import DELIVERY
 from tests.conftest import Hub, start_hub
 from tests.hub.callback_server import CallbackServer
-from tests.support import HubProcess, changes, free_port, notification, wait_for
+from tests.support import TIME_SCALE, HubProcess, changes, free_port, notification, wait_for
 from tests.watchdog import Watchdog
 
 SECRET = "SECRETKEY"
@@ -268,6 +269,32 @@ def test_public_healthz_says_ok_and_nothing_about_redis(tmp_path: Path) -> None:
         for pid in (hub.proc.pid, details["embedded_redis"]["pid"]):
             assert password.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()
         assert password not in hub.log()
+    finally:
+        hub.stop()
+
+
+def test_workers_get_the_redis_password_through_their_environment(tmp_path: Path) -> None:
+    """Any local user can read a command line; workers must not find the password there."""
+    from tests.hub.test_scale_out import _children
+
+    hub = HubProcess(str(tmp_path), None, "--workers", "2").start()
+    try:
+        assert hub.proc is not None
+        parent = hub.proc.pid
+        wait_until = time.monotonic() + 20 * TIME_SCALE
+        while len(_children(parent)) < 2 and time.monotonic() < wait_until:
+            time.sleep(0.05)
+        workers = _children(parent)
+        assert len(workers) == 2
+        password = (tmp_path / "redis" / AUTH_FILE).read_text().split()[-1].encode()
+        for pid in (parent, *workers):
+            assert password not in Path(f"/proc/{pid}/cmdline").read_bytes()
+        answered = set()
+        for _ in range(40):  # both workers reach Redis with the password: 200, not 503
+            status, body = _get(hub.url + "/healthz")
+            assert status == 200, body
+            answered.add(json.loads(body)["pid"])
+        assert answered <= workers and answered
     finally:
         hub.stop()
 
