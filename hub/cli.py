@@ -14,7 +14,7 @@ from pydantic_settings import SettingsError
 
 from . import log_format
 from .auth import PublisherAuth
-from .connection import StoreError
+from .connection import StoreError, _redacted
 from .embedded_redis import EmbeddedRedis
 from .exceptions import HubError
 from .settings import Settings, describe_error
@@ -176,7 +176,7 @@ def run_serve(args: argparse.Namespace) -> int:
             log.info(
                 "embedded redis-server pid %s at %s, data in %s",
                 embedded.pid,
-                redis_url,
+                embedded.address,
                 embedded.data_dir,
             )
         workers = worker_count(settings.workers)
@@ -192,7 +192,7 @@ def run_serve(args: argparse.Namespace) -> int:
     except StoreError as exc:
         print(
             f"rshub serve: bad setting: redis_url (RSHUB_REDIS_URL): cannot use Redis at "
-            f"{redis_url}: {' '.join(str(exc).split())}",
+            f"{_redacted(redis_url or '')}: {' '.join(str(exc).split())}",
             file=sys.stderr,
         )
         return 2

@@ -6,6 +6,12 @@ port, keeps its data (AOF, ``appendfsync everysec`` by default) under ``data_dir
 told by the kernel to exit when its parent dies (``PR_SET_PDEATHSIG``), so a crashed hub
 never leaves an orphan.
 
+The server asks for a password (``requirepass``): a random one, made on first use and
+kept in :data:`AUTH_FILE` (mode 0600, Redis reads it as its config file) in the data
+directory, so every restart on that directory uses the same one. Any local user can reach
+127.0.0.1; only the data directory's owner can read the password. :attr:`EmbeddedRedis.url`
+carries it.
+
 One data directory belongs to one live process: ``start()`` takes an exclusive ``flock`` on
 ``rshub.lock`` in it (the kernel drops it when the owner dies), so a second hub fails at once
 with :class:`DataDirLocked` instead of fighting the first over the AOF. ``supervise()`` is
@@ -22,6 +28,7 @@ import fcntl
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -40,6 +47,8 @@ log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
 LOCK_FILE = "rshub.lock"
+#: The embedded server's config file in the data directory: its password, mode 0600.
+AUTH_FILE = "redis-auth.conf"
 
 
 def find_redis_server() -> str:
@@ -69,23 +78,73 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def _ping(port: int, timeout: float) -> bool:
+def auth_password(data_dir: str | os.PathLike[str]) -> str:
+    """The password of the embedded Redis of ``data_dir``: read from :data:`AUTH_FILE`, or
+    made and written there (mode 0600) on first use. Safe against a concurrent first use:
+    the file appears whole (a hard link of a complete temporary file) or not at all."""
+    path = Path(data_dir) / AUTH_FILE
+    for _attempt in range(3):
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            pass
+        else:
+            if path.stat().st_mode & 0o077:
+                os.chmod(path, 0o600)
+            for line in text.splitlines():
+                name, _, value = line.strip().partition(" ")
+                if name == "requirepass" and value.strip():
+                    return value.strip()
+            raise EmbeddedRedisError(f"{path} names no password (requirepass); remove it")
+        password = secrets.token_hex(32)
+        temp = path.with_name(f".{AUTH_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, f"# rshub's embedded Redis\nrequirepass {password}\n".encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(temp, path)
+        except FileExistsError:
+            continue  # another process made it first: read theirs
+        finally:
+            os.unlink(temp)
+        return password
+    raise EmbeddedRedisError(f"cannot read or create {path}")
+
+
+def _probe(password: str | None) -> bytes:
+    """``PING``, after ``AUTH`` when the server has a password."""
+    return (f"AUTH {password}\r\n" if password else "").encode() + b"PING\r\n"
+
+
+def _ping(port: int, timeout: float, password: str | None = None) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(64).startswith(b"+PONG")
+            sock.sendall(_probe(password))
+            answer = b""
+            while b"\n" not in answer or (password and answer.count(b"\n") < 2):
+                chunk = sock.recv(64)
+                if not chunk:
+                    break
+                answer += chunk
+            return answer.endswith(b"+PONG\r\n")
     except OSError:
         return False
 
 
-async def _aping(port: int, timeout: float) -> bool:
+async def _aping(port: int, timeout: float, password: str | None = None) -> bool:
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout)
     except (TimeoutError, OSError):
         return False
     try:
-        writer.write(b"PING\r\n")
-        return (await asyncio.wait_for(reader.read(64), timeout)).startswith(b"+PONG")
+        writer.write(_probe(password))
+        lines = [await asyncio.wait_for(reader.readline(), timeout)]
+        if password:
+            lines.append(await asyncio.wait_for(reader.readline(), timeout))
+        return lines[-1] == b"+PONG\r\n"
     except (TimeoutError, OSError):
         return False
     finally:
@@ -176,12 +235,27 @@ class EmbeddedRedis:
         self._quick_deaths = 0
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._password: str | None = None
+
+    @property
+    def password(self) -> str:
+        """The server's password (made on first use, kept in the data directory)."""
+        if self._password is None:
+            self._prepare_dir()
+            self._password = auth_password(self.data_dir)
+        return self._password
 
     @property
     def url(self) -> str:
+        """``redis://:PASSWORD@127.0.0.1:PORT/0``: not for logs (see :attr:`address`)."""
         if self.port is None:
             raise EmbeddedRedisError("embedded Redis is not started")
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://:{self.password}@127.0.0.1:{self.port}/0"
+
+    @property
+    def address(self) -> str:
+        """Where the server listens, without the password: for logs and messages."""
+        return f"127.0.0.1:{self.port}"
 
     @property
     def pid(self) -> int | None:
@@ -286,6 +360,7 @@ class EmbeddedRedis:
         log_file = (self.data_dir / "redis.log").resolve()
         args = [
             binary,
+            str((self.data_dir / AUTH_FILE).resolve()),  # the password: not on the command line
             "--port",
             str(port),
             "--bind",
@@ -345,6 +420,7 @@ class EmbeddedRedis:
 
     def _start_locked(self) -> str:
         binary = find_redis_server()
+        self.password  # noqa: B018  # made (or read) before the server reads its file
         fixed_port = self.port
         last_error = ""
         for _attempt in range(5):  # a free port can be taken between probe and bind
@@ -355,7 +431,7 @@ class EmbeddedRedis:
             while time.monotonic() < deadline:
                 if proc.poll() is not None:
                     break
-                if _ping(self.port, 0.5):
+                if _ping(self.port, 0.5, self.password):
                     return self.url
                 time.sleep(0.02)
             last_error = self._failure(proc)
@@ -536,7 +612,7 @@ class EmbeddedRedis:
         while time.monotonic() < deadline and not self._ended(stop):
             if proc.poll() is not None:
                 break
-            if await _aping(port, 0.5):
+            if await _aping(port, 0.5, self.password):
                 return None
             await asyncio.sleep(0.02)
         with self._mutex:

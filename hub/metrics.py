@@ -8,7 +8,9 @@ Two kinds of series:
 * **Scrape-time series** (topics, stream lengths, subscriptions by state, lag) are read from
   Redis at each scrape (:class:`hub.overview.Overview`), so every hub process reports the
   same values. Label cardinality is bounded: the top :data:`TOP_N` topics or subscriptions
-  are labelled, the rest folded into one ``(others)`` series.
+  are labelled, the rest folded into one ``(others)`` series. A subscription is labelled by
+  its id, never its callback URL; private topics the scraper may not read are folded into
+  one ``(private)`` series.
 
 Several hub processes: with ``PROMETHEUS_MULTIPROC_DIR`` set (to an empty directory, before
 the processes start) the live series are shared through files in it and any process's
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from prometheus_client import (
     REGISTRY,
@@ -36,10 +38,13 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from .events import Event
-from .overview import OTHERS, Overview, top
+from .overview import OTHERS, Overview, SubscriptionRow, TopicRow, top
 
 #: Topics or subscriptions labelled by name in scrape-time series; the rest are folded.
 TOP_N = 20
+
+#: The label standing for every private topic the scraper may not read.
+PRIVATE = "(private)"
 
 #: The environment variable that switches prometheus_client to multiprocess mode.
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -170,21 +175,35 @@ def process_exited(pid: int) -> None:
 # -- scrape-time series ---------------------------------------------------------------------
 
 
-def overview_families(overview: Overview, n: int = TOP_N) -> Iterator[Metric]:
-    """The scrape-time series for ``overview``; at most ``n`` + 1 label sets each."""
+def overview_families(
+    overview: Overview, n: int = TOP_N, visible: Callable[[str], bool] | None = None
+) -> Iterator[Metric]:
+    """The scrape-time series for ``overview``; at most ``n`` + 2 label sets each.
+
+    A subscription is labelled by its id (:func:`hub.placement.subscription_id`), never by
+    its callback URL (whose query string may carry a key). Topics for which ``visible``
+    is false (private ones the scraper may not read) are summed under :data:`PRIVATE`.
+    """
     yield GaugeMetricFamily(
         "rshub_topics", "Topics that have been published to.", len(overview.topics)
     )
     lengths = GaugeMetricFamily(
         "rshub_stream_length",
-        f"Events retained per topic (top {n}; the rest summed).",
+        f"Events retained per topic (top {n}; the rest summed; unreadable private topics "
+        f"summed under {PRIVATE}).",
         labels=["topic"],
     )
-    shown, rest = top(overview.topics, n, key=lambda t: (t.length,))
+    topics: list[TopicRow] = []
+    hidden: list[TopicRow] = []
+    for topic in overview.topics:
+        (topics if visible is None or visible(topic.name) else hidden).append(topic)
+    shown, rest = top(topics, n, key=lambda t: (t.length,))
     for row in shown:
         lengths.add_metric([row.name], row.length)
     if rest:
         lengths.add_metric([OTHERS], sum(t.length for t in rest))
+    if hidden:
+        lengths.add_metric([PRIVATE], sum(t.length for t in hidden))
     yield lengths
 
     states = GaugeMetricFamily(
@@ -194,25 +213,29 @@ def overview_families(overview: Overview, n: int = TOP_N) -> Iterator[Metric]:
         states.add_metric([state], count)
     yield states
 
+    labels = ["topic", "subscription"]
     lag_events = GaugeMetricFamily(
         "rshub_subscription_lag_events",
-        f"Events not yet delivered, per subscription (top {n} by lag; the rest summed).",
-        labels=["topic", "callback"],
+        f"Events not yet delivered, per subscription id (top {n} by lag; the rest summed).",
+        labels=labels,
     )
     lag_seconds = GaugeMetricFamily(
         "rshub_subscription_lag_seconds",
         f"Age of the oldest undelivered event (top {n} by lag; the rest: their maximum).",
-        labels=["topic", "callback"],
+        labels=labels,
     )
-    shown_subs, rest_subs = top(
-        overview.subscriptions, n, key=lambda s: (s.lag_seconds, s.lag_events)
-    )
+    subs: list[SubscriptionRow] = []
+    hidden_subs: list[SubscriptionRow] = []
+    for sub in overview.subscriptions:
+        (subs if visible is None or visible(sub.topic) else hidden_subs).append(sub)
+    shown_subs, rest_subs = top(subs, n, key=lambda s: (s.lag_seconds, s.lag_events))
     for sub in shown_subs:
-        lag_events.add_metric([sub.topic, sub.callback], sub.lag_events)
-        lag_seconds.add_metric([sub.topic, sub.callback], sub.lag_seconds)
-    if rest_subs:
-        lag_events.add_metric([OTHERS, OTHERS], sum(s.lag_events for s in rest_subs))
-        lag_seconds.add_metric([OTHERS, OTHERS], max(s.lag_seconds for s in rest_subs))
+        lag_events.add_metric([sub.topic, sub.id], sub.lag_events)
+        lag_seconds.add_metric([sub.topic, sub.id], sub.lag_seconds)
+    for label, folded in ((OTHERS, rest_subs), (PRIVATE, hidden_subs)):
+        if folded:
+            lag_events.add_metric([label, label], sum(s.lag_events for s in folded))
+            lag_seconds.add_metric([label, label], max(s.lag_seconds for s in folded))
     yield lag_events
     yield lag_seconds
 
@@ -225,9 +248,10 @@ class _Families(Collector):
         return self.families
 
 
-def exposition(overview: Overview | None) -> bytes:
+def exposition(overview: Overview | None, visible: Callable[[str], bool] | None = None) -> bytes:
     """The ``/metrics`` body: live series (this process's, or every process's in
-    multiprocess mode) followed by the scrape-time series of ``overview``."""
+    multiprocess mode) followed by the scrape-time series of ``overview`` (topics not
+    ``visible`` folded under :data:`PRIVATE`)."""
     if os.environ.get(MULTIPROC_ENV):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
@@ -237,5 +261,5 @@ def exposition(overview: Overview | None) -> bytes:
     if overview is None:
         return live
     scrape = CollectorRegistry(auto_describe=False)
-    scrape.register(_Families(overview_families(overview)))
+    scrape.register(_Families(overview_families(overview, visible=visible)))
     return live + generate_latest(scrape)

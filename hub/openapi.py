@@ -47,12 +47,19 @@ _PUBLISH_ACCEPTED: Schema = {
 
 _HEALTH: Schema = {
     "type": "object",
-    "required": ["status", "hub", "redis"],
+    "required": ["status"],
+    "description": "Anyone gets only ``status``; the other fields are for those who may see "
+    "the overview (admin token, hub-wide token, or a direct loopback client of an open hub "
+    "without admin token).",
     "properties": {
         "status": {"enum": ["ok", "degraded"]},
         "hub": {"type": "string"},
         "redis": {"type": "string"},
         "version": {"type": "string"},
+        "pid": {"type": "integer"},
+        "node": {"type": "string"},
+        "nodes": {"type": "integer"},
+        "embedded_redis": {"type": "object"},
     },
 }
 
@@ -63,6 +70,7 @@ _SUBSCRIPTION: Schema = {
         "topic": {"type": "string"},
         "topic_url": {"type": "string"},
         "callback": {"type": "string"},
+        "id": {"type": "string", "description": "the subscription's label in /metrics"},
         "state": {"enum": ["active", "suspended"]},
         "lease_seconds": {"type": "integer"},
         "expires_at": {"type": "number"},
@@ -110,6 +118,7 @@ _OVERVIEW: Schema = {
                 "properties": {
                     "topic": {"type": "string"},
                     "callback": {"type": "string"},
+                    "id": {"type": "string"},
                     "state": {"type": "string"},
                     "failures": {"type": "integer"},
                     "last_error": {"type": ["string", "null"]},
@@ -392,8 +401,9 @@ def spec(server_url: str = "/") -> dict[str, Any]:
             "get": {
                 "operationId": "subscriptions",
                 "summary": "A topic's WebSub subscriptions (never their secrets)",
-                "description": "Needs a token that may publish to the topic; on a hub "
-                "without tokens only loopback clients may ask.",
+                "description": "Needs the admin token or a token that may publish to "
+                "the topic; on a hub without tokens only direct loopback clients (never "
+                "through a proxy), and a private topic's only with a token that may read it.",
                 "tags": ["operations"],
                 "responses": {
                     "200": _json("The subscriptions", "Subscriptions"),
@@ -408,7 +418,11 @@ def spec(server_url: str = "/") -> dict[str, Any]:
             "get": {
                 "operationId": "health",
                 "summary": "Health of the hub and its Redis",
+                "description": 'Public: {"status": "ok"} or {"status": "degraded"}. Details '
+                "(Redis, pid, node, embedded Redis) only for operators: the admin token, a "
+                "hub-wide token, or a direct loopback client of an open hub.",
                 "tags": ["operations"],
+                "security": [{}, {"bearer": []}],
                 "responses": {
                     "200": _json("Healthy", "Health"),
                     "503": _json("Redis unreachable", "Health"),
@@ -419,12 +433,18 @@ def spec(server_url: str = "/") -> dict[str, Any]:
             "get": {
                 "operationId": "metrics",
                 "summary": "Prometheus metrics (text exposition format)",
+                "description": "Public unless RSHUB_METRICS_TOKEN is set; then it needs that "
+                "token or the admin token as a bearer. Subscriptions are labelled by id, "
+                "never by callback URL; private topics the token may not read are summed "
+                'under topic="(private)".',
                 "tags": ["operations"],
+                "security": [{}, {"bearer": []}],
                 "responses": {
                     "200": {
                         "description": "Metrics",
                         "content": {TEXT: {"schema": {"type": "string"}}},
-                    }
+                    },
+                    "401": _error("RSHUB_METRICS_TOKEN is set: no, malformed or wrong token"),
                 },
             }
         },
@@ -494,8 +514,9 @@ def spec(server_url: str = "/") -> dict[str, Any]:
             "get": {
                 "operationId": "overview",
                 "summary": "The dashboard's data: topics, subscriptions with lag, live clients",
-                "description": "Needs a hub-wide token; on a hub without tokens only loopback "
-                "clients may ask.",
+                "description": "Needs the admin token or a hub-wide token; on a hub without "
+                "tokens only direct loopback clients (never through a proxy). Private topics "
+                "the token may not read are left out.",
                 "tags": ["operations"],
                 "responses": {
                     "200": _json("The overview", "Overview"),
@@ -558,6 +579,7 @@ def spec(server_url: str = "/") -> dict[str, Any]:
         "servers": [{"url": server_url}],
         "paths": paths,
         "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "parameters": {
                 "topic": {
                     "name": "name",

@@ -33,6 +33,9 @@ class TopicRow:
 class SubscriptionRow:
     topic: str
     callback: str
+    #: :func:`hub.placement.subscription_id`: the name ``/metrics`` shows instead of the
+    #: callback URL.
+    id: str
     state: str
     failures: int
     last_error: str | None

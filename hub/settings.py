@@ -199,6 +199,11 @@ class Settings(BaseSettings):
     #: status, duration, request id.
     access_log: bool = False
 
+    # -- secrets: who may read /metrics ------------------------------------------------
+    #: Bearer token ``/metrics`` asks for when set (the admin token is accepted too);
+    #: unset, ``/metrics`` is public (private topics folded under ``(private)``).
+    metrics_token: str | None = Field(None, min_length=1)
+
     @field_validator("workers")
     @classmethod
     def _check_workers(cls, value: int | str) -> int | str:

@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 
 from . import keys, metrics, scripts
 from .connection import Client
+from .placement import subscription_id
 from .script_pipe import ScriptPipe
 from .tasks import cancel_and_wait
 
@@ -80,6 +81,7 @@ class Subscription:
         """What introspection may show (no secret)."""
         out = asdict(self)
         out["secret"] = bool(self.secret)
+        out["id"] = subscription_id(self.topic, self.callback)
         return out
 
 

@@ -11,6 +11,7 @@ base, the aliases, and the base a trusted proxy names for this request.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -70,13 +71,31 @@ def request_urls(request: web.Request) -> HubUrls:
     return urls if base is None else urls.with_alias(base)
 
 
+#: Headers a reverse proxy adds: a request carrying one came through a proxy.
+_PROXY_HEADERS = (
+    "Forwarded",
+    "X-Forwarded-For",
+    "X-Forwarded-Host",
+    "X-Forwarded-Proto",
+    "X-Real-IP",
+)
+
+
 def is_local_client(request: web.Request) -> bool:
-    """A loopback peer that is not a trusted proxy speaking for someone else."""
+    """A direct connection from this machine: a loopback peer that no proxy speaks for.
+
+    Never local: a peer that is a trusted proxy (``forwarded_allow_ips``: the hub cannot
+    tell its own requests from those it forwards), nor a request with a proxy's headers,
+    trusted or not: a reverse proxy on this machine makes every client look like
+    127.0.0.1, and what it says of the client (``X-Forwarded-For``) proves nothing.
+    """
     try:
         loopback = ipaddress.ip_address((request.remote or "").split("%", 1)[0]).is_loopback
     except ValueError:
         return False
-    return loopback and not _via_trusted_proxy(request)
+    if not loopback or _via_trusted_proxy(request):
+        return False
+    return not any(name in request.headers for name in _PROXY_HEADERS)
 
 
 def check_operator(request: web.Request) -> None:
@@ -84,3 +103,16 @@ def check_operator(request: web.Request) -> None:
     request.app[OPERATORS].check(
         request.headers.get("Authorization"), loopback=is_local_client(request)
     )
+
+
+def is_admin(request: web.Request) -> bool:
+    """The request carries the admin token (one is configured)."""
+    return request.app[OPERATORS].admits(request.headers.get("Authorization"))
+
+
+def sight(request: web.Request) -> Callable[[str], bool]:
+    """Which topics this request may see named in hub-wide views: every one with the admin
+    token, else those its token may read (:meth:`hub.access.ReadAccess.sight`)."""
+    if is_admin(request):
+        return lambda _topic: True
+    return request.app[READERS].sight(request.headers.get("Authorization"))

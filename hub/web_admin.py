@@ -1,21 +1,23 @@
 """Operators' view: health, subscription state per topic, Prometheus metrics, overview.
 
 ``GET /topics/{name}/subscriptions`` lists a topic's WebSub subscriptions (never their
-secrets) with state, lease expiry, failures, last error and delivery cursor. It needs a
-token that may publish to the topic; on a hub without tokens, only loopback clients may
-ask (callback URLs are not for everyone's eyes). ``GET /admin/overview.json`` is the
-dashboard's data for the whole hub, under the same rule with a hub-wide token.
+secrets) with state, lease expiry, failures, last error and delivery cursor. It needs the
+admin token or a token that may publish to the topic; on a hub without tokens, only direct
+loopback clients may ask, never through a proxy (callback URLs are not for everyone's
+eyes). ``GET /admin/overview.json`` is the dashboard's data for the whole hub, under the
+same rule with a hub-wide token; it leaves out private topics the token may not read.
 ``GET /metrics`` is the Prometheus text format (:mod:`hub.metrics`), with bounded label
-cardinality.
+cardinality, no callback URLs, and an optional token of its own. ``GET /healthz`` says
+only ok or not to anyone; its details are for those who may see the overview.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import os
 import time
+from dataclasses import replace
 
 import orjson
 from aiohttp import web
@@ -23,15 +25,18 @@ from aiohttp import web
 from . import __version__, metrics
 from .connection import StoreError
 from .events import parse_id
-from .exceptions import Forbidden
+from .exceptions import Forbidden, Unauthorized
 from .overview import Overview, SubscriptionRow, lag_seconds
+from .placement import subscription_id
 from .stream_stats import backlog_cap
 from .subscriptions import Subscription
 from .topics import check_name
+from .web_access import check_operator, check_read, is_admin, sight
 from .web_state import (
     AUTH,
     CONNECTIONS,
     EMBEDDED,
+    METRICS_ACCESS,
     OWNERSHIP,
     REDIS_HEALTH,
     STATS,
@@ -41,15 +46,23 @@ from .web_state import (
 
 log = logging.getLogger(__name__)
 
+#: Health and metrics answer per request (who asks decides what they show): never cached.
+_NO_STORE = {"Cache-Control": "no-store"}
+
 
 async def healthz(request: web.Request) -> web.Response:
-    extra: dict[str, object] = {"version": __version__, "pid": os.getpid()}
-    if OWNERSHIP in request.app:
-        ownership = request.app[OWNERSHIP]
-        extra["node"] = ownership.node
-        extra["nodes"] = len(ownership.nodes)
-    if EMBEDDED in request.app:
-        extra["embedded_redis"] = request.app[EMBEDDED].status.as_dict()
+    """``{"status": "ok"}`` (200) or ``{"status": "degraded"}`` (503) for anyone; the
+    details (Redis, node, pid, embedded Redis) only for those who may see the overview."""
+    details = _may_operate(request)
+    extra: dict[str, object] = {}
+    if details:
+        extra = {"version": __version__, "pid": os.getpid()}
+        if OWNERSHIP in request.app:
+            ownership = request.app[OWNERSHIP]
+            extra["node"] = ownership.node
+            extra["nodes"] = len(ownership.nodes)
+        if EMBEDDED in request.app:
+            extra["embedded_redis"] = request.app[EMBEDDED].status.as_dict()
     # A recent background ping vouches for Redis (hub.health): no wait behind a long script.
     health, now = request.app[REDIS_HEALTH], asyncio.get_running_loop().time()
     if not health.vouched(now):
@@ -57,38 +70,46 @@ async def healthz(request: web.Request) -> web.Response:
             await asyncio.wait_for(request.app[CONNECTIONS].ping(), timeout=2.0)
         except Exception as exc:  # any failure means "not healthy"; say which
             health.failed(str(exc))
-            return web.json_response(
-                {"status": "degraded", "hub": "ok", "redis": f"unreachable: {exc!s}", **extra},
-                status=503,
-            )
+            if details:
+                extra.update(hub="ok", redis=f"unreachable: {exc!s}")
+            return web.json_response({"status": "degraded", **extra}, status=503, headers=_NO_STORE)
         health.succeeded(now)
-    return web.json_response({"status": "ok", "hub": "ok", "redis": "ok", **extra})
+    if details:
+        extra.update(hub="ok", redis="ok")
+    return web.json_response({"status": "ok", **extra}, headers=_NO_STORE)
 
 
 def _check_operator(request: web.Request, topic: str) -> None:
+    """One topic's subscriptions: the admin token, a token that may publish to the topic,
+    or (open hub without admin token) a direct loopback client; and one that may read it."""
+    if is_admin(request):
+        return
     auth = request.app[AUTH]
     if not auth.open:
         auth.check(topic, request.headers.get("Authorization"))
-        return
-    _check_loopback(request)
+    else:
+        check_operator(request)
+    check_read(request, topic)
 
 
 def _check_any_operator(request: web.Request) -> None:
-    """Hub-wide views: a token that may publish to every topic; loopback on an open hub."""
+    """Hub-wide views: the admin token, a token that may publish to every topic, or (open hub
+    without admin token) a direct loopback client, never one a proxy speaks for."""
+    if is_admin(request):
+        return
     auth = request.app[AUTH]
     if not auth.open:
         auth.check_global(request.headers.get("Authorization"))
         return
-    _check_loopback(request)
+    check_operator(request)
 
 
-def _check_loopback(request: web.Request) -> None:
+def _may_operate(request: web.Request) -> bool:
     try:
-        loopback = ipaddress.ip_address(request.remote or "").is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
-        raise Forbidden("subscription details are only shown to loopback clients on an open hub")
+        _check_any_operator(request)
+    except (Unauthorized, Forbidden):
+        return False
+    return True
 
 
 async def subscriptions(request: web.Request) -> web.Response:
@@ -126,6 +147,7 @@ async def gather_overview(app: web.Application) -> Overview:
                 SubscriptionRow(
                     topic=sub.topic,
                     callback=sub.callback,
+                    id=subscription_id(sub.topic, sub.callback),
                     state=str(sub.state),
                     failures=sub.failures,
                     last_error=sub.last_error,
@@ -147,7 +169,12 @@ async def gather_overview(app: web.Application) -> Overview:
 
 
 async def metrics_endpoint(request: web.Request) -> web.Response:
-    """Prometheus text: live series always; Redis-backed series when Redis answers."""
+    """Prometheus text: live series always; Redis-backed series when Redis answers.
+
+    With ``RSHUB_METRICS_TOKEN`` set, only its bearer (or the admin token's) may scrape.
+    Private topics the request's token may not read are folded under ``(private)``.
+    """
+    request.app[METRICS_ACCESS].check(request.headers.get("Authorization"))
     overview: Overview | None
     try:
         overview = await gather_overview(request.app)
@@ -156,16 +183,24 @@ async def metrics_endpoint(request: web.Request) -> web.Response:
         metrics.redis_error()
         overview = None
     return web.Response(
-        body=metrics.exposition(overview), headers={"Content-Type": metrics.CONTENT_TYPE}
+        body=metrics.exposition(overview, visible=sight(request)),
+        headers={"Content-Type": metrics.CONTENT_TYPE, "Cache-Control": "no-store"},
     )
 
 
 async def overview_json(request: web.Request) -> web.Response:
-    """``GET /admin/overview.json``: the dashboard's data (operators only)."""
+    """``GET /admin/overview.json``: the dashboard's data (operators only), without the
+    private topics (and their subscriptions) the request's token may not read."""
     _check_any_operator(request)
     overview = await gather_overview(request.app)
+    visible = sight(request)
+    shown = replace(
+        overview,
+        topics=[t for t in overview.topics if visible(t.name)],
+        subscriptions=[s for s in overview.subscriptions if visible(s.topic)],
+    )
     return web.Response(
-        body=orjson.dumps(overview.to_json()),
+        body=orjson.dumps(shown.to_json()),
         content_type="application/json",
         headers={"Cache-Control": "no-store"},
     )

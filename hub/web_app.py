@@ -34,7 +34,7 @@ from . import (
     web_streams,
     web_websub,
 )
-from .access import OperatorAccess, ReadAccess
+from .access import MetricsAccess, OperatorAccess, ReadAccess
 from .auth import PublisherAuth
 from .connection import Connections, StoreError
 from .delivery import DeliveryService
@@ -73,6 +73,7 @@ from .web_state import (
     EMBEDDED,
     FEEDS,
     GUARD,
+    METRICS_ACCESS,
     OPERATORS,
     OWNERSHIP,
     PAGES,
@@ -388,6 +389,7 @@ def create_app(
     app[AUTH] = PublisherAuth(settings)
     app[READERS] = ReadAccess(settings)
     app[OPERATORS] = OperatorAccess(settings, hub_open=app[AUTH].open)
+    app[METRICS_ACCESS] = MetricsAccess(settings)
     app[TRUSTED_PEERS] = TrustedPeers(settings.forwarded_allow_ips)
     app.on_response_prepare.append(web_access.private_cache_control)
     app[REDIS_URL] = redis_url

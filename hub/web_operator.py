@@ -27,6 +27,7 @@ from aiohttp import web
 
 from .events import id_ms, parse_id
 from .exceptions import BadRequest, NotFound, UnsupportedMediaType
+from .placement import subscription_id
 from .subscriptions import State, Subscription
 from .topic_admin import LAG_CAP, TopicSummary
 from .topics import check_name
@@ -151,6 +152,7 @@ async def subscriptions(request: web.Request) -> web.Response:
                     "topic": sub.topic,
                     "topic_url": sub.topic_url,
                     "callback": sub.callback,
+                    "id": subscription_id(sub.topic, sub.callback),
                     "state": sub.state.value,
                     "cursor": cursor,
                     "last_id": last,

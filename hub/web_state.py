@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from .access import OperatorAccess, ReadAccess
+from .access import MetricsAccess, OperatorAccess, ReadAccess
 from .auth import PublisherAuth
 from .connection import Connections
 from .delivery import DeliveryService
@@ -45,6 +45,7 @@ OWNERSHIP = web.AppKey("ownership", Ownership)
 #: Who may read private topics, who may use /admin, whose forwarded headers count.
 READERS = web.AppKey("readers", ReadAccess)
 OPERATORS = web.AppKey("operators", OperatorAccess)
+METRICS_ACCESS = web.AppKey("metrics_access", MetricsAccess)
 TRUSTED_PEERS = web.AppKey("trusted_peers", TrustedPeers)
 TOPIC_ADMIN = web.AppKey("topic_admin", TopicAdmin)
 STATS = web.AppKey("stats", StreamStats)

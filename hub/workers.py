@@ -67,12 +67,17 @@ class WorkerPool:
             *self.argv,
             "--workers",
             "1",
-            "--redis-url",
-            self.redis_url,
         ]
 
     async def _spawn(self, slot: int) -> asyncio.subprocess.Process:
-        env = {**os.environ, "RSHUB_REUSE_PORT": "true", "RSHUB_WORKER_SLOT": str(slot)}
+        # The Redis URL (it may carry a password) in the environment: any local user can
+        # read a command line (/proc/PID/cmdline), only the owner an environment.
+        env = {
+            **os.environ,
+            "RSHUB_REUSE_PORT": "true",
+            "RSHUB_WORKER_SLOT": str(slot),
+            "RSHUB_REDIS_URL": self.redis_url,
+        }
         proc = await asyncio.create_subprocess_exec(
             *self._command(), env=env, preexec_fn=_die_with_parent
         )

@@ -81,9 +81,10 @@ function renderSubscriptions(subs) {
 async function refreshHealth() {
   const pill = $("health");
   try {
-    const resp = await fetch("healthz", { cache: "no-store" });
+    // Details (Redis) only for operators: the same token as the overview.
+    const resp = await fetch("healthz", { headers: authHeaders(), cache: "no-store" });
     const body = await resp.json();
-    pill.textContent = "health: " + body.status + " (redis " + body.redis + ")";
+    pill.textContent = "health: " + body.status + (body.redis ? " (redis " + body.redis + ")" : "");
     pill.className = "pill " + (resp.ok ? "ok" : "bad");
   } catch (err) {
     pill.textContent = "health: hub unreachable";

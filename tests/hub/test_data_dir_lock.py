@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from hub.embedded_redis import EmbeddedRedis, _alive_redis, _ping
+from hub.embedded_redis import EmbeddedRedis, _alive_redis, _ping, auth_password
 from hub.exceptions import DataDirLocked, DataDirUnusable
 from tests.support import TIME_SCALE, HubProcess, free_port
 
@@ -87,7 +87,8 @@ def test_second_owner_is_refused_at_once_naming_the_first(tmp_path: Path, holder
     assert refused.value.pid == holder.proc.pid and refused.value.port == holder.port
     assert second.pid is None
     # the running one is untouched: same server, still answering
-    assert _alive_redis(holder.redis_pid) and _ping(holder.port, 1.0)
+    password = auth_password(tmp_path)
+    assert _alive_redis(holder.redis_pid) and _ping(holder.port, 1.0, password)
     assert int((tmp_path / "redis.pid").read_text()) == holder.redis_pid
     holder.close()
     assert holder.proc.returncode == 0
@@ -96,7 +97,7 @@ def test_second_owner_is_refused_at_once_naming_the_first(tmp_path: Path, holder
 def test_a_dead_owner_frees_the_directory_and_its_data_survives(tmp_path: Path) -> None:
     held = Holder(tmp_path)
     try:
-        client = redis.Redis(port=held.port)
+        client = redis.Redis(port=held.port, password=auth_password(tmp_path))
         client.set("k", b"v")  # appendfsync always: on disk when acknowledged
         client.close()
         held.proc.send_signal(signal.SIGKILL)  # its Redis gets SIGTERM from the kernel
@@ -117,7 +118,7 @@ def test_a_second_owner_in_the_same_process_is_refused_too(tmp_path: Path) -> No
     with EmbeddedRedis(tmp_path) as first:
         with pytest.raises(DataDirLocked, match=f"pid {os.getpid()}"):
             EmbeddedRedis(tmp_path).start()
-        assert first.pid is not None and _ping(first.port or 0, 1.0)
+        assert first.pid is not None and _ping(first.port or 0, 1.0, first.password)
 
 
 def test_data_dir_below_a_regular_file_is_named_as_the_problem(tmp_path: Path) -> None:

@@ -84,7 +84,7 @@ async def test_start_up_waits_for_a_redis_that_comes_up_later(
     redis = EmbeddedRedis(tmp_path / "redis", port=port)
     settings = Settings(host="127.0.0.1", port=free_port(), redis_startup_seconds=30)
     caplog.set_level(logging.INFO, logger="hub.connection")
-    starting = asyncio.create_task(start_hub(settings, f"redis://127.0.0.1:{port}/0"))
+    starting = asyncio.create_task(start_hub(settings, redis.url))
     try:
         await wait_for(lambda: "not reachable (attempt 2" in caplog.text)
         assert not starting.done()

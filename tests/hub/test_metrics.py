@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 
 from hub.embedded_redis import EmbeddedRedis
+from hub.placement import subscription_id
 from hub.settings import Settings
 from tests.conftest import Hub, start_hub
 from tests.hub.callback_server import CallbackServer
@@ -116,8 +117,9 @@ async def test_lag_gauges_for_a_stalled_subscriber(hub: Hub) -> None:
         await hub.publish("t", notification(changes(5)))
         await wait_for(lambda: cb.refused >= 1)
         samples = await scrape(hub)
-        assert value(samples, "rshub_subscription_lag_events", topic="t", callback=cb.url) == 5
-        assert value(samples, "rshub_subscription_lag_seconds", topic="t", callback=cb.url) >= 0
+        sub = subscription_id("t", cb.url)
+        assert value(samples, "rshub_subscription_lag_events", topic="t", subscription=sub) == 5
+        assert value(samples, "rshub_subscription_lag_seconds", topic="t", subscription=sub) >= 0
         resp = await hub.session.get(f"{hub.url}/admin/overview.json")
         [row] = (await resp.json())["subscriptions"]
         assert row["lag_events"] == 5 and row["last_error"] == "HTTP 503"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hub.access import OperatorAccess, ReadAccess
+from hub.access import MetricsAccess, OperatorAccess, ReadAccess
 from hub.exceptions import Forbidden, Unauthorized
 from hub.settings import Settings
 
@@ -69,3 +69,41 @@ def test_without_admin_token_only_loopback_clients_of_an_open_hub() -> None:
     closed = OperatorAccess(Settings(tokens=["p"]), hub_open=False)
     with pytest.raises(Forbidden, match="admin-token"):
         closed.check("Bearer p", loopback=True)
+
+
+def test_sight_names_private_topics_only_to_tokens_that_may_read_them() -> None:
+    access = readers(
+        tokens=["pub"], topic_tokens={"a": ["pa"]}, topic_read_tokens={"a": ["ra"], "b": ["rb"]}
+    )
+    topics = ["a", "b", "open"]
+    for authorization, seen in [
+        (None, ["open"]),
+        ("Basic cmE6", ["open"]),
+        ("Bearer wrong", ["open"]),
+        ("Bearer ra", ["a", "open"]),
+        ("Bearer pa", ["a", "open"]),  # a topic's publisher reads what it writes
+        ("Bearer rb", ["b", "open"]),
+        ("Bearer pub", topics),  # a global publisher token reads every topic
+    ]:
+        assert [t for t in topics if access.sight(authorization)(t)] == seen, authorization
+    everything_private = readers(read_tokens=["r"], topic_read_tokens={"a": ["ra"]})
+    assert [t for t in topics if everything_private.sight(None)(t)] == []
+    assert [t for t in topics if everything_private.sight("Bearer ra")(t)] == ["a"]
+    assert [t for t in topics if everything_private.sight("Bearer r")(t)] == topics
+
+
+def test_the_admin_token_is_admitted_only_when_configured() -> None:
+    assert OperatorAccess(Settings(admin_token="adm"), hub_open=True).admits("Bearer adm")
+    assert not OperatorAccess(Settings(admin_token="adm"), hub_open=True).admits("Bearer ad")
+    assert not OperatorAccess(Settings(), hub_open=True).admits("Bearer ")
+    assert not OperatorAccess(Settings(), hub_open=True).admits(None)
+
+
+def test_the_metrics_token_when_set_admits_it_and_the_admin_token_only() -> None:
+    MetricsAccess(Settings()).check(None)  # unset: public
+    access = MetricsAccess(Settings(metrics_token="mt", admin_token="adm", read_tokens=["r"]))
+    access.check("Bearer mt")
+    access.check("bearer  adm ")
+    for refused in (None, "", "Bearer", "Bearer m", "Bearer mtx", "Bearer r", "Basic bXQ="):
+        with pytest.raises(Unauthorized):
+            access.check(refused)

@@ -14,6 +14,7 @@ def _sub(i: int, lag: int, state: str = "active") -> SubscriptionRow:
     return SubscriptionRow(
         topic="t",
         callback=f"http://cb/{i}",
+        id=f"id{i}",
         state=state,
         failures=0,
         last_error=None,
@@ -55,8 +56,8 @@ def test_series_label_sets_are_bounded_and_the_rest_folded() -> None:
     assert lengths[OTHERS] == sum(range(45))
     lag = families["rshub_subscription_lag_events"].samples
     assert len(lag) == 6
-    others = [s for s in lag if s.labels["callback"] == OTHERS]
+    others = [s for s in lag if s.labels["subscription"] == OTHERS]
     assert others[0].value == sum(range(45))
     seconds = families["rshub_subscription_lag_seconds"].samples
-    assert [s.value for s in seconds if s.labels["callback"] == OTHERS] == [44.0]
+    assert [s.value for s in seconds if s.labels["subscription"] == OTHERS] == [44.0]
     assert families["rshub_topics"].samples[0].value == 50
