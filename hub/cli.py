@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import logging
 import sys
 from typing import Any
@@ -112,9 +113,12 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return Settings(**overrides)
 
 
-def _worker_argv(args: argparse.Namespace) -> list[str]:
-    """The flags given to ``rshub serve`` that each worker process needs too."""
+def _worker_launch(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
+    """The flags given to ``rshub serve`` that each worker process needs too, and the
+    secrets among them as ``RSHUB_*`` variables: any local user can read a command line
+    (``/proc/PID/cmdline``), only the owner an environment."""
     argv: list[str] = []
+    env: dict[str, str] = {}
     for name in (
         "host",
         "port",
@@ -122,14 +126,15 @@ def _worker_argv(args: argparse.Namespace) -> list[str]:
         "base_url",
         "log_level",
         "log_format",
-        "admin_token",
         "forwarded_allow_ips",
     ):
         value = getattr(args, name, None)
         if value is not None:
             argv += [f"--{name.replace('_', '-')}", str(value)]
-    for token in getattr(args, "tokens", None) or []:
-        argv += ["--token", token]
+    if getattr(args, "admin_token", None) is not None:
+        env["RSHUB_ADMIN_TOKEN"] = args.admin_token
+    if getattr(args, "tokens", None):
+        env["RSHUB_TOKENS"] = json.dumps(args.tokens)
     for alias in getattr(args, "alias_urls", None) or []:
         argv += ["--alias-url", alias]
     if getattr(args, "open", None):
@@ -140,7 +145,7 @@ def _worker_argv(args: argparse.Namespace) -> list[str]:
         argv.append("--allow-private-callbacks")
     if getattr(args, "uvloop", None) is False:
         argv.append("--no-uvloop")
-    return argv
+    return argv, env
 
 
 def tune_gc(young_threshold: int) -> None:
@@ -182,7 +187,8 @@ def run_serve(args: argparse.Namespace) -> int:
         workers = worker_count(settings.workers)
         if workers > 1:
             log.info("rshub hub at %s, %d workers", settings.public_url, workers)
-            pool = WorkerPool(workers, _worker_argv(args), redis_url, embedded)
+            argv, secrets = _worker_launch(args)
+            pool = WorkerPool(workers, argv, redis_url, embedded, secrets=secrets)
             return asyncio.run(pool.run())
         tune_gc(settings.gc_young_threshold)
         web_app.run(settings, redis_url, embedded, use_uvloop=settings.uvloop)

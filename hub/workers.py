@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Mapping
 
 from . import metrics
 from .embedded_redis import EmbeddedRedis
@@ -48,10 +49,18 @@ def worker_count(value: str | int) -> int:
 
 class WorkerPool:
     def __init__(
-        self, count: int, argv: list[str], redis_url: str, embedded: EmbeddedRedis | None
+        self,
+        count: int,
+        argv: list[str],
+        redis_url: str,
+        embedded: EmbeddedRedis | None,
+        *,
+        secrets: Mapping[str, str] | None = None,
     ) -> None:
         self.count = count
         self.argv = argv
+        #: ``RSHUB_*`` variables kept off the command line (tokens).
+        self.secrets = dict(secrets or {})
         self.redis_url = redis_url
         self.embedded = embedded
         self.procs: dict[int, asyncio.subprocess.Process] = {}
@@ -74,6 +83,7 @@ class WorkerPool:
         # read a command line (/proc/PID/cmdline), only the owner an environment.
         env = {
             **os.environ,
+            **self.secrets,
             "RSHUB_REUSE_PORT": "true",
             "RSHUB_WORKER_SLOT": str(slot),
             "RSHUB_REDIS_URL": self.redis_url,

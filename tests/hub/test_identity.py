@@ -163,19 +163,26 @@ def test_settings_take_comma_separated_lists_from_the_environment(
     assert settings.admin_token == "adm" and settings.topic_read_tokens == {"news": ["r"]}
 
 
-def test_serve_flags_reach_the_settings() -> None:
+def test_serve_flags_reach_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 
-    from hub.cli import _worker_argv, add_parsers, settings_from_args
+    from hub.cli import _worker_launch, add_parsers, settings_from_args
 
     parser = argparse.ArgumentParser()
     add_parsers(parser.add_subparsers())
-    argv = ["serve", "--admin-token", "adm", "--alias-url", "http://hub:8080"]
+    argv = ["serve", "--admin-token", "adm", "--token", "p1", "--token", "p2"]
+    argv += ["--alias-url", "http://hub:8080"]
     argv += ["--alias-url", "http://127.0.0.1:8088", "--forwarded-allow-ips", "10.0.0.1,::1"]
     args = parser.parse_args(argv)
     settings = settings_from_args(args)
     assert settings.admin_token == "adm"
     assert settings.alias_urls == ["http://hub:8080", "http://127.0.0.1:8088"]
     assert settings.forwarded_allow_ips == ["10.0.0.1", "::1"]
-    # Worker processes of `--workers N` get the same flags.
-    assert settings_from_args(parser.parse_args(["serve", *_worker_argv(args)])) == settings
+    assert settings.tokens == ["p1", "p2"]
+    # Worker processes of `--workers N` get the same settings, the tokens through their
+    # environment, never on their command line (any local user can read that).
+    worker_argv, env = _worker_launch(args)
+    assert not {"adm", "p1", "p2"} & set(worker_argv)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert settings_from_args(parser.parse_args(["serve", *worker_argv])) == settings

@@ -274,10 +274,12 @@ def test_public_healthz_says_ok_and_nothing_about_redis(tmp_path: Path) -> None:
 
 
 def test_workers_get_the_redis_password_through_their_environment(tmp_path: Path) -> None:
-    """Any local user can read a command line; workers must not find the password there."""
+    """Any local user can read a command line; workers must not find the password, nor
+    the admin and publisher tokens, there."""
     from tests.hub.test_scale_out import _children
 
-    hub = HubProcess(str(tmp_path), None, "--workers", "2").start()
+    tokens = ("--admin-token", "adm-SECRET", "--token", "pub-SECRET")
+    hub = HubProcess(str(tmp_path), None, "--workers", "2", *tokens).start()
     try:
         assert hub.proc is not None
         parent = hub.proc.pid
@@ -287,11 +289,14 @@ def test_workers_get_the_redis_password_through_their_environment(tmp_path: Path
         workers = _children(parent)
         assert len(workers) == 2
         password = (tmp_path / "redis" / AUTH_FILE).read_text().split()[-1].encode()
-        for pid in (parent, *workers):
-            assert password not in Path(f"/proc/{pid}/cmdline").read_bytes()
+        for pid in workers:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            assert b"SECRET" not in cmdline, cmdline
+        assert password not in Path(f"/proc/{parent}/cmdline").read_bytes()
         answered = set()
+        admin = {"Authorization": "Bearer adm-SECRET"}
         for _ in range(40):  # both workers reach Redis with the password: 200, not 503
-            status, body = _get(hub.url + "/healthz")
+            status, body = _get(hub.url + "/healthz", admin)
             assert status == 200, body
             answered.add(json.loads(body)["pid"])
         assert answered <= workers and answered
