@@ -123,6 +123,7 @@ _OVERVIEW: Schema = {
                     "lag_events": {"type": "integer"},
                     "lag_capped": {"type": "boolean"},
                     "lag_seconds": {"type": "number"},
+                    "gaps": {"type": "integer"},
                 },
             },
         },

@@ -168,6 +168,9 @@ async def test_past_the_hold_cap_the_next_delivery_carries_a_signed_gap_notice(
             admin = await (await session.get(f"{hub.url}/admin/subscriptions")).json()
             [row] = admin["subscriptions"]
             assert (row["gaps"], row["last_gap"]) == (1, ids[1])
+            overview = await (await session.get(f"{hub.url}/admin/overview.json")).json()
+            [row] = overview["subscriptions"]
+            assert row["gaps"] == 1
         finally:
             await runner.cleanup()
 
