@@ -42,6 +42,10 @@ log = logging.getLogger(__name__)
 FIRST_EVENT_ID_HEADER = "X-RSHub-First-Event-Id"
 LAST_EVENT_ID_HEADER = "X-RSHub-Last-Event-Id"
 EVENT_COUNT_HEADER = "X-RSHub-Event-Count"
+#: On a delivery whose events do not follow on from the previous one because retention
+#: trimmed events the subscription had not received: ``trimmed-through=<last trimmed id>``.
+#: The body says the same (signed), see :func:`hub.rendering.notification`.
+GAP_HEADER = "X-RSHub-Gap"
 #: How long a worker waits for its node's heartbeat to vouch for its lease again.
 _LEASE_PATIENCE = 60.0
 #: The hub process that sent a delivery (its ``node`` in ``/healthz``), for operators.
@@ -91,17 +95,26 @@ class Bodies:
         self.urls = urls
         self.max_bytes = max_bytes
         self.size = size
-        self._cache: OrderedDict[tuple[str, str, int], tuple[list[Event], bytes]] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, str, int, str | None], tuple[list[Event], bytes]] = (
+            OrderedDict()
+        )
 
-    def get(self, topic: str, events: list[Event]) -> tuple[list[Event], bytes]:
-        """The batch to send from ``events`` (cut to the byte budget), and its body."""
+    def get(
+        self, topic: str, events: list[Event], gap: str | None = None
+    ) -> tuple[list[Event], bytes]:
+        """The batch to send from ``events`` (cut to the byte budget), and its body; ``gap``
+        is the last trimmed id the subscription missed before them, if any."""
         # A stream is append-only: its first id and length name a slice of it.
-        key = (topic, events[0].id, len(events))
+        key = (topic, events[0].id, len(events), gap)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
         batch = self._cut(events)
-        body = rendering.notification(batch, up=self.urls.capabilitylist(topic))
+        body = rendering.notification(
+            batch,
+            up=self.urls.capabilitylist(topic),
+            gap=None if gap is None else (gap, self.urls.resourcelist(topic)),
+        )
         self._cache[key] = (batch, body)
         if len(self._cache) > self.size:
             self._cache.popitem(last=False)
@@ -171,11 +184,11 @@ class DeliveryWorker:
                 remaining = sub.expires_at - time.time()
                 if remaining <= 0:
                     raise _Gone("lease expired")
-                events = await feed.read_after(cursor, limit, timeout=min(remaining, 60.0))
+                events, gap = await feed.read_span(cursor, limit, timeout=min(remaining, 60.0))
                 if not events:
                     continue
-                batch, body = self.bodies.get(sub.topic, events)
-                await self._deliver(batch, body)
+                batch, body = self.bodies.get(sub.topic, events, gap)
+                await self._deliver(batch, body, gap)
                 cursor = batch[-1].key
                 self.delivered += len(batch)
         except _Gone as exc:
@@ -200,7 +213,7 @@ class DeliveryWorker:
         finally:
             self.posting = False
 
-    async def _deliver(self, batch: list[Event], body: bytes) -> None:
+    async def _deliver(self, batch: list[Event], body: bytes, gap: str | None = None) -> None:
         """POST ``batch`` until a 2xx; raise :class:`_Gone` if the subscription ends."""
         sub = self.sub
         headers = {
@@ -209,6 +222,10 @@ class DeliveryWorker:
             LAST_EVENT_ID_HEADER: batch[-1].id,
             EVENT_COUNT_HEADER: str(len(batch)),
         }
+        if gap is not None:
+            headers[GAP_HEADER] = f"trimmed-through={gap}"
+            resourcelist = self.urls.resourcelist(sub.topic)
+            headers["Link"] = f'{headers["Link"]}, <{resourcelist}>; rel="resourcelist"'
         if sub.secret:
             headers["X-Hub-Signature"] = websub.signature(sub.secret, body)
         while True:
@@ -225,7 +242,7 @@ class DeliveryWorker:
                     raise _Gone("callback answered 410 Gone")
                 if 200 <= answer.status < 300:
                     metrics.delivered(batch)
-                    await self._succeeded(batch[-1].id)
+                    await self._succeeded(batch[-1].id, gap)
                     return
                 retry_after = websub.retry_after(answer.headers.get("retry-after"))
                 error = f"HTTP {answer.status}"
@@ -244,11 +261,21 @@ class DeliveryWorker:
         if not await self.store.save_fenced(self.sub, self.node, self.lease.token):
             raise _Lost
 
-    async def _succeeded(self, last_id: str) -> None:
+    async def _succeeded(self, last_id: str, gap: str | None = None) -> None:
         sub = self.sub
         if not await self.cursors.write(sub.topic, sub.callback, self.lease.token, last_id):
             raise _Lost
-        if sub.failures or sub.state is not State.ACTIVE:
+        if gap is not None:
+            metrics.delivery_gap(sub.topic)
+            log.warning(
+                "subscription %s -> %r: events through %s were trimmed before it got them; "
+                "told it (X-RSHub-Gap) to re-baseline",
+                sub.topic,
+                sub.callback,
+                gap,
+            )
+            sub.gaps, sub.last_gap = sub.gaps + 1, gap
+        if gap is not None or sub.failures or sub.state is not State.ACTIVE:
             if sub.state is State.SUSPENDED:
                 log.info("subscription %s -> %r resumed", sub.topic, sub.callback)
             sub.failures, sub.state, sub.last_error, sub.retry_at = 0, State.ACTIVE, None, 0.0
@@ -409,6 +436,8 @@ class DeliveryService:
             expires_at=time.time() + req.lease_seconds,
             secret=req.secret,
             created_at=previous.created_at if previous else time.time(),
+            gaps=previous.gaps if previous else 0,
+            last_gap=previous.last_gap if previous else None,
         )
         await self.store.activate(sub, cursor)
         log.info("subscribed %r to %s", req.callback, req.topic)

@@ -16,7 +16,7 @@ import logging
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from . import frames, metrics
 from .connection import StoreError
@@ -44,6 +44,14 @@ class _Encoding:
 
     message: bytes
     frame: bytes | None = None
+
+
+class Span(NamedTuple):
+    """Events after a cursor, and whether retention removed some before they were read."""
+
+    events: list[Event]
+    #: Id of the last event after the cursor that was trimmed unread (None: no gap).
+    trimmed_through: str | None
 
 
 class Follower(Protocol):
@@ -187,19 +195,35 @@ class TopicFeed:
 
         Returns ``[]`` when the timeout passes with nothing new (heartbeat time).
         """
+        return (await self._read(cursor, limit, timeout, gaps=False)).events
+
+    async def read_span(
+        self, cursor: EventKey, limit: int, *, timeout: float | None = None
+    ) -> Span:
+        """:meth:`read_after`, also telling whether events after ``cursor`` were trimmed.
+
+        The ring holds every event after ``base`` without a hole, so a gap can only lie
+        behind it; there the read and the trimmed-through mark are taken atomically.
+        """
+        return await self._read(cursor, limit, timeout, gaps=True)
+
+    async def _read(
+        self, cursor: EventKey, limit: int, timeout: float | None, *, gaps: bool
+    ) -> Span:
+        trimmed: str | None = None
         while True:
             assert self.base is not None
             if cursor < self.base:
-                events = await self._read_redis(cursor, limit)
+                events, trimmed = await self._read_redis(cursor, limit, gaps)
                 if events:
-                    return events
+                    return Span(events, trimmed)
                 cursor = self.base  # nothing retained in (cursor, base]: go on from the ring
                 continue
             start = bisect.bisect_right(self._keys, cursor)
             if start < len(self._events):
-                return self._events[start : start + limit]
+                return Span(self._events[start : start + limit], trimmed)
             if not await self._wait(timeout):
-                return []
+                return Span([], trimmed)
 
     async def _wait(self, timeout: float | None) -> bool:
         """Wait for new events; False when ``timeout`` passed first.
@@ -218,12 +242,21 @@ class TopicFeed:
             if timer is not None:
                 timer.cancel()
 
-    async def _read_redis(self, cursor: EventKey, limit: int) -> list[Event]:
+    async def _read_redis(
+        self, cursor: EventKey, limit: int, gaps: bool
+    ) -> tuple[list[Event], str | None]:
+        """Events in (cursor, base] from Redis; with ``gaps``, also the last id of those
+        retention trimmed (the ring takes over after ``base``, so never beyond it)."""
         assert self.base is not None
-        rows = await self.store.range(
-            self.topic, f"({format_id(cursor)}", format_id(self.base), min(limit, self.read_count)
-        )
-        return [Event(eid, data) for eid, data in rows]
+        span = (f"({format_id(cursor)}", format_id(self.base), min(limit, self.read_count))
+        if not gaps:
+            rows = await self.store.range(self.topic, *span)
+            return [Event(eid, data) for eid, data in rows], None
+        rows, trimmed = await self.store.range_trimmed(self.topic, *span)
+        gap = None
+        if trimmed is not None and parse_id(trimmed) > cursor:
+            gap = format_id(min(parse_id(trimmed), self.base))
+        return [Event(eid, data) for eid, data in rows], gap
 
 
 class FeedHub:

@@ -42,6 +42,12 @@ def cursors(topic: str) -> str:
     return f"{PREFIX}{{{topic}}}:cursors"
 
 
+def holds(topic: str) -> str:
+    """Sorted set: callback URL -> its cursor's milliseconds. Its lowest score is how far
+    back retention may not trim (see ``hub.store.Retention``); kept with every cursor write."""
+    return f"{PREFIX}{{{topic}}}:holds"
+
+
 def pages(topic: str) -> str:
     """Sorted set of closed Change List pages, scored by page number (see ``hub.pages``)."""
     return f"{PREFIX}{{{topic}}}:pages"
@@ -147,6 +153,15 @@ def as_bytes(value: bytes | str) -> bytes:
 def event_rows(rows: Any) -> list[tuple[str, bytes]]:
     """An XRANGE/XREVRANGE reply of event entries: ``[(id, stored JSON), ...]``."""
     return [(text(eid), as_bytes(fields[EVENT_FIELD])) for eid, fields in rows or ()]
+
+
+def script_event_rows(rows: Any) -> list[tuple[str, bytes]]:
+    """Event entries as a script returns an XRANGE: ``[[id, [field, value, ...]], ...]``."""
+    out = []
+    for eid, fields in rows or ():
+        values = dict(zip(map(as_bytes, fields[::2]), fields[1::2], strict=True))
+        out.append((text(eid), as_bytes(values[EVENT_FIELD])))
+    return out
 
 
 def first_row_id(rows: Any) -> str | None:

@@ -89,6 +89,12 @@ HTTP_SECONDS = Histogram(
     buckets=_LATENCY_BUCKETS,
 )
 REDIS_ERRORS = Counter("rshub_redis_errors", "Redis commands that failed (any caller).")
+DELIVERY_GAPS = Counter(
+    "rshub_delivery_gaps",
+    "WebSub deliveries that told a subscriber retention trimmed events it had not received "
+    "(X-RSHub-Gap), by topic.",
+    ["topic"],
+)
 
 # Labelled children looked up once: ``labels()`` costs more than the ``inc()`` itself, and
 # these are called per request, per delivery and per stream message.
@@ -132,6 +138,11 @@ def delivered(batch: Sequence[Event], now: float | None = None) -> None:
 def delivery_outcome(outcome: str) -> None:
     """``retry``, ``410`` or ``suspended``."""
     _DELIVERIES[outcome].inc()
+
+
+def delivery_gap(topic: str) -> None:
+    """A gap notice was delivered (rare: no cached child needed)."""
+    DELIVERY_GAPS.labels(topic).inc()
 
 
 def stream_messages(transport: str, count: int = 1) -> None:

@@ -78,6 +78,11 @@ _SUBSCRIPTION: Schema = {
         "secret": {"type": "boolean", "description": "whether one is set (never its value)"},
         "failures": {"type": "integer"},
         "last_error": {"type": ["string", "null"]},
+        "gaps": {
+            "type": "integer",
+            "description": "gap notices delivered (retention trimmed events it had not got)",
+        },
+        "last_gap": {"type": ["string", "null"], "description": "trimmed-through of the last"},
         "cursor": {"type": ["string", "null"]},
     },
 }
@@ -127,6 +132,7 @@ _OVERVIEW: Schema = {
                     "lag_events": {"type": "integer"},
                     "lag_capped": {"type": "boolean"},
                     "lag_seconds": {"type": "number"},
+                    "gaps": {"type": "integer"},
                 },
             },
         },

@@ -46,6 +46,8 @@ class SubscriptionRow:
     lag_capped: bool
     #: Age of the oldest undelivered event (0 when nothing is pending).
     lag_seconds: float
+    #: Gap notices delivered (retention trimmed events it never got; see hub.delivery).
+    gaps: int = 0
 
 
 @dataclass(frozen=True, slots=True)

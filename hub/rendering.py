@@ -111,12 +111,24 @@ def event_entry(event: Event) -> bytes:
     return change_entry(event.id, event.fields).encode()
 
 
-def notification(events: Sequence[Event], up: str | None = None) -> bytes:
-    """A complete ``changelist-notification`` for ``events`` (``up``: the Capability List)."""
+def notification(
+    events: Sequence[Event], up: str | None = None, gap: tuple[str, str] | None = None
+) -> bytes:
+    """A complete ``changelist-notification`` for ``events`` (``up``: the Capability List).
+
+    ``gap`` (last trimmed id, Resource List URL): retention removed events before these
+    that the subscriber never got. Said in the body, so the signature covers it: a root
+    ``rs:ln rel="resourcelist"`` and ``rs:md/@rshub:trimmed-through``.
+    """
     head = CHANGES_OPEN
     if up is not None:
         head += f'<rs:ln rel="up" href={attr(up)}/>'
-    head += '<rs:md capability="changelist-notification"/>'
+    if gap is None:
+        head += '<rs:md capability="changelist-notification"/>'
+    else:
+        head += f'<rs:ln rel="resourcelist" href={attr(gap[1])}/>'
+        head += '<rs:md capability="changelist-notification"'
+        head += f" rshub:trimmed-through={attr(gap[0])}/>"
     return head.encode() + b"".join(e.xml(event_entry) for e in events) + URLSET_CLOSE.encode()
 
 

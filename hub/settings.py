@@ -204,6 +204,16 @@ class Settings(BaseSettings):
     #: unset, ``/metrics`` is public (private topics folded under ``(private)``).
     metrics_token: str | None = Field(None, min_length=1)
 
+    # -- retention holds for WebSub subscribers (no change lost untold) ----------------
+    #: Retention does not trim events a WebSub subscription (active or suspended) has yet
+    #: to receive, but a topic's stream grows at most this many events beyond
+    #: ``retention_max_events`` for it; past that the oldest are trimmed and the subscriber
+    #: gets a gap notice (``X-RSHub-Gap``, docs/hub.md). 0 = no hold.
+    retention_hold_max_events: int = Field(100_000, ge=0)
+    #: Held events older than this many seconds are trimmed anyway (with a gap notice); keep
+    #: it above ``retention_seconds`` or the hold never extends the age bound. 0 = no hold.
+    retention_hold_seconds: int = Field(14 * 24 * 3600, ge=0)
+
     @field_validator("workers")
     @classmethod
     def _check_workers(cls, value: int | str) -> int | str:

@@ -34,12 +34,20 @@ class Appended(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Retention:
-    """How long and how many events a topic keeps (0 = no bound); per-topic overrides."""
+    """How long and how many events a topic keeps (0 = no bound); per-topic overrides.
+
+    The hold: events a WebSub subscription of the topic has yet to receive are kept beyond
+    those bounds (its cursor is in ``keys.holds``), but at most ``hold_max_events`` more
+    than ``max_events`` and none older than ``hold_seconds`` (0 in either: no hold). Past
+    that the subscriber is told of the gap (:mod:`hub.delivery`).
+    """
 
     seconds: int = 0
     max_events: int = 0
     topic_seconds: dict[str, int] | None = None
     topic_max_events: dict[str, int] | None = None
+    hold_max_events: int = 0
+    hold_seconds: int = 0
 
     def for_topic(self, topic: str) -> tuple[int, int]:
         seconds = (self.topic_seconds or {}).get(topic, self.seconds)
@@ -85,7 +93,15 @@ class EventStore:
         now_ms = int(time.time() * 1000)
         max_age, max_events = self.retention.for_topic(topic)
         minid = f"{now_ms - max_age * 1000}-0" if max_age else ""
-        script_keys = [keys.events(topic), keys.resources(topic), keys.topic_meta(topic)]
+        script_keys = [
+            keys.events(topic),
+            keys.resources(topic),
+            keys.topic_meta(topic),
+            keys.holds(topic),
+            keys.cursors(topic),
+        ]
+        hold = self.retention.hold_max_events if self.retention.hold_seconds else 0
+        hold_floor_ms = now_ms - self.retention.hold_seconds * 1000
         if idempotency_key is not None:
             script_keys.append(keys.idempotency(topic, idempotency_key))
         packed = changes if isinstance(changes, Packed) else pack(changes)
@@ -95,7 +111,16 @@ class EventStore:
         replayed, joined, *before = await self.scripts.run(
             scripts.APPEND,
             script_keys,
-            [digest, self.idempotency_seconds, max_events, minid, now_ms, packed.data],
+            [
+                digest,
+                self.idempotency_seconds,
+                max_events,
+                minid,
+                now_ms,
+                packed.data,
+                hold,
+                hold_floor_ms,
+            ],
         )
         text = keys.text(joined)
         if replayed:
@@ -126,6 +151,17 @@ class EventStore:
         """Events from ``start`` to ``end`` in XRANGE syntax (``(id`` excludes ``id``)."""
         rows = await self.redis.xrange(keys.events(topic), start, end, count=count)
         return keys.event_rows(rows)
+
+    async def range_trimmed(
+        self, topic: str, start: str, end: str, count: int = READ_COUNT
+    ) -> tuple[list[tuple[str, bytes]], str | None]:
+        """:meth:`range` and :meth:`trimmed_through`, read together in one atomic step."""
+        rows, trimmed = await self.scripts.run(
+            scripts.RANGE_TRIMMED,
+            [keys.events(topic), keys.topic_meta(topic)],
+            [start, end, count],
+        )
+        return keys.script_event_rows(rows), keys.text(trimmed) or None
 
     async def wait_after(
         self, topic: str, after: str, count: int, block_ms: int

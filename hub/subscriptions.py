@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
@@ -59,6 +59,10 @@ class Subscription:
     last_error: str | None = None
     #: When the next delivery attempt is due after a failure (epoch seconds; 0 = now).
     retry_at: float = 0.0
+    #: Gap notices delivered: retention trimmed events before this subscription got them
+    #: (``X-RSHub-Gap``), and the last trimmed id of the latest one.
+    gaps: int = 0
+    last_gap: str | None = None
 
     def to_json(self) -> bytes:
         return orjson.dumps(asdict(self))
@@ -67,7 +71,8 @@ class Subscription:
     def from_json(cls, data: bytes | str) -> Subscription:
         raw = orjson.loads(data)
         raw["state"] = State(raw.get("state", State.ACTIVE))
-        return cls(**raw)
+        # Fields a newer hub added are left out, so processes of two versions can share Redis.
+        return cls(**{k: v for k, v in raw.items() if k in _FIELDS})
 
     @property
     def key(self) -> tuple[str, str]:
@@ -83,6 +88,9 @@ class Subscription:
         out["secret"] = bool(self.secret)
         out["id"] = subscription_id(self.topic, self.callback)
         return out
+
+
+_FIELDS = frozenset(f.name for f in fields(Subscription))
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +118,7 @@ class SubscriptionStore:
         """
         in_force = await self.scripts.run(
             scripts.ACTIVATE,
-            [keys.subscriptions(sub.topic), keys.cursors(sub.topic)],
+            [keys.subscriptions(sub.topic), keys.cursors(sub.topic), keys.holds(sub.topic)],
             [sub.callback, sub.to_json(), cursor or ""],
         )
         await self.redis.sadd(keys.SUBSCRIBED_TOPICS, sub.topic)
@@ -133,7 +141,12 @@ class SubscriptionStore:
     async def delete(self, topic: str, callback: str) -> None:
         await self.scripts.run(
             scripts.DELETE_SUBSCRIPTION,
-            [keys.subscriptions(topic), keys.cursors(topic), keys.owners(topic)],
+            [
+                keys.subscriptions(topic),
+                keys.cursors(topic),
+                keys.owners(topic),
+                keys.holds(topic),
+            ],
             [callback],
         )
         await self._changed(topic, callback, REMOVED)
@@ -185,7 +198,9 @@ class SubscriptionStore:
         for callback, (token, event_id) in marks.items():
             args.extend((callback, token, event_id))
         refused = await self.scripts.run(
-            scripts.FENCED_CURSORS, [keys.owners(topic), keys.cursors(topic)], args
+            scripts.FENCED_CURSORS,
+            [keys.owners(topic), keys.cursors(topic), keys.holds(topic)],
+            args,
         )
         return {keys.text(cb) for cb in refused or ()}
 

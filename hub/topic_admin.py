@@ -45,6 +45,7 @@ def fixed_keys(topic: str) -> list[str]:
         keys.events(topic),
         keys.subscriptions(topic),
         keys.cursors(topic),
+        keys.holds(topic),
         keys.owners(topic),
         keys.owner_epoch(topic),
         keys.pages(topic),

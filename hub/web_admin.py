@@ -156,6 +156,7 @@ async def gather_overview(app: web.Application) -> Overview:
                     lag_events=backlog.events,
                     lag_capped=backlog.capped,
                     lag_seconds=lag_seconds(first_ms, now_ms),
+                    gaps=sub.gaps,
                 )
             )
     return Overview(

@@ -272,6 +272,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
             settings.retention_max_events,
             settings.topic_retention_seconds,
             settings.topic_retention_max_events,
+            hold_max_events=settings.retention_hold_max_events,
+            hold_seconds=settings.retention_hold_seconds,
         ),
         idempotency_seconds=settings.idempotency_seconds,
     )

@@ -161,6 +161,8 @@ async def subscriptions(request: web.Request) -> web.Response:
                     "lag_seconds": _lag_seconds(cursor, first, last),
                     "failures": sub.failures,
                     "last_error": sub.last_error,
+                    "gaps": sub.gaps,
+                    "last_gap": sub.last_gap,
                     "retry_at": sub.retry_at or None,
                     "expires_at": sub.expires_at,
                     "expires": _iso(int(sub.expires_at * 1000)),

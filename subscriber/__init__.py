@@ -9,8 +9,9 @@ with :mod:`publisher` is in :mod:`rsclient`.
 """
 
 from .callback import CallbackReceiver
-from .events import ChangeEvent
+from .events import ChangeEvent, Gap
 from .exceptions import (
+    ChangesTrimmed,
     DiscoveryError,
     IntegrityError,
     PositionError,
@@ -30,11 +31,13 @@ __all__ = [
     "AuditReport",
     "CallbackReceiver",
     "ChangeEvent",
+    "ChangesTrimmed",
     "Discovery",
     "DiscoveryError",
     "EventCursor",
     "EventCursorFile",
     "Follower",
+    "Gap",
     "HubStream",
     "IntegrityError",
     "Mirror",

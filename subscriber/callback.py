@@ -10,6 +10,10 @@
   acknowledged (WebSub §8 allows it, to stop probing) but dropped and counted;
 - reads each entry's event id from its ``rs:md/@rshub:id`` (or at least the delivery's
   ``X-RSHub-Last-Event-Id``), so the caller can de-duplicate and resume;
+- reads a gap notice (the hub trimmed changes before delivering them) from the signed body
+  (``rs:md/@rshub:trimmed-through``, ``rs:ln rel="resourcelist"``), never from the
+  unsigned ``X-RSHub-Gap`` header alone: :meth:`CallbackReceiver.deliveries` yields it as a
+  :class:`~subscriber.events.Gap` before the delivery's changes;
 - renews the lease at 80 % of what the hub granted;
 - unsubscribes in :meth:`close`.
 
@@ -30,8 +34,8 @@ from aiohttp import web
 
 from resourcesync import DocumentError, parse
 
-from .events import ChangeEvent
-from .exceptions import HubRefused, PushUnavailable
+from .events import ChangeEvent, Gap
+from .exceptions import ChangesTrimmed, HubRefused, PushUnavailable
 from .refusal import error_message, refusal
 from .websub import subscription_form, verification_answer, verify_signature
 
@@ -42,6 +46,8 @@ log = logging.getLogger(__name__)
 LAST_ID_HEADER = "X-RSHub-Last-Event-Id"
 #: The hub's per-entry event id: an extension attribute of ``rs:md``.
 ID_ATTRIBUTE = "{urn:rshub:1}id"
+#: A delivery's gap notice: an extension attribute of the root ``rs:md``.
+TRIMMED_ATTRIBUTE = "{urn:rshub:1}trimmed-through"
 
 
 class CallbackReceiver:
@@ -70,7 +76,9 @@ class CallbackReceiver:
         self.verify_timeout = verify_timeout
         self.secret = secrets.token_hex(32)
         self._path = f"/websub/{secrets.token_urlsafe(16)}"
-        self._queue: asyncio.Queue[list[ChangeEvent] | PushUnavailable] = asyncio.Queue(queue_size)
+        self._queue: asyncio.Queue[list[ChangeEvent] | Gap | PushUnavailable] = asyncio.Queue(
+            queue_size
+        )
         self._max_body = max_body
         self._wanted: set[str] = set()
         self._verified: dict[str, asyncio.Event] = {}
@@ -138,7 +146,19 @@ class CallbackReceiver:
             self._runner = None
 
     async def batches(self) -> AsyncGenerator[list[ChangeEvent], None]:
-        """Delivered batches, in the order the hub sent them."""
+        """Delivered batches, in the order the hub sent them.
+
+        Raises:
+            ChangesTrimmed: the hub lost changes before delivering them (a gap notice); use
+                :meth:`deliveries` to re-baseline and go on instead.
+        """
+        async for item in self.deliveries():
+            if isinstance(item, Gap):
+                raise ChangesTrimmed(item.trimmed_through, item.resourcelist)
+            yield item
+
+    async def deliveries(self) -> AsyncGenerator[list[ChangeEvent] | Gap, None]:
+        """Delivered batches and gap notices, in the order the hub sent them."""
         while True:
             item = await self._queue.get()
             if isinstance(item, PushUnavailable):
@@ -231,6 +251,11 @@ class CallbackReceiver:
             ChangeEvent.from_entry(entry, id=event_id, topic=self.topic)
             for entry, event_id in zip(doc.entries, ids, strict=True)
         ]
+        trimmed = doc.md.extra.get(TRIMMED_ATTRIBUTE)
+        if trimmed:
+            resourcelist = next((ln.href for ln in doc.links if ln.rel == "resourcelist"), None)
+            log.warning("the hub trimmed changes through %s before delivering them", trimmed)
+            await self._queue.put(Gap(trimmed, resourcelist))
         if batch:
             await self._queue.put(batch)
         return web.Response(status=204)

@@ -8,7 +8,7 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from rsclient import interrupt
 from rsclient.options import add_client_options, env_default
 from rsclient.progress import add_progress_options, progress_bar
 
+from .events import Gap
 from .exceptions import HubRefused, SubscriberError
 from .follower import Follower, Mode
 from .mirror import Mirror
@@ -154,6 +155,7 @@ def _follower(
     save: Callable[[EventCursor], None] | None,
     *,
     start_at_end: bool = False,
+    on_gap: Callable[[Gap], Awaitable[None]] | None = None,
 ) -> Follower:
     host, _, port = args.listen.rpartition(":")
 
@@ -178,6 +180,7 @@ def _follower(
         callback_url=args.callback_url,
         on_mode=on_mode,
         start_at_end=start_at_end,
+        on_gap=on_gap,
     )
 
 
@@ -283,27 +286,23 @@ async def _sync(args: argparse.Namespace) -> int:
             position.extra["failed"] = mirror.failed.to_json()
             store.save(position)
 
+        async def rebaseline(gap: Gap) -> None:
+            """The hub lost changes before delivering them: the Resource List again."""
+            report(
+                f"the hub trimmed changes through {gap.trimmed_through} before delivering "
+                "them; re-baselining from its Resource List"
+            )
+            began = time.monotonic()
+            await _baseline(mirror, documents, position, save, progress=False)
+            report(f"re-baseline: {mirror.stats.summary()} in {time.monotonic() - began:.1f}s")
+
         if args.once:
             args.via = "poll"
-        follower = _follower(args, session, position, save)
+        follower = _follower(args, session, position, save, on_gap=rebaseline)
         try:
             await follower.start()
             if not position.extra.get("baseline"):
-                before = datetime.now(UTC)
-                progress = progress_bar("baseline", enabled=args.progress, unit="files")
-
-                async def listed() -> AsyncIterator[tuple[Entry, datetime | None]]:
-                    # What the baseline holds need not come again from a Change List.
-                    async for entry, at in documents.resources():
-                        if entry.lastmod is not None:
-                            position.remember(entry.loc, format_datetime(entry.lastmod))
-                        yield entry, at
-
-                at = await mirror.baseline(listed(), progress=progress)
-                if position.watermark is None:
-                    position.watermark = min(at or before, before)
-                position.extra["baseline"] = True
-                save(position)
+                await _baseline(mirror, documents, position, save, progress=args.progress)
                 report(f"baseline: {mirror.stats.summary()} in {time.monotonic() - started:.1f}s")
             if args.once:
                 batch = await follower.poller.poll(position.watermark) if follower.poller else []
@@ -323,6 +322,32 @@ async def _sync(args: argparse.Namespace) -> int:
             await follower.close()
             report(f"summary: {mirror.stats.summary()} in {time.monotonic() - started:.1f}s")
     return 1 if mirror.stats.rejected or mirror.failed else 0
+
+
+async def _baseline(
+    mirror: Mirror,
+    documents: Poller,
+    position: EventCursor,
+    save: Callable[[EventCursor], None],
+    *,
+    progress: bool,
+) -> None:
+    """Make the mirror equal to the Resource List (the first time, and after a gap)."""
+    before = datetime.now(UTC)
+    bar = progress_bar("baseline", enabled=progress, unit="files")
+
+    async def listed() -> AsyncIterator[tuple[Entry, datetime | None]]:
+        # What the baseline holds need not come again from a Change List.
+        async for entry, at in documents.resources():
+            if entry.lastmod is not None:
+                position.remember(entry.loc, format_datetime(entry.lastmod))
+            yield entry, at
+
+    at = await mirror.baseline(listed(), progress=bar)
+    if position.watermark is None:
+        position.watermark = min(at or before, before)
+    position.extra["baseline"] = True
+    save(position)
 
 
 async def _retry_failed(

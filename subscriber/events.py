@@ -17,7 +17,7 @@ import orjson
 
 from resourcesync import Entry, format_datetime, parse_datetime
 
-__all__ = ["ChangeEvent", "event_order"]
+__all__ = ["ChangeEvent", "Gap", "event_order"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +125,19 @@ class ChangeEvent:
 
     def dumps(self) -> bytes:
         return orjson.dumps(self.to_json())
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """The hub trimmed changes before it could deliver them (WebSub ``X-RSHub-Gap``).
+
+    Every change up to ``trimmed_through`` (a hub event id) that this subscriber had not yet
+    received is lost: the one way back is a new baseline from the Resource List.
+    """
+
+    trimmed_through: str
+    #: The topic's Resource List, as the hub named it (``rs:ln rel="resourcelist"``).
+    resourcelist: str | None = None
 
 
 def _normal(value: str) -> str:

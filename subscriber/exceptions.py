@@ -6,6 +6,7 @@ The tree::
     ├── PushUnavailable           the hub's push channel cannot be reached or was lost
     │   └── StreamClosed          the hub closed a stream on purpose (code, reason)
     ├── HubRefused                the hub answered 4xx (bad topic name, bad since): fatal
+    │   └── ChangesTrimmed        the hub trimmed changes before delivering them (WebSub)
     ├── SourceError               a Source or hub answered wrongly (the peer's fault)
     │   └── DiscoveryError        no Change List / Resource List found from a start URL
     ├── IntegrityError            fetched bytes do not match the announced length or hash
@@ -23,6 +24,7 @@ from __future__ import annotations
 import rsclient.exceptions
 
 __all__ = [
+    "ChangesTrimmed",
     "DiscoveryError",
     "HubRefused",
     "IntegrityError",
@@ -62,6 +64,22 @@ class HubRefused(SubscriberError):
         super().__init__(f"the hub refused: HTTP {status}: {message}")
         self.status = status
         self.message = message
+
+
+class ChangesTrimmed(HubRefused):
+    """A WebSub delivery said retention trimmed changes this subscriber never got (what a
+    WebSocket or SSE client hears as 410 Gone). Raised when nobody re-baselines: give
+    :class:`~subscriber.follower.Follower` an ``on_gap``, as ``rshub sync`` does."""
+
+    def __init__(self, trimmed_through: str, resourcelist: str | None) -> None:
+        where = resourcelist or "the topic's Resource List"
+        super().__init__(
+            410,
+            f"changes through event {trimmed_through} were trimmed before they were "
+            f"delivered; re-baseline from {where}",
+        )
+        self.trimmed_through = trimmed_through
+        self.resourcelist = resourcelist
 
 
 class SourceError(SubscriberError, rsclient.exceptions.SourceError):

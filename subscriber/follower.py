@@ -17,6 +17,10 @@ Guarantees to the caller of :meth:`Follower.batches`:
   at the current end, whichever transport comes first (a first poll only records);
 - a hub refusal (4xx: bad topic name, bad ``since``) ends :meth:`batches` with
   :class:`~subscriber.exceptions.HubRefused`;
+- a WebSub gap notice (the hub trimmed changes before delivering them) is awaited as
+  ``on_gap(gap)`` (e.g. a new baseline from the Resource List) before the changes that
+  follow it are handed over; without ``on_gap`` it ends :meth:`batches` with
+  :class:`~subscriber.exceptions.ChangesTrimmed`: never a silent loss;
 - restart: the position is saved (debounced, and on exit) once the caller asks for the next
   batch, i.e. after it handled the previous one. A crash may repeat the last batch.
 """
@@ -27,7 +31,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Literal
@@ -35,8 +39,8 @@ from typing import Literal
 import aiohttp
 
 from .callback import CallbackReceiver
-from .events import ChangeEvent
-from .exceptions import HubRefused, PushUnavailable, SourceError
+from .events import ChangeEvent, Gap
+from .exceptions import ChangesTrimmed, HubRefused, PushUnavailable, SourceError
 from .poller import Poller
 from .position import EventCursor
 from .refusal import error_message, refusal
@@ -79,6 +83,7 @@ class Follower:
         callback_url: str | None = None,
         on_mode: Callable[[Mode, str], None] | None = None,
         start_at_end: bool = False,
+        on_gap: Callable[[Gap], Awaitable[None]] | None = None,
     ) -> None:
         if via != "poll" and (hub is None or topic is None):
             raise ValueError("push needs hub and topic")
@@ -93,6 +98,7 @@ class Follower:
         self._save = save
         self._save_interval = save_interval
         self._on_mode = on_mode
+        self._on_gap = on_gap
         poll_start = source
         if poll_start is None and self.hub is not None:
             poll_start = (
@@ -104,7 +110,9 @@ class Follower:
         if poll_start is not None and (via == "poll" or fallback):
             self.poller = Poller(session, poll_start, topic=topic, overlap=overlap)
         self.mode: Mode = "poll" if via == "poll" else "push"
-        self._queue: asyncio.Queue[list[ChangeEvent] | _Lost] = asyncio.Queue(1000)
+        self._queue: asyncio.Queue[list[ChangeEvent] | Gap | _Lost] = asyncio.Queue(1000)
+        #: A gap notice taken from the queue but not handled yet (changes before it were).
+        self._held: Gap | None = None
         self._producer: asyncio.Task[None] | None = None
         self._receiver: CallbackReceiver | None = None
         self._receiver_opts = (callback_host, callback_port, callback_url)
@@ -194,16 +202,19 @@ class Follower:
         """New changes, batch by batch, forever (until cancelled)."""
         while True:
             if self.mode == "push":
-                try:
-                    item = await asyncio.wait_for(
-                        self._queue.get(), self._save_interval if self._dirty else None
-                    )
-                except TimeoutError:
-                    self.flush()
-                    continue
-                new = self._take(item)
+                item: list[ChangeEvent] | Gap | _Lost | None = self._held
+                self._held = None
+                if item is None:
+                    try:
+                        item = await asyncio.wait_for(
+                            self._queue.get(), self._save_interval if self._dirty else None
+                        )
+                    except TimeoutError:
+                        self.flush()
+                        continue
+                new = await self._take(item)
             else:
-                new = self._drain_push()
+                new = await self._drain_push()
                 if self.mode == "poll" and not new:
                     new = await self._poll_once()
             if new:
@@ -213,19 +224,30 @@ class Follower:
             elif self.mode == "poll":
                 await self._idle()
 
-    def _take(self, item: list[ChangeEvent] | _Lost) -> list[ChangeEvent]:
+    async def _take(self, item: list[ChangeEvent] | Gap | _Lost) -> list[ChangeEvent]:
         if isinstance(item, _Lost):
             if item.fatal:
                 raise item.error
             self._push_lost(item.error)
             return []
+        if isinstance(item, Gap):
+            if self._on_gap is None:
+                raise ChangesTrimmed(item.trimmed_through, item.resourcelist)
+            log.warning("changes through %s trimmed unsent: re-baselining", item.trimmed_through)
+            await self._on_gap(item)
+            return []
         return [e for e in item if self.position.accept(e)]
 
-    def _drain_push(self) -> list[ChangeEvent]:
+    async def _drain_push(self) -> list[ChangeEvent]:
         """While polling: take what a (re)connecting push producer has queued."""
         new: list[ChangeEvent] = []
-        while not self._queue.empty():
-            new.extend(self._take(self._queue.get_nowait()))
+        while self._held is not None or not self._queue.empty():
+            item = self._held or self._queue.get_nowait()
+            self._held = None
+            if isinstance(item, Gap) and new:  # the changes before the gap go out first
+                self._held = item
+                break
+            new.extend(await self._take(item))
         if self._connected.is_set() and self._producer is not None and not self._producer.done():
             self._set_mode("push", "push is back")
         return new
@@ -380,7 +402,7 @@ class Follower:
 
         watcher = asyncio.create_task(watch())
         try:
-            batches = receiver.batches().__aiter__()
+            batches = receiver.deliveries().__aiter__()
             while True:
                 getter = asyncio.ensure_future(batches.__anext__())
                 done, _ = await asyncio.wait({getter, watcher}, return_when=asyncio.FIRST_COMPLETED)

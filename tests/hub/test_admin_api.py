@@ -128,8 +128,8 @@ async def test_deleting_a_topic_removes_every_key_and_ends_its_streams(
     assert any(b":idem:" in k for k in before) and any(b":rl:" in k for k in before)
 
     body = await admin(hub, "DELETE", "/admin/topics/t")
-    # Removing the one subscription already removed its three hashes (subs, cursors, owners).
-    assert body == {"topic": "t", "deleted": True, "keys": len(before) - 3, "subscriptions": 1}
+    # Removing the one subscription already removed its keys (subs, cursors, owners, holds).
+    assert body == {"topic": "t", "deleted": True, "keys": len(before) - 4, "subscriptions": 1}
     assert await tagged_keys(hub, "t") == []
     assert not await hub.redis.sismember(keys.TOPICS, "t")
     assert not await hub.redis.sismember(keys.SUBSCRIBED_TOPICS, "t")
