@@ -8,7 +8,9 @@ the hub gives a dropped client ``stream_close_seconds``, then aborts the connect
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import random
 import socket
 from typing import Any
 
@@ -67,10 +69,10 @@ def established(local_port: int | None, remote_ports: set[int]) -> int:
     return count
 
 
-async def _stalled_client(port: int, request: bytes) -> socket.socket:
+async def _stalled_client(port: int, request: bytes, receive_buffer: int = 4096) -> socket.socket:
     """A client with a tiny receive buffer that reads the response head, then nothing."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
     sock.setblocking(False)
     loop = asyncio.get_running_loop()
     await loop.sock_connect(sock, ("127.0.0.1", port))
@@ -105,18 +107,30 @@ def hub_settings() -> dict[str, Any]:
     }
 
 
+async def _warm_up(hub: Hub) -> bytes:
+    """Open what stays open on purpose (the publishing session's pooled connection, the
+    parser's worker processes, the hub's Redis connections for publishing and following
+    the topic), so that the watchdog's socket count is about the stream clients only.
+    Returns a notification big enough to fill a stalled client's buffers quickly."""
+    async with hub.session.ws_connect(f"{hub.url}/topics/t/ws"):
+        await wait_for(lambda: _consumers(hub) == 1)
+    await wait_for(lambda: _consumers(hub) == 0)
+    big = notification([{**c, "loc": c["loc"] + "/" + "z" * 4000} for c in changes(100)])
+    assert (await hub.publish("t", big)).status == 202
+    return big
+
+
+async def _publish_until_all_dropped(hub: Hub, big: bytes) -> None:
+    async with asyncio.timeout(60 * TIME_SCALE):
+        while _consumers(hub) > 0:
+            assert (await hub.publish("t", big)).status == 202
+
+
 @pytest.mark.timeout(120)
 async def test_dropped_stream_clients_leave_no_connection_behind(hub: Hub) -> None:
     port = int(hub.url.rsplit(":", 1)[1])
     clients: list[socket.socket] = []
-    # Warm up what stays open on purpose (the publishing session's pooled connection, the
-    # parser's worker processes, the hub's Redis connections for publishing and following
-    # the topic), so that the watchdog's socket count is about the stream clients only.
-    async with hub.session.ws_connect(f"{hub.url}/topics/t/ws"):
-        await wait_for(lambda: _consumers(hub) == 1)
-    await wait_for(lambda: _consumers(hub) == 0)
-    big = [{**c, "loc": c["loc"] + "/" + "z" * 4000} for c in changes(100)]
-    assert (await hub.publish("t", notification(big))).status == 202
+    big = await _warm_up(hub)
     redis_before = _to_redis(hub)
     async with Watchdog(stall_seconds=0.5) as dog:
         try:
@@ -128,9 +142,7 @@ async def test_dropped_stream_clients_leave_no_connection_behind(hub: Hub) -> No
             await wait_for(lambda: _consumers(hub) == 2 * _CLIENTS)
             assert established(port, ports) == 2 * _CLIENTS
 
-            async with asyncio.timeout(60 * TIME_SCALE):
-                while _consumers(hub) > 0:  # every client dropped as too slow
-                    assert (await hub.publish("t", notification(big))).status == 202
+            await _publish_until_all_dropped(hub, big)  # every client dropped as too slow
 
             # Dropped: within the close allowance (plus scheduling slack) the hub's side of
             # every connection is gone, though none of the clients ever read again.
@@ -149,4 +161,53 @@ async def test_dropped_stream_clients_leave_no_connection_behind(hub: Hub) -> No
             for sock in clients:
                 sock.close()
     # The hub's Redis pool may have grown meanwhile (it keeps its connections): not a leak.
+    await dog.sockets_back(slack=_to_redis(hub) - redis_before)
+
+
+#: How a fuzzed client misbehaves once its stream is open.
+_KINDS = ("silent", "trickle", "half-close", "garbage")
+
+
+async def _misbehave(sock: socket.socket, kind: str, rng: random.Random) -> None:
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(OSError):
+        if kind == "trickle":  # reads a little, slowly, then stops for good
+            for _ in range(rng.randint(1, 6)):
+                await asyncio.sleep(rng.uniform(0.01, 0.1))
+                if not await loop.sock_recv(sock, rng.choice((64, 1024, 8192))):
+                    return
+        elif kind == "half-close":  # says it is done sending, but never reads either
+            sock.shutdown(socket.SHUT_WR)
+        elif kind == "garbage":  # bytes that are no WebSocket frame (nor HTTP request)
+            await loop.sock_sendall(sock, rng.randbytes(rng.randint(1, 64)))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("seed", range(3))
+async def test_stalled_clients_of_every_kind_leave_nothing_behind(hub: Hub, seed: int) -> None:
+    rng = random.Random(seed)
+    port = int(hub.url.rsplit(":", 1)[1])
+    clients: list[socket.socket] = []
+    behaviours: list[asyncio.Task[None]] = []
+    big = await _warm_up(hub)
+    redis_before = _to_redis(hub)
+    async with Watchdog(stall_seconds=0.5) as dog:
+        try:
+            for _ in range(12):
+                request = rng.choice((_WS_UPGRADE, _SSE_GET))
+                sock = await _stalled_client(port, request, rng.choice((2048, 4096, 16384)))
+                clients.append(sock)
+                behaviours.append(asyncio.create_task(_misbehave(sock, rng.choice(_KINDS), rng)))
+            ports = {c.getsockname()[1] for c in clients}
+
+            await _publish_until_all_dropped(hub, big)
+            await wait_for(lambda: established(port, ports) == 0, timeout=_CLOSE_SECONDS + 4)
+            async with hub.session.get(f"{hub.url}/healthz") as health:
+                assert health.status == 200
+        finally:
+            for task in behaviours:
+                task.cancel()
+            await asyncio.gather(*behaviours, return_exceptions=True)
+            for sock in clients:
+                sock.close()
     await dog.sockets_back(slack=_to_redis(hub) - redis_before)
