@@ -50,7 +50,8 @@ async def test_pooled_connections_redis_dropped_are_replaced_not_used(redis_url:
 
 
 def _closed_by_redis(connections: Connections) -> bool:
-    """Every idle connection of the pool has seen Redis close it."""
+    """Every idle connection of the pool has seen Redis close it (redis-py internals, only
+    to know when the connections are dead, as after a restart)."""
     pool = connections.main.connection_pool
     idle = pool._available_connections
     return bool(idle) and all(c._reader is None or c._reader.at_eof() for c in idle)
