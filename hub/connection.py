@@ -8,6 +8,17 @@ A Redis Cluster is named by a ``redis+cluster://host:port`` URL (any one node; t
 are discovered) or by ``RSHUB_REDIS_CLUSTER=true`` with a plain ``redis://`` URL, and uses
 redis-py's cluster client. The hub needs no cross-slot operation: a topic's keys share its
 hash slot, and the few hub-wide keys are each used alone.
+
+**A Redis that restarted** (the embedded one is restarted by its supervisor) leaves every
+pooled connection dead. A request must not fail on one: a pooled connection is checked as
+it is taken from the pool, and one Redis closed is replaced by a fresh connection before
+anything is written to it. That retry is safe for every command, a non-idempotent publish
+included, because nothing was sent on the dead connection: a command is never re-sent
+after it was written (the server may have run it before the connection broke; such a
+publish answers 503, and its client retries with its ``Idempotency-Key``). redis-py makes
+that check only while its maintenance notifications (a Redis Enterprise feature) are off,
+so they are turned off here; :mod:`hub.script_pipe` checks its own connection the same
+way.
 """
 
 from __future__ import annotations
@@ -43,7 +54,19 @@ def connect(url: str, *, cluster: bool = False, **options: Any) -> Client:
     if is_cluster_url(url) or cluster:
         plain = "redis://" + url.removeprefix(CLUSTER_SCHEME) if is_cluster_url(url) else url
         return RedisCluster.from_url(plain, **options)
-    return Redis.from_url(url, **options)
+    return Redis.from_url(url, **_checked_pool(), **options)
+
+
+def _checked_pool() -> dict[str, Any]:
+    """Options under which redis-py's pool replaces a connection Redis closed (see the
+    module docstring) instead of handing it out. With maintenance notifications on (its
+    default, ``"auto"``, even for RESP2, where none can arrive) it skips that check, and
+    after a Redis restart nearly every pooled command failed."""
+    try:
+        from redis.maint_notifications import MaintNotificationsConfig
+    except ImportError:  # a redis-py without them always checks
+        return {}
+    return {"maint_notifications_config": MaintNotificationsConfig(enabled=False)}
 
 
 class Connections:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from . import metrics, rendering, websub
+from .connection import StoreError
 from .events import Event, parse_id
 from .exceptions import CallbackFailed
 from .feed import FeedHub
@@ -302,6 +303,9 @@ class DeliveryWorker:
 class DeliveryService:
     """Verifies intent (WebSub §5.3) and runs a worker per subscription this process owns."""
 
+    #: How long a verified (un)subscription retries to store itself while Redis is away.
+    store_patience = 300.0
+
     def __init__(
         self,
         settings: Settings,
@@ -379,7 +383,14 @@ class DeliveryService:
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._spawned_ended)
+
+    def _spawned_ended(self, task: asyncio.Task[None]) -> None:
+        """Forget ``task``, and report how it failed if it did (else asyncio would, as a
+        "Task exception was never retrieved", whenever it is collected)."""
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("subscription request failed: %r", exc, exc_info=exc)
 
     async def request(self, req: websub.SubscriptionRequest) -> None:
         """Accepted (202): verify intent in the background, then (de)activate.
@@ -420,6 +431,46 @@ class DeliveryService:
                 answer.status,
             )
             return
+        await self._store_verified(req, start)
+
+    async def _store_verified(self, req: websub.SubscriptionRequest, start: str) -> None:
+        """Store what the callback confirmed, retrying while Redis is away.
+
+        The subscriber had its 202 and confirmed its intent: failing here would drop the
+        subscription without anyone knowing. Storing twice is harmless (activation and
+        deletion are idempotent; a repeated change notice only makes ownership look again),
+        so a failed attempt is repeated, with back-off, for up to :attr:`store_patience`
+        seconds.
+        """
+        delay, deadline = 0.1, time.monotonic() + self.store_patience
+        while True:
+            try:
+                await self._store(req, start)
+                return
+            except StoreError as exc:
+                if time.monotonic() + delay > deadline:
+                    log.error(
+                        "verified %s of %r to %s not stored: storage unavailable for %.0fs (%s)",
+                        req.mode,
+                        req.callback,
+                        req.topic,
+                        self.store_patience,
+                        exc,
+                    )
+                    return
+                metrics.redis_error()
+                log.warning(
+                    "storing the verified %s of %r to %s failed (%s); retrying in %.1fs",
+                    req.mode,
+                    req.callback,
+                    req.topic,
+                    exc,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def _store(self, req: websub.SubscriptionRequest, start: str) -> None:
         if req.mode is websub.Mode.UNSUBSCRIBE:
             await self.store.delete(req.topic, req.callback)
             log.info("unsubscribed %r from %s", req.callback, req.topic)

@@ -8,12 +8,17 @@ on one TCP connection, and the replies are read in order with a hiredis reader. 
 Cluster there is one such connection per primary, and each call goes to the primary of its
 first key's hash slot (a ``MOVED``/``ASK`` reply, during resharding, is retried through
 redis-py, which follows it). TLS and unix sockets use redis-py's pipeline.
+
+A connection Redis closed (it restarted, say) is replaced before a batch is written, never
+after: see :meth:`_Link.sound`. A batch that fails once written is not re-sent, since Redis
+may have run it (an append twice would store its changes twice); its callers get the error.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 from typing import Any
 
 import hiredis
@@ -78,6 +83,23 @@ class _Link:
                 replies.append(reply)
         return replies
 
+    def sound(self) -> bool:
+        """True unless Redis closed this idle connection (or sent on it unasked).
+
+        Between batches nothing is owed on the connection, so anything to read (an end of
+        file above all: a Redis that was killed or restarted) means it is unusable; as
+        nothing was written on it yet, a fresh connection can take the batch safely. The
+        poll also sees what the event loop has not read yet.
+        """
+        if self.writer.is_closing() or self.reader.at_eof() or self.reader.exception():
+            return False
+        sock = self.writer.get_extra_info("socket")
+        if sock is None:
+            return True
+        poller = select.poll()
+        poller.register(sock.fileno(), select.POLLIN)
+        return not poller.poll(0)
+
     def close(self) -> None:
         self.writer.close()
 
@@ -128,6 +150,9 @@ class ScriptPipe:
                 for args in batch:
                     pipe.execute_command(*args)
                 return list(await pipe.execute(raise_on_error=False))
+        if self._link is not None and not self._link.sound():
+            self._link.close()
+            self._link = None
         if self._link is None:
             self._link = await _Link.open(self._options, self.timeout)
         try:
@@ -148,6 +173,9 @@ class ScriptPipe:
 
         async def run(address: tuple[str, int], indexes: list[int]) -> None:
             link = self._node_links.get(address)
+            if link is not None and not link.sound():
+                link.close()
+                link = None
             if link is None:
                 options = {**self._options, "host": address[0], "port": address[1]}
                 link = self._node_links[address] = await _Link.open(options, self.timeout)

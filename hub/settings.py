@@ -214,6 +214,13 @@ class Settings(BaseSettings):
     #: it above ``retention_seconds`` or the hold never extends the age bound. 0 = no hold.
     retention_hold_seconds: int = Field(14 * 24 * 3600, ge=0)
 
+    # -- dropped stream clients (restart task) -----------------------------------------
+    #: How long a WebSocket/SSE client the hub ends (too slow, topic deleted, failed
+    #: heartbeat) gets to take its close frame or last event; then its connection is
+    #: aborted. Without the bound, a client that stopped reading kept its connection (and
+    #: the hub's send buffer for it) forever.
+    stream_close_seconds: float = Field(5.0, gt=0, le=300)
+
     @field_validator("workers")
     @classmethod
     def _check_workers(cls, value: int | str) -> int | str:

@@ -10,7 +10,9 @@ with the live end, the feed pushes new events into its queue, bounded by
 ``client_buffer_events``; a client whose queue fills is too slow for the stream: it is
 disconnected (WebSocket close code 1013, SSE ``event: error``) with a reason naming the
 id to resume from, and loses nothing by resuming from its last received id. A client that
-reads nothing at all is cut off after one heartbeat interval.
+reads nothing at all is cut off after one heartbeat interval. A dropped client gets
+``stream_close_seconds`` to take its close frame (or last event); then its connection is
+aborted, since a graceful close would wait forever for a client that stopped reading.
 
 When an operator deletes the topic (admin API), its streams end: WebSocket close code 1000
 with reason ``topic deleted``, SSE ``event: deleted``. A private topic's streams need a read
@@ -116,14 +118,58 @@ async def _following(
     finally:
         metrics.client_disconnected(transport)
         client.close()
+        _abort_if_stuck(request.transport, request.app[SETTINGS].stream_close_seconds)
         await feeds.release(feed)
+
+
+def _abort_if_stuck(transport: asyncio.Transport | None, within: float) -> None:
+    """Abort ``transport`` in ``within`` seconds if it still holds bytes its client has not
+    taken.
+
+    A stream that ended closes its connection gracefully (aiohttp's ``transport.close()``
+    after a close handshake or a failed heartbeat, or once an SSE response is finished),
+    and a graceful close first waits for the send buffer to drain: for a dropped client
+    that stopped reading, forever, with the connection ESTABLISHED and its buffer held.
+    """
+    if transport is None:
+        return
+
+    def cut_off() -> None:
+        if transport.get_write_buffer_size() > 0:
+            transport.abort()
+
+    asyncio.get_running_loop().call_later(within, cut_off)
+
+
+async def _close_within(
+    ws: web.WebSocketResponse,
+    request: web.Request,
+    within: float,
+    *,
+    code: int = WSCloseCode.OK,
+    reason: str = "",
+) -> None:
+    """A close handshake bounded by ``within`` seconds, then the connection is aborted:
+    the close frame queues behind whatever the client has not read, so a client that reads
+    nothing would never get it."""
+    if ws.closed:
+        return
+    try:
+        await asyncio.wait_for(ws.close(code=code, message=reason.encode()[:120]), within)
+    except TimeoutError:
+        if request.transport is not None:
+            request.transport.abort()
 
 
 async def websocket(request: web.Request) -> web.WebSocketResponse:
     settings = request.app[SETTINGS]
+    within = settings.stream_close_seconds
     async with _following(request, "ws") as (_topic, pump):
         ws = web.WebSocketResponse(
-            heartbeat=settings.heartbeat_seconds, max_msg_size=4096, compress=False
+            heartbeat=settings.heartbeat_seconds,
+            max_msg_size=4096,
+            compress=False,
+            timeout=within,  # how long a close waits for the client's close frame
         )
         await ws.prepare(request)
         transport = request.transport
@@ -158,19 +204,14 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
         ended = await _until_overflow_or_done(
             pump, asyncio.create_task(send()), asyncio.create_task(_drain_incoming(ws))
         )
-        if ended == DELETED and not ws.closed:
-            await ws.close(code=WSCloseCode.OK, message=DELETED.encode())
-        if ended == TOO_SLOW and not ws.closed:
+        if ended == DELETED:
+            await _close_within(ws, request, within, reason=DELETED)
+        elif ended == TOO_SLOW:
             reason = f"too slow; resume with since={pump.resume_hint()}"
-            try:
-                await asyncio.wait_for(
-                    ws.close(code=WSCloseCode.TRY_AGAIN_LATER, message=reason.encode()[:120]),
-                    settings.heartbeat_seconds,
-                )
-            except TimeoutError:  # the client reads nothing at all: cut it off
-                if request.transport is not None:
-                    request.transport.abort()
-        await ws.close()
+            await _close_within(
+                ws, request, within, code=WSCloseCode.TRY_AGAIN_LATER, reason=reason
+            )
+        await _close_within(ws, request, within)
     return ws
 
 
@@ -217,17 +258,17 @@ async def server_sent_events(request: web.Request) -> web.StreamResponse:
                 pump.last_sent = events[-1].id
 
         ended = await _until_overflow_or_done(pump, asyncio.create_task(send()))
+        resp.force_close()  # a stream that ended ends its connection too
+        last = b""
         if ended == DELETED:
-            with contextlib.suppress(ConnectionError):
-                await resp.write(f"event: deleted\ndata: {topic}\n\n".encode())
+            last = f"event: deleted\ndata: {topic}\n\n".encode()
         elif ended == TOO_SLOW:
             message = f"too slow; resume with Last-Event-ID: {pump.resume_hint()}"
+            last = b"event: error\ndata: " + message.encode() + b"\n\n"
+        if last:
             try:
-                await asyncio.wait_for(
-                    resp.write(b"event: error\ndata: " + message.encode() + b"\n\n"),
-                    settings.heartbeat_seconds,
-                )
-            except (TimeoutError, ConnectionError):
+                await asyncio.wait_for(resp.write(last), settings.stream_close_seconds)
+            except (TimeoutError, ConnectionError):  # it reads nothing at all: cut it off
                 if request.transport is not None:
                     request.transport.abort()
     return resp

@@ -10,6 +10,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
 from hub.script_pipe import ScriptPipe
+from tests.support import wait_for
 
 
 async def test_concurrent_calls_share_round_trips_and_keep_order(redis_url: str) -> None:
@@ -29,7 +30,11 @@ async def test_concurrent_calls_share_round_trips_and_keep_order(redis_url: str)
         await redis.aclose()
 
 
-async def test_a_dropped_connection_fails_its_batch_then_reconnects(redis_url: str) -> None:
+async def test_a_connection_redis_dropped_is_replaced_before_the_next_batch(
+    redis_url: str,
+) -> None:
+    """As after a Redis restart: nothing was written on the dead connection, so the batch
+    goes out on a fresh one instead of failing."""
     redis = Redis.from_url(redis_url)
     pipe = ScriptPipe(redis)
     try:
@@ -41,7 +46,33 @@ async def test_a_dropped_connection_fails_its_batch_then_reconnects(redis_url: s
                 outcomes.append(await pipe.call("PING"))
             except RedisConnectionError:
                 outcomes.append("dropped")
-        assert outcomes == ["dropped", b"PONG", b"PONG"]
+        assert outcomes == [b"PONG", b"PONG", b"PONG"]
+        assert await pipe.call("CLIENT", "GETNAME") is None  # a new connection
+    finally:
+        await pipe.close()
+        await redis.aclose()
+
+
+async def test_a_batch_cut_off_after_it_was_written_fails_and_is_not_sent_again(
+    redis_url: str,
+) -> None:
+    """Redis may have run part of a batch before its connection broke (here the INCR):
+    sending it again could run it twice (an append would store its changes twice)."""
+    redis = Redis.from_url(redis_url)
+    pipe = ScriptPipe(redis)
+    try:
+        incr = pipe.call("INCR", "runs")
+        blocked = pipe.call("BLPOP", "nothing-ever", 10)  # same batch, waits in Redis
+
+        async def waiting() -> bool:
+            return b"cmd=blpop" in await redis.execute_command("CLIENT", "LIST")
+
+        await wait_for(waiting, timeout=5)
+        await redis.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+        for call in (incr, blocked):
+            with pytest.raises(RedisConnectionError):
+                await call
+        assert await pipe.call("GET", "runs") == b"1"
     finally:
         await pipe.close()
         await redis.aclose()
