@@ -75,8 +75,11 @@ class DocumentParser:
     async def _off_loop(self, func: Callable[[bytes, int, Limits], T], body: bytes) -> T:
         return await self.run(func, body, self.max_bytes, self.limits)
 
-    async def run(self, func: Callable[..., T], *args: object) -> T:
-        """``func(*args)`` in the pool (a module-level function; arguments that pickle)."""
+    async def run(self, func: Callable[..., T], *args: object, inline: bool = False) -> T:
+        """``func(*args)`` in the pool (a module-level function; arguments that pickle), or
+        right here when ``inline`` (small work: faster than the hand-off)."""
+        if inline:
+            return func(*args)
         try:
             # Submitted from a thread: the first submit starts the worker processes, which
             # waits on the fork server (and its imports) for most of a second.

@@ -165,6 +165,9 @@ def chunked(parts: Iterable[str], size: int = CHUNK_CHARS) -> Iterator[bytes]:
 
 # -- whole documents, rendered off the event loop (hub.parsing runs them in its pool) ----
 
+#: Entries a caller may render on the event loop (about 2 ms); more go to the pool.
+INLINE_ENTRIES = 400
+
 
 @dataclass(frozen=True, slots=True)
 class Rendered:

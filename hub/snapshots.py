@@ -188,7 +188,10 @@ class ResourceSnapshots:
                 [("up", urls.capabilitylist(topic)), ("index", urls.resourcelist(topic))],
                 at=at_ms,
             )
-            body = await self.offload(rendering.resource_page, head, batch)
+            if len(batch) <= rendering.INLINE_ENTRIES:
+                body = rendering.resource_page(head, batch)
+            else:
+                body = await self.offload(rendering.resource_page, head, batch)
             await self.redis.set(
                 keys.resourcelist_page(topic, snap_id, k), body, ex=self.ttl_seconds
             )

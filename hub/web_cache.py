@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import re
 from collections import OrderedDict
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -91,13 +92,46 @@ def unchanged(validators: Validators, headers: dict[str, str] | None = None) -> 
     return web.Response(status=304, headers=_headers(validators, headers))
 
 
+#: A weight (RFC 9110 §12.4.2): 0 to 1 with at most three decimals.
+_QVALUE = re.compile(r"0(?:\.[0-9]{0,3})?|1(?:\.0{0,3})?")
+
+
+def _weight(params: str) -> float | None:
+    """A member's ``q`` (1 when it has none), or ``None`` when its ``q`` is malformed."""
+    q = 1.0
+    for param in params.split(";"):
+        name, eq, value = param.partition("=")
+        if name.strip().lower() == "q":
+            value = value.strip()
+            if not eq or not _QVALUE.fullmatch(value):
+                return None
+            q = float(value)
+    return q
+
+
 def accepts_gzip(request: web.Request) -> bool:
-    for item in request.headers.get("Accept-Encoding", "").lower().split(","):
-        coding, _, params = item.strip().partition(";")
-        if coding.strip() in ("gzip", "x-gzip", "*"):
-            q = params.strip()
-            return not (q.startswith("q=") and float(q[2:] or 0) == 0)
-    return False
+    """Whether ``Accept-Encoding`` lets gzip through (RFC 9110 §12.5.3); never raises.
+
+    A member with a malformed weight (``gzip;q=abc``, ``q=2``) is ignored, as if absent:
+    the hub then answers without gzip unless another member allows it. ``gzip`` (or
+    ``x-gzip``) by name wins over ``*``; a weight of 0 refuses.
+    """
+    named: float | None = None
+    star: float | None = None
+    for member in request.headers.get("Accept-Encoding", "").split(","):
+        coding, _, params = member.partition(";")
+        coding = coding.strip().lower()
+        if coding not in ("gzip", "x-gzip", "*"):
+            continue
+        q = _weight(params)
+        if q is None:
+            continue
+        if coding == "*":
+            star = q if star is None else max(star, q)
+        else:
+            named = q if named is None else max(named, q)
+    q = named if named is not None else star
+    return q is not None and q > 0
 
 
 def _headers(validators: Validators, extra: dict[str, str] | None) -> dict[str, str]:

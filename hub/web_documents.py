@@ -45,8 +45,6 @@ from .web_state import BUILDS, DOC_CACHE, PAGES, PARSER, SNAPSHOTS, STORE, URLS
 
 #: Events read from Redis per round trip while a page is rendered.
 READ_BATCH = 5000
-#: A batch of more events than this is rendered in the pool, not on the event loop.
-INLINE_ROWS = 200
 #: An index lists at most this many pages (Sitemaps limit): the newest ones.
 MAX_INDEX_ENTRIES = 50_000
 
@@ -140,10 +138,10 @@ async def _build_page(
     chunks: list[bytes] = []
     read = 0
     while rows:
-        if len(rows) > INLINE_ROWS:
-            chunks.append(await pool.run(rendering.change_rows, head, rows, page.from_ms))
-        else:
-            chunks.append(rendering.change_rows(head, rows, page.from_ms))
+        inline = len(rows) <= rendering.INLINE_ENTRIES
+        chunks.append(
+            await pool.run(rendering.change_rows, head, rows, page.from_ms, inline=inline)
+        )
         head = ""
         read += len(rows)
         if read >= page.count:
@@ -282,7 +280,12 @@ async def resource_list(request: web.Request) -> web.StreamResponse:
                 completed=exact.at_ms,
             )
             return await request.app[PARSER].run(
-                rendering.resource_list, head, exact.fold, exact.at_ms, exact.last_id
+                rendering.resource_list,
+                head,
+                exact.fold,
+                exact.at_ms,
+                exact.last_id,
+                inline=len(exact.fold) <= rendering.INLINE_ENTRIES,
             )
 
         built = await request.app[BUILDS].get(

@@ -9,7 +9,6 @@ one and the same build. Conditional GETs of that version are 304s.
 from __future__ import annotations
 
 import asyncio
-import gc
 import gzip
 import http.client
 import io
@@ -24,7 +23,7 @@ from hub.web_state import BUILDS
 from resourcesync import ChangeList, ResourceList, parse
 from tests.conftest import Hub
 from tests.support import TIME_SCALE, changes, notification, wait_for
-from tests.watchdog import Watchdog
+from tests.watchdog import Watchdog, frozen_heap
 
 ENTRIES = 50_000
 BATCH = 10_000
@@ -84,26 +83,24 @@ async def ten_readers(hub: Hub, url: str, what: str) -> list[Result]:
     """Ten concurrent GETs of ``url`` (half gzipped) while /healthz is timed: p99 < 50 ms."""
     probe = HealthProbe(hub.url)
     probe.start()
-    # As `rshub serve` does at start-up (hub.web_app): the test process's own heap (pytest,
-    # every import) out of the collector's way, so a full collection costs what the hub's
-    # does and not 60-120 ms of pytest objects.
-    gc.collect()
-    gc.freeze()
     try:
         await wait_for(lambda: len(probe.latencies) >= 3)  # the probe runs before the load
-        async with aiohttp.ClientSession(auto_decompress=False) as readers, Watchdog() as dog:
+        with frozen_heap():
+            async with (
+                aiohttp.ClientSession(auto_decompress=False) as readers,
+                Watchdog() as dog,
+            ):
 
-            async def get(gz: bool) -> Result:
-                headers = {"Accept-Encoding": "gzip" if gz else "identity"}
-                async with readers.get(url, headers=headers) as resp:
-                    body = await resp.read()
-                    return resp.status, body, CIMultiDict(resp.headers)
+                async def get(gz: bool) -> Result:
+                    headers = {"Accept-Encoding": "gzip" if gz else "identity"}
+                    async with readers.get(url, headers=headers) as resp:
+                        body = await resp.read()
+                        return resp.status, body, CIMultiDict(resp.headers)
 
-            started = len(probe.latencies)
-            results = await asyncio.gather(*(get(i % 2 == 0) for i in range(10)))
-            during = probe.latencies[started:]
+                started = len(probe.latencies)
+                results = await asyncio.gather(*(get(i % 2 == 0) for i in range(10)))
+                during = probe.latencies[started:]
     finally:
-        gc.unfreeze()
         probe.stop.set()
         await asyncio.to_thread(probe.join, 10)
     assert not probe.failures, probe.failures[:3]
