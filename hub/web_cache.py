@@ -79,11 +79,12 @@ def not_modified(request: web.Request, validators: Validators) -> bool:
     if ims is not None and (validators.immutable or validators.settled):
         try:
             since = parsedate_to_datetime(ims)
-        except (TypeError, ValueError, IndexError):
-            return False
-        if since.tzinfo is None:
-            since = since.replace(tzinfo=UTC)
-        return validators.modified_ms // 1000 <= int(since.timestamp())
+            if since.tzinfo is None:
+                since = since.replace(tzinfo=UTC)
+            seconds = int(since.timestamp())
+        except (TypeError, ValueError, IndexError, OverflowError, OSError):
+            return False  # not a date: as if the header were absent
+        return validators.modified_ms // 1000 <= seconds
     return False
 
 
