@@ -99,12 +99,10 @@ class ResourceSnapshots:
 
     async def probe(self, topic: str) -> Probe:
         """The fold's size, the topic's version and the Redis clock, in one round trip."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hlen(keys.resources(topic))
-            pipe.hget(keys.topic_meta(topic), keys.LAST_ID)
-            pipe.time()
-            size, last_id, now = await pipe.execute()
-        return Probe(int(size), keys.optional_text(last_id), _ms(now))
+        size, last_id, *now = await self.scripts.run(
+            scripts.RESOURCELIST_PROBE, [keys.resources(topic), keys.topic_meta(topic)], []
+        )
+        return Probe(int(size), keys.optional_text(last_id), _ms((int(now[0]), int(now[1]))))
 
     async def exact(self, topic: str) -> Exact | None:
         """The whole fold at one instant, or ``None`` when it needs pages."""

@@ -57,7 +57,7 @@ class HealthProbe(threading.Thread):
                 self.latencies.append(time.perf_counter() - start)
                 if resp.status != 200:
                     self.failures.append(f"status {resp.status}")
-                self.stop.wait(0.01)
+                self.stop.wait(0.002)
         finally:
             conn.close()
 
