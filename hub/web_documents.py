@@ -18,9 +18,9 @@ Change List entries are in event-id (receipt) order; :mod:`hub.rendering` says w
 entry carries and :mod:`hub.pages` where pages begin and end. A page is read from the
 stream in batches and rendered in the parse pool (:mod:`hub.parsing`), once per version
 however many ask at once (:class:`hub.web_cache.Builds`), so a 50,000-entry page never
-holds the event loop. It is
-only ever served whole: a page whose first event was trimmed, before or while it is read,
-is not served (404). The Resource List is built the same way, once per topic version.
+holds the event loop. It is only ever served whole: a page whose first event was trimmed,
+before or while it is read, is not served (404). The Resource List is built the same way,
+once per topic version.
 User documentation: ``docs/polling.md``.
 """
 
