@@ -34,7 +34,15 @@ from .exceptions import BadRequest
 #: An event id as a comparable tuple: ``(ms, seq)``.
 EventKey = tuple[int, int]
 
-_ID = re.compile(r"(\d{1,20})(?:-(\d{1,20}))?")
+#: The stream id grammar: ``<ms>-<seq>`` or ``<ms>``, ASCII digits only (``\d`` would take
+#: any Unicode digit), no sign, no spaces; each part must also fit 64 bits unsigned.
+_ID = re.compile(r"([0-9]{1,20})(?:-([0-9]{1,20}))?")
+_U64_MAX = 2**64 - 1
+#: What a 400 for a malformed event id says.
+ID_RULE = (
+    "an event id is <ms>-<seq> or <ms>: unsigned 64-bit decimal integers "
+    "(digits 0-9 only, no sign, no spaces)"
+)
 #: What a published ``<loc>`` must be: an absolute http(s) URL with a host, and no spaces
 #: or control characters (subscribers fetch it; a relative or bare word means nothing).
 _LOC = re.compile(r"(?i:https?)://[^\x00-\x20\x7f-\x9f/?#]+(?:[/?#][^\x00-\x20\x7f-\x9f]*)?")
@@ -43,9 +51,10 @@ _LOC = re.compile(r"(?i:https?)://[^\x00-\x20\x7f-\x9f/?#]+(?:[/?#][^\x00-\x20\x
 def parse_id(value: str) -> EventKey:
     """``"<ms>-<seq>"`` (or ``"<ms>"``) as a comparable tuple; 400 if it is not one."""
     match = _ID.fullmatch(value)
-    if not match:
-        raise BadRequest(f"invalid event id {value[:60]!r}: expected <ms>-<seq>")
-    return int(match.group(1)), int(match.group(2) or 0)
+    key = (int(match.group(1)), int(match.group(2) or 0)) if match else None
+    if key is None or key[0] > _U64_MAX or key[1] > _U64_MAX:
+        raise BadRequest(f"invalid event id {value[:60]!r}: {ID_RULE}", rule=ID_RULE)
+    return key
 
 
 def format_id(key: EventKey) -> str:

@@ -68,6 +68,11 @@ def resourcelist_page(topic: str, snapshot: str, page: int) -> str:
     return f"{PREFIX}{{{topic}}}:rl:{snapshot}:{page}"
 
 
+def resourcelist_copy(topic: str, token: str) -> str:
+    """Hash with a TTL: one reader's copy of the fold, read in batches (``hub.snapshots``)."""
+    return f"{PREFIX}{{{topic}}}:rl:copy:{token}"
+
+
 def resources(topic: str) -> str:
     """Hash: loc -> latest resource state, folded from the changes."""
     return f"{PREFIX}{{{topic}}}:resources"
@@ -148,6 +153,12 @@ def optional_text(value: bytes | str | int | None) -> str | None:
 
 def as_bytes(value: bytes | str) -> bytes:
     return value if isinstance(value, bytes) else value.encode()
+
+
+def hscan_reply(reply: Any) -> tuple[int, dict[bytes, bytes]]:
+    """An HSCAN reply: the next cursor (0 at the end) and the batch of fields."""
+    cursor, found = reply
+    return int(cursor), {as_bytes(k): as_bytes(v) for k, v in found.items()}
 
 
 def event_rows(rows: Any) -> list[tuple[str, bytes]]:

@@ -237,11 +237,22 @@ def _optional(name: str, where: str) -> dict[str, Any]:
     return {"name": name, "in": where, "required": False, "schema": {"type": "string"}}
 
 
+def _event_id(name: str, where: str) -> dict[str, Any]:
+    """A resume point: the stream id grammar (hub.events.parse_id); anything else is 400."""
+    return {
+        **_optional(name, where),
+        "description": "An event id, `<ms>-<seq>` or `<ms>`: unsigned 64-bit decimal "
+        "integers, digits only, no sign or spaces (else 400 naming that rule). `0`: all "
+        "retained events.",
+        "schema": {"type": "string", "pattern": "^[0-9]{1,20}(-[0-9]{1,20})?$"},
+    }
+
+
 def _stream_parameters(*, last_event_id: bool) -> list[dict[str, Any]]:
     """A stream's resume point (``since``, SSE's ``Last-Event-ID``) and its filters."""
-    resume = [_optional("since", "query")]
+    resume = [_event_id("since", "query")]
     if last_event_id:
-        resume.append(_optional("Last-Event-ID", "header"))
+        resume.append(_event_id("Last-Event-ID", "header"))
     return [*resume, _optional("change", "query"), _optional("prefix", "query")]
 
 

@@ -9,6 +9,10 @@ for memory) fails only its request, with 503, and the pool is rebuilt.
 
 Errors raised in a worker (``DocumentError``, ``RequestError``) pickle, so the caller sees
 the same exception, and the same 4xx, as for an inline parse.
+
+The same pool renders the documents too costly to render per request (whole Resource Lists,
+Change List pages: :meth:`DocumentParser.run`), for the same reason: in a thread, 50,000
+entries of string building would hold the GIL, and the event loop, for a quarter second.
 """
 
 from __future__ import annotations
@@ -64,17 +68,22 @@ class DocumentParser:
             else:
                 # forkserver, not fork: forking a process that runs threads can deadlock.
                 context = multiprocessing.get_context("forkserver")
-                context.set_forkserver_preload(["hub.events"])
+                context.set_forkserver_preload(["hub.events", "hub.rendering"])
                 self._pool = ProcessPoolExecutor(self.workers, mp_context=context)
         return self._pool
 
     async def _off_loop(self, func: Callable[[bytes, int, Limits], T], body: bytes) -> T:
+        return await self.run(func, body, self.max_bytes, self.limits)
+
+    async def run(self, func: Callable[..., T], *args: object, inline: bool = False) -> T:
+        """``func(*args)`` in the pool (a module-level function; arguments that pickle), or
+        right here when ``inline`` (small work: faster than the hand-off)."""
+        if inline:
+            return func(*args)
         try:
             # Submitted from a thread: the first submit starts the worker processes, which
             # waits on the fork server (and its imports) for most of a second.
-            future: Future[T] = await asyncio.to_thread(
-                self._executor().submit, func, body, self.max_bytes, self.limits
-            )
+            future: Future[T] = await asyncio.to_thread(self._executor().submit, func, *args)
             return await asyncio.wrap_future(future)
         except BrokenProcessPool:
             log.warning("a parser worker died; restarting the pool")

@@ -22,13 +22,15 @@ there is one, without trailing zeros.
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 from xml.sax.saxutils import escape
 
-from .events import Event, id_ms
+from .events import Event, decode, id_ms
 
 #: Namespace of rshub's extension attributes.
 RSHUB_NS = "urn:rshub:1"
@@ -171,3 +173,56 @@ def chunked(parts: Iterable[str], size: int = CHUNK_CHARS) -> Iterator[bytes]:
             buf, length = [], 0
     if buf:
         yield "".join(buf).encode()
+
+
+# -- whole documents, rendered off the event loop (hub.parsing runs them in its pool) ----
+
+#: Entries a caller may render on the event loop (about 2 ms); more go to the pool.
+INLINE_ENTRIES = 400
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """One version of a document rendered whole, as sent and gzipped (built once, off loop)."""
+
+    raw: bytes
+    gz: bytes
+    #: When the content was read (ms), e.g. a Resource List's ``at``.
+    at_ms: int
+    #: The newest event the content reflects (its version), if any.
+    last_id: str | None
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.raw) + len(self.gz)
+
+
+def rendered(chunks: Iterable[bytes], at_ms: int, last_id: str | None) -> Rendered:
+    """Join and gzip encoded ``chunks``."""
+    raw = b"".join(chunks)
+    return Rendered(raw, gzip.compress(raw, 6), at_ms, last_id)
+
+
+def resource_entries(values: Iterable[bytes]) -> Iterator[str]:
+    """Resource List ``<url>`` elements for fold values (``"<event-id> <event-json>"``)."""
+    for value in values:
+        _, _, stored = value.partition(b" ")
+        yield resource_entry(decode(stored))
+
+
+def resource_list(head: str, fold: dict[bytes, bytes], at_ms: int, last_id: str | None) -> Rendered:
+    """A whole Resource List from the fold (``loc -> value``), in ``loc`` order."""
+    values = [fold[loc] for loc in sorted(fold)]
+    parts = chunked([head, *resource_entries(values), URLSET_CLOSE])
+    return rendered(parts, at_ms, last_id)
+
+
+def resource_page(head: str, values: list[bytes]) -> bytes:
+    """One page of a paged Resource List snapshot."""
+    return b"".join(chunked([head, *resource_entries(values), URLSET_CLOSE]))
+
+
+def change_rows(head: str, rows: list[tuple[str, bytes]], floor_ms: int) -> bytes:
+    """``head`` then one batch of a Change List page's entries (stored events)."""
+    parts = [head, *(change_entry(eid, decode(data), floor_ms) for eid, data in rows)]
+    return "".join(parts).encode()

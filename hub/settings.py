@@ -221,6 +221,12 @@ class Settings(BaseSettings):
     #: the hub's send buffer for it) forever.
     stream_close_seconds: float = Field(5.0, gt=0, le=300)
 
+    # -- readers: documents built once per version ----------------------------------------
+    #: In-process cache of whole Resource Lists (plain and gzipped), each built once per
+    #: topic version off the event loop and shared by every request for it (0 = build
+    #: per version without keeping it; concurrent requests still share one build).
+    built_document_cache_bytes: int = Field(256 * 1024 * 1024, ge=0, le=16 * 1024**3)
+
     @field_validator("workers")
     @classmethod
     def _check_workers(cls, value: int | str) -> int | str:

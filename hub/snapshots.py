@@ -4,14 +4,16 @@ The fold itself is kept by the publish script (:mod:`hub.store`): hash
 ``keys.resources(topic)``, ``loc -> "<event-id> <event-json>"``, deleted locs removed. Here
 it is read two ways:
 
-- Up to ``page_entries`` URIs: :meth:`ResourceSnapshots.exact` reads it with ``HGETALL`` in
+- Up to ``page_entries`` URIs: :meth:`ResourceSnapshots.exact` copies it with ``COPY`` in
   one script with a Redis ``TIME`` (``scripts/exact_resourcelist.lua``), so it is an exact
   snapshot: ``at`` = ``completed`` = that time. Every change not in it has a later receipt
   time (event ids follow the Redis clock), so a Destination that baselines from it then
-  applies the Change List entries with ``datetime >= at`` misses nothing.
+  applies the Change List entries with ``datetime >= at`` misses nothing. The copy is then
+  read in ``HSCAN`` batches (one 50,000-entry reply would hold the event loop while it is
+  parsed) and rendered in a thread, together with its gzipped form.
 - Beyond that: pages of one snapshot built with ``HSCAN`` (not atomic: ``at`` is when the
-  scan began and ``completed`` when it ended, as §10.1 allows). The pages are rendered once,
-  kept in Redis for ``ttl_seconds`` and served as immutable; a snapshot is reused for
+  scan began and ``completed`` when it ended, as §10.1 allows). The pages are rendered once
+  (in a thread), kept in Redis for ``ttl_seconds`` and served as immutable; a snapshot is reused for
   ``reuse_seconds`` while the topic changes, and for as long as it does not. One process
   takes a snapshot at a time (``keys.resourcelist_lock``); the others wait for its record,
   so several hub processes serve the same snapshot.
@@ -21,28 +23,43 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Iterator
+import secrets
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from . import keys, rendering, scripts
 from .connection import Client
-from .events import decode
 from .script_pipe import ScriptPipe
 from .topics import HubUrls
 
+#: Runs ``func(*args)`` off the event loop and awaits its result.
+Offload = Callable[..., Awaitable[Any]]
+
 #: How long one process may take to write a snapshot before another may take over.
 _TAKING_MS = 60_000
+#: Fold entries one HSCAN reply carries (hiredis parses it in a few ms).
+SCAN_BATCH = 5000
+#: How long a reader's copy of the fold may outlive a reader that died while reading it.
+_COPY_MS = 60_000
 
 
 @dataclass(frozen=True, slots=True)
 class Exact:
-    """A whole Resource List read at one instant."""
+    """The whole fold read at one instant: ``loc -> "<event-id> <event-json>"``."""
 
     at_ms: int
-    #: The stored JSON of each resource's latest change, in ``loc`` order.
-    values: list[bytes]
     last_id: str | None
+    fold: dict[bytes, bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """What one round trip tells a reader before it builds: size, version, Redis clock."""
+
+    size: int
+    last_id: str | None
+    now_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,13 +77,6 @@ def _ms(t: list[int] | tuple[int, int]) -> int:
     return int(t[0]) * 1000 + int(t[1]) // 1000
 
 
-def entries(values: list[bytes]) -> Iterator[str]:
-    """Resource List ``<url>`` elements for fold values (``"<event-id> <event-json>"``)."""
-    for value in values:
-        _, _, stored = value.partition(b" ")
-        yield rendering.resource_entry(decode(stored))
-
-
 class ResourceSnapshots:
     def __init__(
         self,
@@ -76,28 +86,49 @@ class ResourceSnapshots:
         page_entries: int,
         reuse_seconds: int,
         ttl_seconds: int,
+        offload: Offload = asyncio.to_thread,
     ) -> None:
         self.redis = redis
         self.scripts = scripts
         self.page_entries = page_entries
         self.reuse_seconds = reuse_seconds
         self.ttl_seconds = ttl_seconds
+        #: Runs CPU-heavy rendering off the event loop (the app passes its parse pool).
+        self.offload = offload
         self._locks: dict[str, asyncio.Lock] = {}
 
+    async def probe(self, topic: str) -> Probe:
+        """The fold's size, the topic's version and the Redis clock, in one round trip."""
+        size, last_id, *now = await self.scripts.run(
+            scripts.RESOURCELIST_PROBE, [keys.resources(topic), keys.topic_meta(topic)], []
+        )
+        return Probe(int(size), keys.optional_text(last_id), _ms((int(now[0]), int(now[1]))))
+
     async def exact(self, topic: str) -> Exact | None:
-        """The whole Resource List at one instant, or ``None`` when it needs pages."""
-        if await self.redis.hlen(keys.resources(topic)) > self.page_entries:
-            return None
+        """The whole fold at one instant, or ``None`` when it needs pages."""
+        copy = keys.resourcelist_copy(topic, secrets.token_hex(8))
         out = await self.scripts.run(
             scripts.EXACT_RESOURCELIST,
-            [keys.resources(topic), keys.topic_meta(topic)],
-            [self.page_entries],
+            [keys.resources(topic), keys.topic_meta(topic), copy],
+            [self.page_entries, _COPY_MS],
         )
         if not out:
             return None
-        fold = dict(zip(out[3::2], out[4::2], strict=True))
-        values = [keys.as_bytes(fold[loc]) for loc in sorted(fold)]
-        return Exact(_ms((int(out[0]), int(out[1]))), values, keys.optional_text(out[2]))
+        at_ms = _ms((int(out[0]), int(out[1])))
+        last_id = keys.optional_text(out[2])
+        fold: dict[bytes, bytes] = {}
+        try:
+            if int(out[3]):
+                cursor = 0
+                while True:
+                    reply = await self.redis.hscan(copy, cursor, count=SCAN_BATCH)
+                    cursor, batch = keys.hscan_reply(reply)
+                    fold.update(batch)
+                    if not cursor:
+                        break
+        finally:
+            await self.redis.delete(copy)
+        return Exact(at_ms, last_id, fold)
 
     async def current(self, topic: str, urls: HubUrls) -> Snapshot:
         """A fresh enough paged snapshot of ``topic``, taken now if needed."""
@@ -155,20 +186,29 @@ class ResourceSnapshots:
                 [("up", urls.capabilitylist(topic)), ("index", urls.resourcelist(topic))],
                 at=at_ms,
             )
-            body = b"".join(rendering.chunked([head, *entries(batch), rendering.URLSET_CLOSE]))
+            if len(batch) <= rendering.INLINE_ENTRIES:
+                body = rendering.resource_page(head, batch)
+            else:
+                body = await self.offload(rendering.resource_page, head, batch)
             await self.redis.set(
                 keys.resourcelist_page(topic, snap_id, k), body, ex=self.ttl_seconds
             )
             k, batch = k + 1, []
 
-        async for loc, value in self.redis.hscan_iter(keys.resources(topic), count=5000):
-            digest = hashlib.blake2b(loc, digest_size=12).digest()
-            if digest in seen:  # HSCAN may return an entry twice while the hash is rehashed
-                continue
-            seen.add(digest)
-            batch.append(value)
-            if len(batch) >= self.page_entries:
-                await flush()
+        cursor = 0
+        while True:
+            reply = await self.redis.hscan(keys.resources(topic), cursor, count=SCAN_BATCH)
+            cursor, found = keys.hscan_reply(reply)
+            for loc, value in found.items():
+                digest = hashlib.blake2b(loc, digest_size=12).digest()
+                if digest in seen:  # HSCAN may return an entry twice while the hash rehashes
+                    continue
+                seen.add(digest)
+                batch.append(value)
+                if len(batch) >= self.page_entries:
+                    await flush()
+            if not cursor:
+                break
         if batch or k == 0:
             await flush()
         completed_ms = max(_ms(await self.redis.time()), at_ms)

@@ -55,7 +55,7 @@ from .subscriptions import SubscriptionStore
 from .tasks import cancel_and_wait
 from .topic_admin import TopicAdmin
 from .topics import WELL_KNOWN, HubUrls
-from .web_cache import ByteCache
+from .web_cache import Builds, ByteCache
 from .web_client import HttpClient
 from .web_connections import (
     ClientGone,
@@ -66,6 +66,7 @@ from .web_connections import (
 )
 from .web_state import (
     AUTH,
+    BUILDS,
     CLIENT,
     CONNECTIONS,
     DELIVERY,
@@ -305,14 +306,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     ownership.on_topic_removed = topic_removed
     app[TOPIC_ADMIN] = TopicAdmin(connections.main, store.scripts, subscriptions)
     app[STORE], app[SUBSCRIPTIONS], app[PAGES] = store, subscriptions, pages
-    app[SNAPSHOTS] = ResourceSnapshots(
-        connections.main,
-        store.scripts,
-        page_entries=settings.resourcelist_page_entries,
-        reuse_seconds=settings.resourcelist_snapshot_seconds,
-        ttl_seconds=settings.resourcelist_snapshot_ttl_seconds,
-    )
     app[DOC_CACHE] = ByteCache(settings.document_cache_bytes)
+    app[BUILDS] = Builds(settings.built_document_cache_bytes)
     app[CLIENT], app[FEEDS], app[DELIVERY], app[OWNERSHIP] = client, feeds, delivery, ownership
     app[STATS] = StreamStats(connections.main, store.scripts)
     parser = app[PARSER] = DocumentParser(
@@ -326,6 +321,14 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         inline_bytes=settings.parse_inline_bytes,
         workers=settings.parse_workers,
         kind=settings.parse_pool,
+    )
+    app[SNAPSHOTS] = ResourceSnapshots(
+        connections.main,
+        store.scripts,
+        page_entries=settings.resourcelist_page_entries,
+        reuse_seconds=settings.resourcelist_snapshot_seconds,
+        ttl_seconds=settings.resourcelist_snapshot_ttl_seconds,
+        offload=parser.run,
     )
     health = app[REDIS_HEALTH] = RedisHealth()
 

@@ -16,38 +16,37 @@ Change List index and its ``changelist-notification`` channel: ``loc`` = the top
 
 Change List entries are in event-id (receipt) order; :mod:`hub.rendering` says what each
 entry carries and :mod:`hub.pages` where pages begin and end. A page is read from the
-stream in batches and written out as it is rendered. It is only ever served whole: a page
-whose first event was trimmed is not served (404), and if trimming overtakes a page while it
-is being sent, the connection is cut rather than the page finished short.
+stream in batches and rendered in the parse pool (:mod:`hub.parsing`), once per version
+however many ask at once (:class:`hub.web_cache.Builds`), so a 50,000-entry page never
+holds the event loop. It is only ever served whole: a page whose first event was trimmed,
+before or while it is read, is not served (404). The Resource List is built the same way,
+once per topic version.
 User documentation: ``docs/polling.md``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-from collections.abc import AsyncIterator, Iterator
 
 from aiohttp import web
 
 from . import rendering
-from .events import decode, id_ms
+from .events import id_ms
 from .exceptions import NotFound
 from .pages import Chain, Page
-from .snapshots import Exact, entries
+from .parsing import DocumentParser
+from .rendering import Rendered
 from .store import EventStore
 from .topics import HubUrls, check_name
 from .web_access import check_read, readable
-from .web_cache import Validators, not_modified, send_cached, stream
-from .web_state import DOC_CACHE, PAGES, SNAPSHOTS, STORE, URLS
+from .web_cache import Validators, not_modified, send_cached, send_rendered, stream, unchanged
+from .web_state import BUILDS, DOC_CACHE, PAGES, PARSER, SNAPSHOTS, STORE, URLS
 
 #: Events read from Redis per round trip while a page is rendered.
 READ_BATCH = 5000
 #: An index lists at most this many pages (Sitemaps limit): the newest ones.
 MAX_INDEX_ENTRIES = 50_000
-
-
-class PageTrimmed(ConnectionResetError):
-    """Retention trimmed a page while it was being sent; the response is aborted."""
 
 
 async def known_topic(request: web.Request) -> str:
@@ -131,37 +130,38 @@ async def _first_batch(store: EventStore, topic: str, page: Page) -> list[tuple[
     return rows
 
 
-async def _page_body(
-    store: EventStore,
-    topic: str,
-    page: Page,
-    head: str,
-    rows: list[tuple[str, bytes]],
-    keep: list[bytes] | None,
-) -> AsyncIterator[bytes]:
-    floor = page.from_ms
-    sent = 0
-    parts: list[str] = [head]
+async def _build_page(
+    store: EventStore, pool: DocumentParser, topic: str, page: Page, head: str
+) -> Rendered:
+    """The whole page, read in batches and rendered in the pool; never a partial page."""
+    rows = await _first_batch(store, topic, page)
+    chunks: list[bytes] = []
+    read = 0
     while rows:
-        parts.extend(rendering.change_entry(eid, decode(data), floor) for eid, data in rows)
-        sent += len(rows)
-        chunk = "".join(parts).encode()
-        parts = []
-        if keep is not None:
-            keep.append(chunk)
-        yield chunk
-        if sent >= page.count:
+        inline = len(rows) <= rendering.INLINE_ENTRIES
+        chunks.append(
+            await pool.run(rendering.change_rows, head, rows, page.from_ms, inline=inline)
+        )
+        head = ""
+        read += len(rows)
+        if read >= page.count:
             break
         rows = await store.range(
-            topic, f"({rows[-1][0]}", page.last or "+", min(READ_BATCH, page.count - sent)
+            topic, f"({rows[-1][0]}", page.last or "+", min(READ_BATCH, page.count - read)
         )
     if page.first is not None:
-        if sent != page.count or not await store.contains(topic, page.first):
-            raise PageTrimmed(f"page {page.n} of {topic!r} was trimmed while being sent")
-    tail = ("".join(parts) + rendering.URLSET_CLOSE).encode()
-    if keep is not None:
-        keep.append(tail)
-    yield tail
+        if read != page.count or not await store.contains(topic, page.first):
+            raise NotFound(
+                f"Change List page {page.n} of {topic!r} was withdrawn: retention trimmed it "
+                "while it was read",
+                topic=topic,
+                page=page.n,
+            )
+    chunks.append((head + rendering.URLSET_CLOSE).encode())
+    if sum(map(len, chunks)) <= rendering.CHUNK_CHARS:
+        return rendering.rendered(chunks, page.last_ms, page.last)
+    # gzip releases the GIL: a thread will do (no need to ship the body to the pool)
+    return await asyncio.to_thread(rendering.rendered, chunks, page.last_ms, page.last)
 
 
 async def _serve_page(
@@ -171,8 +171,13 @@ async def _serve_page(
     page: Page,
     headers: dict[str, str] | None = None,
 ) -> web.StreamResponse:
+    """A page built once per version (off the loop; concurrent readers share the build)."""
     u = request.app[URLS]
     validators = _page_validators(u, topic, page, chain.now_ms)
+    if not_modified(request, validators):
+        return unchanged(validators, headers)
+    if request.method == "HEAD":
+        return await stream(request, validators, [], headers=headers)
     cache = request.app[DOC_CACHE]
     if page.closed:
         cached = cache.get(validators.tag)
@@ -180,16 +185,19 @@ async def _serve_page(
             return await send_cached(
                 request, validators, cache, validators.tag, cached, headers=headers
             )
-    store = request.app[STORE]
-    rows: list[tuple[str, bytes]] = []
-    if request.method != "HEAD" and not not_modified(request, validators):
-        rows = await _first_batch(store, topic, page)
-    keep: list[bytes] | None = [] if page.closed else None
-    body = _page_body(store, topic, page, _page_head(u, topic, page), rows, keep)
-    resp = await stream(request, validators, body, headers=headers)
-    if keep and resp.status == 200:
-        cache.put(validators.tag, b"".join(keep))
-    return resp
+
+    async def build() -> Rendered:
+        head = _page_head(u, topic, page)
+        return await _build_page(request.app[STORE], request.app[PARSER], topic, page, head)
+
+    # The open page is kept per topic until it changes; closed ones go to the page cache.
+    key = f"cl {topic} {page.n}" if page.closed else f"cl {topic}"
+    built = await request.app[BUILDS].get(key, validators.tag, build, keep=not page.closed)
+    assert built is not None
+    if page.closed:
+        cache.put(validators.tag, built.raw)
+        cache.put(validators.tag + "|gz", built.gz)
+    return await send_rendered(request, validators, built, headers=headers)
 
 
 async def changelist_page(request: web.Request) -> web.StreamResponse:
@@ -245,24 +253,47 @@ async def changelist_index(request: web.Request) -> web.StreamResponse:
 # -- Resource Lists -------------------------------------------------------------------------
 
 
-def _single(u: HubUrls, topic: str, exact: Exact) -> Iterator[bytes]:
-    head = rendering.URLSET_OPEN + rendering.root(
-        "resourcelist", [("up", u.capabilitylist(topic))], at=exact.at_ms, completed=exact.at_ms
-    )
-    yield from rendering.chunked([head, *entries(exact.values), rendering.URLSET_CLOSE])
-
-
 async def resource_list(request: web.Request) -> web.StreamResponse:
+    """The whole list (one version built once, off the loop, then cached), or its index."""
     topic = await known_topic(request)
     u, snapshots = request.app[URLS], request.app[SNAPSHOTS]
-    exact = await snapshots.exact(topic)
-    if exact is not None:
-        last = exact.last_id or "0-0"
-        modified = min(id_ms(last), exact.at_ms)
-        validators = Validators(
-            f"{u.tag}-rl-{topic}-{last}", modified, settled=modified < exact.at_ms - 1000
+    probe = await snapshots.probe(topic)
+    if probe.size <= snapshots.page_entries:
+
+        def validators_of(last_id: str | None) -> Validators:
+            modified = id_ms(last_id or "0-0")
+            tag = f"{u.tag}-rl-{topic}-{last_id or '0-0'}"
+            return Validators(tag, modified, settled=modified < probe.now_ms - 1000)
+
+        early = validators_of(probe.last_id)
+        if not_modified(request, early):
+            return unchanged(early)
+
+        async def build() -> Rendered | None:
+            exact = await snapshots.exact(topic)
+            if exact is None:
+                return None
+            head = rendering.URLSET_OPEN + rendering.root(
+                "resourcelist",
+                [("up", u.capabilitylist(topic))],
+                at=exact.at_ms,
+                completed=exact.at_ms,
+            )
+            return await request.app[PARSER].run(
+                rendering.resource_list,
+                head,
+                exact.fold,
+                exact.at_ms,
+                exact.last_id,
+                inline=len(exact.fold) <= rendering.INLINE_ENTRIES,
+            )
+
+        built = await request.app[BUILDS].get(
+            f"rl {topic}", probe.last_id or "", build, lambda r: r.last_id or ""
         )
-        return await stream(request, validators, _single(u, topic, exact))
+        if built is not None:
+            return await send_rendered(request, validators_of(built.last_id), built)
+        # it outgrew one document meanwhile: serve the index
     snap = await snapshots.current(topic, u)
     parts = [
         rendering.INDEX_OPEN,

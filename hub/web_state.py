@@ -22,7 +22,7 @@ from .stream_stats import StreamStats
 from .subscriptions import SubscriptionStore
 from .topic_admin import TopicAdmin
 from .topics import HubUrls
-from .web_cache import ByteCache
+from .web_cache import Builds, ByteCache
 from .web_client import HttpClient
 from .web_connections import ConnectionGuard
 
@@ -38,6 +38,8 @@ SUBSCRIPTIONS = web.AppKey("subscriptions", SubscriptionStore)
 PAGES = web.AppKey("pages", PageChain)
 SNAPSHOTS = web.AppKey("snapshots", ResourceSnapshots)
 DOC_CACHE = web.AppKey("doc_cache", ByteCache)
+#: Whole Resource Lists, built once per version off the event loop (single flight).
+BUILDS = web.AppKey("builds", Builds)
 CLIENT = web.AppKey("client", HttpClient)
 FEEDS = web.AppKey("feeds", FeedHub)
 DELIVERY = web.AppKey("delivery", DeliveryService)

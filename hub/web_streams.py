@@ -66,7 +66,7 @@ def _since(request: web.Request) -> str | None:
 def _start_cursor(request: web.Request, feed: TopicFeed) -> EventKey:
     since = _since(request)
     if since:
-        return parse_id(since.strip())
+        return parse_id(since)
     return feed.last_key
 
 
@@ -106,7 +106,7 @@ async def _following(
     check_read(request, topic, query_token=True)
     since = _since(request)
     if since:
-        await check_since(request, topic, since.strip())  # 400/410 before any upgrade
+        await check_since(request, topic, since)  # 400/410 before any upgrade
     event_filter = EventFilter.from_query(request.query, request.query.getall("prefix", []))
     feeds = request.app[FEEDS]
     feed = await feeds.acquire(topic)
@@ -232,6 +232,9 @@ async def server_sent_events(request: web.Request) -> web.StreamResponse:
             }
         )
         await resp.prepare(request)
+        if request.method == "HEAD":  # the headers only: a body would break the connection
+            await resp.write_eof()
+            return resp
         await resp.write(b"retry: 1000\n\n")
 
         async def send() -> None:

@@ -22,9 +22,12 @@ while the watchdog runs (a worker that dies and restarts logs one each time).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import logging
 import os
 import time
+from collections.abc import Iterator
 from types import TracebackType
 
 from tests.support import TIME_SCALE, wait_for
@@ -131,3 +134,17 @@ class Watchdog:
             raise AssertionError(
                 f"{open_sockets()} sockets open, {self.baseline_sockets} at the start"
             ) from None
+
+
+@contextlib.contextmanager
+def frozen_heap() -> Iterator[None]:
+    """The test process's own heap (pytest, every import) out of the collector's way while
+    an in-process hub is watched, as ``rshub serve`` freezes its start-up heap
+    (``hub.web_app``): otherwise one full collection of pytest's objects, 60-120 ms on a
+    busy machine, counts as a hub stall."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()

@@ -1,9 +1,14 @@
 -- A whole Resource List at one instant (see hub.snapshots), unless it has too many URIs.
--- KEYS: 1 resources hash, 2 topic meta hash
--- ARGV: 1 most URIs
--- Returns {seconds, microseconds, last id or false, loc, value, loc, value, ...}, or {} if too many.
-if redis.call('HLEN', KEYS[1]) > tonumber(ARGV[1]) then return {} end
+-- The fold is copied (COPY, in Redis, in one step) so that the hub can then read the copy
+-- in small HSCAN batches: the read stays exact without one huge reply to parse at once.
+-- KEYS: 1 resources hash, 2 topic meta hash, 3 the copy to make (same hash slot)
+-- ARGV: 1 most URIs, 2 the copy's time to live (ms)
+-- Returns {seconds, microseconds, last id or false, number of URIs}, or {} if too many.
+local n = redis.call('HLEN', KEYS[1])
+if n > tonumber(ARGV[1]) then return {} end
 local t = redis.call('TIME')
-local out = {t[1], t[2], redis.call('HGET', KEYS[2], '$LAST_ID')}
-for _, v in ipairs(redis.call('HGETALL', KEYS[1])) do out[#out + 1] = v end
-return out
+if n > 0 then
+  redis.call('COPY', KEYS[1], KEYS[3], 'REPLACE')
+  redis.call('PEXPIRE', KEYS[3], ARGV[2])
+end
+return {t[1], t[2], redis.call('HGET', KEYS[2], '$LAST_ID'), n}

@@ -5,8 +5,10 @@ from __future__ import annotations
 import gzip
 import logging
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
+from yarl import URL
 
 from tests.conftest import Hub
 from tests.support import changes, notification
@@ -116,3 +118,93 @@ async def test_a_real_gzip_body_is_still_accepted(hub: Hub) -> None:
     headers = {"Content-Type": "application/xml", "Content-Encoding": "gzip"}
     status, text = await post(hub, "/topics/t", gzip.compress(notification(changes(2))), headers)
     assert status == 202, text
+
+
+# -- request headers and resume points ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "accept,gzipped",
+    [
+        ("gzip;q=abc", False),  # a malformed weight: the member is ignored
+        ("gzip;q=1.5", False),
+        ("gzip;q=", False),
+        ("gzip;q=NaN", False),
+        ("gzip;q=-0", False),
+        ("gzip;q=0.0001", False),
+        ("gzip;q=abc, *;q=1", True),  # ...and another member may still allow gzip
+        ("gzip;q=0.5", True),
+        ("GZIP ; Q = 0.5", True),
+        ("gzip;q=0", False),
+        ("*;q=0, gzip", True),  # gzip by name wins over *
+        ("gzip;q=0, *", False),
+        ("*", True),
+        ("br, identity", False),
+    ],
+)
+async def test_accept_encoding_never_500(
+    hub: Hub, caplog: pytest.LogCaptureFixture, accept: str, gzipped: bool
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    assert (await hub.publish("t", notification(changes(3)))).status == 202
+    for path in ("/topics/t", "/topics/t/changelist.xml", "/topics/t/resourcelist.xml"):
+        async with hub.session.get(
+            hub.url + path, headers={"Accept-Encoding": accept}, auto_decompress=False
+        ) as resp:
+            body = await resp.read()
+            assert resp.status == 200, (path, resp.status, body[:200])
+            assert (resp.headers.get("Content-Encoding") == "gzip") is gzipped, path
+            assert (gzip.decompress(body) if gzipped else body).startswith(b"<?xml")
+    assert_no_traceback(caplog)
+
+
+BAD_SINCES = [
+    "+5",  # in a query, "+" is a space: " 5"
+    "%205",
+    "5%20",
+    "1-99999999999999999999",
+    "18446744073709551616",
+    "1-18446744073709551616",
+    "-5",
+    "%D9%A3",  # ARABIC-INDIC DIGIT THREE: a digit to \d, not to the grammar
+    "1-2-3",
+    "0x10",
+    "1_000",
+    "1-",
+    "%EF%BC%91",  # FULLWIDTH DIGIT ONE
+]
+
+
+@pytest.mark.parametrize("since", BAD_SINCES)
+async def test_since_must_be_a_stream_id(
+    hub: Hub, caplog: pytest.LogCaptureFixture, since: str
+) -> None:
+    """``<ms>-<seq>`` or ``<ms>``, unsigned 64-bit decimals: anything else is 400 naming
+    the rule, on every way a resume point comes in."""
+    caplog.set_level(logging.DEBUG)
+    assert (await hub.publish("t", notification(changes(1)))).status == 202
+    raw = URL(f"{hub.url}/topics/t/events?since={since}", encoded=True)
+    header = unquote(since.replace("+", " "))
+    requests = [
+        hub.session.get(raw),
+        hub.session.get(URL(f"{hub.url}/topics/t/ws?since={since}", encoded=True)),
+        hub.session.post(hub.url + "/", data=form(hub, **{"hub.since": header}), headers=FORM),
+    ]
+    if header == header.strip():  # (HTTP itself strips a header value's outer spaces)
+        headers = {"Last-Event-ID": header}
+        requests.append(hub.session.get(f"{hub.url}/topics/t/events", headers=headers))
+    for request in requests:
+        async with request as resp:
+            assert resp.status == 400, (since, resp.url, resp.status)
+            error = (await resp.json())["error"]
+            assert "unsigned 64-bit decimal integers" in error, error
+    assert_no_traceback(caplog)
+
+
+async def test_the_largest_stream_id_is_well_formed(hub: Hub) -> None:
+    """The grammar's edge: 2**64-1 parses (then is refused as beyond the stream)."""
+    assert (await hub.publish("t", notification(changes(1)))).status == 202
+    top = "18446744073709551615-18446744073709551615"
+    async with hub.session.get(f"{hub.url}/topics/t/events?since={top}") as resp:
+        assert resp.status == 400
+        assert "beyond the last event id" in (await resp.json())["error"]

@@ -12,6 +12,7 @@ import asyncio
 import gzip
 import logging
 import random
+import re
 import time
 import zlib
 from collections import Counter
@@ -25,6 +26,7 @@ from yarl import URL
 
 from tests.conftest import Hub
 from tests.support import changes, notification
+from tests.watchdog import Watchdog, frozen_heap
 
 REQUESTS = 10_500
 CONCURRENCY = 24
@@ -326,3 +328,213 @@ async def test_fuzz_no_5xx_no_traceback_hub_healthy(
         if r.levelno >= logging.ERROR or r.exc_info
     ]
     assert bad == [], bad[:20]
+
+
+# -- request headers on every route ----------------------------------------------------------
+
+HEADER_SEED = 20261124
+HEADER_REQUESTS = 1500
+#: Hostile values per header; random printable strings are mixed in as well.
+HEADER_VALUES: dict[str, list[str]] = {
+    "Accept-Encoding": [
+        "gzip;q=abc",
+        "gzip;q=",
+        "gzip;q=1.5",
+        "gzip;q=-0",
+        "gzip;q=0.0001",
+        "gzip;q=NaN",
+        "gzip;q=inf",
+        "gzip;q=1e3",
+        "*;q=0, gzip",
+        "gzip;q=0, *",
+        ";;;",
+        ",,,",
+        "gzip;",
+        "gzip;q",
+        "gzip;=1",
+        "x-gzip;Q=0.5",
+        "br;q=0.9, gzip;q=0.8",
+        "identity;q=0",
+        "é",
+        "gzip;q=" + "9" * 5000,
+        "*;q=0.",
+        "gzip;q=1.000;q=0",
+        "gzip ; q = 0.5",
+    ],
+    "If-None-Match": [
+        '"x"',
+        "*",
+        "W/",
+        "",
+        'W/"',
+        '"' * 100,
+        ",,,",
+        'W/W/"a"',
+        "x" * 8000,
+        '"a", W/"b"',
+    ],
+    "If-Modified-Since": [
+        "yesterday",
+        "Mon, 01 Jan 2024 00:00:00 GMT",
+        "Mon, 01 Jan 99999 00:00:00 GMT",
+        "Mon, 01 Jan 0001 00:00:00 GMT",
+        "Mon, 32 Jan 2024 00:00:00 GMT",
+        "0",
+        "-1",
+        "Mon, 01 Jan 2024 25:61:61 GMT",
+        "Mon, 01 Jan 2024 00:00:00 +9999",
+        "Fri, 31 Dec 9999 23:59:59 GMT",
+        "Thu, 01 Jan 1970 00:00:00 -2400",
+        "Sat, 01 Jan 0000 00:00:00 GMT",
+        "Sun, 06 Nov 1994 08:49:37 GMT" * 50,
+        "Sunday, 06-Nov-94 08:49:37 GMT",
+        "Sun Nov  6 08:49:37 1994",
+    ],
+    "Range": [
+        "bytes=0-10",
+        "bytes=-1",
+        "bytes=abc",
+        "bytes=99999999999999999999-",
+        "items=1-2",
+        "bytes=1-0",
+        "bytes=0-1,2-3",
+        "bytes=",
+        "=",
+        "bytes=--",
+    ],
+    "Last-Event-ID": [
+        *SINCES,
+        "18446744073709551616",
+        "1-18446744073709551615",
+        "٣",
+        "+5",
+        "0x10",
+        "1_000",
+    ],
+    "Cookie": ["a=b", "=", ";;", 'a="b', "x" * 5000, "rshub_token=abc", "a=b; $Version=1", "é=é"],
+    "Authorization": [
+        "Bearer",
+        "Bearer ",
+        "Bearer x",
+        "Basic !!!",
+        "Basic YTpi",
+        "Basic //79",
+        "Token",
+        "",
+        "Bearer " + "x" * 5000,
+        "Digest a=b",
+        "bearer r1",
+        "Bearer pub",
+        "Bearer adm",
+        "Bearer  r1",
+        "Bearer r1 r1",
+    ],
+}
+_PRINTABLE = "".join(map(chr, range(0x20, 0x7F))) + "éü€\u00a0"
+
+
+def route_paths(hub: Hub) -> list[tuple[str, str]]:
+    """Every (method, path) the app routes, placeholders filled: new routes come in on
+    their own."""
+    fills = {
+        "name": ["t", "secret", "nothing", "%00", "a" * 300],
+        "page": ["1", "2", "0-00000", "x", "99999999999999999999"],
+        "file": ["index.html", "dashboard.js", "nope", ".."],
+    }
+    out = []
+    for route in hub.app.router.routes():
+        canonical = route.resource.canonical if route.resource else None
+        assert canonical is not None, route
+        names = re.findall(r"{(\w+)}", canonical)
+        for name in names:
+            assert name in fills, f"route {canonical}: no fuzz values for {{{name}}}"
+        for i in range(len(fills["name"])):
+            path = canonical
+            for name in names:
+                values = fills[name]
+                path = path.replace("{" + name + "}", quote(values[i % len(values)], safe="%"))
+            out.append((route.method, path))
+    return out
+
+
+def header_case(rng: random.Random, routes: list[tuple[str, str]]) -> dict[str, Any]:
+    method, path = rng.choice(routes)
+    headers: dict[str, str] = {}
+    for name in rng.sample(sorted(HEADER_VALUES), rng.randint(1, 4)):
+        if rng.random() < 0.8:
+            headers[name] = rng.choice(HEADER_VALUES[name])
+        else:
+            headers[name] = "".join(rng.choice(_PRINTABLE) for _ in range(rng.randint(0, 80)))
+    if rng.random() < 0.3:
+        params = urlencode([("since", rng.choice(HEADER_VALUES["Last-Event-ID"]))])
+        path += "?" + params
+    return {"method": method, "path": path, "headers": headers}
+
+
+@pytest.mark.parametrize(
+    "hub_settings",
+    [
+        pytest.param({"allow_private_callbacks": False}, id="open"),
+        pytest.param(
+            {
+                "allow_private_callbacks": False,
+                "tokens": ["pub"],
+                "topic_read_tokens": {"secret": ["r1"]},
+                "admin_token": "adm",
+            },
+            id="tokens",
+        ),
+    ],
+)
+async def test_request_headers_on_every_route_never_5xx(
+    hub: Hub, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Accept-Encoding, If-None-Match, If-Modified-Since, Range, Last-Event-ID, Cookie and
+    Authorization, hostile or random, on every route: never a 5xx, never an ERROR record."""
+    caplog.set_level(logging.INFO)
+    for topic in ("t", "secret"):
+        resp = await hub.publish(topic, notification(changes(3)), Authorization="Bearer pub")
+        assert resp.status == 202
+    rng = random.Random(HEADER_SEED)
+    routes = route_paths(hub)
+    assert {m for m, _ in routes} >= {"GET", "HEAD", "POST", "DELETE"}
+    cases = [header_case(rng, routes) for _ in range(HEADER_REQUESTS)]
+    # every route and every header is in the sample
+    assert {c["path"].split("?")[0] for c in cases} >= {p for _, p in routes[::5]}
+    statuses: Counter[int] = Counter()
+    fivexx: list[str] = []
+    # Four at a time: a /metrics scrape costs the loop about 25 ms of CPU here (the test
+    # process's registry), so sixteen at once would be a stall of their own.
+    semaphore = asyncio.Semaphore(4)
+    connector = aiohttp.TCPConnector(force_close=True)
+    timeout = aiohttp.ClientTimeout(total=30)
+
+    async def run(case: dict[str, Any], session: aiohttp.ClientSession) -> None:
+        async with semaphore:
+            url = URL(hub.url + case["path"], encoded=True)
+            async with session.request(
+                case["method"], url, headers=case["headers"], data=b""
+            ) as resp:
+                statuses[resp.status] += 1
+                if resp.status >= 500:
+                    body = (await resp.read())[:300]
+                    fivexx.append(f"{resp.status} {case}: {body!r}")
+                # a stream (SSE) that was let in is left at its headers: closing ends it
+
+    with frozen_heap():
+        async with (
+            Watchdog(max_errors=0),
+            aiohttp.ClientSession(timeout=timeout, auto_decompress=False, connector=connector) as s,
+        ):
+            await asyncio.gather(*(run(case, s) for case in cases))
+    print(f"header fuzz: statuses {sorted(statuses.items())}")
+    assert sum(statuses.values()) == HEADER_REQUESTS
+    assert fivexx == [], fivexx[:10]
+    assert statuses[200] > 0 and statuses[304] > 0 and statuses[400] > 0
+    bad = [
+        f"{r.name} {r.levelname}: {r.getMessage()[:200]}"
+        for r in caplog.records
+        if r.levelno >= logging.ERROR or r.exc_info
+    ]
+    assert bad == [], bad[:10]
+    assert (await hub.session.get(hub.url + "/healthz")).status == 200

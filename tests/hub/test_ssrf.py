@@ -6,6 +6,7 @@ The callbacks here are real servers on 127.0.0.1; the hub must not reach them un
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,9 +16,11 @@ import pytest
 from hub.exceptions import BadGateway, CallbackFailed
 from hub.settings import Settings
 from hub.web_client import HttpClient
+from hub.web_state import SUBSCRIPTIONS
 from tests.conftest import Hub, start_hub
 from tests.hub.callback_server import CallbackServer
 from tests.support import changes, free_port, notification, wait_for
+from tests.watchdog import Watchdog
 
 
 @pytest.fixture
@@ -114,3 +117,61 @@ async def test_a_stored_subscription_is_not_delivered_once_its_address_is_refuse
         await wait_for(failed)
         await runner.cleanup()
     assert len(callback.deliveries) == 1
+
+
+class Listener:
+    """A plain TCP listener on loopback that counts the connections it is offered."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.servers: list[asyncio.Server] = []
+
+    def _accept(self, _reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        writer.close()
+
+    async def start(self, port: int) -> Listener:
+        for host in ("127.0.0.1", "::1"):
+            self.servers.append(await asyncio.start_server(self._accept, host, port))
+        return self
+
+    async def stop(self) -> None:
+        for server in self.servers:
+            server.close()
+            await server.wait_closed()
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "[::ffff:0:127.0.0.1]",  # IPv4-translated: the form main let through
+        "[::ffff:0:7f00:1]",
+        "[2001:0:4136:e378:8000:63bf:80ff:fffe]",  # Teredo, client 127.0.0.1
+        "[64:ff9b:1::127.0.0.1]",  # local-use NAT64
+    ],
+)
+async def test_a_wrapped_loopback_callback_is_refused_and_nothing_connects(
+    hub: Hub, host: str
+) -> None:
+    """On a hub that does not allow private callbacks, on real sockets."""
+    assert not hub.settings.allow_private_callbacks
+    port = free_port()
+    listener = await Listener().start(port)
+    try:
+        async with Watchdog(max_errors=0):
+            form = {
+                "hub.mode": "subscribe",
+                "hub.topic": f"{hub.url}/topics/t",
+                "hub.callback": f"http://{host}:{port}/cb",
+            }
+            async with hub.session.post(hub.url + "/", data=form) as resp:
+                assert resp.status == 400
+                error = (await resp.json())["error"]
+            assert "carrying 127.0.0.1" in error, error  # unwrapped, not just matched
+            # nothing was kept that could connect later, and nothing connected so far
+            assert await hub.app[SUBSCRIPTIONS].for_topic("t") == []
+            async with hub.session.get(f"{hub.url}/healthz") as health:
+                assert health.status == 200
+    finally:
+        await listener.stop()
+    assert listener.connections == 0

@@ -47,12 +47,32 @@ def url(loc: str, change: str = "updated", extra: str = "") -> str:
 def test_ids_parse_compare_and_format() -> None:
     assert parse_id("1700000000000-3") == (1700000000000, 3)
     assert parse_id("5") == (5, 0)
+    assert parse_id("18446744073709551615-18446744073709551615") == (2**64 - 1, 2**64 - 1)
     assert parse_id("1-2") < parse_id("1-10") < parse_id("2-0")
     assert format_id((12, 34)) == "12-34"
     assert id_ms("1700000000123-9") == 1700000000123
 
 
-@pytest.mark.parametrize("bad", ["", "abc", "1-", "-1", "1-2-3", "1" * 21, " 1-2"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "abc",
+        "1-",
+        "-1",
+        "1-2-3",
+        "1" * 21,
+        " 1-2",
+        "+5",
+        "5 ",
+        "1-2\n",
+        "٣",
+        "１",
+        "18446744073709551616",
+        "1-18446744073709551616",
+        "99999999999999999999-0",
+    ],
+)
 def test_bad_ids_are_400(bad: str) -> None:
     with pytest.raises(BadRequest, match="invalid event id"):
         parse_id(bad)

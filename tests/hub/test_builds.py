@@ -1,0 +1,82 @@
+"""hub.web_cache.Builds: one build per version however many ask, kept until a newer one."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from hub.exceptions import NotFound
+from hub.rendering import Rendered
+from hub.web_cache import Builds
+
+
+def doc(text: str) -> Rendered:
+    return Rendered(text.encode(), b"gz", 0, text)
+
+
+async def test_concurrent_requests_share_one_build_and_a_gone_reader_does_not_cancel_it() -> None:
+    builds = Builds(1 << 20)
+    release = asyncio.Event()
+    calls = 0
+
+    async def build() -> Rendered:
+        nonlocal calls
+        calls += 1
+        await release.wait()
+        return doc("v1")
+
+    first = asyncio.create_task(builds.get("k", "v1", build))
+    others = [asyncio.create_task(builds.get("k", "v1", build)) for _ in range(9)]
+    await asyncio.sleep(0)
+    first.cancel()  # the first reader goes away: the build goes on for the others
+    release.set()
+    results = await asyncio.gather(*others)
+    assert calls == 1 and builds.built == 1
+    assert {r.raw for r in results if r is not None} == {b"v1"}
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    # kept: the same version again costs nothing; a new version is built anew
+    assert await builds.get("k", "v1", build) is results[0]
+    assert builds.cached("k", "v2") is None
+
+    async def build2() -> Rendered:
+        return doc("v2")
+
+    assert (await builds.get("k", "v2", build2)) is not None
+    assert builds.cached("k", "v1") is None and builds.built == 2
+
+
+async def test_a_failed_build_fails_every_waiter_and_is_not_kept() -> None:
+    builds = Builds(1 << 20)
+    gate = asyncio.Event()
+
+    async def build() -> Rendered:
+        await gate.wait()
+        raise NotFound("withdrawn")
+
+    waiters = [asyncio.create_task(builds.get("k", "v", build)) for _ in range(3)]
+    await asyncio.sleep(0)
+    gate.set()
+    outcomes = await asyncio.gather(*waiters, return_exceptions=True)
+    assert all(isinstance(o, NotFound) for o in outcomes)
+    assert builds.cached("k", "v") is None
+
+    async def good() -> Rendered:
+        return doc("ok")
+
+    assert (await builds.get("k", "v", good)) is not None
+
+
+async def test_the_cache_is_bounded() -> None:
+    builds = Builds(10)
+
+    async def build() -> Rendered:
+        return doc("12345678")  # 8 + 2 bytes
+
+    for key in ("a", "b"):
+        await builds.get(key, "v", build)
+    assert builds.cached("a", "v") is None and builds.cached("b", "v") is not None
+    shared = Builds(0)
+    assert (await shared.get("a", "v", build)) is not None  # shared, never kept
+    assert shared.cached("a", "v") is None
