@@ -340,13 +340,11 @@ class CallbackConnections:
             if len(self._targets) < 100_000:
                 self._targets[url] = target
         lines = [target.start]
-        try:
-            for name, value in headers.items():
-                if "\r" in value or "\n" in value:
-                    raise CallbackFailed(f"header {name} holds a line break")
-                lines.append(f"{name}: {value}\r\n".encode("latin-1"))
-        except UnicodeEncodeError:
-            raise CallbackFailed(f"header {name} is not Latin-1") from None
+        for name, value in headers.items():
+            if "\r" in value or "\n" in value:
+                raise CallbackFailed(f"header {name} holds a line break")
+            # UTF-8 (a foreign topic URI in Link may be an IRI); never raises
+            lines.append(f"{name}: {value}\r\n".encode("utf-8", "backslashreplace"))
         lines.append(b"Content-Length: %d\r\n\r\n" % len(body))
         lines.append(body)
         request = b"".join(lines)
