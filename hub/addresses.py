@@ -1,13 +1,14 @@
 """Which URLs and network addresses the hub may send requests to (SSRF rules), as plain data.
 
 A WebSub callback or a publish-ping URL must be an absolute http(s) URL without control
-characters or credentials (:func:`check_http_url`). A callback given as an IRI is stored
-as the URI it maps to (:func:`as_uri`), so every request line the hub writes is ASCII.
-The address a request actually connects to must be public (:func:`refusal`): loopback,
-private, link-local, multicast, reserved, unspecified, and the IPv6 forms that embed an
-IPv4 address (IPv4-mapped ``::ffff:a.b.c.d``, IPv4-compatible ``::a.b.c.d``, NAT64 ``64:ff9b::/96`` and 6to4 ``2002::/16``) are refused,
-since each of them can reach an internal IPv4 host. The check runs on the connected address
-in :mod:`hub.web_client`, so a name that resolves differently later (DNS rebinding) is caught.
+characters or credentials (:func:`check_http_url`). A callback given as an IRI is stored as
+the URI it maps to (:func:`as_uri`), so every request line the hub writes is ASCII. The
+address a request actually connects to must be public (:func:`refusal`): loopback, private,
+link-local, multicast, reserved, unspecified, and the IPv6 forms that embed an IPv4 address
+(IPv4-mapped ``::ffff:a.b.c.d``, IPv4-compatible ``::a.b.c.d``, NAT64 ``64:ff9b::/96`` and
+6to4 ``2002::/16``) are refused, since each of them can reach an internal IPv4 host. The
+check runs on the connected address in :mod:`hub.web_client`, so a name that resolves
+differently later (DNS rebinding) is caught.
 """
 
 from __future__ import annotations
