@@ -285,3 +285,23 @@ async def test_a_seeded_fuzz_of_5000_answers() -> None:
         assert len(fuzz.requests) == 5000  # every answer was asked for: none was skipped
         assert outcomes["answered"] > 500 and outcomes["failed"] > 500, outcomes
     await dog.sockets_back()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:9/uni/ā中",  # a raw IRI, as stored before IRIs were converted
+        "http://127.0.0.1:9/lone/\ud800",  # not even UTF-8
+        "http://\u2603\u2603.invalid/cb",  # no IDN
+        "http://[::1/cb",
+        "http://cb.invalid:99999/",
+        "ftp://cb.invalid/",
+    ],
+)
+async def test_an_odd_callback_url_fails_its_delivery_and_raises_nothing_else(url: str) -> None:
+    pool = CallbackConnections(allow_private=True)
+    try:
+        with pytest.raises(CallbackFailed):
+            await pool.post(url, b"<x/>", {"Link": "<http://example.org/中>"}, 2.0)
+    finally:
+        await pool.close()
