@@ -305,3 +305,30 @@ async def test_an_odd_callback_url_fails_its_delivery_and_raises_nothing_else(ur
             await pool.post(url, b"<x/>", {"Link": "<http://example.org/中>"}, 2.0)
     finally:
         await pool.close()
+
+
+async def test_an_unexpected_error_in_a_delivery_is_a_failure_that_backs_off(
+    hub: Hub, healthy: CallbackServer, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    """Fault injection: whatever a POST raises, the worker retries it with back-off and one
+    WARNING line per attempt; it never dies and restarts (a crash loop of ERROR lines)."""
+    await subscribe(hub, healthy.url)
+    real = CallbackConnections.post
+    left = [3]
+
+    async def broken(self: CallbackConnections, url: str, *args: Any) -> Any:
+        if left[0] > 0:
+            left[0] -= 1
+            raise RuntimeError("injected")
+        return await real(self, url, *args)
+
+    monkeypatch.setattr(CallbackConnections, "post", broken)
+    worker = hub.app[DELIVERY].workers[("t", healthy.url)]
+    async with Watchdog(max_errors=0):
+        published = await publish(hub, 0)
+        await wait_for(lambda: healthy.ids == published)
+    warnings = [r for r in caplog.records if "failed unexpectedly" in r.getMessage()]
+    assert [r.levelname for r in warnings] == ["WARNING"] * 3
+    assert "RuntimeError: injected" in warnings[0].getMessage()
+    assert hub.app[DELIVERY].workers[("t", healthy.url)] is worker  # the same worker, alive
+    assert worker.sub.failures == 0  # the success after the failures reset them
