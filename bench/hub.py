@@ -1038,6 +1038,12 @@ def xadd_client(
     sock = socket.create_connection((parts.hostname or HOST, parts.port or 6379))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     reader = hiredis.Reader()
+    if parts.password is not None:  # the embedded Redis has a password of its own
+        secret = urllib.parse.unquote(parts.password)
+        sock.sendall(hiredis.pack_command(("AUTH", secret)))
+        reader.feed(sock.recv(1 << 10))
+        if isinstance(answer := reader.gets(), hiredis.ReplyError):
+            raise RuntimeError(f"AUTH failed: {answer}")
 
     def pipeline(batch: list[bytes]) -> None:
         commands: list[tuple[Any, ...]] = [("XADD", key, "*", "e", p) for p in batch]

@@ -1,9 +1,10 @@
 """Which URLs and network addresses the hub may send requests to (SSRF rules), as plain data.
 
 A WebSub callback or a publish-ping URL must be an absolute http(s) URL without control
-characters or credentials (:func:`check_http_url`). The address a request actually connects
-to must be globally reachable (:func:`refusal`), by classification rather than by a list of
-bad prefixes:
+characters or credentials (:func:`check_http_url`). A callback given as an IRI is stored as
+the URI it maps to (:func:`as_uri`), so every request line the hub writes is ASCII. The
+address a request actually connects to must be globally reachable (:func:`refusal`), by
+classification rather than by a list of bad prefixes:
 
 1. An IPv6 address that carries an IPv4 address is refused whatever it carries (the hub
    reaches an IPv4 host by its IPv4 address only): IPv4-mapped ``::ffff:a.b.c.d``,
@@ -25,7 +26,9 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import SplitResult, quote, urlsplit, urlunsplit
+
+import idna
 
 from .exceptions import BadRequest
 
@@ -84,6 +87,45 @@ def check_http_url(url: str, what: str) -> SplitResult:
     if parts.username is not None or parts.password is not None:
         raise BadRequest(f"{what} must not carry credentials")
     return parts
+
+
+#: What stays as it is in a URI's path, query and fragment: RFC 3986's unreserved and
+#: reserved characters and ``%`` (escapes already made).
+_URI_SAFE = "!#$%&'()*+,/:;=?@[]~"
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def as_uri(url: str, what: str) -> str:
+    """``url`` (checked by :func:`check_http_url`) as a URI, RFC 3987 §3.1: the host
+    IDNA-encoded (IDNA2008 with UTS #46 mapping), everything else that is not ASCII (or not
+    allowed in a URI) percent-encoded from UTF-8. A plain URI comes back unchanged;
+    :class:`BadRequest` names the rule an IRI breaks."""
+    if _BAD_ESCAPE.search(url):
+        raise BadRequest(
+            f"{what} has a '%' not followed by two hex digits (RFC 3986 §2.1): {url[:200]!r}"
+        )
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    host = parts.hostname or ""
+    if not host.isascii():
+        try:
+            ascii_host = idna.encode(host, uts46=True).decode("ascii")
+        except (idna.IDNAError, UnicodeError) as exc:
+            raise BadRequest(
+                f"{what} host {host[:100]!r} is not a valid internationalized domain name "
+                f"(IDNA2008, RFC 5891): {exc}"
+            ) from None
+        netloc = ascii_host + (f":{parts.port}" if parts.port is not None else "")
+    try:
+        path, query, fragment = (
+            quote(part, safe=_URI_SAFE, errors="strict")
+            for part in (parts.path, parts.query, parts.fragment)
+        )
+    except UnicodeEncodeError:
+        raise BadRequest(f"{what} is not valid Unicode (RFC 3987 §3.1 needs UTF-8)") from None
+    if (netloc, path, query, fragment) == (parts.netloc, parts.path, parts.query, parts.fragment):
+        return url
+    return urlunsplit((parts.scheme, netloc, path, query, fragment))
 
 
 def _low32(ip: IPv6) -> IPv4:

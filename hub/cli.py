@@ -75,6 +75,15 @@ def add_parsers(subparsers: Any) -> None:
         help="let the hub call loopback/private addresses (development on one machine only)",
     )
     parser.add_argument(
+        "--callback-ca-file", help="PEM CA bundle trusted for https callbacks (with the system's)"
+    )
+    parser.add_argument(
+        "--callback-client-cert", help="PEM client certificate for https callbacks (mTLS)"
+    )
+    parser.add_argument(
+        "--callback-client-key", help="PEM key of --callback-client-cert (if not in that file)"
+    )
+    parser.add_argument(
         "--no-uvloop",
         dest="uvloop",
         action="store_false",
@@ -101,6 +110,9 @@ _SETTINGS_FLAGS = (
     "access_log",
     "allow_private_callbacks",
     "uvloop",
+    "callback_ca_file",
+    "callback_client_cert",
+    "callback_client_key",
 )
 
 
@@ -127,6 +139,9 @@ def _worker_launch(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]
         "log_level",
         "log_format",
         "forwarded_allow_ips",
+        "callback_ca_file",
+        "callback_client_cert",
+        "callback_client_key",
     ):
         value = getattr(args, name, None)
         if value is not None:

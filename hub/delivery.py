@@ -235,8 +235,13 @@ class DeliveryWorker:
             retry_after: float | None = None
             try:
                 answer = await self._post(body, headers)
+            except (_Lost, _Gone):
+                raise
             except CallbackFailed as exc:
                 error = str(exc)[:300]
+            except Exception as exc:  # a hub bug on odd input fails this delivery, no more
+                error = f"{type(exc).__name__}: {exc}"[:300]
+                log.warning("delivery to %r failed unexpectedly: %s", sub.callback, error)
             else:
                 if answer.status == 410:
                     metrics.delivery_outcome("410")

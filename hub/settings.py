@@ -227,6 +227,23 @@ class Settings(BaseSettings):
     #: per version without keeping it; concurrent requests still share one build).
     built_document_cache_bytes: int = Field(256 * 1024 * 1024, ge=0, le=16 * 1024**3)
 
+    # -- https callbacks (task: hostile callback answers, TLS settings) -----------------
+    #: A PEM bundle of CAs trusted for https callbacks and verification requests, in
+    #: addition to the system's CAs (for subscribers behind a private CA).
+    callback_ca_file: Path | None = None
+    #: A PEM client certificate the hub presents to https callbacks that ask for one
+    #: (mTLS); its key in the same file or in ``callback_client_key``.
+    callback_client_cert: Path | None = None
+    #: The PEM private key of ``callback_client_cert`` (if not in that file).
+    callback_client_key: Path | None = None
+
+    @field_validator("callback_ca_file", "callback_client_cert", "callback_client_key")
+    @classmethod
+    def _check_readable_file(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(f"{value} is not a readable file")
+        return value
+
     @field_validator("workers")
     @classmethod
     def _check_workers(cls, value: int | str) -> int | str:

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from .addresses import refusal
-from .callback_connections import CallbackConnections
+from .callback_connections import CallbackConnections, tls_context
 from .delivery import Answer
 from .exceptions import BadGateway, BadRequest, CallbackFailed, PayloadTooLarge
 from .settings import Settings
@@ -56,10 +56,15 @@ class HttpClient:
         #: limit on the connector instead, time queued for a connection counted against
         #: the timeout, so a burst to many callbacks failed deliveries that never left.
         self._delivery_slots = asyncio.Semaphore(settings.delivery_concurrency)
+        #: One TLS context for deliveries and verifications (RSHUB_CALLBACK_CA_FILE, ...).
+        tls = tls_context(
+            settings.callback_ca_file, settings.callback_client_cert, settings.callback_client_key
+        )
         connector = aiohttp.TCPConnector(
             limit=0,
             limit_per_host=0,
             socket_factory=None if settings.allow_private_callbacks else public_socket,
+            ssl=tls,
         )
         self.session = aiohttp.ClientSession(
             connector=connector,
@@ -69,6 +74,7 @@ class HttpClient:
         self.deliveries = CallbackConnections(
             allow_private=settings.allow_private_callbacks,
             max_idle_per_origin=settings.delivery_concurrency,
+            tls=tls,
         )
         self._verify_timeout = aiohttp.ClientTimeout(total=settings.verify_timeout)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-from .addresses import MAX_URL_LENGTH, check_http_url
+from .addresses import MAX_URL_LENGTH, as_uri, check_http_url
 from .events import parse_id
 from .exceptions import BadRequest
 from .topics import HubUrls
@@ -123,8 +123,9 @@ def parse_request(
 
 
 def check_callback_syntax(callback: str) -> str:
+    """``callback`` as the URI it is stored, delivered to and keyed by (an IRI converted)."""
     check_http_url(callback, "hub.callback")
-    return callback
+    return as_uri(callback, "hub.callback")
 
 
 def new_challenge() -> str:

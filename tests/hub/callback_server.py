@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 
@@ -30,6 +32,8 @@ class CallbackServer:
     statuses: list[int] = field(default_factory=list)
     verifications: list[dict[str, str]] = field(default_factory=list)
     deliveries: list[Delivery] = field(default_factory=list)
+    #: The client certificate (``ssl.getpeercert()``) of each delivery, None without one.
+    peer_certs: list[Any] = field(default_factory=list)
     refused: int = 0
     url: str = ""
     _runner: web.AppRunner | None = None
@@ -52,6 +56,8 @@ class CallbackServer:
 
     async def _deliver(self, request: web.Request) -> web.Response:
         body = await request.read()
+        if request.transport is not None:  # the client certificate of an mTLS connection
+            self.peer_certs.append(request.transport.get_extra_info("peercert"))
         if self.statuses:
             status = self.statuses.pop(0)
             if status >= 300:
@@ -67,15 +73,18 @@ class CallbackServer:
         )
         return web.Response(status=204)
 
-    async def start(self, path: str = "/cb") -> CallbackServer:
+    async def start(
+        self, path: str = "/cb", *, ssl_context: ssl.SSLContext | None = None, port: int = 0
+    ) -> CallbackServer:
+        """Serve on 127.0.0.1 (``port``, or a free one); https with ``ssl_context``."""
         app = web.Application()
         app.router.add_get(path, self._verify)
         app.router.add_post(path, self._deliver)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        port = free_port()
-        await web.TCPSite(self._runner, "127.0.0.1", port).start()
-        self.url = f"http://127.0.0.1:{port}{path}"
+        port = port or free_port()
+        await web.TCPSite(self._runner, "127.0.0.1", port, ssl_context=ssl_context).start()
+        self.url = f"{'https' if ssl_context else 'http'}://127.0.0.1:{port}{path}"
         return self
 
     @property
