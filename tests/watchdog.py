@@ -15,6 +15,10 @@ runs, while the loop's own CPU time cannot grow while it is preempted. A gap of 
 ``hang_seconds`` of wall time counts too, whatever the CPU: that is a loop blocked in a
 system call.
 
+While it watches, the test process's own heap is frozen out of the collector's way
+(:func:`frozen_heap`), as ``rshub serve`` freezes its start-up heap: a full collection of
+pytest's objects late in a full run took up to 300 ms and is no stall of the hub's.
+
 A **crash loop** is seen in the log: more than ``max_errors`` records at ERROR or above
 while the watchdog runs (a worker that dies and restarts logs one each time).
 """
@@ -74,9 +78,12 @@ class Watchdog:
         self.baseline_sockets = 0
         self._errors = _ErrorCounter()
         self._task: asyncio.Task[None] | None = None
+        #: The test process's heap is frozen while watched (see :func:`frozen_heap`).
+        self._heap = frozen_heap()
 
     async def __aenter__(self) -> Watchdog:
         self.baseline_sockets = open_sockets()
+        self._heap.__enter__()
         logging.getLogger().addHandler(self._errors)
         self._task = asyncio.create_task(self._tick())
         await asyncio.sleep(0)
@@ -95,6 +102,7 @@ class Watchdog:
         except asyncio.CancelledError:
             pass
         logging.getLogger().removeHandler(self._errors)
+        self._heap.__exit__(None, None, None)
         if exc_type is None:
             self.check()
 
@@ -136,15 +144,23 @@ class Watchdog:
             ) from None
 
 
+_frozen_depth = 0
+
+
 @contextlib.contextmanager
 def frozen_heap() -> Iterator[None]:
     """The test process's own heap (pytest, every import) out of the collector's way while
     an in-process hub is watched, as ``rshub serve`` freezes its start-up heap
-    (``hub.web_app``): otherwise one full collection of pytest's objects, 60-120 ms on a
-    busy machine, counts as a hub stall."""
-    gc.collect()
-    gc.freeze()
+    (``hub.web_app``): otherwise one full collection of pytest's objects, 60-300 ms late
+    in a full run, counts as a hub stall. Nests: only the outermost freezes and thaws."""
+    global _frozen_depth
+    if _frozen_depth == 0:
+        gc.collect()
+        gc.freeze()
+    _frozen_depth += 1
     try:
         yield
     finally:
-        gc.unfreeze()
+        _frozen_depth -= 1
+        if _frozen_depth == 0:
+            gc.unfreeze()
