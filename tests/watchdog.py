@@ -140,7 +140,7 @@ class Watchdog:
 def frozen_heap() -> Iterator[None]:
     """The test process's own heap (pytest, every import) out of the collector's way while
     an in-process hub is watched, as ``rshub serve`` freezes its start-up heap
-    (``hub.web_app``): otherwise one full collection of pytest's objects, 60-120 ms on a
+    (``hub.web.app``): otherwise one full collection of pytest's objects, 60-120 ms on a
     busy machine, counts as a hub stall."""
     gc.collect()
     gc.freeze()
