@@ -10,7 +10,7 @@ hub's delivery workers do), for ``--posts`` POSTs in all:
   the hub used for deliveries before;
 * with ``CallbackConnections`` as it was at ``--before`` (default ``main``; its hand-written
   response parser), loaded from git, when that differs from the working tree's;
-* with :class:`hub.callback_connections.CallbackConnections`, the hub's delivery client.
+* with :class:`hub.live.callback_connections.CallbackConnections`, the hub's delivery client.
 
 Each on the asyncio loop and on uvloop, over http and https. The figure is this process's
 CPU time (``time.process_time()``) per POST, after a warm-up round that opens the
@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.hub import HOST, RawCallback, new_loop, serve, serve_raw_callbacks  # noqa: E402
-from hub import callback_connections  # noqa: E402
+from hub.live import callback_connections  # noqa: E402
 from tests.support import free_port  # noqa: E402
 
 CALLBACKS = 100
@@ -82,7 +82,7 @@ def role_server(port: int, cert: str) -> None:
 
 
 def module_at(ref: str) -> ModuleType | None:
-    """``hub.callback_connections`` as it is at git ``ref`` (None if unavailable or same)."""
+    """``hub.live.callback_connections`` as it is at git ``ref`` (None if unavailable or same)."""
     try:
         source = subprocess.run(
             ["git", "-C", str(ROOT), "show", f"{ref}:hub/callback_connections.py"],

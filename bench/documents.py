@@ -9,7 +9,7 @@ publish) and reports for each, best of N rounds, entries/s and documents/s of:
 * the same extraction through ``etree.iterparse`` and through ``etree.XMLPullParser``
   (the two streaming alternatives to building the tree first);
 * parse+validate: :func:`resourcesync.parse` with validation, returning models;
-* hub ingest: :func:`hub.events.packed_from_document`, parse and validate down to the
+* hub ingest: :func:`hub.core.events.packed_from_document`, parse and validate down to the
   bytes the hub's append script takes (what a publish costs before Redis);
 * their ratio to bare lxml (targets: parse+validate >= 0.5);
 * serialize: :func:`resourcesync.serialize` of the parsed 1,000-entry document.
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lxml import etree
 
-from hub.events import packed_from_document
+from hub.core.events import packed_from_document
 from resourcesync import (
     Change,
     ChangeListNotification,

@@ -32,12 +32,12 @@ from lxml import etree
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hub import keys
-from hub.embedded_redis import EmbeddedRedis
-from hub.rendering import RSHUB_NS, w3c_ms
-from hub.settings import Settings
-from hub.web_app import create_app
-from hub.web_state import CONNECTIONS, DOC_CACHE
+from hub.core.rendering import RSHUB_NS, w3c_ms
+from hub.core.settings import Settings
+from hub.store import keys
+from hub.store.embedded_redis import EmbeddedRedis
+from hub.web.app import create_app
+from hub.web.state import CONNECTIONS, DOC_CACHE
 from resourcesync import parse
 from tests.support import changes, free_port, notification
 

@@ -4,7 +4,7 @@ Run ``.venv/bin/python bench/hub.py`` from the repository root (``--quick`` for 
 faster run; ``--only NAME`` to run some figures; ``--pause-before NAME`` to attach a
 profiler). It starts, all on 127.0.0.1:
 
-* an embedded ``redis-server`` (:class:`hub.embedded_redis.EmbeddedRedis`) in a temp dir;
+* an embedded ``redis-server`` (:class:`hub.store.embedded_redis.EmbeddedRedis`) in a temp dir;
 * the hub, ``python -m rshub serve --redis-url ...``, in its own process;
 * ``bare``: a bare aiohttp process answering 204 to publishes and broadcasting pre-built
   WebSocket messages (the baselines for figures 1 and 3);
@@ -85,8 +85,8 @@ ROOT = SCRIPT.parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import rawload  # noqa: E402
-from hub.embedded_redis import EmbeddedRedis  # noqa: E402
-from hub.workers import worker_count  # noqa: E402
+from hub.serve.workers import worker_count  # noqa: E402
+from hub.store.embedded_redis import EmbeddedRedis  # noqa: E402
 from tests.support import free_port  # noqa: E402
 
 HOST = "127.0.0.1"
@@ -201,7 +201,7 @@ def client_event(event_id: str, topic: str, i: int, t_ns: int) -> bytes:
 
 def stored_payloads(body: bytes) -> list[bytes]:
     """The JSON the hub stores for each change of ``body`` (its own code path)."""
-    from hub.events import change_from_entry
+    from hub.core.events import change_from_entry
     from resourcesync import parse
 
     doc = parse(body)
@@ -334,7 +334,7 @@ BARE_WRITE_LIMIT = 64 * 1024
 def bare_frames(n: int, batch: int, topic: str) -> list[bytes]:
     """``n`` events in JSON arrays of ``batch``, each array as one WebSocket text frame,
     encoded once for every client (as the hub encodes a batch once per topic)."""
-    from hub.frames import text_frame
+    from hub.core.frames import text_frame
 
     base_ms = int(time.time() * 1000)
     return [
@@ -1518,7 +1518,7 @@ class Bench:
 
     async def delivery_cpu(self) -> None:
         """Hub CPU per signed WebSub POST beside an aiohttp client's CPU per POST."""
-        from hub.websub import signature
+        from hub.core.websub import signature
 
         s = self.sizes
         callbacks = s.websub_callbacks

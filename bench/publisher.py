@@ -2,7 +2,7 @@
 
 Run ``.venv/bin/python bench/publisher.py`` from the repository root (``--quick`` for a
 smaller run; about 30 s in full). It starts, on 127.0.0.1, an embedded ``redis-server``
-(:class:`hub.embedded_redis.EmbeddedRedis`) in a temp dir and the hub
+(:class:`hub.store.embedded_redis.EmbeddedRedis`) in a temp dir and the hub
 (``python -m rshub serve --redis-url ...``) in its own process, then measures from this
 process, each figure the best of ``ROUNDS`` rounds, every round on a fresh topic:
 
@@ -37,7 +37,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hub.embedded_redis import EmbeddedRedis  # noqa: E402
+from hub.store.embedded_redis import EmbeddedRedis  # noqa: E402
 from publisher import BatchPolicy, Publisher, make_change, notification  # noqa: E402
 from resourcesync import Entry  # noqa: E402
 from tests.support import free_port  # noqa: E402

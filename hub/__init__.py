@@ -1,7 +1,7 @@
 """The rshub hub: ingest, store, deliver, stream and materialize ResourceSync changes.
 
 The names below are the hub's public API. They are imported lazily (as ``websockets``
-does), so ``import hub.events`` stays free of aiohttp and redis; see README "Architecture"
+does), so ``import hub.core.events`` stays free of aiohttp and redis; see README "Architecture"
 for the layers.
 """
 
@@ -29,29 +29,29 @@ __all__ = [
 ]
 
 _LAZY = {
-    "CallbackFailed": "exceptions",
-    "ConfigurationError": "exceptions",
-    "EmbeddedRedis": "embedded_redis",
-    "Event": "events",
-    "EventStore": "store",
-    "HubError": "exceptions",
-    "HubUrls": "topics",
-    "RequestError": "exceptions",
-    "Settings": "settings",
-    "Subscription": "subscriptions",
-    "create_app": "web_app",
-    "run": "web_app",
+    "CallbackFailed": "core.exceptions",
+    "ConfigurationError": "core.exceptions",
+    "EmbeddedRedis": "store.embedded_redis",
+    "Event": "core.events",
+    "EventStore": "store.event_store",
+    "HubError": "core.exceptions",
+    "HubUrls": "core.topics",
+    "RequestError": "core.exceptions",
+    "Settings": "core.settings",
+    "Subscription": "store.subscriptions",
+    "create_app": "web.app",
+    "run": "web.app",
 }
 
 if TYPE_CHECKING:
-    from .embedded_redis import EmbeddedRedis
-    from .events import Event
-    from .exceptions import CallbackFailed, ConfigurationError, HubError, RequestError
-    from .settings import Settings
-    from .store import EventStore
-    from .subscriptions import Subscription
-    from .topics import HubUrls
-    from .web_app import create_app, run
+    from hub.core.events import Event
+    from hub.core.exceptions import CallbackFailed, ConfigurationError, HubError, RequestError
+    from hub.core.settings import Settings
+    from hub.core.topics import HubUrls
+    from hub.store.embedded_redis import EmbeddedRedis
+    from hub.store.event_store import EventStore
+    from hub.store.subscriptions import Subscription
+    from hub.web.app import create_app, run
 
 
 def __getattr__(name: str) -> Any:

@@ -74,7 +74,7 @@ class UnsentChangesError(PublisherError):
 class PublishFailed(PublisherError):
     """The hub did not store a notification: it was unreachable, or it refused it.
 
-    (Not to be confused with :class:`hub.exceptions.HubError`, the hub's own root.)
+    (Not to be confused with :class:`hub.core.exceptions.HubError`, the hub's own root.)
     """
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import shtab
 
 #: package.cli modules that contribute sub-commands, in help order.
-_COMMAND_MODULES = ("hub.cli", "publisher.cli", "subscriber.cli")
+_COMMAND_MODULES = ("hub.serve.cli", "publisher.cli", "subscriber.cli")
 
 
 def package_version() -> str:

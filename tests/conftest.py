@@ -12,10 +12,10 @@ import pytest
 import redis
 from aiohttp import web
 
-from hub.embedded_redis import EmbeddedRedis
-from hub.settings import Settings
-from hub.web_app import create_app, start
-from hub.web_state import CONNECTIONS
+from hub.core.settings import Settings
+from hub.store.embedded_redis import EmbeddedRedis
+from hub.web.app import create_app, start
+from hub.web.state import CONNECTIONS
 from tests.redis_cluster import redis_cluster  # noqa: F401  (a session fixture)
 from tests.support import free_port
 

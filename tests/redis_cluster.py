@@ -20,7 +20,7 @@ from types import TracebackType
 import pytest
 import redis
 
-from hub.embedded_redis import _die_with_parent, _ping, find_redis_server
+from hub.store.embedded_redis import _die_with_parent, _ping, find_redis_server
 from tests.support import TIME_SCALE
 
 #: Each master's slots, inclusive.

@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from hub.settings import Settings
+from hub.core.settings import Settings
 from tests.commands import Command
 from tests.conftest import Hub, start_hub
 from tests.publisher.helpers import StaticSource, serve, stored_events

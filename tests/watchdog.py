@@ -151,7 +151,7 @@ _frozen_depth = 0
 def frozen_heap() -> Iterator[None]:
     """The test process's own heap (pytest, every import) out of the collector's way while
     an in-process hub is watched, as ``rshub serve`` freezes its start-up heap
-    (``hub.web_app``): otherwise one full collection of pytest's objects, 60-300 ms late
+    (``hub.web.app``): otherwise one full collection of pytest's objects, 60-300 ms late
     in a full run, counts as a hub stall. Nests: only the outermost freezes and thaws."""
     global _frozen_depth
     if _frozen_depth == 0:

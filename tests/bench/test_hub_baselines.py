@@ -22,7 +22,7 @@ from bench.hub import (
     stored_payloads,
     xadd_baseline,
 )
-from hub.frames import text_frame
+from hub.core.frames import text_frame
 from tests.support import TIME_SCALE
 
 

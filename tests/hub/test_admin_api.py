@@ -9,9 +9,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from hub import keys
-from hub.settings import Settings
-from hub.web_state import DELIVERY, FEEDS
+from hub.core.settings import Settings
+from hub.store import keys
+from hub.web.state import DELIVERY, FEEDS
 from tests.conftest import Hub, start_hub
 from tests.hub.callback_server import CallbackServer
 from tests.hub.test_websub import subscribe

@@ -63,8 +63,8 @@ async def test_bad_websub_fields_are_400(
 async def test_a_5000_digit_lease_gets_the_longest_lease(
     hub: Hub, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from hub import websub
-    from hub.topics import HubUrls
+    from hub.core import websub
+    from hub.core.topics import HubUrls
 
     caplog.set_level(logging.DEBUG)
     status, text = await post(hub, "/", form(hub, **{"hub.lease_seconds": "9" * 5000}), FORM)

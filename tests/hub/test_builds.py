@@ -1,4 +1,4 @@
-"""hub.web_cache.Builds: one build per version however many ask, kept until a newer one."""
+"""hub.web.cache.Builds: one build per version however many ask, kept until a newer one."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from hub.exceptions import NotFound
-from hub.rendering import Rendered
-from hub.web_cache import Builds
+from hub.core.exceptions import NotFound
+from hub.core.rendering import Rendered
+from hub.web.cache import Builds
 
 
 def doc(text: str) -> Rendered:

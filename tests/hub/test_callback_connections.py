@@ -14,8 +14,8 @@ from typing import Any, cast
 import pytest
 import uvloop
 
-from hub.callback_connections import CallbackConnections
-from hub.exceptions import CallbackFailed
+from hub.core.exceptions import CallbackFailed
+from hub.live.callback_connections import CallbackConnections
 
 LOOPS = {"asyncio": None, "uvloop": uvloop.new_event_loop}
 

@@ -16,8 +16,8 @@ import redis.asyncio as aioredis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hub import keys
-from hub.settings import Settings
+from hub.core.settings import Settings
+from hub.store import keys
 from resourcesync import ChangeList, parse
 from tests.conftest import Hub, start_hub
 from tests.hub.documents_support import Poller, crawl, event_id, get_doc, id_key

@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
-from hub.settings import Settings
+from hub.core.settings import Settings
 from tests.conftest import Hub, start_hub
 from tests.hub.callback_server import CallbackServer
 from tests.hub.test_websub import subscribe

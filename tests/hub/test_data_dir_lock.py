@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 import redis
 
-from hub.embedded_redis import EmbeddedRedis, _alive_redis, _ping, auth_password
-from hub.exceptions import DataDirLocked, DataDirUnusable
+from hub.core.exceptions import DataDirLocked, DataDirUnusable
+from hub.store.embedded_redis import EmbeddedRedis, _alive_redis, _ping, auth_password
 from tests.support import TIME_SCALE, HubProcess, free_port
 
 #: Owns ``argv[1]`` with an embedded Redis, prints "<port> <redis pid>", holds until stdin ends.
 HOLDER = """
 import sys
-from hub.embedded_redis import EmbeddedRedis
+from hub.store.embedded_redis import EmbeddedRedis
 server = EmbeddedRedis(sys.argv[1], appendfsync="always")
 server.start()
 print(server.port, server.pid, flush=True)

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from hub.web_state import FEEDS
+from hub.web.state import FEEDS
 from tests.conftest import Hub
 from tests.support import changes, notification, wait_for
 

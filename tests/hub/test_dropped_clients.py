@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from hub.web_state import FEEDS
+from hub.web.state import FEEDS
 from tests.conftest import Hub
 from tests.support import TIME_SCALE, changes, notification, wait_for
 from tests.watchdog import Watchdog

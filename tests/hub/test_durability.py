@@ -14,9 +14,9 @@ from pathlib import Path
 import aiohttp
 import redis
 
-from hub import keys
-from hub.embedded_redis import EmbeddedRedis
-from hub.settings import Settings
+from hub.core.settings import Settings
+from hub.store import keys
+from hub.store.embedded_redis import EmbeddedRedis
 from tests.conftest import start_hub
 from tests.support import changes, free_port, notification
 

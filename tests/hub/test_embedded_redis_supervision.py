@@ -14,7 +14,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from hub.embedded_redis import EmbeddedRedis
+from hub.store.embedded_redis import EmbeddedRedis
 from tests.support import TIME_SCALE, wait_for
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import cast
 
-from hub.events import Event, EventFilter, format_id
-from hub.feed import ClientStream, TopicFeed
-from hub.store import EventStore
+from hub.core.events import Event, EventFilter, format_id
+from hub.live.feed import ClientStream, TopicFeed
+from hub.store.event_store import EventStore
 
 
 def events(first: int, count: int) -> list[Event]:

@@ -21,9 +21,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from hub.callback_connections import CallbackConnections
-from hub.exceptions import CallbackFailed
-from hub.web_state import DELIVERY
+from hub.core.exceptions import CallbackFailed
+from hub.live.callback_connections import CallbackConnections
+from hub.web.state import DELIVERY
 from tests.conftest import Hub
 from tests.hub.callback_server import CallbackServer
 from tests.hub.hostile_callback import Answer, HostileCallback, Play

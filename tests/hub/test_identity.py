@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
-from hub.settings import Settings
-from hub.web_state import DELIVERY
+from hub.core.settings import Settings
+from hub.web.state import DELIVERY
 from tests.conftest import Hub, start_hub
 from tests.hub.callback_server import CallbackServer
 from tests.support import changes, free_port, notification, wait_for
@@ -166,7 +166,7 @@ def test_settings_take_comma_separated_lists_from_the_environment(
 def test_serve_flags_reach_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 
-    from hub.cli import _worker_launch, add_parsers, settings_from_args
+    from hub.serve.cli import _worker_launch, add_parsers, settings_from_args
 
     parser = argparse.ArgumentParser()
     add_parsers(parser.add_subparsers())

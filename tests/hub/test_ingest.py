@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from hub import keys
+from hub.store import keys
 from tests.conftest import Hub
 from tests.support import changes, notification
 
@@ -207,9 +207,9 @@ class TestTokens:
 
 
 def test_open_bind_without_tokens_refuses_to_start() -> None:
-    from hub.auth import PublisherAuth
-    from hub.exceptions import ConfigurationError
-    from hub.settings import Settings
+    from hub.core.auth import PublisherAuth
+    from hub.core.exceptions import ConfigurationError
+    from hub.core.settings import Settings
 
     with pytest.raises(ConfigurationError, match="--open"):
         PublisherAuth.check_startup(Settings(host="0.0.0.0"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hub import keys
+from hub.store import keys
 from tests.conftest import Hub
 from tests.support import changes, notification
 

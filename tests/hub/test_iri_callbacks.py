@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from hub.subscriptions import Subscription
-from hub.web_state import DELIVERY, SUBSCRIPTIONS
+from hub.store.subscriptions import Subscription
+from hub.web.state import DELIVERY, SUBSCRIPTIONS
 from tests.conftest import Hub
 from tests.hub.callback_server import CallbackServer
 from tests.hub.hostile_callback import HostileCallback

@@ -1,4 +1,4 @@
-"""hub.leases and the fenced writes of hub.subscriptions, against a real Redis."""
+"""hub.store.leases and the fenced writes of hub.store.subscriptions, against a real Redis."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import time
 
 import redis.asyncio
 
-from hub import keys
-from hub.leases import GONE, HELD_ELSEWHERE, Leases
-from hub.script_pipe import ScriptPipe
-from hub.subscriptions import Subscription, SubscriptionStore
+from hub.store import keys
+from hub.store.leases import GONE, HELD_ELSEWHERE, Leases
+from hub.store.script_pipe import ScriptPipe
+from hub.store.subscriptions import Subscription, SubscriptionStore
 
 TOPIC = "leases"
 CB = "http://cb.example/1"

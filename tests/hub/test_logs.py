@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from hub.embedded_redis import EmbeddedRedis
-from hub.exceptions import RedisUnavailable
-from hub.settings import Settings
+from hub.core.exceptions import RedisUnavailable
+from hub.core.settings import Settings
+from hub.store.embedded_redis import EmbeddedRedis
 from tests.conftest import start_hub
 from tests.support import HubProcess, free_port, wait_for
 
@@ -83,7 +83,7 @@ async def test_start_up_waits_for_a_redis_that_comes_up_later(
     port = free_port()
     redis = EmbeddedRedis(tmp_path / "redis", port=port)
     settings = Settings(host="127.0.0.1", port=free_port(), redis_startup_seconds=30)
-    caplog.set_level(logging.INFO, logger="hub.connection")
+    caplog.set_level(logging.INFO, logger="hub.store.redis_connection")
     starting = asyncio.create_task(start_hub(settings, redis.url))
     try:
         await wait_for(lambda: "not reachable (attempt 2" in caplog.text)

@@ -16,9 +16,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from hub.embedded_redis import EmbeddedRedis
-from hub.placement import subscription_id
-from hub.settings import Settings
+from hub.core.placement import subscription_id
+from hub.core.settings import Settings
+from hub.store.embedded_redis import EmbeddedRedis
 from tests.conftest import Hub, start_hub
 from tests.hub.callback_server import CallbackServer
 from tests.hub.scrape import Samples, scrape, value
@@ -216,7 +216,7 @@ async def test_overview_json_needs_a_hub_wide_token(redis_url: str) -> None:
 
 
 def test_backlog_counting_stays_within_a_budget_per_scrape() -> None:
-    from hub.stream_stats import BACKLOG_BUDGET, BACKLOG_CAP, backlog_cap
+    from hub.store.stream_stats import BACKLOG_BUDGET, BACKLOG_CAP, backlog_cap
 
     assert backlog_cap(1) == BACKLOG_CAP
     assert backlog_cap(1000) * 1000 <= BACKLOG_BUDGET

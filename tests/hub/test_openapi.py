@@ -32,10 +32,10 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from hub import openapi
-from hub.embedded_redis import EmbeddedRedis
-from hub.settings import Settings
-from hub.web_app import create_app
+from hub.core import openapi
+from hub.core.settings import Settings
+from hub.store.embedded_redis import EmbeddedRedis
+from hub.web.app import create_app
 from tests.support import HubProcess, changes, notification
 
 CHECKS = [

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import aiohttp
 
-from hub import keys
-from hub.settings import Settings
-from hub.subscriptions import State, SubscriptionStore
-from hub.web_state import CONNECTIONS, DELIVERY, OWNERSHIP
+from hub.core.settings import Settings
+from hub.store import keys
+from hub.store.subscriptions import State, SubscriptionStore
+from hub.web.state import CONNECTIONS, DELIVERY, OWNERSHIP
 from tests.conftest import start_hub
 from tests.hub.callback_server import CallbackServer
 from tests.support import changes, free_port, notification, wait_for

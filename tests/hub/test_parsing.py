@@ -1,4 +1,4 @@
-"""hub.parsing: large documents parse in worker processes, with the same results and errors."""
+"""hub.live.parsing: large documents parse in worker processes, with the same results and errors."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from hub.events import changes_from_document, pack
-from hub.exceptions import BadRequest
-from hub.parsing import DocumentParser
+from hub.core.events import changes_from_document, pack
+from hub.core.exceptions import BadRequest
+from hub.live.parsing import DocumentParser
 from resourcesync import LimitExceededError, Limits, ParseError, ValidationError
 from tests.support import changes, notification
 

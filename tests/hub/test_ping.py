@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from hub import keys
+from hub.store import keys
 from tests.conftest import Hub
 from tests.support import changes, free_port, notification
 

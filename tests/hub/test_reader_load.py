@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from multidict import CIMultiDict
 
-from hub.web_state import BUILDS
+from hub.web.state import BUILDS
 from resourcesync import ChangeList, ResourceList, parse
 from tests.conftest import Hub
 from tests.support import TIME_SCALE, changes, notification, wait_for

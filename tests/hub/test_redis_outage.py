@@ -7,8 +7,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from hub.embedded_redis import EmbeddedRedis
-from hub.settings import Settings
+from hub.core.settings import Settings
+from hub.store.embedded_redis import EmbeddedRedis
 from tests.conftest import start_hub
 from tests.support import changes, free_port, notification, wait_for
 

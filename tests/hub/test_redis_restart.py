@@ -18,9 +18,9 @@ import pytest
 from aiohttp import web
 from redis.asyncio import Redis
 
-from hub.connection import Connections
-from hub.embedded_redis import EmbeddedRedis
-from hub.settings import Settings
+from hub.core.settings import Settings
+from hub.store.embedded_redis import EmbeddedRedis
+from hub.store.redis_connection import Connections
 from tests.conftest import start_hub
 from tests.hub.callback_server import CallbackServer
 from tests.support import TIME_SCALE, HubProcess, changes, free_port, notification, wait_for
@@ -193,7 +193,7 @@ async def test_a_verified_subscription_is_stored_though_redis_was_away(
     try:
         async with aiohttp.ClientSession() as session:
             assert (await _publish(session, url, 0))[0] == 202
-            with caplog.at_level(logging.INFO, logger="hub.delivery"):
+            with caplog.at_level(logging.INFO, logger="hub.live.delivery"):
                 assert await _subscribe(session, url, callback.url) == 202
                 await wait_for(lambda: callback.verifications, timeout=10)
                 await wait_for(lambda: "subscribed" in caplog.text, timeout=30)

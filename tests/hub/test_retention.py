@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from hub.web_state import STORE
+from hub.web.state import STORE
 from tests.conftest import Hub
 from tests.support import changes, notification, wait_for
 

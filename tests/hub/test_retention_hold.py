@@ -18,12 +18,12 @@ import aiohttp
 import orjson
 import pytest
 
-from hub import keys
-from hub.events import Change
-from hub.settings import Settings
-from hub.store import EventStore, Retention
-from hub.subscriptions import Subscription, SubscriptionStore
-from hub.web_state import STORE
+from hub.core.events import Change
+from hub.core.settings import Settings
+from hub.store import keys
+from hub.store.event_store import EventStore, Retention
+from hub.store.subscriptions import Subscription, SubscriptionStore
+from hub.web.state import STORE
 from resourcesync import parse
 from tests.conftest import Hub, start_hub
 from tests.hub.callback_server import CallbackServer

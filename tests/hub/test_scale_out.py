@@ -26,9 +26,10 @@ import redis
 import redis.asyncio
 from aiohttp import web
 
-from hub import keys, placement
-from hub.connection import connect
-from hub.embedded_redis import EmbeddedRedis
+from hub.core import placement
+from hub.store import keys
+from hub.store.embedded_redis import EmbeddedRedis
+from hub.store.redis_connection import connect
 from subscriber.stream import HubStream
 from tests.redis_cluster import RedisClusterProcesses
 from tests.support import TIME_SCALE, HubProcess, changes, free_port, notification, wait_for

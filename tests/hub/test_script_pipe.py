@@ -9,7 +9,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
-from hub.script_pipe import ScriptPipe
+from hub.store.script_pipe import ScriptPipe
 from tests.support import wait_for
 
 

@@ -21,10 +21,10 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from hub.embedded_redis import AUTH_FILE, EmbeddedRedis
-from hub.placement import subscription_id
-from hub.settings import Settings
-from hub.web_state import DELIVERY
+from hub.core.placement import subscription_id
+from hub.core.settings import Settings
+from hub.store.embedded_redis import AUTH_FILE, EmbeddedRedis
+from hub.web.state import DELIVERY
 from tests.conftest import Hub, start_hub
 from tests.hub.callback_server import CallbackServer
 from tests.support import TIME_SCALE, HubProcess, changes, free_port, notification, wait_for

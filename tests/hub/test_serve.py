@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from hub.embedded_redis import EmbeddedRedis, _alive_redis
+from hub.store.embedded_redis import EmbeddedRedis, _alive_redis
 from tests.support import TIME_SCALE, HubProcess, free_port
 
 

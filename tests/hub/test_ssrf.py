@@ -13,10 +13,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from hub.exceptions import BadGateway, CallbackFailed
-from hub.settings import Settings
-from hub.web_client import HttpClient
-from hub.web_state import SUBSCRIPTIONS
+from hub.core.exceptions import BadGateway, CallbackFailed
+from hub.core.settings import Settings
+from hub.live.http_client import HttpClient
+from hub.web.state import SUBSCRIPTIONS
 from tests.conftest import Hub, start_hub
 from tests.hub.callback_server import CallbackServer
 from tests.support import changes, free_port, notification, wait_for
@@ -106,7 +106,7 @@ async def test_a_stored_subscription_is_not_delivered_once_its_address_is_refuse
         runner, app = await start_hub(refused, redis_url)
         hub = Hub(refused.public_url, app, refused, session)
         await hub.publish("t", notification(changes(1, start=1)))
-        from hub.subscriptions import SubscriptionStore
+        from hub.store.subscriptions import SubscriptionStore
 
         store = SubscriptionStore(hub.redis)
 

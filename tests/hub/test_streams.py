@@ -66,7 +66,7 @@ async def test_websocket_without_since_starts_live(hub: Hub) -> None:
 
 
 def _feed_consumers(hub: Hub, topic: str) -> int:
-    from hub.web_state import FEEDS
+    from hub.web.state import FEEDS
 
     feed = hub.app[FEEDS]._feeds.get(topic)
     return feed.consumers if feed else 0

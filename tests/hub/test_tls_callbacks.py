@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import trustme
 
-from hub.web_state import DELIVERY
+from hub.web.state import DELIVERY
 from tests.conftest import Hub
 from tests.hub.callback_server import CallbackServer
 from tests.support import changes, notification, wait_for

@@ -42,7 +42,7 @@ async def subscribe(hub: Hub, cb: CallbackServer, topic: str = "t", **extra: str
 
 
 def hub_workers(hub: Hub) -> dict[tuple[str, str], Any]:
-    from hub.web_state import DELIVERY
+    from hub.web.state import DELIVERY
 
     return hub.app[DELIVERY].workers
 
@@ -161,7 +161,7 @@ async def test_410_gone_ends_the_subscription(hub: Hub) -> None:
         await subscribe(hub, cb)
         await hub.publish("t", notification(changes(1)))
         await wait_for(lambda: not hub_workers(hub))
-        from hub import keys
+        from hub.store import keys
 
         assert await hub.redis.hlen(keys.subscriptions("t")) == 0
         await hub.publish("t", notification(changes(1, start=1)))
@@ -251,7 +251,7 @@ class TestSuspension:
 
     async def test_failing_subscription_is_suspended_then_resumes(self, hub: Hub) -> None:
 
-        from hub.subscriptions import State, SubscriptionStore
+        from hub.store.subscriptions import State, SubscriptionStore
 
         store = SubscriptionStore(hub.redis)
         cb = await CallbackServer(statuses=[503] * 6).start()
@@ -281,7 +281,7 @@ async def test_subscriptions_survive_restart_and_resume_from_cursor(
 ) -> None:
     import aiohttp
 
-    from hub.settings import Settings
+    from hub.core.settings import Settings
     from tests.conftest import start_hub
     from tests.support import free_port
 
@@ -335,7 +335,7 @@ class TestLeasesAndBatches:
     async def test_lease_expiry_ends_the_subscription(
         self, hub: Hub, callback: CallbackServer
     ) -> None:
-        from hub import keys
+        from hub.store import keys
 
         await subscribe(hub, callback, **{"hub.lease_seconds": "1"})
         assert callback.verifications[-1]["hub.lease_seconds"] == "1"

@@ -12,8 +12,8 @@ import orjson
 from aiohttp import web
 from redis.asyncio import Redis
 
-from hub import keys
-from hub.settings import Settings
+from hub.core.settings import Settings
+from hub.store import keys
 from publisher.changes import make_change
 from resourcesync import Entry
 from tests.conftest import start_hub

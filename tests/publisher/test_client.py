@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from hub.settings import Settings
+from hub.core.settings import Settings
 from publisher import BatchPolicy, BlockingPublisher, Publisher, RetryPolicy
 from publisher.changes import make_change
 from publisher.exceptions import (

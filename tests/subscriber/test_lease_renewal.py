@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from hub.subscriptions import SubscriptionStore
+from hub.store.subscriptions import SubscriptionStore
 from subscriber.callback import CallbackReceiver
 from tests.conftest import Hub
 from tests.support import changes, notification, wait_for

@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from hub.web_state import FEEDS
+from hub.web.state import FEEDS
 from subscriber.stream import HubStream
 from tests.conftest import Hub
 from tests.support import changes, notification, wait_for

@@ -18,10 +18,10 @@ import aiohttp
 import pytest
 import redis.asyncio as redis
 
-from hub.events import changes_from_document
-from hub.settings import Settings
-from hub.store import EventStore, Retention
-from hub.subscriptions import SubscriptionStore
+from hub.core.events import changes_from_document
+from hub.core.settings import Settings
+from hub.store.event_store import EventStore, Retention
+from hub.store.subscriptions import SubscriptionStore
 from tests.conftest import start_hub
 from tests.support import free_port, notification, wait_for
 

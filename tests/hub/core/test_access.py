@@ -1,12 +1,12 @@
-"""hub.access: read tokens and the admin token, as plain data."""
+"""hub.core.access: read tokens and the admin token, as plain data."""
 
 from __future__ import annotations
 
 import pytest
 
-from hub.access import MetricsAccess, OperatorAccess, ReadAccess
-from hub.exceptions import Forbidden, Unauthorized
-from hub.settings import Settings
+from hub.core.access import MetricsAccess, OperatorAccess, ReadAccess
+from hub.core.exceptions import Forbidden, Unauthorized
+from hub.core.settings import Settings
 
 
 def readers(**settings: object) -> ReadAccess:

@@ -5,7 +5,7 @@ The tables below are the IANA IPv4 and IPv6 Special-Purpose Address Registries
 column (True, False, or None for N/A). A sample of every prefix that is not globally
 reachable must be refused, and so must every IPv6 form that carries an IPv4 sample; the
 refusal must name the carried IPv4 address (proof that it was unwrapped, not just matched).
-A seeded hypothesis fuzz then checks :func:`hub.addresses.refusal` against a reference rule
+A seeded hypothesis fuzz then checks :func:`hub.core.addresses.refusal` against a reference rule
 written here independently, with integer arithmetic instead of :mod:`ipaddress` networks.
 """
 
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, seed, settings
 from hypothesis import strategies as st
 
-from hub.addresses import refusal
+from hub.core.addresses import refusal
 
 Net4 = ipaddress.IPv4Network
 Net6 = ipaddress.IPv6Network
@@ -170,7 +170,7 @@ def test_globally_reachable_addresses_are_allowed(address: str) -> None:
 
 
 def test_the_wrappers_of_a_public_address_are_refused_too() -> None:
-    """The hub reaches an IPv4 host by its IPv4 address only (hub.addresses, rule 1)."""
+    """The hub reaches an IPv4 host by its IPv4 address only (hub.core.addresses, rule 1)."""
     for form, v6 in wrapped(PUBLIC_V4):
         why = refusal(v6)
         assert why is not None and "8.8.8.8" in why, (form, v6, why)

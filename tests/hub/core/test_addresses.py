@@ -1,11 +1,11 @@
-"""hub.addresses: which URLs are well-formed and which addresses the hub may connect to."""
+"""hub.core.addresses: which URLs are well-formed and which addresses the hub may connect to."""
 
 from __future__ import annotations
 
 import pytest
 
-from hub.addresses import check_http_url, is_public, refusal
-from hub.exceptions import BadRequest
+from hub.core.addresses import check_http_url, is_public, refusal
+from hub.core.exceptions import BadRequest
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""hub.events: ids, stored changes, documents to changes, and stream filters."""
+"""hub.core.events: ids, stored changes, documents to changes, and stream filters."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from hub.events import (
+from hub.core.events import (
     Event,
     EventFilter,
     Packed,
@@ -22,7 +22,7 @@ from hub.events import (
     parse_id,
     with_id,
 )
-from hub.exceptions import BadRequest
+from hub.core.exceptions import BadRequest
 from resourcesync import DocumentError, parse
 
 NS = (

@@ -1,11 +1,11 @@
-"""hub.forwarding: trusted peers and the base URL their headers name, as plain data."""
+"""hub.core.forwarding: trusted peers and the base URL their headers name, as plain data."""
 
 from __future__ import annotations
 
 import pytest
 
-from hub.exceptions import ConfigurationError
-from hub.forwarding import TrustedPeers, forwarded_base
+from hub.core.exceptions import ConfigurationError
+from hub.core.forwarding import TrustedPeers, forwarded_base
 
 BASE = "http://localhost:8080/hub"
 

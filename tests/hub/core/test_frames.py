@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from hub.frames import text_frame
+from hub.core.frames import text_frame
 
 
 def decode(frame: bytes) -> tuple[int, bool, bytes]:

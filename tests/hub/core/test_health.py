@@ -1,8 +1,8 @@
-"""hub.health: when a recorded ping vouches for Redis."""
+"""hub.core.health: when a recorded ping vouches for Redis."""
 
 from __future__ import annotations
 
-from hub.health import RedisHealth
+from hub.core.health import RedisHealth
 
 
 def test_nothing_recorded_vouches_for_nothing() -> None:

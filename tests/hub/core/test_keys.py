@@ -1,10 +1,10 @@
-"""hub.keys and hub.scripts: one hash slot per topic, one spelling per field name."""
+"""hub.store.keys and hub.store.scripts: one hash slot per topic, one spelling per field name."""
 
 from __future__ import annotations
 
 import re
 
-from hub import keys, scripts
+from hub.store import keys, scripts
 
 
 def test_a_topic_keys_share_one_hash_tag() -> None:

@@ -1,4 +1,4 @@
-"""hub.log_format: JSON lines with the request id; text lines tagged with it."""
+"""hub.core.log_format: JSON lines with the request id; text lines tagged with it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from hub.log_format import REQUEST_ID, configure
+from hub.core.log_format import REQUEST_ID, configure
 
 
 @pytest.fixture

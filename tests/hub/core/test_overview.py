@@ -1,9 +1,9 @@
-"""hub.overview and hub.metrics' scrape-time series: ranking, folding, bounded labels."""
+"""hub.core.overview and hub.core.metrics' scrape-time series: ranking, folding, bounded labels."""
 
 from __future__ import annotations
 
-from hub.metrics import overview_families
-from hub.overview import OTHERS, Overview, SubscriptionRow, TopicRow, lag_seconds, top
+from hub.core.metrics import overview_families
+from hub.core.overview import OTHERS, Overview, SubscriptionRow, TopicRow, lag_seconds, top
 
 
 def _topic(name: str, length: int) -> TopicRow:

@@ -1,10 +1,10 @@
-"""hub.placement: rendezvous hashing spreads subscriptions evenly and moves few."""
+"""hub.core.placement: rendezvous hashing spreads subscriptions evenly and moves few."""
 
 from __future__ import annotations
 
 from collections import Counter
 
-from hub.placement import assigned, owner
+from hub.core.placement import assigned, owner
 
 SUBS = [(f"topic{t}", f"http://cb.example/{i}") for t in range(20) for i in range(100)]
 

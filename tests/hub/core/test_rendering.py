@@ -1,4 +1,4 @@
-"""hub.rendering: every kind of XML the hub writes parses back with resourcesync.parse."""
+"""hub.core.rendering: every kind of XML the hub writes parses back with resourcesync.parse."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 import orjson
 import pytest
 
-from hub import rendering
-from hub.events import Event
-from hub.topics import HubUrls
+from hub.core import rendering
+from hub.core.events import Event
+from hub.core.topics import HubUrls
 from resourcesync import (
     CapabilityList,
     ChangeList,

@@ -1,11 +1,11 @@
-"""hub.topics: names, the URL map and Link headers, as plain data."""
+"""hub.core.topics: names, the URL map and Link headers, as plain data."""
 
 from __future__ import annotations
 
 import pytest
 
-from hub.exceptions import BadRequest
-from hub.topics import HubUrls, check_name, parse_link_header
+from hub.core.exceptions import BadRequest
+from hub.core.topics import HubUrls, check_name, parse_link_header
 
 URLS = HubUrls("http://hub.example:8080/prefix")
 

@@ -1,4 +1,4 @@
-"""hub.websub: WebSub requests, verification URLs, signatures and back-off, sans I/O."""
+"""hub.core.websub: WebSub requests, verification URLs, signatures and back-off, sans I/O."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from hub import websub
-from hub.exceptions import BadRequest
-from hub.topics import HubUrls
+from hub.core import websub
+from hub.core.exceptions import BadRequest
+from hub.core.topics import HubUrls
 
 U = HubUrls("http://hub.example")
 LEASES = {"lease_default": 864000, "lease_min": 60, "lease_max": 2592000}

@@ -1,0 +1,151 @@
+"""Who may read which topic, and who may operate the hub: bearer tokens, as plain data.
+
+Reading is open by default. Global read tokens make every topic private; per-topic read
+tokens make that topic private. A private topic is readable with a global read token, one
+of its own read tokens, or a token that may publish to it (a publisher reads what it
+writes). The admin API has a token of its own; without one, only loopback clients of an
+open hub may use it (the web layer knows the peer; :meth:`OperatorAccess.check` is told).
+``/metrics`` may have a token of its own too (:class:`MetricsAccess`).
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable
+
+from hub.core.exceptions import Forbidden, Unauthorized
+from hub.core.settings import Settings
+
+
+def bearer(authorization: str | None, what: str) -> bytes:
+    """The token of ``Authorization: Bearer <token>``; 401 naming ``what`` needs it."""
+    if not authorization:
+        raise Unauthorized(f"{what} needs 'Authorization: Bearer <token>'")
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized("Authorization must be 'Bearer <token>'")
+    return token.strip().encode()
+
+
+def given_token(authorization: str | None) -> bytes | None:
+    """The bearer token of ``authorization``, or None when there is none (no error)."""
+    try:
+        return bearer(authorization, "")
+    except Unauthorized:
+        return None
+
+
+def matches(given: bytes, candidates: list[bytes]) -> bool:
+    """Compare against every candidate, so timing does not reveal which one matched."""
+    ok = False
+    for candidate in candidates:
+        ok |= hmac.compare_digest(given, candidate)
+    return ok
+
+
+def _encoded(tokens: list[str]) -> list[bytes]:
+    return [t.encode() for t in tokens]
+
+
+class ReadAccess:
+    """Who may read which topic (documents, streams, WebSub subscriptions)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.all_private = bool(settings.read_tokens)
+        self.private_topics = frozenset(settings.topic_read_tokens)
+        #: Tokens that read every topic: global read tokens and global publisher tokens.
+        self.global_tokens = _encoded(settings.read_tokens) + _encoded(settings.tokens)
+        self.topic_tokens: dict[str, list[bytes]] = {}
+        for name in set(settings.topic_read_tokens) | set(settings.topic_tokens):
+            self.topic_tokens[name] = _encoded(
+                settings.topic_read_tokens.get(name, []) + settings.topic_tokens.get(name, [])
+            )
+
+    def is_open(self, topic: str) -> bool:
+        """True when ``topic`` is readable without a token."""
+        return not self.all_private and topic not in self.private_topics
+
+    def check(self, topic: str, authorization: str | None) -> None:
+        """Raise 401/403 unless ``authorization`` may read ``topic``."""
+        if self.is_open(topic):
+            return
+        given = bearer(authorization, f"topic {topic!r} is private: reading it")
+        if not matches(given, self.global_tokens + self.topic_tokens.get(topic, [])):
+            raise Forbidden(f"this token may not read topic {topic!r}")
+
+    def sight(self, authorization: str | None) -> Callable[[str], bool]:
+        """Which topics ``authorization`` may read, decided once for a whole listing.
+
+        One pass over the configured tokens, however many topics are then asked about:
+        a scrape of ``/metrics`` must not cost a token comparison per topic.
+        """
+        given = given_token(authorization)
+        if given is not None and matches(given, self.global_tokens):
+            return lambda _topic: True
+        mine = frozenset(
+            name
+            for name, tokens in self.topic_tokens.items()
+            if given is not None and matches(given, tokens)
+        )
+        return lambda topic: topic in mine or self.is_open(topic)
+
+    def readable(self, topic: str, authorization: str | None) -> bool:
+        """Whether ``authorization`` may read ``topic`` (no error: for listings)."""
+        try:
+            self.check(topic, authorization)
+        except (Unauthorized, Forbidden):
+            return False
+        return True
+
+
+class OperatorAccess:
+    """Who may use the admin API."""
+
+    def __init__(self, settings: Settings, *, hub_open: bool) -> None:
+        self.token = settings.admin_token.encode() if settings.admin_token else None
+        self.hub_open = hub_open
+
+    def admits(self, authorization: str | None) -> bool:
+        """True when ``authorization`` carries the admin token (one is configured)."""
+        given = given_token(authorization)
+        return self.token is not None and given is not None and matches(given, [self.token])
+
+    def check(self, authorization: str | None, *, loopback: bool) -> None:
+        """Raise 401/403 unless the request may operate the hub.
+
+        ``loopback``: the client is on this machine (and not behind a trusted proxy).
+        """
+        if self.token is not None:
+            if not matches(bearer(authorization, "the admin API"), [self.token]):
+                raise Forbidden("this token may not use the admin API")
+            return
+        if not self.hub_open:
+            raise Forbidden(
+                "the admin API needs an admin token on a hub with publisher tokens: "
+                "start the hub with --admin-token (RSHUB_ADMIN_TOKEN)"
+            )
+        if not loopback:
+            raise Forbidden(
+                "without an admin token (--admin-token), the admin API answers only "
+                "loopback clients"
+            )
+
+
+class MetricsAccess:
+    """Who may scrape ``/metrics``: anyone, or, with a metrics token configured, a request
+    bearing it or the admin token (Prometheus sends ``Authorization: Bearer``)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.tokens = [
+            t.encode() for t in (settings.metrics_token, settings.admin_token) if t is not None
+        ]
+        self.required = settings.metrics_token is not None
+
+    def check(self, authorization: str | None) -> None:
+        """Raise 401 unless the request may scrape (a wrong token is 401 too: a scraper
+        either has the credential or not; there is nothing else a token could allow)."""
+        if not self.required:
+            return
+        given = bearer(authorization, "/metrics (RSHUB_METRICS_TOKEN is set)")
+        if not matches(given, self.tokens):
+            raise Unauthorized("this token may not read /metrics")

@@ -1,0 +1,130 @@
+"""The hub's exception family.
+
+::
+
+    HubError
+    ├── EmbeddedRedisError          the embedded redis-server would not start
+    │   ├── DataDirLocked           another live process owns the data directory
+    │   └── DataDirUnusable         the data directory cannot be created or written
+    ├── ConfigurationError          settings that cannot work (e.g. open bind without tokens)
+    ├── RedisUnavailable            an external Redis did not answer during start-up
+    ├── CallbackFailed              a callback (or a pinged URL) could not be reached in time
+    └── RequestError                the peer was wrong; carries ``http_status``
+        ├── BadRequest              400
+        ├── Unauthorized            401
+        ├── Forbidden               403
+        ├── NotFound                404
+        ├── RequestTimeout          408  (a request body too slow to arrive)
+        ├── Conflict                409
+        ├── Gone                    410  (e.g. a resume id older than retention)
+        ├── PayloadTooLarge         413
+        ├── UnsupportedMediaType    415
+        ├── BadGateway              502  (a fetched topic URL failed)
+        └── ServiceUnavailable      503  (e.g. a parser worker died)
+
+``hub.web.app`` maps these to HTTP responses in one place, together with document errors
+from :mod:`resourcesync` (``DocumentError`` and subclasses, by their own ``http_status``)
+and the store layer's :data:`hub.store.redis_connection.StoreError` (503).
+"""
+
+from __future__ import annotations
+
+
+class HubError(Exception):
+    """Root of every error the hub raises on purpose."""
+
+
+class EmbeddedRedisError(HubError):
+    """The embedded redis-server could not be started."""
+
+
+class DataDirLocked(EmbeddedRedisError):
+    """Another live process holds the data directory's lock: two servers must never share
+    one AOF. ``pid`` and ``port`` are the owner's, as it recorded them (``None`` if unknown)."""
+
+    def __init__(self, data_dir: str, pid: int | None, port: int | None) -> None:
+        owner = f"pid {pid}" if pid is not None else "another process"
+        where = f", its Redis on 127.0.0.1:{port}" if port is not None else ""
+        super().__init__(
+            f"data directory {data_dir} is in use by a running hub ({owner}{where}); "
+            "stop it or choose another data directory"
+        )
+        self.data_dir = data_dir
+        self.pid = pid
+        self.port = port
+
+
+class DataDirUnusable(EmbeddedRedisError):
+    """The data directory cannot hold Redis data; the message says what is wrong with it."""
+
+    def __init__(self, data_dir: str, problem: str) -> None:
+        super().__init__(f"data directory {data_dir} is unusable: {problem}")
+        self.data_dir = data_dir
+        self.problem = problem
+
+
+class ConfigurationError(HubError):
+    """Settings that cannot work together."""
+
+
+class RedisUnavailable(HubError):
+    """The Redis the hub was pointed at never answered while the hub started."""
+
+
+class CallbackFailed(HubError):
+    """A request to a callback or a pinged URL failed before any HTTP answer."""
+
+
+class RequestError(HubError):
+    """A request the hub refuses; ``http_status`` says how."""
+
+    http_status = 400
+
+    def __init__(self, message: str, **detail: object) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+
+
+class BadRequest(RequestError):
+    http_status = 400
+
+
+class Unauthorized(RequestError):
+    http_status = 401
+
+
+class Forbidden(RequestError):
+    http_status = 403
+
+
+class NotFound(RequestError):
+    http_status = 404
+
+
+class RequestTimeout(RequestError):
+    http_status = 408
+
+
+class Conflict(RequestError):
+    http_status = 409
+
+
+class Gone(RequestError):
+    http_status = 410
+
+
+class PayloadTooLarge(RequestError):
+    http_status = 413
+
+
+class UnsupportedMediaType(RequestError):
+    http_status = 415
+
+
+class BadGateway(RequestError):
+    http_status = 502
+
+
+class ServiceUnavailable(RequestError):
+    http_status = 503

@@ -1,0 +1,276 @@
+"""The hub's Prometheus series, defined once, and the ``/metrics`` exposition.
+
+Two kinds of series:
+
+* **Live series** (counters, histograms, the live-client gauge) are updated where things
+  happen, by one-line calls from the request and delivery paths. Counters only go up: a
+  subscription that ends takes nothing away from ``rshub_delivered_changes_total``.
+* **Scrape-time series** (topics, stream lengths, subscriptions by state, lag) are read from
+  Redis at each scrape (:class:`hub.core.overview.Overview`), so every hub process reports the
+  same values. Label cardinality is bounded: the top :data:`TOP_N` topics or subscriptions
+  are labelled, the rest folded into one ``(others)`` series. A subscription is labelled by
+  its id, never its callback URL; private topics the scraper may not read are folded into
+  one ``(private)`` series.
+
+Several hub processes: with ``PROMETHEUS_MULTIPROC_DIR`` set (to an empty directory, before
+the processes start) the live series are shared through files in it and any process's
+``/metrics`` reports the sum over all of them (prometheus_client's multiprocess mode).
+Without it, each process reports its own live series.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from hub.core.events import Event
+from hub.core.overview import OTHERS, Overview, SubscriptionRow, TopicRow, top
+
+#: Topics or subscriptions labelled by name in scrape-time series; the rest are folded.
+TOP_N = 20
+
+#: The label standing for every private topic the scraper may not read.
+PRIVATE = "(private)"
+
+#: The environment variable that switches prometheus_client to multiprocess mode.
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
+
+PUBLISHES = Counter(
+    "rshub_publishes", "Publish requests by result (accepted, replayed, 4xx, 5xx).", ["result"]
+)
+CHANGES_ACCEPTED = Counter("rshub_changes_accepted", "Changes stored by publishes.")
+INGESTED_BYTES = Counter("rshub_ingested_bytes", "Bytes of publish bodies stored.")
+PUBLISH_SECONDS = Histogram(
+    "rshub_publish_duration_seconds", "Time to handle a publish request.", buckets=_LATENCY_BUCKETS
+)
+DELIVERIES = Counter(
+    "rshub_deliveries",
+    "WebSub delivery attempts by outcome (2xx, retry, 410, suspended).",
+    ["outcome"],
+)
+DELIVERED_CHANGES = Counter("rshub_delivered_changes", "Changes delivered to callbacks (2xx).")
+DELIVERY_LATENCY = Histogram(
+    "rshub_delivery_latency_seconds",
+    "Per delivery: from the publish of its oldest change (the event id's time) to the "
+    "callback's 2xx.",
+    buckets=_LATENCY_BUCKETS,
+)
+STREAM_MESSAGES = Counter(
+    "rshub_stream_messages", "WebSocket messages and SSE writes sent, by transport.", ["transport"]
+)
+STREAM_CLIENTS = Gauge(
+    "rshub_stream_clients",
+    "Live WebSocket/SSE clients, by transport.",
+    ["transport"],
+    multiprocess_mode="livesum",
+)
+HTTP_SECONDS = Histogram(
+    "rshub_http_request_duration_seconds",
+    "HTTP requests by method, route pattern and status (streams: the connection's life).",
+    ["method", "route", "status"],
+    buckets=_LATENCY_BUCKETS,
+)
+REDIS_ERRORS = Counter("rshub_redis_errors", "Redis commands that failed (any caller).")
+DELIVERY_GAPS = Counter(
+    "rshub_delivery_gaps",
+    "WebSub deliveries that told a subscriber retention trimmed events it had not received "
+    "(X-RSHub-Gap), by topic.",
+    ["topic"],
+)
+
+# Labelled children looked up once: ``labels()`` costs more than the ``inc()`` itself, and
+# these are called per request, per delivery and per stream message.
+_PUBLISHES = {r: PUBLISHES.labels(r) for r in ("accepted", "replayed", "4xx", "5xx")}
+_DELIVERIES = {o: DELIVERIES.labels(o) for o in ("2xx", "retry", "410", "suspended")}
+_STREAM_MESSAGES = {t: STREAM_MESSAGES.labels(t) for t in ("ws", "sse")}
+_STREAM_CLIENTS = {t: STREAM_CLIENTS.labels(t) for t in ("ws", "sse")}
+_HTTP_SECONDS: dict[tuple[str, str, int], Histogram] = {}
+
+#: This process's live clients, readable without prometheus_client internals.
+_clients: dict[str, int] = {"ws": 0, "sse": 0}
+
+
+# -- one-line instrumentation calls ---------------------------------------------------------
+
+
+def published(body_bytes: int, accepted: int, replayed: bool) -> None:
+    _PUBLISHES["replayed" if replayed else "accepted"].inc()
+    if not replayed:
+        CHANGES_ACCEPTED.inc(accepted)
+        INGESTED_BYTES.inc(body_bytes)
+
+
+def publish_failed(status: int) -> None:
+    _PUBLISHES["5xx" if status >= 500 else "4xx"].inc()
+
+
+def delivered(batch: Sequence[Event], now: float | None = None) -> None:
+    """A callback answered 2xx for ``batch``: count it, and observe its latency once.
+
+    One observation per delivery (its oldest change's age), not per change: a histogram
+    observation costs microseconds, and a 100-change batch to 100 callbacks made them a
+    third of the hub's delivery time (py-spy, bench/hub.py).
+    """
+    now_ms = (time.time() if now is None else now) * 1000
+    _DELIVERIES["2xx"].inc()
+    DELIVERED_CHANGES.inc(len(batch))
+    DELIVERY_LATENCY.observe(max(0.0, (now_ms - batch[0].key[0]) / 1000))
+
+
+def delivery_outcome(outcome: str) -> None:
+    """``retry``, ``410`` or ``suspended``."""
+    _DELIVERIES[outcome].inc()
+
+
+def delivery_gap(topic: str) -> None:
+    """A gap notice was delivered (rare: no cached child needed)."""
+    DELIVERY_GAPS.labels(topic).inc()
+
+
+def stream_messages(transport: str, count: int = 1) -> None:
+    """``count`` messages sent (one batch fanned out to ``count`` clients counts once)."""
+    _STREAM_MESSAGES[transport].inc(count)
+
+
+def client_connected(transport: str) -> None:
+    _clients[transport] = _clients.get(transport, 0) + 1
+    _STREAM_CLIENTS[transport].inc()
+
+
+def client_disconnected(transport: str) -> None:
+    _clients[transport] = _clients.get(transport, 0) - 1
+    _STREAM_CLIENTS[transport].dec()
+
+
+def live_clients() -> dict[str, int]:
+    """This process's live stream clients by transport."""
+    return dict(_clients)
+
+
+def redis_error() -> None:
+    REDIS_ERRORS.inc()
+
+
+def http_request(method: str, route: str, status: int, seconds: float) -> None:
+    key = (method, route, status)
+    child = _HTTP_SECONDS.get(key)
+    if child is None:  # bounded: methods x route patterns x statuses
+        child = _HTTP_SECONDS[key] = HTTP_SECONDS.labels(method, route, str(status))
+    child.observe(seconds)
+
+
+def process_exited(pid: int) -> None:
+    """In multiprocess mode, drop a dead worker's live gauges (call from its parent)."""
+    if os.environ.get(MULTIPROC_ENV):
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
+
+
+# -- scrape-time series ---------------------------------------------------------------------
+
+
+def overview_families(
+    overview: Overview, n: int = TOP_N, visible: Callable[[str], bool] | None = None
+) -> Iterator[Metric]:
+    """The scrape-time series for ``overview``; at most ``n`` + 2 label sets each.
+
+    A subscription is labelled by its id (:func:`hub.core.placement.subscription_id`), never by
+    its callback URL (whose query string may carry a key). Topics for which ``visible``
+    is false (private ones the scraper may not read) are summed under :data:`PRIVATE`.
+    """
+    yield GaugeMetricFamily(
+        "rshub_topics", "Topics that have been published to.", len(overview.topics)
+    )
+    lengths = GaugeMetricFamily(
+        "rshub_stream_length",
+        f"Events retained per topic (top {n}; the rest summed; unreadable private topics "
+        f"summed under {PRIVATE}).",
+        labels=["topic"],
+    )
+    topics: list[TopicRow] = []
+    hidden: list[TopicRow] = []
+    for topic in overview.topics:
+        (topics if visible is None or visible(topic.name) else hidden).append(topic)
+    shown, rest = top(topics, n, key=lambda t: (t.length,))
+    for row in shown:
+        lengths.add_metric([row.name], row.length)
+    if rest:
+        lengths.add_metric([OTHERS], sum(t.length for t in rest))
+    if hidden:
+        lengths.add_metric([PRIVATE], sum(t.length for t in hidden))
+    yield lengths
+
+    states = GaugeMetricFamily(
+        "rshub_subscriptions", "WebSub subscriptions by state.", labels=["state"]
+    )
+    for state, count in sorted(overview.subscriptions_by_state().items()):
+        states.add_metric([state], count)
+    yield states
+
+    labels = ["topic", "subscription"]
+    lag_events = GaugeMetricFamily(
+        "rshub_subscription_lag_events",
+        f"Events not yet delivered, per subscription id (top {n} by lag; the rest summed).",
+        labels=labels,
+    )
+    lag_seconds = GaugeMetricFamily(
+        "rshub_subscription_lag_seconds",
+        f"Age of the oldest undelivered event (top {n} by lag; the rest: their maximum).",
+        labels=labels,
+    )
+    subs: list[SubscriptionRow] = []
+    hidden_subs: list[SubscriptionRow] = []
+    for sub in overview.subscriptions:
+        (subs if visible is None or visible(sub.topic) else hidden_subs).append(sub)
+    shown_subs, rest_subs = top(subs, n, key=lambda s: (s.lag_seconds, s.lag_events))
+    for sub in shown_subs:
+        lag_events.add_metric([sub.topic, sub.id], sub.lag_events)
+        lag_seconds.add_metric([sub.topic, sub.id], sub.lag_seconds)
+    for label, folded in ((OTHERS, rest_subs), (PRIVATE, hidden_subs)):
+        if folded:
+            lag_events.add_metric([label, label], sum(s.lag_events for s in folded))
+            lag_seconds.add_metric([label, label], max(s.lag_seconds for s in folded))
+    yield lag_events
+    yield lag_seconds
+
+
+class _Families(Collector):
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self.families = list(families)
+
+    def collect(self) -> Iterable[Metric]:
+        return self.families
+
+
+def exposition(overview: Overview | None, visible: Callable[[str], bool] | None = None) -> bytes:
+    """The ``/metrics`` body: live series (this process's, or every process's in
+    multiprocess mode) followed by the scrape-time series of ``overview`` (topics not
+    ``visible`` folded under :data:`PRIVATE`)."""
+    if os.environ.get(MULTIPROC_ENV):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        live = generate_latest(registry)
+    else:
+        live = generate_latest(REGISTRY)
+    if overview is None:
+        return live
+    scrape = CollectorRegistry(auto_describe=False)
+    scrape.register(_Families(overview_families(overview, visible=visible)))
+    return live + generate_latest(scrape)

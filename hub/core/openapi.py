@@ -1,0 +1,677 @@
+"""The hub's HTTP interface as an OpenAPI 3.1 document, kept as data, and its HTML rendering.
+
+Served at ``/openapi.json`` and rendered for people at ``/docs`` (:func:`render_html`, a
+self-contained page: no script, no external asset). Every route of
+:func:`hub.web.app.create_app` is described here; a test fuzzes each operation against a
+live hub and checks the answers against this document, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from hub import __version__
+from hub.core.topics import TOPIC_NAME
+
+JSON = "application/json"
+XML = "application/xml"
+TEXT = "text/plain"
+
+Schema = dict[str, Any]
+
+_ERROR: Schema = {
+    "type": "object",
+    "description": "Every error the hub answers in JSON: a message and the HTTP status, "
+    "plus fields that help (e.g. trimmed_through, resourcelist, rule, document, index).",
+    "required": ["error", "status"],
+    "properties": {
+        "error": {"type": "string"},
+        "status": {"type": "integer", "minimum": 400, "maximum": 599},
+    },
+    "additionalProperties": True,
+}
+
+_PUBLISH_ACCEPTED: Schema = {
+    "type": "object",
+    "required": ["topic", "accepted", "ids"],
+    "properties": {
+        "topic": {"type": "string"},
+        "accepted": {"type": "integer", "minimum": 0},
+        "ids": {"type": "array", "items": {"type": "string"}},
+        "replayed": {"type": "boolean"},
+        "fetched": {"type": "integer", "minimum": 0},
+        "note": {"type": "string"},
+    },
+}
+
+_HEALTH: Schema = {
+    "type": "object",
+    "required": ["status"],
+    "description": "Anyone gets only ``status``; the other fields are for those who may see "
+    "the overview (admin token, hub-wide token, or a direct loopback client of an open hub "
+    "without admin token).",
+    "properties": {
+        "status": {"enum": ["ok", "degraded"]},
+        "hub": {"type": "string"},
+        "redis": {"type": "string"},
+        "version": {"type": "string"},
+        "pid": {"type": "integer"},
+        "node": {"type": "string"},
+        "nodes": {"type": "integer"},
+        "embedded_redis": {"type": "object"},
+    },
+}
+
+_SUBSCRIPTION: Schema = {
+    "type": "object",
+    "required": ["topic", "callback", "state"],
+    "properties": {
+        "topic": {"type": "string"},
+        "topic_url": {"type": "string"},
+        "callback": {"type": "string"},
+        "id": {"type": "string", "description": "the subscription's label in /metrics"},
+        "state": {"enum": ["active", "suspended"]},
+        "lease_seconds": {"type": "integer"},
+        "expires_at": {"type": "number"},
+        "created_at": {"type": "number"},
+        "secret": {"type": "boolean", "description": "whether one is set (never its value)"},
+        "failures": {"type": "integer"},
+        "last_error": {"type": ["string", "null"]},
+        "gaps": {
+            "type": "integer",
+            "description": "gap notices delivered (retention trimmed events it had not got)",
+        },
+        "last_gap": {"type": ["string", "null"], "description": "trimmed-through of the last"},
+        "cursor": {"type": ["string", "null"]},
+    },
+}
+
+_SUBSCRIPTIONS: Schema = {
+    "type": "object",
+    "required": ["topic", "last_id", "subscriptions"],
+    "properties": {
+        "topic": {"type": "string"},
+        "last_id": {"type": ["string", "null"]},
+        "subscriptions": {"type": "array", "items": {"$ref": "#/components/schemas/Subscription"}},
+    },
+}
+
+_OVERVIEW: Schema = {
+    "type": "object",
+    "required": ["topics", "subscriptions", "clients", "redis_ok", "version", "generated_ms"],
+    "properties": {
+        "topics": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["name", "length", "published"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "length": {"type": "integer"},
+                    "published": {"type": "integer"},
+                    "last_id": {"type": ["string", "null"]},
+                    "last_publish_ms": {"type": ["integer", "null"]},
+                },
+            },
+        },
+        "subscriptions": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["topic", "callback", "state", "lag_events", "lag_seconds"],
+                "properties": {
+                    "topic": {"type": "string"},
+                    "callback": {"type": "string"},
+                    "id": {"type": "string"},
+                    "state": {"type": "string"},
+                    "failures": {"type": "integer"},
+                    "last_error": {"type": ["string", "null"]},
+                    "expires_at": {"type": "number"},
+                    "cursor": {"type": ["string", "null"]},
+                    "lag_events": {"type": "integer"},
+                    "lag_capped": {"type": "boolean"},
+                    "lag_seconds": {"type": "number"},
+                    "gaps": {"type": "integer"},
+                },
+            },
+        },
+        "clients": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "redis_ok": {"type": "boolean"},
+        "version": {"type": "string"},
+        "generated_ms": {"type": "integer"},
+        "notes": {"type": "array", "items": {"type": "string"}},
+    },
+}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {JSON: {"schema": {"$ref": "#/components/schemas/Error"}}},
+    }
+
+
+def _xml(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {XML: {"schema": {"type": "string"}}}}
+
+
+def _json(description: str, ref: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {JSON: {"schema": {"$ref": f"#/components/schemas/{ref}"}}},
+    }
+
+
+_TOPIC = {"$ref": "#/components/parameters/topic"}
+_AUTH_NOTE = "Needs `Authorization: Bearer <token>` when the hub has publisher tokens."
+_BAD_NAME = _error("Invalid topic name or request")
+_UNAVAILABLE = _error("Redis unavailable")
+_NOT_FOUND = _error("Unknown topic (nothing was ever published to it) or page")
+_NOT_MODIFIED = {"description": "Not modified (If-None-Match / If-Modified-Since)"}
+_CONDITIONAL = [
+    {"name": "If-None-Match", "in": "header", "required": False, "schema": {"type": "string"}},
+]
+
+
+def _document(summary: str, extra: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {
+        "get": {
+            "summary": summary,
+            "tags": ["documents"],
+            "parameters": [*(extra or []), *_CONDITIONAL],
+            "responses": {
+                "200": _xml("The document"),
+                "304": _NOT_MODIFIED,
+                "400": _BAD_NAME,
+                "404": _NOT_FOUND,
+                "410": _error("The page was trimmed by retention"),
+                "503": _UNAVAILABLE,
+            },
+        }
+    }
+
+
+_TARGET = {
+    "required": True,
+    "description": "The subscription, as a form or a JSON object",
+    "content": {
+        ctype: {
+            "schema": {
+                "type": "object",
+                "required": ["topic", "callback"],
+                "properties": {"topic": {"type": "string"}, "callback": {"type": "string"}},
+            }
+        }
+        for ctype in (JSON, "application/x-www-form-urlencoded")
+    },
+}
+
+
+def _admin(operation: str, summary: str, what: str, *, not_found: bool = False) -> dict[str, Any]:
+    """An operation of the /admin API: JSON answers, the operator token, errors as JSON."""
+    responses: dict[str, Any] = {
+        "200": {
+            "description": f"The {what}",
+            "content": {JSON: {"schema": {"type": "object"}}},
+        },
+        "400": _error("Bad topic name, field or body"),
+        "401": _error("No or malformed bearer token"),
+        "403": _error("Not the operator (or not loopback on an open hub)"),
+        "503": _UNAVAILABLE,
+    }
+    if not_found:
+        responses["404"] = _error("No such topic or subscription")
+        responses["415"] = _error("A body that is neither JSON nor a form")
+    return {
+        "operationId": operation,
+        "summary": summary,
+        "description": "Needs the operator token (RSHUB_ADMIN_TOKEN); without one, only "
+        "loopback clients of an open hub.",
+        "tags": ["admin"],
+        "responses": responses,
+    }
+
+
+def _optional(name: str, where: str) -> dict[str, Any]:
+    return {"name": name, "in": where, "required": False, "schema": {"type": "string"}}
+
+
+def _event_id(name: str, where: str) -> dict[str, Any]:
+    """A resume point: the stream id grammar (hub.core.events.parse_id); anything else is 400."""
+    return {
+        **_optional(name, where),
+        "description": "An event id, `<ms>-<seq>` or `<ms>`: unsigned 64-bit decimal "
+        "integers, digits only, no sign or spaces (else 400 naming that rule). `0`: all "
+        "retained events.",
+        "schema": {"type": "string", "pattern": "^[0-9]{1,20}(-[0-9]{1,20})?$"},
+    }
+
+
+def _stream_parameters(*, last_event_id: bool) -> list[dict[str, Any]]:
+    """A stream's resume point (``since``, SSE's ``Last-Event-ID``) and its filters."""
+    resume = [_event_id("since", "query")]
+    if last_event_id:
+        resume.append(_event_id("Last-Event-ID", "header"))
+    return [*resume, _optional("change", "query"), _optional("prefix", "query")]
+
+
+def _publish_responses() -> dict[str, Any]:
+    return {
+        "202": _json("Stored (or replayed for a repeated Idempotency-Key)", "PublishAccepted"),
+        "400": _error("Not a valid change notification, bad topic name or header"),
+        "401": _error("No or malformed bearer token"),
+        "403": _error("The token may not publish to this topic"),
+        "409": _error("Idempotency-Key reused for a different body"),
+        "413": _error("Body larger than the hub's limit"),
+        "415": _error("Not XML"),
+        "503": _UNAVAILABLE,
+    }
+
+
+def spec(server_url: str = "/") -> dict[str, Any]:
+    """The OpenAPI 3.1 document of a hub whose base URL is ``server_url``."""
+    name_pattern = f"^{TOPIC_NAME.pattern}$"
+    paths: dict[str, Any] = {
+        "/topics/{name}": {
+            "parameters": [_TOPIC],
+            "post": {
+                "operationId": "publish",
+                "summary": "Publish a change notification to a topic",
+                "description": "A ResourceSync changelist-notification (or Change List) "
+                "document; every change is stored before the 202. " + _AUTH_NOTE,
+                "tags": ["publishing"],
+                "parameters": [
+                    {
+                        "name": "Idempotency-Key",
+                        "in": "header",
+                        "required": False,
+                        "schema": {"type": "string", "maxLength": 200},
+                    }
+                ],
+                "requestBody": {
+                    "required": True,
+                    "content": {XML: {"schema": {"type": "string"}}},
+                },
+                "responses": _publish_responses(),
+            },
+            "get": {
+                "operationId": "topicUri",
+                "summary": "The topic URI: its open Change List page, with WebSub Link headers",
+                "tags": ["documents"],
+                "parameters": _CONDITIONAL,
+                "responses": _document("")["get"]["responses"],
+            },
+        },
+        "/": {
+            "post": {
+                "operationId": "hub",
+                "summary": "The WebSub hub URL: subscribe, unsubscribe, publish ping; or publish",
+                "description": "A form (`hub.mode` = subscribe | unsubscribe | publish) is a "
+                "WebSub request: subscriptions are answered 202 and verified in the "
+                "background. An XML body is a publish to the topic named by "
+                '`Link: <topic-url>; rel="self"`. ' + _AUTH_NOTE,
+                "tags": ["websub", "publishing"],
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/x-www-form-urlencoded": {
+                            "schema": {
+                                "type": "object",
+                                "required": ["hub.mode"],
+                                "properties": {
+                                    "hub.mode": {"enum": ["subscribe", "unsubscribe", "publish"]},
+                                    "hub.topic": {"type": "string"},
+                                    "hub.callback": {"type": "string"},
+                                    "hub.lease_seconds": {"type": "integer", "minimum": 1},
+                                    "hub.secret": {"type": "string", "maxLength": 199},
+                                    "hub.since": {"type": "string"},
+                                    "hub.url": {"type": "string"},
+                                },
+                            }
+                        },
+                        XML: {"schema": {"type": "string"}},
+                    },
+                },
+                "responses": {
+                    "202": {
+                        "description": "Accepted: a subscription request (being verified), "
+                        "a denial sent to the callback, or a stored publish / ping",
+                        "content": {
+                            TEXT: {"schema": {"type": "string"}},
+                            JSON: {"schema": {"$ref": "#/components/schemas/PublishAccepted"}},
+                        },
+                    },
+                    **{k: v for k, v in _publish_responses().items() if k != "202"},
+                    "502": _error("Fetching the pinged URL failed"),
+                },
+            },
+            "get": {
+                "operationId": "dashboard",
+                "summary": "The operators' dashboard (HTML)",
+                "tags": ["operations"],
+                "responses": {
+                    "200": {
+                        "description": "HTML",
+                        "content": {"text/html": {"schema": {"type": "string"}}},
+                    }
+                },
+            },
+        },
+        "/topics/{name}/events": {
+            "parameters": [_TOPIC],
+            "get": {
+                "operationId": "serverSentEvents",
+                "summary": "Follow a topic as server-sent events (one change per event)",
+                "tags": ["streams"],
+                "parameters": _stream_parameters(last_event_id=True),
+                "responses": {
+                    "200": {
+                        "description": "An endless event stream",
+                        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                    },
+                    "400": _error("Bad topic name, resume id or filter"),
+                    "410": _error("Events after the resume id are no longer retained"),
+                    "503": _UNAVAILABLE,
+                },
+            },
+        },
+        "/topics/{name}/ws": {
+            "parameters": [_TOPIC],
+            "get": {
+                "operationId": "webSocket",
+                "summary": "Follow a topic over a WebSocket (JSON arrays of changes)",
+                "tags": ["streams"],
+                "parameters": _stream_parameters(last_event_id=False),
+                "responses": {
+                    "101": {"description": "Switching to the WebSocket protocol"},
+                    "400": _error("Not a WebSocket upgrade, or a bad name, resume id or filter"),
+                    "410": _error("Events after the resume id are no longer retained"),
+                    "503": _UNAVAILABLE,
+                },
+            },
+        },
+        "/.well-known/resourcesync": _document(
+            "The Source Description: one Capability List per topic"
+        ),
+        "/topics/{name}/capabilitylist.xml": _document("A topic's Capability List", [_TOPIC]),
+        "/topics/{name}/changelist.xml": _document("A topic's Change List index", [_TOPIC]),
+        "/topics/{name}/changelist/{page}.xml": _document(
+            "One Change List page",
+            [
+                _TOPIC,
+                {"name": "page", "in": "path", "required": True, "schema": {"type": "string"}},
+            ],
+        ),
+        "/topics/{name}/resourcelist.xml": _document(
+            "A topic's Resource List (an index when large)", [_TOPIC]
+        ),
+        "/topics/{name}/resourcelist/{page}.xml": _document(
+            "One Resource List page of a snapshot",
+            [
+                _TOPIC,
+                {"name": "page", "in": "path", "required": True, "schema": {"type": "string"}},
+            ],
+        ),
+        "/topics/{name}/subscriptions": {
+            "parameters": [_TOPIC],
+            "get": {
+                "operationId": "subscriptions",
+                "summary": "A topic's WebSub subscriptions (never their secrets)",
+                "description": "Needs the admin token or a token that may publish to "
+                "the topic; on a hub without tokens only direct loopback clients (never "
+                "through a proxy), and a private topic's only with a token that may read it.",
+                "tags": ["operations"],
+                "responses": {
+                    "200": _json("The subscriptions", "Subscriptions"),
+                    "400": _BAD_NAME,
+                    "401": _error("No or malformed bearer token"),
+                    "403": _error("Not allowed"),
+                    "503": _UNAVAILABLE,
+                },
+            },
+        },
+        "/healthz": {
+            "get": {
+                "operationId": "health",
+                "summary": "Health of the hub and its Redis",
+                "description": 'Public: {"status": "ok"} or {"status": "degraded"}. Details '
+                "(Redis, pid, node, embedded Redis) only for operators: the admin token, a "
+                "hub-wide token, or a direct loopback client of an open hub.",
+                "tags": ["operations"],
+                "security": [{}, {"bearer": []}],
+                "responses": {
+                    "200": _json("Healthy", "Health"),
+                    "503": _json("Redis unreachable", "Health"),
+                },
+            }
+        },
+        "/metrics": {
+            "get": {
+                "operationId": "metrics",
+                "summary": "Prometheus metrics (text exposition format)",
+                "description": "Public unless RSHUB_METRICS_TOKEN is set; then it needs that "
+                "token or the admin token as a bearer. Subscriptions are labelled by id, "
+                "never by callback URL; private topics the token may not read are summed "
+                'under topic="(private)".',
+                "tags": ["operations"],
+                "security": [{}, {"bearer": []}],
+                "responses": {
+                    "200": {
+                        "description": "Metrics",
+                        "content": {TEXT: {"schema": {"type": "string"}}},
+                    },
+                    "401": _error("RSHUB_METRICS_TOKEN is set: no, malformed or wrong token"),
+                },
+            }
+        },
+        "/admin/topics": {
+            "get": _admin(
+                "adminTopics",
+                "Every topic: length, first and last id, last publish, subscription count",
+                "topics",
+            ),
+        },
+        "/admin/topics/{name}": {
+            "parameters": [_TOPIC],
+            "get": _admin(
+                "adminTopic",
+                "One topic, with its Change List pages and Resource List size",
+                "topic",
+                not_found=True,
+            ),
+            "delete": _admin(
+                "adminDeleteTopic",
+                "Delete a topic: its stream, documents and subscriptions",
+                "deleted",
+                not_found=True,
+            ),
+        },
+        "/admin/subscriptions": {
+            "get": {
+                **_admin(
+                    "adminSubscriptions",
+                    "Subscriptions with state, cursor and lag",
+                    "subscriptions",
+                ),
+                "parameters": [
+                    {
+                        "name": "topic",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "string"},
+                    },
+                    {
+                        "name": "state",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "string", "enum": ["active", "suspended"]},
+                    },
+                ],
+            },
+            "delete": {
+                **_admin(
+                    "adminDeleteSubscription", "Delete one subscription", "deleted", not_found=True
+                ),
+                "requestBody": _TARGET,
+            },
+        },
+        "/admin/subscriptions/resume": {
+            "post": {
+                **_admin(
+                    "adminResumeSubscription",
+                    "Resume a suspended subscription now",
+                    "resumed",
+                    not_found=True,
+                ),
+                "requestBody": _TARGET,
+            },
+        },
+        "/admin/overview.json": {
+            "get": {
+                "operationId": "overview",
+                "summary": "The dashboard's data: topics, subscriptions with lag, live clients",
+                "description": "Needs the admin token or a hub-wide token; on a hub without "
+                "tokens only direct loopback clients (never through a proxy). Private topics "
+                "the token may not read are left out.",
+                "tags": ["operations"],
+                "responses": {
+                    "200": _json("The overview", "Overview"),
+                    "401": _error("No or malformed bearer token"),
+                    "403": _error("Not allowed"),
+                    "503": _UNAVAILABLE,
+                },
+            }
+        },
+        "/dashboard/{file}": {
+            "get": {
+                "operationId": "dashboardAsset",
+                "summary": "The dashboard's script and style sheet",
+                "tags": ["operations"],
+                "parameters": [
+                    {"name": "file", "in": "path", "required": True, "schema": {"type": "string"}}
+                ],
+                "responses": {
+                    "200": {"description": "The file"},
+                    "404": _error("No such file"),
+                },
+            }
+        },
+        "/openapi.json": {
+            "get": {
+                "operationId": "openapi",
+                "summary": "This document",
+                "tags": ["documentation"],
+                "responses": {
+                    "200": {
+                        "description": "OpenAPI 3.1",
+                        "content": {JSON: {"schema": {"type": "object"}}},
+                    }
+                },
+            }
+        },
+        "/docs": {
+            "get": {
+                "operationId": "docs",
+                "summary": "This document as an HTML page",
+                "tags": ["documentation"],
+                "responses": {
+                    "200": {
+                        "description": "HTML",
+                        "content": {"text/html": {"schema": {"type": "string"}}},
+                    }
+                },
+            }
+        },
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "rshub",
+            "version": __version__,
+            "description": "A ResourceSync change-notification hub: publish change "
+            "notifications, follow them over WebSub, WebSocket or server-sent events, or poll "
+            "the materialized Change Lists and Resource Lists.",
+        },
+        "servers": [{"url": server_url}],
+        "paths": paths,
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "parameters": {
+                "topic": {
+                    "name": "name",
+                    "in": "path",
+                    "required": True,
+                    "description": "Topic name",
+                    "schema": {"type": "string", "pattern": name_pattern},
+                }
+            },
+            "schemas": {
+                "Error": _ERROR,
+                "PublishAccepted": _PUBLISH_ACCEPTED,
+                "Health": _HEALTH,
+                "Subscription": _SUBSCRIPTION,
+                "Subscriptions": _SUBSCRIPTIONS,
+                "Overview": _OVERVIEW,
+            },
+        },
+    }
+
+
+_METHODS = ("get", "post", "put", "delete", "patch")
+
+
+def operations(document: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """Every (method, path, operation) of ``document``, in document order."""
+    return [
+        (method, path, item[method])
+        for path, item in document["paths"].items()
+        for method in _METHODS
+        if method in item
+    ]
+
+
+def render_html(document: dict[str, Any]) -> str:
+    """A self-contained HTML page listing every operation with its parameters and answers."""
+    e = html.escape
+    rows = []
+    for method, path, op in operations(document):
+        item = document["paths"][path]
+        params = [*item.get("parameters", []), *op.get("parameters", [])]
+        names = []
+        for p in params:
+            if "$ref" in p:
+                p = document["components"]["parameters"][p["$ref"].rsplit("/", 1)[1]]
+            names.append(f"<code>{e(p['name'])}</code> ({e(p['in'])})")
+        body = ", ".join(
+            f"<code>{e(t)}</code>" for t in op.get("requestBody", {}).get("content", {})
+        )
+        answers = "".join(
+            f"<li><b>{e(code)}</b> {e(r.get('description', ''))}</li>"
+            for code, r in op["responses"].items()
+        )
+        rows.append(
+            f'<section id="{e(op.get("operationId", method + path))}">'
+            f'<h2><span class="m {e(method)}">{e(method.upper())}</span> '
+            f"<code>{e(path)}</code></h2>"
+            f"<p>{e(op.get('summary', ''))}</p>"
+            + (f"<p class=d>{e(op['description'])}</p>" if op.get("description") else "")
+            + (f"<p>Parameters: {', '.join(names)}</p>" if names else "")
+            + (f"<p>Body: {body}</p>" if body else "")
+            + f"<ul>{answers}</ul></section>"
+        )
+    info = document["info"]
+    return (
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        f"<title>{e(info['title'])} API</title>"
+        "<style>body{font:15px/1.45 system-ui,sans-serif;max-width:60em;margin:2em auto;"
+        "padding:0 1em;color:#222}section{border-top:1px solid #ddd;padding:.4em 0}"
+        "h2{font-size:1.05em}.m{display:inline-block;min-width:3.6em;padding:.1em .4em;"
+        "border-radius:4px;color:#fff;font-size:.85em;text-align:center}.get{background:#2a7}"
+        ".post{background:#27b}code{background:#f4f4f4;padding:0 .2em}.d{color:#555}</style>"
+        f"</head><body><h1>{e(info['title'])} {e(info['version'])}</h1>"
+        f"<p>{e(info['description'])}</p>"
+        '<p>Machine-readable: <a href="openapi.json">openapi.json</a> (OpenAPI 3.1).</p>'
+        + "".join(rows)
+        + "</body></html>"
+    )

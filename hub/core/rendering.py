@@ -1,0 +1,228 @@
+"""The one writer of the hub's XML: WebSub bodies and every materialized document. No I/O.
+
+Building one pydantic model per entry would dominate the cost of serving a 50,000-entry
+page or fanning a change out to many callbacks, so entries are rendered by string building
+with XML escaping; every output still parses and validates with :func:`resourcesync.parse`
+(the unit tests check each kind).
+
+A change entry (Z39.99 §12.1, ResourceSync 1.1) is the same ``<url>`` in a WebSub body and
+on a Change List page:
+
+- ``<lastmod>``: the publisher's time of the change, as published;
+- ``rs:md/@datetime``: the hub's receipt time (the event id's milliseconds), which orders the
+  entries: receipt order is forward chronological by construction, whatever the
+  publishers' clocks say;
+- ``rs:md/@rshub:id`` (namespace :data:`RSHUB_NS`): the hub's event id, so a client can
+  de-duplicate, resume entry by entry, and switch between push and polling at an exact
+  position (a header listing every id would outgrow common header-size limits).
+
+Times are written as :func:`resourcesync.format_datetime` writes them: a fraction only when
+there is one, without trailing zeros.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any
+from xml.sax.saxutils import escape
+
+from hub.core.events import Event, decode, id_ms
+
+#: Namespace of rshub's extension attributes.
+RSHUB_NS = "urn:rshub:1"
+
+_NS = (
+    'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
+    'xmlns:rs="http://www.openarchives.org/rs/terms/"'
+)
+DECLARATION = '<?xml version="1.0" encoding="UTF-8"?>\n'
+URLSET_OPEN = f"{DECLARATION}<urlset {_NS}>"
+CHANGES_OPEN = f'{DECLARATION}<urlset {_NS} xmlns:rshub="{RSHUB_NS}">'
+URLSET_CLOSE = "</urlset>"
+INDEX_OPEN = f"{DECLARATION}<sitemapindex {_NS}>"
+INDEX_CLOSE = "</sitemapindex>"
+
+_MD_ATTRS = ("hash", "length", "type")
+_LINK_ATTRS = ("rel", "href", "modified", "hash", "length", "type", "pri", "encoding", "path")
+_ATTR_ENTITIES = {'"': "&quot;", "\n": "&#10;", "\r": "&#13;", "\t": "&#9;"}
+
+#: Rendered text is flushed in chunks of about this many characters.
+CHUNK_CHARS = 64 * 1024
+
+
+def attr(value: object) -> str:
+    """``value`` as a double-quoted, escaped XML attribute value."""
+    return '"' + escape(str(value), _ATTR_ENTITIES) + '"'
+
+
+@lru_cache(maxsize=4096)
+def w3c_ms(ms: int) -> str:
+    """Milliseconds since the epoch as a W3C datetime in UTC (fraction only when needed)."""
+    moment = datetime.fromtimestamp(ms // 1000, tz=UTC)
+    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    if ms % 1000:
+        text += f".{ms % 1000:03d}".rstrip("0")
+    return text + "Z"
+
+
+def root(capability: str, links: Iterable[tuple[str, str]], **times: int | None) -> str:
+    """Root ``rs:ln`` elements then the root ``rs:md`` (times in ms; ``from_`` for from)."""
+    parts = [f"<rs:ln rel={attr(rel)} href={attr(href)}/>" for rel, href in links]
+    md = f"<rs:md capability={attr(capability)}"
+    for name, value in times.items():
+        if value is not None:
+            md += f' {name.rstrip("_")}="{w3c_ms(value)}"'
+    parts.append(md + "/>")
+    return "".join(parts)
+
+
+def _links(links: list[dict[str, Any]]) -> str:
+    out = []
+    for link in links:
+        out.append("<rs:ln")
+        for name in _LINK_ATTRS:
+            if name in link:
+                out.append(f" {name}={attr(link[name])}")
+        out.append("/>")
+    return "".join(out)
+
+
+def _md_extra(data: dict[str, Any]) -> str:
+    return "".join(f" {name}={attr(data[name])}" for name in _MD_ATTRS if name in data)
+
+
+def change_entry(event_id: str, data: dict[str, Any], floor_ms: int = 0) -> str:
+    """One change ``<url>``; its receipt time is never before ``floor_ms`` (a page's from)."""
+    when = max(id_ms(event_id), floor_ms)
+    text = (
+        f"<url><loc>{escape(data['loc'])}</loc><lastmod>{data['lastmod']}</lastmod>"
+        f'<rs:md change={attr(data["change"])} datetime="{w3c_ms(when)}"'
+        f' rshub:id="{event_id}"{_md_extra(data)}/>'
+    )
+    if "links" in data:
+        text += _links(data["links"])
+    return text + "</url>"
+
+
+def event_entry(event: Event) -> bytes:
+    """:func:`change_entry` of a live event, for :meth:`Event.xml` to cache."""
+    return change_entry(event.id, event.fields).encode()
+
+
+def notification(
+    events: Sequence[Event], up: str | None = None, gap: tuple[str, str] | None = None
+) -> bytes:
+    """A complete ``changelist-notification`` for ``events`` (``up``: the Capability List).
+
+    ``gap`` (last trimmed id, Resource List URL): retention removed events before these
+    that the subscriber never got. Said in the body, so the signature covers it: a root
+    ``rs:ln rel="resourcelist"`` and ``rs:md/@rshub:trimmed-through``.
+    """
+    head = CHANGES_OPEN
+    if up is not None:
+        head += f'<rs:ln rel="up" href={attr(up)}/>'
+    if gap is None:
+        head += '<rs:md capability="changelist-notification"/>'
+    else:
+        head += f'<rs:ln rel="resourcelist" href={attr(gap[1])}/>'
+        head += '<rs:md capability="changelist-notification"'
+        head += f" rshub:trimmed-through={attr(gap[0])}/>"
+    return head.encode() + b"".join(e.xml(event_entry) for e in events) + URLSET_CLOSE.encode()
+
+
+def resource_entry(data: dict[str, Any]) -> str:
+    """One Resource List ``<url>`` from a stored change (the resource's latest state)."""
+    extra = _md_extra(data)
+    text = f"<url><loc>{escape(data['loc'])}</loc><lastmod>{data['lastmod']}</lastmod>"
+    if extra:
+        text += f"<rs:md{extra}/>"
+    if "links" in data:
+        text += _links(data["links"])
+    return text + "</url>"
+
+
+def index_entry(loc: str, **times: int | None) -> str:
+    """One ``<sitemap>`` of an index, with an ``rs:md`` of its times (ms)."""
+    md = "".join(
+        f' {name.rstrip("_")}="{w3c_ms(value)}"'
+        for name, value in times.items()
+        if value is not None
+    )
+    return f"<sitemap><loc>{escape(loc)}</loc><rs:md{md}/></sitemap>"
+
+
+def capability_entry(loc: str, capability: str, links: Iterable[tuple[str, str]] = ()) -> str:
+    text = f"<url><loc>{escape(loc)}</loc><rs:md capability={attr(capability)}/>"
+    text += "".join(f"<rs:ln rel={attr(rel)} href={attr(href)}/>" for rel, href in links)
+    return text + "</url>"
+
+
+def chunked(parts: Iterable[str], size: int = CHUNK_CHARS) -> Iterator[bytes]:
+    """Join ``parts`` into UTF-8 chunks of about ``size`` characters."""
+    buf: list[str] = []
+    length = 0
+    for part in parts:
+        buf.append(part)
+        length += len(part)
+        if length >= size:
+            yield "".join(buf).encode()
+            buf, length = [], 0
+    if buf:
+        yield "".join(buf).encode()
+
+
+# -- whole documents, rendered off the event loop (hub.live.parsing runs them in its pool) ----
+
+#: Entries a caller may render on the event loop (about 2 ms); more go to the pool.
+INLINE_ENTRIES = 400
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """One version of a document rendered whole, as sent and gzipped (built once, off loop)."""
+
+    raw: bytes
+    gz: bytes
+    #: When the content was read (ms), e.g. a Resource List's ``at``.
+    at_ms: int
+    #: The newest event the content reflects (its version), if any.
+    last_id: str | None
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.raw) + len(self.gz)
+
+
+def rendered(chunks: Iterable[bytes], at_ms: int, last_id: str | None) -> Rendered:
+    """Join and gzip encoded ``chunks``."""
+    raw = b"".join(chunks)
+    return Rendered(raw, gzip.compress(raw, 6), at_ms, last_id)
+
+
+def resource_entries(values: Iterable[bytes]) -> Iterator[str]:
+    """Resource List ``<url>`` elements for fold values (``"<event-id> <event-json>"``)."""
+    for value in values:
+        _, _, stored = value.partition(b" ")
+        yield resource_entry(decode(stored))
+
+
+def resource_list(head: str, fold: dict[bytes, bytes], at_ms: int, last_id: str | None) -> Rendered:
+    """A whole Resource List from the fold (``loc -> value``), in ``loc`` order."""
+    values = [fold[loc] for loc in sorted(fold)]
+    parts = chunked([head, *resource_entries(values), URLSET_CLOSE])
+    return rendered(parts, at_ms, last_id)
+
+
+def resource_page(head: str, values: list[bytes]) -> bytes:
+    """One page of a paged Resource List snapshot."""
+    return b"".join(chunked([head, *resource_entries(values), URLSET_CLOSE]))
+
+
+def change_rows(head: str, rows: list[tuple[str, bytes]], floor_ms: int) -> bytes:
+    """``head`` then one batch of a Change List page's entries (stored events)."""
+    parts = [head, *(change_entry(eid, decode(data), floor_ms) for eid, data in rows)]
+    return "".join(parts).encode()

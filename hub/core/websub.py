@@ -1,0 +1,174 @@
+"""WebSub hub protocol, sans I/O: requests, verification of intent, signatures, back-off.
+
+References are to the W3C WebSub Recommendation (2018).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import random
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from urllib.parse import urlencode, urlsplit, urlunsplit
+
+from hub.core.addresses import MAX_URL_LENGTH, as_uri, check_http_url
+from hub.core.events import parse_id
+from hub.core.exceptions import BadRequest
+from hub.core.topics import HubUrls
+
+MAX_SECRET_BYTES = 200  # §5.1: hub.secret MUST be less than 200 bytes
+MAX_CALLBACK_LENGTH = MAX_URL_LENGTH
+#: A longer hub.lease_seconds asks for "as long as possible": it gets the maximum.
+_MAX_LEASE_DIGITS = 12
+
+
+class TopicDenied(BadRequest):
+    """A well-formed request for a topic this hub will not serve: deny it (§5.2)."""
+
+    def __init__(self, message: str, *, callback: str, topic_url: str) -> None:
+        super().__init__(message)
+        self.callback = callback
+        self.topic_url = topic_url
+
+
+class Mode(StrEnum):
+    SUBSCRIBE = "subscribe"
+    UNSUBSCRIBE = "unsubscribe"
+    PUBLISH = "publish"
+
+
+@dataclass(frozen=True, slots=True)
+class PublishPing:
+    """A ``hub.mode=publish`` request: fetch ``url`` and store its new changes."""
+
+    url: str
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionRequest:
+    """A validated ``hub.mode=subscribe|unsubscribe`` request (§5.1)."""
+
+    mode: Mode
+    topic_url: str
+    topic: str
+    callback: str
+    lease_seconds: int
+    secret: str | None
+    #: rshub extension ``hub.since``: start delivering after this event id.
+    since: str | None
+
+
+def parse_request(
+    form: Mapping[str, str],
+    *,
+    urls: HubUrls,
+    lease_default: int,
+    lease_min: int,
+    lease_max: int,
+) -> SubscriptionRequest | PublishPing:
+    """Validate the form of a ``POST /``; unknown parameters are ignored (§5.1).
+
+    Raises :class:`BadRequest` naming the faulty parameter, or :class:`TopicDenied` for a
+    well-formed request the hub will not serve.
+    """
+    mode_text = form.get("hub.mode", "")
+    try:
+        mode = Mode(mode_text)
+    except ValueError:
+        raise BadRequest(
+            f"hub.mode must be subscribe, unsubscribe or publish, got {mode_text[:40]!r}"
+        ) from None
+    if mode is Mode.PUBLISH:
+        what = "hub.url" if form.get("hub.url") else "hub.topic"
+        url = (form.get("hub.url") or form.get("hub.topic") or "").strip()
+        if not url:
+            raise BadRequest("hub.mode=publish needs hub.url (or hub.topic)")
+        check_http_url(url, what)
+        return PublishPing(url)
+
+    callback = check_callback_syntax(form.get("hub.callback", "").strip())
+    topic_url = form.get("hub.topic", "").strip()
+    if not topic_url:
+        raise BadRequest("hub.topic is required")
+    try:
+        topic = urls.name_from_url(topic_url)
+    except BadRequest as exc:
+        raise TopicDenied(exc.message, callback=callback, topic_url=topic_url) from None
+
+    lease_text = form.get("hub.lease_seconds", "").strip()
+    if lease_text:
+        if not (lease_text.isascii() and lease_text.isdigit()):
+            raise BadRequest(f"hub.lease_seconds must be a whole number, got {lease_text[:20]!r}")
+        if len(lease_text) > _MAX_LEASE_DIGITS:
+            lease = lease_max
+        else:
+            lease = min(max(int(lease_text), lease_min), lease_max)
+    else:
+        lease = lease_default
+
+    secret = form.get("hub.secret")
+    if secret is not None:
+        if not secret:
+            secret = None
+        elif len(secret.encode()) >= MAX_SECRET_BYTES:
+            raise BadRequest(f"hub.secret must be less than {MAX_SECRET_BYTES} bytes")
+
+    since = form.get("hub.since") or None
+    if since is not None:
+        parse_id(since)
+    return SubscriptionRequest(mode, topic_url, topic, callback, lease, secret, since)
+
+
+def check_callback_syntax(callback: str) -> str:
+    """``callback`` as the URI it is stored, delivered to and keyed by (an IRI converted)."""
+    check_http_url(callback, "hub.callback")
+    return as_uri(callback, "hub.callback")
+
+
+def new_challenge() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def verification_url(
+    callback: str, mode: Mode, topic_url: str, challenge: str, lease_seconds: int | None
+) -> str:
+    """The callback URL with the §5.3 verification parameters appended to its query."""
+    params = {"hub.mode": str(mode), "hub.topic": topic_url, "hub.challenge": challenge}
+    if lease_seconds is not None:
+        params["hub.lease_seconds"] = str(lease_seconds)
+    return _with_query(callback, params)
+
+
+def denial_url(callback: str, topic_url: str, reason: str) -> str:
+    """§5.2: tell the subscriber its subscription was denied."""
+    return _with_query(
+        callback, {"hub.mode": "denied", "hub.topic": topic_url, "hub.reason": reason}
+    )
+
+
+def _with_query(url: str, params: dict[str, str]) -> str:
+    parts = urlsplit(url)
+    query = parts.query + ("&" if parts.query else "") + urlencode(params)
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
+
+
+def signature(secret: str, body: bytes) -> str:
+    """§7: ``X-Hub-Signature`` value, sha256."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def backoff(failures: int, base: float, cap: float, rng: random.Random | None = None) -> float:
+    """Exponential back-off with "equal jitter": between half and all of base*2^(n-1)."""
+    delay = min(cap, base * 2.0 ** max(0, failures - 1))
+    return delay / 2 + (rng or random).uniform(0, delay / 2)
+
+
+def retry_after(value: str | None) -> float | None:
+    """A ``Retry-After`` header in seconds (the HTTP-date form is not honoured)."""
+    text = (value or "").strip()
+    if text.isascii() and text.isdigit() and len(text) <= 12:
+        return float(text)
+    return None

@@ -1,0 +1,443 @@
+"""Live fan-out: the in-memory tail of each followed topic, and each client's cursor in it.
+
+One task per topic blocks on ``XREAD`` and appends what arrives to a bounded ring of
+:class:`Event`\\ s. Consumers (WebSocket and SSE clients, WebSub delivery workers) ask for
+the events after their cursor: from the ring when it covers the cursor, from Redis
+(``XRANGE``) when the cursor is older, so a consumer never sees a gap and every live event
+is read from Redis once however many consumers follow it. Encodings (the client JSON, the
+``<url>`` XML, WebSocket messages) are computed once and shared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
+
+from hub.core import frames, metrics
+from hub.core.events import Event, EventFilter, EventKey, format_id, parse_id
+from hub.core.tasks import cancel_and_wait
+from hub.store.event_store import EventStore
+from hub.store.redis_connection import StoreError
+
+log = logging.getLogger(__name__)
+
+#: XREAD BLOCK time; the store's blocking client has no socket timeout.
+_BLOCK_MS = 5000
+#: Events a client catching up reads per step.
+_READ_BATCH = 1000
+
+
+def _expire(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(False)
+
+
+@dataclass(slots=True)
+class _Encoding:
+    """One batch as every unfiltered live client gets it: the message, and (once a client
+    is written to directly) the same message as a WebSocket frame."""
+
+    message: bytes
+    frame: bytes | None = None
+
+
+class Span(NamedTuple):
+    """Events after a cursor, and whether retention removed some before they were read."""
+
+    events: list[Event]
+    #: Id of the last event after the cursor that was trimmed unread (None: no gap).
+    trimmed_through: str | None
+
+
+class Follower(Protocol):
+    def offer(self, events: list[Event]) -> None: ...
+
+
+#: Writes events to a client's connection now, if it can take them without waiting; False
+#: when it cannot (they are queued for the client's sender task instead).
+Writer = Callable[[list[Event]], bool]
+
+
+class TopicFeed:
+    """The live tail of one topic; see the module docstring."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        topic: str,
+        *,
+        ring_events: int = 50_000,
+        read_count: int = 1000,
+    ) -> None:
+        self.store = store
+        self.topic = topic
+        self.ring_events = ring_events
+        self.read_count = read_count
+        self._events: list[Event] = []
+        self._keys: list[EventKey] = []
+        #: The ring holds every event with id > base (and <= its last event).
+        self.base: EventKey | None = None
+        self._waiters: set[asyncio.Future[bool]] = set()
+        self._task: asyncio.Task[None] | None = None
+        self.consumers = 0
+        self._followers: set[Follower] = set()
+        self._encodings: OrderedDict[tuple[str, str], _Encoding] = OrderedDict()
+        #: Set when the topic was deleted: its streams end (see :meth:`FeedHub.end`).
+        self.ended = asyncio.Event()
+
+    def ws_message(self, events: list[Event]) -> bytes:
+        """A JSON array of ``events`` (UTF-8), cached: live clients get identical batches."""
+        return self._encoding(events).message
+
+    def ws_frame(self, events: list[Event]) -> bytes:
+        """:meth:`ws_message` as a WebSocket text frame, cached with it."""
+        encoding = self._encoding(events)
+        if encoding.frame is None:
+            encoding.frame = frames.text_frame(encoding.message)
+        return encoding.frame
+
+    def _encoding(self, events: list[Event]) -> _Encoding:
+        key = (events[0].id, events[-1].id)
+        encoding = self._encodings.get(key)
+        if encoding is None:
+            message = b"[" + b",".join(e.json(self.topic) for e in events) + b"]"
+            encoding = self._encodings[key] = _Encoding(message)
+            if len(self._encodings) > 64:
+                self._encodings.popitem(last=False)
+        return encoding
+
+    async def start(self) -> None:
+        last = await self.store.last_id(self.topic)
+        self.base = parse_id(last) if last else (0, 0)
+        self._task = asyncio.create_task(self._tail(), name=f"feed:{self.topic}")
+
+    async def stop(self) -> None:
+        await cancel_and_wait([self._task])
+        # Drop the ring now: a stopped feed can sit in reference cycles (its task, its
+        # waiters) until a full GC pass, which then had tens of thousands of events to free
+        # at once (a 30-80 ms pause, bench/hub.py with gc.callbacks).
+        self._events.clear()
+        self._keys.clear()
+        self._encodings.clear()
+        self._followers.clear()
+
+    @property
+    def last_key(self) -> EventKey:
+        assert self.base is not None
+        return self._keys[-1] if self._keys else self.base
+
+    async def _tail(self) -> None:
+        failures = 0
+        while True:
+            try:
+                rows = await self.store.wait_after(
+                    self.topic, format_id(self.last_key), 5000, _BLOCK_MS
+                )
+                failures = 0
+            except StoreError as exc:
+                failures += 1
+                metrics.redis_error()
+                log.warning("feed %s: XREAD failed (%s); retrying", self.topic, exc)
+                await asyncio.sleep(min(5.0, 0.1 * 2**failures))
+                continue
+            if not rows:
+                continue
+            last = self.last_key
+            fresh = [event for eid, data in rows if (event := Event(eid, data)).key > last]
+            if fresh:  # else the publishing path handed them over already (take_local)
+                self._add(fresh)
+
+    def take_local(self, previous_id: str, events: list[Event]) -> bool:
+        """Events this process just appended, handed over without waiting for ``XREAD``.
+
+        Taken only when they follow on from the ring's last event (``previous_id`` is the
+        stream's last id before them, read in the same atomic step as the append); else
+        ``XREAD`` brings them in order, with whatever other processes appended before them.
+        """
+        previous = parse_id(previous_id) if previous_id else (0, 0)
+        if self.base is None or not events or previous != self.last_key:
+            return False
+        self._add(events)
+        return True
+
+    def _add(self, fresh: list[Event]) -> None:
+        """Append to the ring, wake the waiting readers and push to the followers."""
+        self._events.extend(fresh)
+        self._keys.extend(e.key for e in fresh)
+        overflow = len(self._events) - self.ring_events
+        if overflow > 0:
+            self.base = self._keys[overflow - 1]
+            del self._events[:overflow]
+            del self._keys[:overflow]
+        waiters, self._waiters = self._waiters, set()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(True)
+        for follower in list(self._followers):
+            follower.offer(fresh)
+
+    def follow(self, follower: Follower) -> None:
+        """Push every batch read from now on to ``follower.offer`` (synchronously)."""
+        self._followers.add(follower)
+
+    def unfollow(self, follower: Follower) -> None:
+        self._followers.discard(follower)
+
+    async def read_after(
+        self, cursor: EventKey, limit: int, *, timeout: float | None = None
+    ) -> list[Event]:
+        """Up to ``limit`` events with id > ``cursor``, waiting up to ``timeout`` for one.
+
+        Returns ``[]`` when the timeout passes with nothing new (heartbeat time).
+        """
+        return (await self._read(cursor, limit, timeout, gaps=False)).events
+
+    async def read_span(
+        self, cursor: EventKey, limit: int, *, timeout: float | None = None
+    ) -> Span:
+        """:meth:`read_after`, also telling whether events after ``cursor`` were trimmed.
+
+        The ring holds every event after ``base`` without a hole, so a gap can only lie
+        behind it; there the read and the trimmed-through mark are taken atomically.
+        """
+        return await self._read(cursor, limit, timeout, gaps=True)
+
+    async def _read(
+        self, cursor: EventKey, limit: int, timeout: float | None, *, gaps: bool
+    ) -> Span:
+        trimmed: str | None = None
+        while True:
+            assert self.base is not None
+            if cursor < self.base:
+                events, trimmed = await self._read_redis(cursor, limit, gaps)
+                if events:
+                    return Span(events, trimmed)
+                cursor = self.base  # nothing retained in (cursor, base]: go on from the ring
+                continue
+            start = bisect.bisect_right(self._keys, cursor)
+            if start < len(self._events):
+                return Span(self._events[start : start + limit], trimmed)
+            if not await self._wait(timeout):
+                return Span([], trimmed)
+
+    async def _wait(self, timeout: float | None) -> bool:
+        """Wait for new events; False when ``timeout`` passed first.
+
+        A bare future and one timer, where ``asyncio.wait_for(event.wait())`` also made a
+        task per wait: every delivery worker of a topic waits here once per batch.
+        """
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        self._waiters.add(waiter)
+        timer = None if timeout is None else loop.call_later(timeout, _expire, waiter)
+        try:
+            return bool(await waiter)
+        finally:
+            self._waiters.discard(waiter)  # timed out or cancelled: not left behind
+            if timer is not None:
+                timer.cancel()
+
+    async def _read_redis(
+        self, cursor: EventKey, limit: int, gaps: bool
+    ) -> tuple[list[Event], str | None]:
+        """Events in (cursor, base] from Redis; with ``gaps``, also the last id of those
+        retention trimmed (the ring takes over after ``base``, so never beyond it)."""
+        assert self.base is not None
+        span = (f"({format_id(cursor)}", format_id(self.base), min(limit, self.read_count))
+        if not gaps:
+            rows = await self.store.range(self.topic, *span)
+            return [Event(eid, data) for eid, data in rows], None
+        rows, trimmed = await self.store.range_trimmed(self.topic, *span)
+        gap = None
+        if trimmed is not None and parse_id(trimmed) > cursor:
+            gap = format_id(min(parse_id(trimmed), self.base))
+        return [Event(eid, data) for eid, data in rows], gap
+
+
+class FeedHub:
+    """Creates a :class:`TopicFeed` per followed topic and stops it when nobody follows."""
+
+    def __init__(self, store: EventStore, **feed_options: Any) -> None:
+        self.store = store
+        self.feed_options = feed_options
+        self._feeds: dict[str, TopicFeed] = {}
+        self._lock = asyncio.Lock()
+
+    @property
+    def consumer_count(self) -> int:
+        return sum(feed.consumers for feed in self._feeds.values())
+
+    async def acquire(self, topic: str) -> TopicFeed:
+        async with self._lock:
+            feed = self._feeds.get(topic)
+            if feed is None:
+                feed = TopicFeed(self.store, topic, **self.feed_options)
+                await feed.start()
+                self._feeds[topic] = feed
+            feed.consumers += 1
+            return feed
+
+    async def release(self, feed: TopicFeed) -> None:
+        async with self._lock:
+            feed.consumers -= 1
+            if feed.consumers <= 0:
+                if self._feeds.get(feed.topic) is feed:
+                    del self._feeds[feed.topic]
+                await feed.stop()
+
+    def published(self, topic: str, previous_id: str | None, ids: list[str], data: bytes) -> None:
+        """This process appended ``ids`` to ``topic``: hand them to its feed, if followed.
+
+        ``data`` is the append script's packed changes, whose every third NUL-separated
+        field is an event's stored JSON.
+        """
+        feed = self._feeds.get(topic)
+        if feed is None or previous_id is None or not ids:
+            return
+        stored = data.split(b"\0")[2::3]
+        feed.take_local(previous_id, [Event(i, d) for i, d in zip(ids, stored, strict=True)])
+
+    async def end(self, topic: str) -> None:
+        """The topic was deleted: stop following it and end its consumers' streams.
+
+        Whoever acquires the topic from now on gets a fresh feed (a topic may be published
+        to again after it was deleted).
+        """
+        async with self._lock:
+            feed = self._feeds.pop(topic, None)
+        if feed is not None:
+            feed.ended.set()
+            await feed.stop()
+
+    async def close(self) -> None:
+        for feed in list(self._feeds.values()):
+            await feed.stop()
+        self._feeds.clear()
+
+
+class ClientStream:
+    """One client's position in a topic: pulls history, then is pushed live events.
+
+    While behind, :meth:`next` reads from the feed (ring or Redis) at the client's own
+    pace. Once caught up it follows the feed, which hands every new batch to
+    :meth:`offer` synchronously. With a ``writer``, a live client whose connection can
+    take the batch gets it written there and then, by the feed's own fan-out loop: no task
+    wakes up, no timer is armed, and all live clients share one encoded frame per batch, so
+    a publish costs time per *active* client only. A batch the connection cannot take yet
+    is queued (bounded by ``capacity``) for the sender task, which waits for the
+    connection to drain; later batches queue behind it, so order is kept.
+    """
+
+    def __init__(
+        self,
+        feed: TopicFeed,
+        cursor: EventKey,
+        capacity: int,
+        event_filter: EventFilter | None = None,
+        writer: Writer | None = None,
+    ) -> None:
+        self.feed = feed
+        self.cursor = cursor
+        self.capacity = capacity
+        self.filter = event_filter
+        self.writer = writer
+        self.live = False
+        self._pending: deque[list[Event]] = deque()
+        self._count = 0
+        self._wakeup = asyncio.Event()
+        #: Set when the client fell too far behind the live stream.
+        self.overflowed = asyncio.Event()
+        #: Id of the last event handed to the transport.
+        self.last_sent: str | None = None
+
+    def offer(self, events: list[Event]) -> None:
+        """Called by the feed for each new batch while the client is live."""
+        if events[0].key <= self.cursor:  # only when a client resumed from a future id
+            events = [e for e in events if e.key > self.cursor]
+            if not events:
+                return
+        if not self._pending and self.writer is not None:
+            shown = self._filtered(events)
+            if not shown or self.writer(shown):
+                self.cursor = events[-1].key
+                if shown:
+                    self.last_sent = shown[-1].id
+                return
+        if self._count and self._count + len(events) > self.capacity:
+            self.feed.unfollow(self)
+            self.overflowed.set()
+            self._wakeup.set()
+            return
+        self._pending.append(events)
+        self._count += len(events)
+        self.cursor = events[-1].key
+        self._wakeup.set()
+
+    async def next(self, timeout: float) -> list[Event] | None:
+        """The next events, or ``None`` when ``timeout`` passes first (heartbeat time).
+
+        With a filter, a batch may come back empty: everything in it was filtered out.
+        """
+        events = await self._next(timeout)
+        return self._filtered(events) if events else events
+
+    def _filtered(self, events: list[Event]) -> list[Event]:
+        if self.filter is None:
+            return events
+        accepts = self.filter.accepts
+        return [e for e in events if accepts(e.fields)]
+
+    def message(self, events: list[Event]) -> bytes:
+        """The WebSocket message for ``events``: shared by every unfiltered client."""
+        if self.filter is None:
+            return self.feed.ws_message(events)
+        return b"[" + b",".join(e.json(self.feed.topic) for e in events) + b"]"
+
+    def frame(self, events: list[Event]) -> bytes:
+        """:meth:`message` as a WebSocket text frame: shared by every unfiltered client."""
+        if self.filter is None:
+            return self.feed.ws_frame(events)
+        return frames.text_frame(self.message(events))
+
+    async def _next(self, timeout: float) -> list[Event] | None:
+        if not self.live:
+            if self.cursor < self.feed.last_key:
+                events = await self.feed.read_after(
+                    self.cursor, min(_READ_BATCH, self.capacity), timeout=timeout
+                )
+                if events:
+                    self.cursor = events[-1].key
+                    return events
+            if self.cursor >= self.feed.last_key:  # caught up: no await since the check
+                self.live = True
+                self.feed.follow(self)
+        if not self._pending:
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), timeout)
+            except TimeoutError:
+                return None
+            if not self._pending:
+                return None
+        if len(self._pending) == 1:
+            events = self._pending.popleft()
+        else:
+            events = [e for batch in self._pending for e in batch]
+            self._pending.clear()
+        self._count -= len(events)
+        return events
+
+    def close(self) -> None:
+        if self.live:
+            self.feed.unfollow(self)
+        # The writer is a closure over this stream and its connection: a reference cycle
+        # that would keep the whole connection alive until a full GC pass.
+        self.writer = None
+
+    def resume_hint(self) -> str:
+        return self.last_sent or "the id of the last event you received"

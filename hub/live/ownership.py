@@ -1,0 +1,290 @@
+"""Delivery ownership: this process runs the delivery workers of the subscriptions it owns.
+
+Every ``tick`` (a third of the lease) a task of its own heartbeats, and the
+:class:`Ownership` loop (on a tick, or at once when something changed) reconciles:
+
+1. the heartbeat learns the live nodes (:meth:`hub.store.leases.Leases.heartbeat`). A successful
+   heartbeat keeps every lease this node holds valid for 0.9 of a lease from the moment it
+   was *sent*; a worker sends nothing once that has passed. After a gap longer than that
+   (the process was paused, or Redis was away), the node first checks which leases are
+   still its own, and stops the workers of the others, before any worker sends again;
+2. works out which subscriptions this node should deliver (:mod:`hub.core.placement`);
+3. releases the leases it should no longer hold, after stopping their workers (whose
+   cursors are written after every delivery), so the new owner can take them at once;
+4. claims the leases it should hold and starts their workers; a lease held by a node whose
+   heartbeat expired (at most one lease after it died) is taken over.
+
+So a dead node's subscriptions are resumed from their cursors within about one lease plus
+one tick, and a node that was paused past its lease neither delivers on nor moves a cursor
+once it wakes up: its writes are fenced by its lease tokens.
+
+The set of subscriptions is read whole every ``reconcile_seconds`` and followed in between
+through ``keys.SUBSCRIPTION_CHANGES``, so a subscription verified by any process starts
+delivering on its owner within a moment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Protocol
+
+from hub.core import placement
+from hub.core.placement import SubscriptionKey
+from hub.core.tasks import cancel_and_wait
+from hub.store.leases import GONE, HELD_ELSEWHERE, Leases
+from hub.store.redis_connection import StoreError
+from hub.store.subscriptions import REMOVED, TOPIC_REMOVED, SubscriptionStore
+
+log = logging.getLogger(__name__)
+
+#: The part of a lease a node trusts its heartbeat for, measured from sending it.
+_TRUSTED = 0.9
+
+
+class Validity:
+    """Until when this node's leases are known valid (monotonic clock), shared by all."""
+
+    def __init__(self) -> None:
+        self.until = 0.0
+        self._renewed = asyncio.Event()
+
+    def renewed(self, until: float) -> None:
+        self.until = until
+        self._renewed.set()
+        self._renewed = asyncio.Event()
+
+    async def wait(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._renewed.wait(), timeout)
+
+
+class Lease:
+    """A worker's hold on its subscription: its fencing token, valid while the node is."""
+
+    def __init__(self, token: int, validity: Validity) -> None:
+        self.token = token
+        self.validity = validity
+        self.lost = False
+
+    def valid(self) -> bool:
+        return not self.lost and time.monotonic() < self.validity.until
+
+    def lose(self) -> None:
+        self.lost = True
+
+    async def wait_valid(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for a renewal; False when the lease is lost or stays stale."""
+        deadline = time.monotonic() + timeout
+        while not self.valid():
+            remaining = deadline - time.monotonic()
+            if self.lost or remaining <= 0:
+                return False
+            await self.validity.wait(remaining)
+        return True
+
+
+class Workers(Protocol):
+    """What the ownership loop drives: :class:`hub.live.delivery.DeliveryService`."""
+
+    async def start_worker(self, key: SubscriptionKey, lease: Lease) -> None: ...
+
+    async def stop_worker(self, key: SubscriptionKey) -> None: ...
+
+    def running(self) -> set[SubscriptionKey]: ...
+
+
+class Ownership:
+    def __init__(
+        self,
+        leases: Leases,
+        subscriptions: SubscriptionStore,
+        workers: Workers,
+        *,
+        lease_seconds: float,
+        reconcile_seconds: float = 10.0,
+    ) -> None:
+        self.leases = leases
+        self.subscriptions = subscriptions
+        self.workers = workers
+        self.lease_seconds = lease_seconds
+        self.tick = lease_seconds / 3
+        self.reconcile_seconds = reconcile_seconds
+        self.node = leases.node
+        self.validity = Validity()
+        #: Every subscription known to exist, as of the last read and the change stream.
+        self.known: set[SubscriptionKey] = set()
+        self.nodes: tuple[str, ...] = ()
+        self.leader = False
+        self.held: dict[SubscriptionKey, Lease] = {}
+        self._wanted: set[SubscriptionKey] = set()
+        self._wanted_for: tuple[tuple[str, ...], int] | None = None
+        self._known_version = 0
+        self._last_heartbeat = 0.0
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._last_full = 0.0
+        self._changes_from = "$"
+        #: Called with a topic's name when the topic was deleted (see the admin API).
+        self.on_topic_removed: Callable[[str], Awaitable[None]] | None = None
+
+    async def start(self) -> None:
+        self._changes_from = await self.subscriptions.last_change_id()
+        await self._heartbeat()
+        await self._reconcile(full=True)
+        self._tasks = [
+            asyncio.create_task(self._beat(), name="heartbeat"),
+            asyncio.create_task(self._run(), name="ownership"),
+            asyncio.create_task(self._follow_changes(), name="subscription-changes"),
+        ]
+
+    async def close(self) -> None:
+        """Stop every worker, give its lease up, and leave."""
+        await cancel_and_wait(self._tasks)
+        for key in list(self.held):
+            await self.workers.stop_worker(key)
+        with contextlib.suppress(StoreError):
+            await self._release(list(self.held))
+            await self.leases.heartbeat(leaving=True)
+        self.held.clear()
+
+    def changed(self) -> None:
+        """Something changed here (a worker ended): reconcile soon."""
+        self._wake.set()
+
+    def _set_known(self, known: set[SubscriptionKey]) -> None:
+        self.known = known
+        self._known_version += 1
+
+    async def _beat(self) -> None:
+        """Heartbeat every tick, in a task of its own: a reconcile round that starts many
+        workers must not delay it past the lease (the others would take over)."""
+        while True:
+            await asyncio.sleep(self.tick)
+            try:
+                if await self._heartbeat():
+                    self._wake.set()  # the live nodes changed: placement moves
+            except StoreError as exc:
+                log.warning("heartbeat failed (will retry): %s", exc)
+
+    async def _heartbeat(self) -> bool:
+        """One heartbeat; True when the set of live nodes changed."""
+        sent = time.monotonic()
+        membership = await self.leases.heartbeat()
+        if sent - self._last_heartbeat > self.lease_seconds * _TRUSTED and self.held:
+            await self._check_after_gap()
+        self._last_heartbeat = sent
+        self.validity.renewed(sent + self.lease_seconds * _TRUSTED)
+        changed = membership.nodes != self.nodes
+        self.nodes, self.leader = membership.nodes, membership.leader
+        return changed
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.tick)
+            self._wake.clear()
+            full = time.monotonic() - self._last_full >= self.reconcile_seconds
+            try:
+                await self._reconcile(full=full)
+            except StoreError as exc:
+                log.warning("ownership round failed (will retry): %s", exc)
+
+    async def _follow_changes(self) -> None:
+        failures = 0
+        while True:
+            try:
+                changes = await self.subscriptions.wait_changes(self._changes_from, 5000)
+                failures = 0
+            except StoreError as exc:
+                failures += 1
+                log.warning("following subscription changes failed (%s); retrying", exc)
+                await asyncio.sleep(min(5.0, 0.1 * 2**failures))
+                continue
+            for change in changes:
+                self._changes_from = change.id
+                key = (change.topic, change.callback)
+                if change.kind == TOPIC_REMOVED:
+                    if self.on_topic_removed is not None:
+                        await self.on_topic_removed(change.topic)
+                elif change.kind == REMOVED:
+                    self.known.discard(key)
+                else:
+                    self.known.add(key)
+                    if key in self.held and key in self.workers.running():
+                        # Re-subscribed: restart with the new record, same lease.
+                        await self.workers.stop_worker(key)
+                        await self.workers.start_worker(key, self.held[key])
+                self._known_version += 1
+            if changes:
+                self._wake.set()
+
+    def _placement(self) -> set[SubscriptionKey]:
+        """This node's share of the known subscriptions (recomputed only on a change)."""
+        basis = (self.nodes, self._known_version)
+        if basis != self._wanted_for:
+            self._wanted = placement.assigned(self.node, self.known, self.nodes)
+            self._wanted_for = basis
+        return self._wanted
+
+    async def _reconcile(self, *, full: bool) -> None:
+        if full:
+            self._last_full = time.monotonic()
+            self._set_known(await self.subscriptions.all_keys())
+        wanted = self._placement()
+
+        running = self.workers.running()
+        for key in [k for k in self.held if k not in self.known or k not in running]:
+            if key in running:  # ended elsewhere (unsubscribed on another process)
+                await self.workers.stop_worker(key)
+            self._drop(key)  # ...or it ended here (410, expiry, lease lost)
+        moving = [k for k in self.held if k not in wanted]
+        for key in moving:
+            await self.workers.stop_worker(key)
+        await self._release(moving)
+        for key in moving:
+            self._drop(key)
+
+        missing = [k for k in wanted if k not in self.held]
+        for topic, callbacks in _by_topic((k, 0) for k in missing).items():
+            claimed = await self.leases.claim(topic, list(callbacks), self.nodes)
+            for callback, token in claimed.items():
+                key = (topic, callback)
+                if token == GONE:
+                    self.known.discard(key)
+                    self._known_version += 1
+                elif token != HELD_ELSEWHERE:
+                    lease = self.held[key] = Lease(token, self.validity)
+                    await self.workers.start_worker(key, lease)
+
+    async def _check_after_gap(self) -> None:
+        """After a pause longer than our heartbeat's trust, keep only what is still ours."""
+        log.warning("no heartbeat for more than %.1fs: checking leases", self.lease_seconds)
+        snapshot = [(k, lease.token) for k, lease in self.held.items()]
+        for topic, held in _by_topic(snapshot).items():
+            for callback in await self.leases.check(topic, held):
+                log.info("lease of %s -> %s lost while paused", topic, callback)
+                key = (topic, callback)
+                self._drop(key)
+                await self.workers.stop_worker(key)
+
+    def _drop(self, key: SubscriptionKey) -> None:
+        lease = self.held.pop(key, None)
+        if lease is not None:
+            lease.lose()
+
+    async def _release(self, keys: list[SubscriptionKey]) -> None:
+        ours = [(k, self.held[k].token) for k in keys if k in self.held]
+        for topic, tokens in _by_topic(ours).items():
+            await self.leases.release(topic, tokens)
+
+
+def _by_topic(items: Iterable[tuple[SubscriptionKey, int]]) -> dict[str, dict[str, int]]:
+    grouped: dict[str, dict[str, int]] = defaultdict(dict)
+    for (topic, callback), token in items:
+        grouped[topic][callback] = token
+    return grouped

@@ -1,0 +1,1 @@
+"""The hub's serve layer."""

@@ -1,0 +1,240 @@
+"""The topic event store: one Redis stream per topic, and the facts kept beside it.
+
+A publish is one Lua script call (:data:`hub.store.scripts.APPEND`): every change of the request
+is XADDed (all or none, since a script runs atomically), the Resource List fold is updated
+in the same step, retention is applied, and the Idempotency-Key is remembered. Doing the
+per-change work inside Redis keeps the Python side to one round trip per request, whatever
+the number of changes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from hub.core.events import Change, Packed, pack
+from hub.core.exceptions import Conflict
+from hub.store import keys, scripts
+from hub.store.redis_connection import Client
+from hub.store.script_pipe import ScriptPipe
+
+#: Events one XRANGE reads at most while a consumer catches up.
+READ_COUNT = 1000
+
+
+class Appended(NamedTuple):
+    ids: list[str]
+    #: True when an earlier publish with the same Idempotency-Key was found instead.
+    replayed: bool
+    #: The stream's last id just before these events ("" when it was empty; None when
+    #: replayed): with it, :meth:`hub.live.feed.FeedHub.published` knows the events follow on.
+    previous_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How long and how many events a topic keeps (0 = no bound); per-topic overrides.
+
+    The hold: events a WebSub subscription of the topic has yet to receive are kept beyond
+    those bounds (its cursor is in ``keys.holds``), but at most ``hold_max_events`` more
+    than ``max_events`` and none older than ``hold_seconds`` (0 in either: no hold). Past
+    that the subscriber is told of the gap (:mod:`hub.live.delivery`).
+    """
+
+    seconds: int = 0
+    max_events: int = 0
+    topic_seconds: dict[str, int] | None = None
+    topic_max_events: dict[str, int] | None = None
+    hold_max_events: int = 0
+    hold_seconds: int = 0
+
+    def for_topic(self, topic: str) -> tuple[int, int]:
+        seconds = (self.topic_seconds or {}).get(topic, self.seconds)
+        return seconds, (self.topic_max_events or {}).get(topic, self.max_events)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicFacts:
+    """The small per-topic facts of ``keys.topic_meta`` (ms since the epoch)."""
+
+    created_ms: int
+    last_id: str | None
+    last_publish_ms: int | None
+    trimmed_through: str | None
+
+
+class EventStore:
+    def __init__(
+        self,
+        redis: Client,
+        *,
+        blocking: Client | None = None,
+        retention: Retention | None = None,
+        idempotency_seconds: int = 86400,
+    ) -> None:
+        self.redis = redis
+        #: Client for XREAD BLOCK only: no socket timeout to trip over while it waits.
+        self.blocking = blocking or redis
+        self.retention = retention or Retention()
+        self.idempotency_seconds = idempotency_seconds
+        self.scripts = ScriptPipe(redis)
+        self._known_topics: set[str] = set()
+
+    async def append(
+        self,
+        topic: str,
+        changes: list[Change] | Packed,
+        *,
+        digest: str = "",
+        idempotency_key: str | None = None,
+    ) -> Appended:
+        """Store all ``changes`` atomically; return their event ids in order."""
+        now_ms = int(time.time() * 1000)
+        max_age, max_events = self.retention.for_topic(topic)
+        minid = f"{now_ms - max_age * 1000}-0" if max_age else ""
+        script_keys = [
+            keys.events(topic),
+            keys.resources(topic),
+            keys.topic_meta(topic),
+            keys.holds(topic),
+            keys.cursors(topic),
+        ]
+        hold = self.retention.hold_max_events if self.retention.hold_seconds else 0
+        hold_floor_ms = now_ms - self.retention.hold_seconds * 1000
+        if idempotency_key is not None:
+            script_keys.append(keys.idempotency(topic, idempotency_key))
+        packed = changes if isinstance(changes, Packed) else pack(changes)
+        if packed.changes and topic not in self._known_topics:
+            await self.redis.sadd(keys.TOPICS, topic)
+            self._known_topics.add(topic)
+        replayed, joined, *before = await self.scripts.run(
+            scripts.APPEND,
+            script_keys,
+            [
+                digest,
+                self.idempotency_seconds,
+                max_events,
+                minid,
+                now_ms,
+                packed.data,
+                hold,
+                hold_floor_ms,
+            ],
+        )
+        text = keys.text(joined)
+        if replayed:
+            prev_digest, _, text = text.partition("|")
+            if prev_digest != digest:
+                raise Conflict(
+                    "Idempotency-Key was already used for a different body",
+                    idempotency_key=idempotency_key,
+                )
+        return Appended(
+            ids=text.split(" ") if text else [],
+            replayed=bool(replayed),
+            previous_id=keys.text(before[0]) if before else None,
+        )
+
+    async def close(self) -> None:
+        await self.scripts.close()
+
+    async def trim(self, topic: str) -> None:
+        """Apply retention now (publishes do it too; this covers quiet topics)."""
+        await self.append(topic, [])
+
+    # -- reading events ---------------------------------------------------------------
+
+    async def range(
+        self, topic: str, start: str, end: str = "+", count: int = READ_COUNT
+    ) -> list[tuple[str, bytes]]:
+        """Events from ``start`` to ``end`` in XRANGE syntax (``(id`` excludes ``id``)."""
+        rows = await self.redis.xrange(keys.events(topic), start, end, count=count)
+        return keys.event_rows(rows)
+
+    async def range_trimmed(
+        self, topic: str, start: str, end: str, count: int = READ_COUNT
+    ) -> tuple[list[tuple[str, bytes]], str | None]:
+        """:meth:`range` and :meth:`trimmed_through`, read together in one atomic step."""
+        rows, trimmed = await self.scripts.run(
+            scripts.RANGE_TRIMMED,
+            [keys.events(topic), keys.topic_meta(topic)],
+            [start, end, count],
+        )
+        return keys.script_event_rows(rows), keys.text(trimmed) or None
+
+    async def wait_after(
+        self, topic: str, after: str, count: int, block_ms: int
+    ) -> list[tuple[str, bytes]]:
+        """Events with id > ``after``, waiting up to ``block_ms`` for the first one."""
+        result = await self.blocking.xread({keys.events(topic): after}, count=count, block=block_ms)
+        return keys.xread_rows(result)
+
+    async def contains(self, topic: str, event_id: str) -> bool:
+        return bool(await self.redis.xrange(keys.events(topic), event_id, event_id, count=1))
+
+    async def first_id(self, topic: str) -> str | None:
+        rows = await self.redis.xrange(keys.events(topic), "-", "+", count=1)
+        return keys.first_row_id(rows)
+
+    async def last_id(self, topic: str) -> str | None:
+        rows = await self.redis.xrevrange(keys.events(topic), "+", "-", count=1)
+        return keys.first_row_id(rows)
+
+    async def length(self, topic: str) -> int:
+        return int(await self.redis.xlen(keys.events(topic)))
+
+    # -- topics -----------------------------------------------------------------------
+
+    async def topics(self) -> list[str]:
+        return sorted(keys.text(t) for t in await self.redis.smembers(keys.TOPICS))
+
+    def forget(self, topic: str) -> None:
+        """``topic`` was deleted: do not take it for known any longer."""
+        self._known_topics.discard(topic)
+
+    async def exists(self, topic: str) -> bool:
+        if topic in self._known_topics:
+            return True
+        found = bool(await self.redis.sismember(keys.TOPICS, topic))
+        if found:
+            self._known_topics.add(topic)
+        return found
+
+    async def facts(self, topic: str) -> TopicFacts:
+        created, last, published, trimmed = await self.redis.hmget(
+            keys.topic_meta(topic),
+            [keys.CREATED_MS, keys.LAST_ID, keys.LAST_PUBLISH_MS, keys.TRIMMED_THROUGH],
+        )
+        return TopicFacts(
+            created_ms=int(created) if created else 0,
+            last_id=keys.optional_text(last),
+            last_publish_ms=int(published) if published else None,
+            trimmed_through=keys.optional_text(trimmed),
+        )
+
+    async def trimmed_through(self, topic: str) -> str | None:
+        """Id of the newest event retention ever removed from ``topic``, if any."""
+        value = await self.redis.hget(keys.topic_meta(topic), keys.TRIMMED_THROUGH)
+        return keys.optional_text(value)
+
+    async def created_ms(self, topics: list[str]) -> list[int]:
+        """When each topic was first published to (0 if unknown), in one round trip."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for name in topics:
+                pipe.hget(keys.topic_meta(name), keys.CREATED_MS)
+            values = await pipe.execute()
+        return [int(v) if v else 0 for v in values]
+
+    # -- publish pings ----------------------------------------------------------------
+
+    async def unseen(self, topic: str, digests: list[str]) -> list[bool]:
+        """For each digest: True if no earlier ping of ``topic`` stored that change."""
+        seen = await self.redis.smismember(keys.pinged(topic), digests)
+        return [not was for was in seen]
+
+    async def remember(self, topic: str, digests: list[str], ttl: int) -> None:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.sadd(keys.pinged(topic), *digests)
+            pipe.expire(keys.pinged(topic), ttl)
+            await pipe.execute()

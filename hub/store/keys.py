@@ -1,0 +1,221 @@
+"""Every Redis key, hash field and reply shape the hub uses, in one place.
+
+A topic's keys carry the topic name as a Redis Cluster hash tag (``{name}``), so all of them
+share one hash slot and a Lua script may touch them together. The Lua scripts spell the
+hash fields as ``$NAME`` placeholders, filled in from :data:`SCRIPT_NAMES` when they are
+loaded (:mod:`hub.store.scripts`), so each name is written once.
+
+redis-py types replies loosely (``bytes | str | None``, ``Any``); the reply functions at the
+end are the one place where the hub states what it expects back, so the rest stays typed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PREFIX = "rshub:"
+
+#: Set of every topic name that has ever been published to.
+TOPICS = PREFIX + "topics"
+
+#: Stream field holding one change as compact JSON (without its id).
+EVENT_FIELD = b"e"
+
+
+def events(topic: str) -> str:
+    """The topic's change stream; entry ids are the event ids."""
+    return f"{PREFIX}{{{topic}}}:events"
+
+
+def idempotency(topic: str, key: str) -> str:
+    """Remembers a publish's body digest and event ids under its Idempotency-Key."""
+    return f"{PREFIX}{{{topic}}}:idem:{key}"
+
+
+def subscriptions(topic: str) -> str:
+    """Hash: callback URL -> subscription JSON."""
+    return f"{PREFIX}{{{topic}}}:subs"
+
+
+def cursors(topic: str) -> str:
+    """Hash: callback URL -> id of the last event delivered to it."""
+    return f"{PREFIX}{{{topic}}}:cursors"
+
+
+def holds(topic: str) -> str:
+    """Sorted set: callback URL -> its cursor's milliseconds. Its lowest score is how far
+    back retention may not trim (see ``hub.store.event_store.Retention``); kept with every
+    cursor write."""
+    return f"{PREFIX}{{{topic}}}:holds"
+
+
+def pages(topic: str) -> str:
+    """Sorted set of closed Change List pages, scored by page number (see ``hub.store.pages``)."""
+    return f"{PREFIX}{{{topic}}}:pages"
+
+
+def pages_head(topic: str) -> str:
+    """Hash: the open Change List page and how far the stream was scanned (``hub.store.pages``)."""
+    return f"{PREFIX}{{{topic}}}:pages:head"
+
+
+def resourcelist_snapshot(topic: str) -> str:
+    """Hash: the current Resource List snapshot (id, at, completed, pages, last_id)."""
+    return f"{PREFIX}{{{topic}}}:rl:snapshot"
+
+
+def resourcelist_page(topic: str, snapshot: str, page: int) -> str:
+    """One rendered page of a Resource List snapshot (expires with the snapshot)."""
+    return f"{PREFIX}{{{topic}}}:rl:{snapshot}:{page}"
+
+
+def resourcelist_copy(topic: str, token: str) -> str:
+    """Hash with a TTL: one reader's copy of the fold, read in batches (``hub.store.snapshots``)."""
+    return f"{PREFIX}{{{topic}}}:rl:copy:{token}"
+
+
+def resources(topic: str) -> str:
+    """Hash: loc -> latest resource state, folded from the changes."""
+    return f"{PREFIX}{{{topic}}}:resources"
+
+
+def topic_meta(topic: str) -> str:
+    """Hash of small per-topic facts (created time, last publish, ...)."""
+    return f"{PREFIX}{{{topic}}}:meta"
+
+
+#: Set of topic names that have (or had) WebSub subscriptions.
+SUBSCRIBED_TOPICS = PREFIX + "subscribed-topics"
+
+
+def pinged(topic: str) -> str:
+    """Set of digests of changes already stored from publish pings of the topic's URL."""
+    return f"{PREFIX}{{{topic}}}:pinged"
+
+
+# -- hash fields --------------------------------------------------------------------------
+
+#: ``topic_meta``: id of the newest event, ms of the last publish, ms the topic was created,
+#: and the id of the newest event retention ever trimmed.
+LAST_ID = "last_id"
+LAST_PUBLISH_MS = "last_publish_ms"
+CREATED_MS = "created_ms"
+TRIMMED_THROUGH = "trimmed_through"
+#: ``topic_meta``: changes ever stored for the topic (a counter for publish rates).
+PUBLISHED = "published"
+
+#: ``pages_head``: the open Change List page (see ``hub.store.pages``).
+HEAD_N, HEAD_FROM, HEAD_FIRST, HEAD_SCANNED, HEAD_COUNT, HEAD_WEND = (
+    "n",
+    "from",
+    "first",
+    "scanned",
+    "count",
+    "wend",
+)
+
+#: ``resourcelist_snapshot``: id, at, completed, pages, last_id.
+SNAP_ID, SNAP_AT, SNAP_COMPLETED, SNAP_PAGES, SNAP_LAST_ID = (
+    "id",
+    "at",
+    "completed",
+    "pages",
+    LAST_ID,
+)
+
+#: Placeholders the Lua scripts may use (``$LAST_ID`` ...), with their values.
+SCRIPT_NAMES: dict[str, str] = {
+    "EVENT_FIELD": EVENT_FIELD.decode(),
+    "LAST_ID": LAST_ID,
+    "LAST_PUBLISH_MS": LAST_PUBLISH_MS,
+    "CREATED_MS": CREATED_MS,
+    "TRIMMED_THROUGH": TRIMMED_THROUGH,
+    "PUBLISHED": PUBLISHED,
+    "HEAD_N": HEAD_N,
+    "HEAD_FROM": HEAD_FROM,
+    "HEAD_FIRST": HEAD_FIRST,
+    "HEAD_SCANNED": HEAD_SCANNED,
+    "HEAD_COUNT": HEAD_COUNT,
+    "HEAD_WEND": HEAD_WEND,
+}
+
+
+# -- replies ------------------------------------------------------------------------------
+
+
+def text(value: bytes | str | int) -> str:
+    """A reply value as text (the hub's clients do not decode responses)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def optional_text(value: bytes | str | int | None) -> str | None:
+    return None if value is None else text(value)
+
+
+def as_bytes(value: bytes | str) -> bytes:
+    return value if isinstance(value, bytes) else value.encode()
+
+
+def hscan_reply(reply: Any) -> tuple[int, dict[bytes, bytes]]:
+    """An HSCAN reply: the next cursor (0 at the end) and the batch of fields."""
+    cursor, found = reply
+    return int(cursor), {as_bytes(k): as_bytes(v) for k, v in found.items()}
+
+
+def event_rows(rows: Any) -> list[tuple[str, bytes]]:
+    """An XRANGE/XREVRANGE reply of event entries: ``[(id, stored JSON), ...]``."""
+    return [(text(eid), as_bytes(fields[EVENT_FIELD])) for eid, fields in rows or ()]
+
+
+def script_event_rows(rows: Any) -> list[tuple[str, bytes]]:
+    """Event entries as a script returns an XRANGE: ``[[id, [field, value, ...]], ...]``."""
+    out = []
+    for eid, fields in rows or ():
+        values = dict(zip(map(as_bytes, fields[::2]), fields[1::2], strict=True))
+        out.append((text(eid), as_bytes(values[EVENT_FIELD])))
+    return out
+
+
+def first_row_id(rows: Any) -> str | None:
+    """The id of the first entry of an XRANGE/XREVRANGE reply, if any."""
+    return text(rows[0][0]) if rows else None
+
+
+def xread_rows(result: Any) -> list[tuple[str, bytes]]:
+    """The entries of an XREAD reply for one stream."""
+    return event_rows(result[0][1]) if result else []
+
+
+# -- delivery ownership (see hub.store.leases) ----------------------------------------------------
+
+#: Sorted set: live hub process id -> lease expiry (ms, Redis clock). It and
+#: :data:`LEADER` share a hash tag: the heartbeat script touches both.
+NODES = PREFIX + "{hub}:nodes"
+
+#: Stream of subscription changes (``topic``, ``callback``, ``kind``), so the process that
+#: owns a subscription learns at once that another process activated or removed it.
+SUBSCRIPTION_CHANGES = PREFIX + "subscription-changes"
+
+#: String: the process that runs the hub-wide periodic jobs, with a TTL.
+LEADER = PREFIX + "{hub}:leader"
+
+
+def owners(topic: str) -> str:
+    """Hash: callback URL -> ``"<node> <fencing token> <lease expiry ms>"``."""
+    return f"{PREFIX}{{{topic}}}:owners"
+
+
+def owner_epoch(topic: str) -> str:
+    """Counter from which every fencing token of the topic's subscriptions is drawn."""
+    return f"{PREFIX}{{{topic}}}:owner-epoch"
+
+
+def resourcelist_lock(topic: str) -> str:
+    """String with a TTL: the process taking a Resource List snapshot of ``topic`` now."""
+    return f"{PREFIX}{{{topic}}}:rl:taking"
+
+
+def xread_fields(result: Any) -> list[tuple[str, dict[str, str]]]:
+    """The entries of an XREAD reply for one stream, with their fields as text."""
+    rows = result[0][1] if result else ()
+    return [(text(eid), {text(k): text(v) for k, v in fields.items()}) for eid, fields in rows]

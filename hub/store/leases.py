@@ -1,0 +1,85 @@
+"""Who delivers which WebSub subscription: process heartbeats and fenced leases in Redis.
+
+Each hub process is a *node* with a random id. It renews its entry in ``keys.NODES`` (a
+sorted set scored by expiry on the Redis clock) every third of a lease; a node that stops
+renewing drops out within one lease. The first live node also holds ``keys.LEADER`` and runs
+the hub-wide periodic jobs (retention sweep, Change List page scan); those are atomic
+scripts, so a second runner during a handover would only repeat work.
+
+A subscription is delivered only under a lease: an entry ``"<node> <token>"`` in the
+topic's ``keys.owners`` hash, claimed only when free or held by a node that is no longer
+live, with a *fencing token* drawn from a per-topic counter. A lease has no expiry of its
+own: it lives as long as its node's heartbeat, so keeping any number of them costs one
+heartbeat per tick. Every cursor and record write of a delivery worker names its token, and
+a script refuses it unless the entry still carries that token
+(``scripts/fenced_cursors.lua``, ``fenced_save.lua``). A process that was paused past its
+heartbeat therefore cannot move a cursor (let alone backwards) once another took over, and
+it checks which leases are still its own before it delivers again (:mod:`hub.live.ownership`).
+All of a topic's ownership keys share the topic's hash slot, so this holds on a Redis
+Cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hub.store import keys, scripts
+from hub.store.script_pipe import ScriptPipe
+
+
+@dataclass(frozen=True, slots=True)
+class Membership:
+    """What one heartbeat learned: the live nodes, and whether this node leads."""
+
+    nodes: tuple[str, ...]
+    leader: bool
+
+
+#: :meth:`Leases.claim` results besides a token.
+HELD_ELSEWHERE = 0
+GONE = -1
+
+
+class Leases:
+    def __init__(self, scripts: ScriptPipe, node: str, ttl_ms: int) -> None:
+        self.scripts = scripts
+        self.node = node
+        self.ttl_ms = ttl_ms
+
+    async def heartbeat(self, *, leaving: bool = False) -> Membership:
+        out = await self.scripts.run(
+            scripts.HEARTBEAT, [keys.NODES, keys.LEADER], [self.node, 0 if leaving else self.ttl_ms]
+        )
+        return Membership(tuple(sorted(keys.text(n) for n in out[1:])), bool(int(out[0])))
+
+    async def claim(
+        self, topic: str, callbacks: list[str], live: tuple[str, ...]
+    ) -> dict[str, int]:
+        """Try to take the leases; per callback: a token, ``HELD_ELSEWHERE`` or ``GONE``.
+
+        ``live``: the nodes the last heartbeat found alive; a lease held by any other node
+        is taken over.
+        """
+        out = await self.scripts.run(
+            scripts.CLAIM,
+            [keys.owners(topic), keys.owner_epoch(topic), keys.subscriptions(topic)],
+            [self.node, len(live), *live, *callbacks],
+        )
+        return {cb: int(token) for cb, token in zip(callbacks, out, strict=True)}
+
+    async def check(self, topic: str, held: dict[str, int]) -> set[str]:
+        """The callbacks among ``held`` whose lease is no longer ours."""
+        return await self._renew(topic, held, release=False)
+
+    async def release(self, topic: str, held: dict[str, int]) -> None:
+        """Give the leases up at once, so another node can take them on its next tick."""
+        await self._renew(topic, held, release=True)
+
+    async def _renew(self, topic: str, held: dict[str, int], *, release: bool) -> set[str]:
+        if not held:
+            return set()
+        pairs = [v for cb, token in held.items() for v in (cb, token)]
+        lost = await self.scripts.run(
+            scripts.RENEW, [keys.owners(topic)], [self.node, int(release), *pairs]
+        )
+        return {keys.text(cb) for cb in lost or ()}

@@ -1,0 +1,140 @@
+"""Connections to Redis, made in one place, and the store layer's error family.
+
+The hub holds two clients: one for ordinary commands (with a socket timeout, so a stalled
+Redis turns into an error instead of a hung request) and one for ``XREAD BLOCK`` only, which
+must be allowed to wait longer than any timeout.
+
+A Redis Cluster is named by a ``redis+cluster://host:port`` URL (any one node; the others
+are discovered) or by ``RSHUB_REDIS_CLUSTER=true`` with a plain ``redis://`` URL, and uses
+redis-py's cluster client. The hub needs no cross-slot operation: a topic's keys share its
+hash slot, and the few hub-wide keys are each used alone.
+
+**A Redis that restarted** (the embedded one is restarted by its supervisor) leaves every
+pooled connection dead. A request must not fail on one: a pooled connection is checked as
+it is taken from the pool, and one Redis closed is replaced by a fresh connection before
+anything is written to it. That retry is safe for every command, a non-idempotent publish
+included, because nothing was sent on the dead connection: a command is never re-sent
+after it was written (the server may have run it before the connection broke; such a
+publish answers 503, and its client retries with its ``Idempotency-Key``). redis-py makes
+that check only while its maintenance notifications (a Redis Enterprise feature) are off,
+so they are turned off here; :mod:`hub.store.script_pipe` checks its own connection the same
+way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, TypeAlias
+
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import RedisError
+
+from hub.core.exceptions import RedisUnavailable
+
+log = logging.getLogger(__name__)
+
+#: Every failure of the store layer; the web layer maps it to 503 in one place.
+StoreError = RedisError
+
+#: A client of one Redis or of a Redis Cluster: the store modules take either.
+Client: TypeAlias = Redis | RedisCluster
+
+CLUSTER_SCHEME = "redis+cluster://"
+
+
+def is_cluster_url(url: str) -> bool:
+    return url.startswith(CLUSTER_SCHEME)
+
+
+def connect(url: str, *, cluster: bool = False, **options: Any) -> Client:
+    """A client for ``url``: a cluster client for ``redis+cluster://`` or ``cluster=True``."""
+    if is_cluster_url(url) or cluster:
+        plain = "redis://" + url.removeprefix(CLUSTER_SCHEME) if is_cluster_url(url) else url
+        return RedisCluster.from_url(plain, **options)
+    return Redis.from_url(url, **_checked_pool(), **options)
+
+
+def _checked_pool() -> dict[str, Any]:
+    """Options under which redis-py's pool replaces a connection Redis closed (see the
+    module docstring) instead of handing it out. With maintenance notifications on (its
+    default, ``"auto"``, even for RESP2, where none can arrive) it skips that check, and
+    after a Redis restart nearly every pooled command failed."""
+    try:
+        from redis.maint_notifications import MaintNotificationsConfig
+    except ImportError:  # a redis-py without them always checks
+        return {}
+    return {"maint_notifications_config": MaintNotificationsConfig(enabled=False)}
+
+
+class Connections:
+    """The hub's Redis clients for one Redis (or Redis Cluster) URL."""
+
+    def __init__(self, url: str, *, cluster: bool = False) -> None:
+        self.url = url
+        self.cluster = cluster or is_cluster_url(url)
+        if self.cluster:
+            self.main = connect(url, cluster=True, socket_timeout=10, max_connections=512)
+            self.blocking = connect(url, cluster=True, socket_timeout=None)
+        else:
+            self.main = connect(
+                url, max_connections=512, health_check_interval=30, socket_timeout=10
+            )
+            # One XREAD BLOCK per followed topic holds a connection: no pool cap (redis-py
+            # defaults to 100, which starved every topic past the hundredth).
+            self.blocking = connect(
+                url, socket_timeout=None, health_check_interval=30, max_connections=2**31 - 1
+            )
+
+    async def ping(self) -> None:
+        await self.main.ping()
+
+    async def wait_ready(
+        self, within: float, first_delay: float = 0.25, max_delay: float = 5.0
+    ) -> None:
+        """Ping until Redis answers, backing off (doubling up to ``max_delay``); after
+        ``within`` seconds raise :class:`RedisUnavailable`. A hub started beside its Redis
+        (containers, service managers) thus waits for it instead of exiting."""
+        deadline = time.monotonic() + within
+        delay, attempt = first_delay, 1
+        while True:
+            try:
+                await asyncio.wait_for(self.main.ping(), timeout=max(1.0, max_delay))
+            except (RedisError, OSError, TimeoutError) as exc:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RedisUnavailable(
+                        f"Redis at {_redacted(self.url)} (RSHUB_REDIS_URL) did not answer within "
+                        f"{within:g}s "
+                        f"({attempt} attempts): {exc}"
+                    ) from None
+                wait = min(delay, left)
+                log.warning(
+                    "Redis at %s not reachable (attempt %d: %s); retrying in %.2fs",
+                    _redacted(self.url),
+                    attempt,
+                    exc,
+                    wait,
+                )
+                await asyncio.sleep(wait)
+                delay, attempt = min(delay * 2, max_delay), attempt + 1
+                continue
+            if attempt > 1:
+                log.info("Redis at %s answered after %d attempts", _redacted(self.url), attempt)
+            return
+
+    async def close(self) -> None:
+        await self.main.aclose()
+        await self.blocking.aclose()
+
+
+def _redacted(url: str) -> str:
+    """``url`` without a password (``redis://:secret@host`` -> ``redis://:***@host``)."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    user = userinfo.split(":", 1)[0]
+    return f"{scheme}{sep}{user}:***@{host}"

@@ -1,0 +1,106 @@
+-- The publish: every change XADDed (all or none), the Resource List fold, retention and
+-- the Idempotency-Key, in one atomic step (see hub.store.event_store).
+-- KEYS: 1 events stream, 2 resources hash, 3 meta hash, 4 holds sorted set, 5 cursors hash,
+--       [6 idempotency key]
+-- ARGV: 1 body digest, 2 idempotency ttl, 3 maxlen (0 = none), 4 minid ('' = none),
+--       5 now-ms, 6 the changes: "loc NUL change NUL event-json NUL" repeated,
+--       7 hold max events (0 = no hold), 8 hold floor ms (events older are not held).
+-- The changes travel as one argument because encoding thousands of arguments costs the
+-- client more than the server's work. NUL cannot occur in XML text nor in JSON output.
+local stream, resources, meta, holds, cursors = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+if #KEYS > 5 then
+  local prev = redis.call('GET', KEYS[6])
+  if prev then return {1, prev} end
+end
+-- The stream's last id before this publish: the hub process that published hands its
+-- events to its own live feed at once when the feed is at exactly that id (hub.live.feed).
+local before = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)
+before = #before > 0 and before[1][1] or ''
+local ids = {}
+local packed, pos, find, sub = ARGV[6], 1, string.find, string.sub
+while pos <= #packed do
+  local a = find(packed, '\0', pos, true)
+  local b = find(packed, '\0', a + 1, true)
+  local c = find(packed, '\0', b + 1, true)
+  local loc, event = sub(packed, pos, a - 1), sub(packed, b + 1, c - 1)
+  local id = redis.call('XADD', stream, '*', '$EVENT_FIELD', event)
+  ids[#ids + 1] = id
+  if sub(packed, a + 1, b - 1) == 'deleted' then
+    redis.call('HDEL', resources, loc)
+  else
+    redis.call('HSET', resources, loc, id .. ' ' .. event)
+  end
+  pos = c + 1
+end
+-- Retention, exact so that '$TRIMMED_THROUGH' names the newest event ever trimmed: a client
+-- resuming from an older id is told it has a gap (Redis 6.2 does not report trimmed ids).
+local trimmed = false
+local ms = function(id) return tonumber(string.match(id, '^%d+')) or 0 end
+-- The hold: no event a WebSub subscription has yet to receive (ms >= its cursor's ms, the
+-- lowest score of the holds set) is trimmed, unless it is older than the floor or the
+-- stream is more than ARGV[7] events beyond maxlen. O(log n): one ZRANGE.
+local hold = false
+if ARGV[7] ~= '0' then
+  local low = redis.call('ZRANGE', holds, 0, 0, 'WITHSCORES')
+  if #low == 0 and redis.call('HLEN', cursors) > 0 then
+    -- Cursors written by a hub that kept no holds: index them, once.
+    local all = redis.call('HGETALL', cursors)
+    for i = 1, #all, 2 do
+      redis.call('ZADD', holds, string.match(all[i + 1], '^%d+') or '0', all[i])
+    end
+    low = redis.call('ZRANGE', holds, 0, 0, 'WITHSCORES')
+  end
+  if #low > 0 then hold = math.max(tonumber(low[2]), tonumber(ARGV[8])) end
+end
+if ARGV[4] ~= '' then
+  local cutoff = ms(ARGV[4])
+  if hold and hold < cutoff then cutoff = hold end
+  local minid = string.format('%d-0', cutoff)
+  -- Look before trimming: XREVRANGE from MINID walks the whole stream on Redis 6.2 when
+  -- nothing is older, which is the usual case.
+  local first = redis.call('XRANGE', stream, '-', '+', 'COUNT', 1)
+  if #first > 0 and ms(first[1][1]) < cutoff then
+    local old = redis.call('XRANGE', stream, '-', '(' .. minid, 'COUNT', 10000)
+    if #old == 10000 then
+      old = redis.call('XREVRANGE', stream, '(' .. minid, '-', 'COUNT', 1)
+    end
+    if #old > 0 then
+      trimmed = old[#old][1]
+      redis.call('XTRIM', stream, 'MINID', minid)
+    end
+  end
+end
+if ARGV[3] ~= '0' then
+  local length = redis.call('XLEN', stream)
+  local excess = length - tonumber(ARGV[3])
+  if excess > 0 then
+    local cut, last = excess, false
+    if hold then
+      -- Cut only what no subscription needs, and what is over the hold's own bound. A
+      -- released hold is trimmed 2,000 events a call, so no one call blocks Redis long.
+      local free = {}
+      if hold > 0 then
+        local upto = string.format('(%d-0', hold)
+        free = redis.call('XRANGE', stream, '-', upto, 'COUNT', math.min(excess, 2000))
+      end
+      cut = math.max(#free, excess - tonumber(ARGV[7]))
+      if cut > 0 and #free >= cut then last = free[cut][1] end
+    end
+    if cut > 0 then
+      if not last then
+        last = redis.call('XRANGE', stream, '-', '+', 'COUNT', cut)[cut][1]
+      end
+      trimmed = last
+      redis.call('XTRIM', stream, 'MAXLEN', length - cut)
+    end
+  end
+end
+if trimmed then redis.call('HSET', meta, '$TRIMMED_THROUGH', trimmed) end
+local joined = table.concat(ids, ' ')
+if #ids > 0 then
+  redis.call('HSET', meta, '$LAST_ID', ids[#ids], '$LAST_PUBLISH_MS', ARGV[5])
+  redis.call('HSETNX', meta, '$CREATED_MS', ARGV[5])
+  redis.call('HINCRBY', meta, '$PUBLISHED', #ids)
+end
+if #KEYS > 5 then redis.call('SET', KEYS[6], ARGV[1] .. '|' .. joined, 'EX', ARGV[2]) end
+return {0, joined, before}

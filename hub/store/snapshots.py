@@ -1,0 +1,233 @@
+"""Resource List snapshots (Z39.99 §10): every URI's latest state, read from the fold.
+
+The fold itself is kept by the publish script (:mod:`hub.store.event_store`): hash
+``keys.resources(topic)``, ``loc -> "<event-id> <event-json>"``, deleted locs removed. Here
+it is read two ways:
+
+- Up to ``page_entries`` URIs: :meth:`ResourceSnapshots.exact` copies it with ``COPY`` in
+  one script with a Redis ``TIME`` (``scripts/exact_resourcelist.lua``), so it is an exact
+  snapshot: ``at`` = ``completed`` = that time. Every change not in it has a later receipt
+  time (event ids follow the Redis clock), so a Destination that baselines from it then
+  applies the Change List entries with ``datetime >= at`` misses nothing. The copy is then
+  read in ``HSCAN`` batches (one 50,000-entry reply would hold the event loop while it is
+  parsed) and rendered in a thread, together with its gzipped form.
+- Beyond that: pages of one snapshot built with ``HSCAN`` (not atomic: ``at`` is when the
+  scan began and ``completed`` when it ended, as §10.1 allows). The pages are rendered once
+  (in a thread), kept in Redis for ``ttl_seconds`` and served as immutable; a snapshot is reused for
+  ``reuse_seconds`` while the topic changes, and for as long as it does not. One process
+  takes a snapshot at a time (``keys.resourcelist_lock``); the others wait for its record,
+  so several hub processes serve the same snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hub.core import rendering
+from hub.core.topics import HubUrls
+from hub.store import keys, scripts
+from hub.store.redis_connection import Client
+from hub.store.script_pipe import ScriptPipe
+
+#: Runs ``func(*args)`` off the event loop and awaits its result.
+Offload = Callable[..., Awaitable[Any]]
+
+#: How long one process may take to write a snapshot before another may take over.
+_TAKING_MS = 60_000
+#: Fold entries one HSCAN reply carries (hiredis parses it in a few ms).
+SCAN_BATCH = 5000
+#: How long a reader's copy of the fold may outlive a reader that died while reading it.
+_COPY_MS = 60_000
+
+
+@dataclass(frozen=True, slots=True)
+class Exact:
+    """The whole fold read at one instant: ``loc -> "<event-id> <event-json>"``."""
+
+    at_ms: int
+    last_id: str | None
+    fold: dict[bytes, bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """What one round trip tells a reader before it builds: size, version, Redis clock."""
+
+    size: int
+    last_id: str | None
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A paged Resource List: ``pages`` rendered pages kept in Redis."""
+
+    id: str
+    at_ms: int
+    completed_ms: int
+    pages: int
+    last_id: str
+
+
+def _ms(t: list[int] | tuple[int, int]) -> int:
+    return int(t[0]) * 1000 + int(t[1]) // 1000
+
+
+class ResourceSnapshots:
+    def __init__(
+        self,
+        redis: Client,
+        scripts: ScriptPipe,
+        *,
+        page_entries: int,
+        reuse_seconds: int,
+        ttl_seconds: int,
+        offload: Offload = asyncio.to_thread,
+    ) -> None:
+        self.redis = redis
+        self.scripts = scripts
+        self.page_entries = page_entries
+        self.reuse_seconds = reuse_seconds
+        self.ttl_seconds = ttl_seconds
+        #: Runs CPU-heavy rendering off the event loop (the app passes its parse pool).
+        self.offload = offload
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def probe(self, topic: str) -> Probe:
+        """The fold's size, the topic's version and the Redis clock, in one round trip."""
+        size, last_id, *now = await self.scripts.run(
+            scripts.RESOURCELIST_PROBE, [keys.resources(topic), keys.topic_meta(topic)], []
+        )
+        return Probe(int(size), keys.optional_text(last_id), _ms((int(now[0]), int(now[1]))))
+
+    async def exact(self, topic: str) -> Exact | None:
+        """The whole fold at one instant, or ``None`` when it needs pages."""
+        copy = keys.resourcelist_copy(topic, secrets.token_hex(8))
+        out = await self.scripts.run(
+            scripts.EXACT_RESOURCELIST,
+            [keys.resources(topic), keys.topic_meta(topic), copy],
+            [self.page_entries, _COPY_MS],
+        )
+        if not out:
+            return None
+        at_ms = _ms((int(out[0]), int(out[1])))
+        last_id = keys.optional_text(out[2])
+        fold: dict[bytes, bytes] = {}
+        try:
+            if int(out[3]):
+                cursor = 0
+                while True:
+                    reply = await self.redis.hscan(copy, cursor, count=SCAN_BATCH)
+                    cursor, batch = keys.hscan_reply(reply)
+                    fold.update(batch)
+                    if not cursor:
+                        break
+        finally:
+            await self.redis.delete(copy)
+        return Exact(at_ms, last_id, fold)
+
+    async def current(self, topic: str, urls: HubUrls) -> Snapshot:
+        """A fresh enough paged snapshot of ``topic``, taken now if needed."""
+        lock = self._locks.setdefault(topic, asyncio.Lock())
+        async with lock:
+            deadline = asyncio.get_running_loop().time() + _TAKING_MS / 1000
+            while True:
+                usable = await self._usable(topic)
+                if usable is not None:
+                    return usable
+                taking = keys.resourcelist_lock(topic)
+                if await self.redis.set(taking, "1", nx=True, px=_TAKING_MS):
+                    try:
+                        return await self._take(topic, urls)
+                    finally:
+                        await self.redis.delete(taking)
+                if asyncio.get_running_loop().time() > deadline:  # its taker died: take it
+                    return await self._take(topic, urls)
+                await asyncio.sleep(0.05)  # another process is taking it: wait for its record
+
+    async def _usable(self, topic: str) -> Snapshot | None:
+        """The recorded snapshot, if its pages still exist and it is fresh or unchanged."""
+        raw = await self.redis.hgetall(keys.resourcelist_snapshot(topic))
+        snap = {keys.text(k): keys.text(v) for k, v in raw.items()}
+        if not snap:
+            return None
+        now = _ms(await self.redis.time())
+        last_id = await self.redis.hget(keys.topic_meta(topic), keys.LAST_ID)
+        fresh = now - int(snap[keys.SNAP_AT]) < self.reuse_seconds * 1000
+        unchanged = last_id is not None and keys.text(last_id) == snap[keys.SNAP_LAST_ID]
+        alive = await self.redis.exists(keys.resourcelist_page(topic, snap[keys.SNAP_ID], 0))
+        if not (alive and (fresh or unchanged)):
+            return None
+        return Snapshot(
+            snap[keys.SNAP_ID],
+            int(snap[keys.SNAP_AT]),
+            int(snap[keys.SNAP_COMPLETED]),
+            int(snap[keys.SNAP_PAGES]),
+            snap[keys.SNAP_LAST_ID],
+        )
+
+    async def _take(self, topic: str, urls: HubUrls) -> Snapshot:
+        """Scan the fold into rendered pages stored in Redis; record the snapshot."""
+        at_ms = _ms(await self.redis.time())
+        last_id = keys.optional_text(await self.redis.hget(keys.topic_meta(topic), keys.LAST_ID))
+        snap_id = str(at_ms)
+        seen: set[bytes] = set()
+        batch: list[bytes] = []
+        k = 0
+
+        async def flush() -> None:
+            nonlocal k, batch
+            head = rendering.URLSET_OPEN + rendering.root(
+                "resourcelist",
+                [("up", urls.capabilitylist(topic)), ("index", urls.resourcelist(topic))],
+                at=at_ms,
+            )
+            if len(batch) <= rendering.INLINE_ENTRIES:
+                body = rendering.resource_page(head, batch)
+            else:
+                body = await self.offload(rendering.resource_page, head, batch)
+            await self.redis.set(
+                keys.resourcelist_page(topic, snap_id, k), body, ex=self.ttl_seconds
+            )
+            k, batch = k + 1, []
+
+        cursor = 0
+        while True:
+            reply = await self.redis.hscan(keys.resources(topic), cursor, count=SCAN_BATCH)
+            cursor, found = keys.hscan_reply(reply)
+            for loc, value in found.items():
+                digest = hashlib.blake2b(loc, digest_size=12).digest()
+                if digest in seen:  # HSCAN may return an entry twice while the hash rehashes
+                    continue
+                seen.add(digest)
+                batch.append(value)
+                if len(batch) >= self.page_entries:
+                    await flush()
+            if not cursor:
+                break
+        if batch or k == 0:
+            await flush()
+        completed_ms = max(_ms(await self.redis.time()), at_ms)
+        snapshot = Snapshot(snap_id, at_ms, completed_ms, k, last_id or "")
+        record: dict[Any, Any] = {
+            keys.SNAP_ID: snapshot.id,
+            keys.SNAP_AT: str(snapshot.at_ms),
+            keys.SNAP_COMPLETED: str(snapshot.completed_ms),
+            keys.SNAP_PAGES: str(snapshot.pages),
+            keys.SNAP_LAST_ID: snapshot.last_id,
+        }
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hset(keys.resourcelist_snapshot(topic), mapping=record)
+            pipe.expire(keys.resourcelist_snapshot(topic), self.ttl_seconds)
+            await pipe.execute()
+        return snapshot
+
+    async def page(self, topic: str, snapshot: str, k: int) -> bytes | None:
+        """One rendered page of a snapshot, or ``None`` once it expired."""
+        body = await self.redis.get(keys.resourcelist_page(topic, snapshot, k))
+        return keys.as_bytes(body) if body is not None else None

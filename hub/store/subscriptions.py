@@ -1,0 +1,310 @@
+"""WebSub subscriptions and their delivery cursors, kept in Redis so they survive restarts.
+
+A subscription's record carries its delivery state (failures, suspension, the time of the
+next retry), so whichever process owns it next continues its back-off instead of starting
+over. Writes by delivery workers are fenced by their lease token (:mod:`hub.store.leases`).
+Every activation and removal is also appended to ``keys.SUBSCRIPTION_CHANGES``, so the
+process that owns a subscription learns of it at once, whichever process took the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
+from typing import Any
+
+import orjson
+from redis.exceptions import RedisError
+
+from hub.core import metrics
+from hub.core.placement import subscription_id
+from hub.core.tasks import cancel_and_wait
+from hub.store import keys, scripts
+from hub.store.redis_connection import Client
+from hub.store.script_pipe import ScriptPipe
+
+log = logging.getLogger(__name__)
+
+#: Entries kept in the subscription change stream (a process that missed more reconciles).
+_CHANGES_KEPT = 10_000
+
+#: Kinds of :class:`SubscriptionChange`. A topic removal (the admin API deleted the topic)
+#: carries no callback: every process ends its live streams of that topic.
+ACTIVATED, REMOVED, TOPIC_REMOVED = "activated", "removed", "topic-removed"
+
+
+class State(StrEnum):
+    #: Verified; deliveries flow.
+    ACTIVE = "active"
+    #: Kept failing; still probed at the longest back-off and resumed from its cursor when
+    #: the callback answers again. Never deleted for failing (only 410 or expiry end it).
+    SUSPENDED = "suspended"
+
+
+@dataclass(slots=True)
+class Subscription:
+    topic: str
+    topic_url: str
+    callback: str
+    lease_seconds: int
+    expires_at: float
+    secret: str | None = None
+    state: State = State.ACTIVE
+    created_at: float = field(default_factory=time.time)
+    failures: int = 0
+    last_error: str | None = None
+    #: When the next delivery attempt is due after a failure (epoch seconds; 0 = now).
+    retry_at: float = 0.0
+    #: Gap notices delivered: retention trimmed events before this subscription got them
+    #: (``X-RSHub-Gap``), and the last trimmed id of the latest one.
+    gaps: int = 0
+    last_gap: str | None = None
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> Subscription:
+        raw = orjson.loads(data)
+        raw["state"] = State(raw.get("state", State.ACTIVE))
+        # Fields a newer hub added are left out, so processes of two versions can share Redis.
+        return cls(**{k: v for k, v in raw.items() if k in _FIELDS})
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.topic, self.callback)
+
+    @property
+    def expired(self) -> bool:
+        return time.time() >= self.expires_at
+
+    def public(self) -> dict[str, object]:
+        """What introspection may show (no secret)."""
+        out = asdict(self)
+        out["secret"] = bool(self.secret)
+        out["id"] = subscription_id(self.topic, self.callback)
+        return out
+
+
+_FIELDS = frozenset(f.name for f in fields(Subscription))
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionChange:
+    id: str
+    topic: str
+    callback: str
+    #: ``activated``, ``removed`` or ``topic-removed`` (see :data:`TOPIC_REMOVED`).
+    kind: str
+
+
+class SubscriptionStore:
+    def __init__(
+        self, redis: Client, *, scripts: ScriptPipe | None = None, blocking: Client | None = None
+    ) -> None:
+        self.redis = redis
+        self.scripts = scripts or ScriptPipe(redis)
+        self.blocking = blocking or redis
+
+    async def activate(self, sub: Subscription, cursor: str | None) -> str:
+        """Save ``sub``; set its cursor to ``cursor`` if given, keep an existing one otherwise.
+
+        Returns the cursor in force. A re-subscription therefore updates the one existing
+        (topic, callback) subscription and delivers nothing twice.
+        """
+        in_force = await self.scripts.run(
+            scripts.ACTIVATE,
+            [keys.subscriptions(sub.topic), keys.cursors(sub.topic), keys.holds(sub.topic)],
+            [sub.callback, sub.to_json(), cursor or ""],
+        )
+        await self.redis.sadd(keys.SUBSCRIBED_TOPICS, sub.topic)
+        await self._changed(sub.topic, sub.callback, ACTIVATED)
+        return keys.text(in_force)
+
+    async def save_fenced(self, sub: Subscription, node: str, token: int) -> bool:
+        """Save ``sub`` only while ``node`` holds its lease with ``token``."""
+        saved = await self.scripts.run(
+            scripts.FENCED_SAVE,
+            [keys.owners(sub.topic), keys.subscriptions(sub.topic)],
+            [node, token, sub.callback, sub.to_json()],
+        )
+        return bool(int(saved))
+
+    async def get(self, topic: str, callback: str) -> Subscription | None:
+        data = await self.redis.hget(keys.subscriptions(topic), callback)
+        return Subscription.from_json(data) if data else None
+
+    async def delete(self, topic: str, callback: str) -> None:
+        await self.scripts.run(
+            scripts.DELETE_SUBSCRIPTION,
+            [
+                keys.subscriptions(topic),
+                keys.cursors(topic),
+                keys.owners(topic),
+                keys.holds(topic),
+            ],
+            [callback],
+        )
+        await self._changed(topic, callback, REMOVED)
+
+    async def topic_removed(self, topic: str) -> None:
+        """Tell every hub process that ``topic`` was deleted."""
+        await self._changed(topic, "", TOPIC_REMOVED)
+
+    async def cursor(self, topic: str, callback: str) -> str | None:
+        return keys.optional_text(await self.redis.hget(keys.cursors(topic), callback))
+
+    async def subscribed_topics(self) -> list[str]:
+        return sorted(keys.text(t) for t in await self.redis.smembers(keys.SUBSCRIBED_TOPICS))
+
+    async def all(self) -> list[Subscription]:
+        subs: list[Subscription] = []
+        for topic in await self.subscribed_topics():
+            subs.extend(await self.for_topic(topic))
+        return subs
+
+    async def all_keys(self) -> set[tuple[str, str]]:
+        """Every subscription's (topic, callback), in one round trip per few hundred topics."""
+        topics = await self.subscribed_topics()
+        found: set[tuple[str, str]] = set()
+        for start in range(0, len(topics), 500):
+            chunk = topics[start : start + 500]
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for topic in chunk:
+                    pipe.hkeys(keys.subscriptions(topic))
+                rows = await pipe.execute()
+            for topic, callbacks in zip(chunk, rows, strict=True):
+                found.update((topic, keys.text(cb)) for cb in callbacks)
+        return found
+
+    async def for_topic(self, topic: str) -> list[Subscription]:
+        rows = await self.redis.hgetall(keys.subscriptions(topic))
+        return [Subscription.from_json(data) for data in rows.values()]
+
+    async def cursors(self, topic: str) -> dict[str, str]:
+        """Every subscription's delivery cursor for ``topic``: callback -> event id."""
+        rows = await self.redis.hgetall(keys.cursors(topic))
+        return {keys.text(k): keys.text(v) for k, v in rows.items()}
+
+    async def write_cursors(
+        self, topic: str, node: str, marks: dict[str, tuple[int, str]]
+    ) -> set[str]:
+        """Fenced cursor writes (callback -> (token, event id)); returns the refused ones."""
+        args: list[Any] = [node]
+        for callback, (token, event_id) in marks.items():
+            args.extend((callback, token, event_id))
+        refused = await self.scripts.run(
+            scripts.FENCED_CURSORS,
+            [keys.owners(topic), keys.cursors(topic), keys.holds(topic)],
+            args,
+        )
+        return {keys.text(cb) for cb in refused or ()}
+
+    # -- the change stream ------------------------------------------------------------
+
+    async def _changed(self, topic: str, callback: str, kind: str) -> None:
+        await self.redis.xadd(
+            keys.SUBSCRIPTION_CHANGES,
+            {"topic": topic, "callback": callback, "kind": kind},
+            maxlen=_CHANGES_KEPT,
+            approximate=True,
+        )
+
+    async def last_change_id(self) -> str:
+        rows = await self.redis.xrevrange(keys.SUBSCRIPTION_CHANGES, "+", "-", count=1)
+        return keys.first_row_id(rows) or "0-0"
+
+    async def wait_changes(self, after: str, block_ms: int) -> list[SubscriptionChange]:
+        """Changes after ``after``, waiting up to ``block_ms`` for the first one."""
+        result = await self.blocking.xread(
+            {keys.SUBSCRIPTION_CHANGES: after}, count=1000, block=block_ms
+        )
+        return [
+            SubscriptionChange(eid, f["topic"], f["callback"], f["kind"])
+            for eid, f in keys.xread_fields(result)
+        ]
+
+
+class CursorWriter:
+    """Fenced delivery-cursor writes, committed in groups.
+
+    A worker awaits :meth:`write` after each 2xx and before its next POST, so at most the
+    batch in flight can be delivered twice when a process dies. Writes that arrive while
+    one round is in flight go out together in the next: one script call per topic per
+    round, however many workers wait (the same batching as
+    :class:`hub.store.script_pipe.ScriptPipe`).
+    """
+
+    def __init__(self, store: SubscriptionStore, node: str, gather_seconds: float = 0.002) -> None:
+        self.store = store
+        self.node = node
+        #: How long a round waits for more writes before it goes out. The 2xx answers to one
+        #: publish's fan-out arrive over a few milliseconds; without the wait, each loop turn
+        #: sent a round of its own (a fifth of the hub's CPU per delivery, py-spy), with it
+        #: the whole fan-out shares a few. A worker waits for its write only before its
+        #: *next* POST, so this delays no delivery under way.
+        self.gather_seconds = gather_seconds
+        self._dirty: dict[tuple[str, str], tuple[int, str]] = {}
+        self._waiters: dict[tuple[str, str], list[asyncio.Future[bool]]] = defaultdict(list)
+        self._task: asyncio.Task[None] | None = None
+
+    async def write(self, topic: str, callback: str, token: int, event_id: str) -> bool:
+        """Write the cursor; False when refused because the lease is no longer ours."""
+        key = (topic, callback)
+        self._dirty[key] = (token, event_id)
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiters[key].append(future)
+        if self._task is None:
+            self._task = asyncio.create_task(self._commit(), name="cursor-writer")
+        return await future
+
+    def forget(self, topic: str, callback: str) -> None:
+        self._dirty.pop((topic, callback), None)
+
+    async def _commit(self) -> None:
+        failures = 0
+        try:
+            while self._dirty:
+                if self.gather_seconds:
+                    await asyncio.sleep(self.gather_seconds)
+                dirty, self._dirty = self._dirty, {}
+                by_topic: dict[str, dict[str, tuple[int, str]]] = defaultdict(dict)
+                for (topic, callback), mark in dirty.items():
+                    by_topic[topic][callback] = mark
+                refused: set[tuple[str, str]] = set()
+                try:
+                    for topic, marks in by_topic.items():
+                        for callback in await self.store.write_cursors(topic, self.node, marks):
+                            log.info("cursor of %s -> %s refused: lease lost", topic, callback)
+                            refused.add((topic, callback))
+                except RedisError as exc:
+                    failures += 1
+                    metrics.redis_error()
+                    log.warning("cursor write failed (will retry): %s", exc)
+                    for key, mark in dirty.items():  # keep them, newer marks first
+                        self._dirty.setdefault(key, mark)
+                    await asyncio.sleep(min(5.0, 0.05 * 2**failures))
+                    continue
+                failures = 0
+                for key in dirty:
+                    for future in self._waiters.pop(key, ()):
+                        if not future.done():
+                            future.set_result(key not in refused)
+        finally:
+            self._task = None
+
+    async def close(self) -> None:
+        """Wait (briefly) for writes under way; give up on them if Redis is away."""
+        if self._task is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._task), 5.0)
+        await cancel_and_wait([self._task])
+        for waiters in self._waiters.values():
+            for future in waiters:
+                future.cancel()
+        self._waiters.clear()

@@ -1,0 +1,118 @@
+"""Read access and request identity in the web layer: private topics, trusted proxies.
+
+:func:`check_read` guards everything that reveals a topic's changes (documents, streams,
+WebSub subscriptions); the rules are :class:`hub.core.access.ReadAccess`'s. WebSocket and SSE
+clients may pass the token as ``?access_token=`` (browsers cannot set headers on them).
+Responses about a private topic are marked ``Cache-Control: private`` so no shared cache
+keeps them. :func:`request_urls` is the hub's URL map as one request sees it: the public
+base, the aliases, and the base a trusted proxy names for this request.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+
+from aiohttp import web
+
+from hub.core.forwarding import forwarded_base
+from hub.core.topics import HubUrls
+from hub.web.state import OPERATORS, READERS, TRUSTED_PEERS, URLS
+
+#: Request key: the response is about a private topic.
+_PRIVATE = web.RequestKey("private", bool)
+
+
+def _authorization(request: web.Request, *, query_token: bool) -> str | None:
+    header = request.headers.get("Authorization")
+    if header is None and query_token and "access_token" in request.query:
+        return "Bearer " + request.query["access_token"]
+    return header
+
+
+def check_read(request: web.Request, topic: str, *, query_token: bool = False) -> None:
+    """401/403 unless the request may read ``topic``; marks private answers uncacheable."""
+    readers = request.app[READERS]
+    if readers.is_open(topic):
+        return
+    readers.check(topic, _authorization(request, query_token=query_token))
+    request[_PRIVATE] = True
+
+
+def readable(request: web.Request, topics: list[str]) -> list[str]:
+    """The ``topics`` this request may read (for listings: no error for the others)."""
+    readers = request.app[READERS]
+    authorization = request.headers.get("Authorization")
+    shown = [t for t in topics if readers.readable(t, authorization)]
+    if any(not readers.is_open(t) for t in shown):
+        request[_PRIVATE] = True
+    return shown
+
+
+async def private_cache_control(request: web.Request, response: web.StreamResponse) -> None:
+    """``on_response_prepare``: a private topic's documents are for their reader only."""
+    if request.get(_PRIVATE):
+        response.headers["Cache-Control"] = "private, no-cache"
+        vary = response.headers.get("Vary")
+        response.headers["Vary"] = f"{vary}, Authorization" if vary else "Authorization"
+
+
+def _via_trusted_proxy(request: web.Request) -> bool:
+    peers = request.app[TRUSTED_PEERS]
+    return bool(peers) and peers.trusts(request.remote)
+
+
+def request_urls(request: web.Request) -> HubUrls:
+    """The URL map for this request: also recognises the base a trusted proxy names."""
+    urls = request.app[URLS]
+    if not _via_trusted_proxy(request):
+        return urls
+    base = forwarded_base(request.headers, request.scheme, urls.base)
+    return urls if base is None else urls.with_alias(base)
+
+
+#: Headers a reverse proxy adds: a request carrying one came through a proxy.
+_PROXY_HEADERS = (
+    "Forwarded",
+    "X-Forwarded-For",
+    "X-Forwarded-Host",
+    "X-Forwarded-Proto",
+    "X-Real-IP",
+)
+
+
+def is_local_client(request: web.Request) -> bool:
+    """A direct connection from this machine: a loopback peer that no proxy speaks for.
+
+    Never local: a peer that is a trusted proxy (``forwarded_allow_ips``: the hub cannot
+    tell its own requests from those it forwards), nor a request with a proxy's headers,
+    trusted or not: a reverse proxy on this machine makes every client look like
+    127.0.0.1, and what it says of the client (``X-Forwarded-For``) proves nothing.
+    """
+    try:
+        loopback = ipaddress.ip_address((request.remote or "").split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+    if not loopback or _via_trusted_proxy(request):
+        return False
+    return not any(name in request.headers for name in _PROXY_HEADERS)
+
+
+def check_operator(request: web.Request) -> None:
+    """401/403 unless the request may use the admin API."""
+    request.app[OPERATORS].check(
+        request.headers.get("Authorization"), loopback=is_local_client(request)
+    )
+
+
+def is_admin(request: web.Request) -> bool:
+    """The request carries the admin token (one is configured)."""
+    return request.app[OPERATORS].admits(request.headers.get("Authorization"))
+
+
+def sight(request: web.Request) -> Callable[[str], bool]:
+    """Which topics this request may see named in hub-wide views: every one with the admin
+    token, else those its token may read (:meth:`hub.core.access.ReadAccess.sight`)."""
+    if is_admin(request):
+        return lambda _topic: True
+    return request.app[READERS].sight(request.headers.get("Authorization"))

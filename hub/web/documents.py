@@ -1,0 +1,330 @@
+"""The materialized ResourceSync documents, served for polling Destinations.
+
+=============================================  =============================================
+``GET /.well-known/resourcesync``              Source Description (Z39.99 §6.3, §8)
+``GET /topics/{name}``                         the open Change List page, WebSub ``Link``\\ s
+``GET /topics/{name}/capabilitylist.xml``      Capability List (§9)
+``GET /topics/{name}/changelist.xml``          Change List Index (§12)
+``GET /topics/{name}/changelist/{n}.xml``      one Change List page
+``GET /topics/{name}/resourcelist.xml``        Resource List or its index (§10)
+``GET /topics/{name}/resourcelist/{p}.xml``    one page of a Resource List snapshot
+=============================================  =============================================
+
+Every route also answers ``HEAD``. A topic's Capability List names its Resource List, its
+Change List index and its ``changelist-notification`` channel: ``loc`` = the topic URI,
+``rs:ln rel="hub"`` = the hub URL (push spec §5).
+
+Change List entries are in event-id (receipt) order; :mod:`hub.core.rendering` says what each
+entry carries and :mod:`hub.store.pages` where pages begin and end. A page is read from the
+stream in batches and rendered in the parse pool (:mod:`hub.live.parsing`), once per version
+however many ask at once (:class:`hub.web.cache.Builds`), so a 50,000-entry page never
+holds the event loop. It is only ever served whole: a page whose first event was trimmed,
+before or while it is read, is not served (404). The Resource List is built the same way,
+once per topic version.
+User documentation: ``docs/polling.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+
+from aiohttp import web
+
+from hub.core import rendering
+from hub.core.events import id_ms
+from hub.core.exceptions import NotFound
+from hub.core.rendering import Rendered
+from hub.core.topics import HubUrls, check_name
+from hub.live.parsing import DocumentParser
+from hub.store.event_store import EventStore
+from hub.store.pages import Chain, Page
+from hub.web.access import check_read, readable
+from hub.web.cache import Validators, not_modified, send_cached, send_rendered, stream, unchanged
+from hub.web.state import BUILDS, DOC_CACHE, PAGES, PARSER, SNAPSHOTS, STORE, URLS
+
+#: Events read from Redis per round trip while a page is rendered.
+READ_BATCH = 5000
+#: An index lists at most this many pages (Sitemaps limit): the newest ones.
+MAX_INDEX_ENTRIES = 50_000
+
+
+async def known_topic(request: web.Request) -> str:
+    """The path's topic name, or 404 when nothing was ever published to it.
+
+    A private topic needs a read token first (401/403), so its existence is not revealed.
+    """
+    name = check_name(request.match_info["name"])
+    check_read(request, name)
+    if not await request.app[STORE].exists(name):
+        raise NotFound(f"unknown topic {name!r}: nothing was ever published to it", topic=name)
+    return name
+
+
+# -- discovery ------------------------------------------------------------------------------
+
+
+async def source_description(request: web.Request) -> web.StreamResponse:
+    u, store = request.app[URLS], request.app[STORE]
+    names = readable(request, await store.topics())
+    created = await store.created_ms(names)
+    digest = hashlib.blake2b("\n".join(names).encode(), digest_size=8).hexdigest()
+    validators = Validators(f"{u.tag}-sd-{len(names)}-{digest}", max(created, default=0))
+    parts = [rendering.URLSET_OPEN, rendering.root("description", [])]
+    parts.extend(rendering.capability_entry(u.capabilitylist(n), "capabilitylist") for n in names)
+    parts.append(rendering.URLSET_CLOSE)
+    return await stream(request, validators, rendering.chunked(parts))
+
+
+async def capability_list(request: web.Request) -> web.StreamResponse:
+    topic = await known_topic(request)
+    u = request.app[URLS]
+    body = (
+        rendering.URLSET_OPEN
+        + rendering.root("capabilitylist", [("up", u.source_description)])
+        + rendering.capability_entry(u.resourcelist(topic), "resourcelist")
+        + rendering.capability_entry(u.changelist_index(topic), "changelist")
+        + rendering.capability_entry(u.topic(topic), "changelist-notification", [("hub", u.hub)])
+        + rendering.URLSET_CLOSE
+    )
+    created = (await request.app[STORE].facts(topic)).created_ms
+    validators = Validators(f"{u.tag}-cap-{topic}", created)
+    return await stream(request, validators, [body.encode()])
+
+
+# -- Change Lists ---------------------------------------------------------------------------
+
+
+def page_number(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or len(text) > 12 or int(text) < 1:
+        raise NotFound(f"no Change List page {text!r}: pages are numbered 1, 2, 3, ...")
+    return int(text)
+
+
+def _page_validators(u: HubUrls, topic: str, page: Page, now_ms: int) -> Validators:
+    state = "c" if page.closed else f"o{page.count}"
+    tag = f"{u.tag}-cl-{topic}-{page.n}-{page.first}-{page.last}-{state}"
+    modified = page.until_ms if page.until_ms is not None else page.last_ms
+    # A version newer than one second cannot be told apart by Last-Modified: mark it so
+    # that If-Modified-Since alone never yields a wrong 304 (see web_cache).
+    return Validators(tag, modified, immutable=page.closed, settled=modified < now_ms - 1000)
+
+
+def _page_head(u: HubUrls, topic: str, page: Page) -> str:
+    links = [("up", u.capabilitylist(topic)), ("index", u.changelist_index(topic))]
+    return rendering.CHANGES_OPEN + rendering.root(
+        "changelist", links, from_=page.from_ms, until=page.until_ms
+    )
+
+
+async def _first_batch(store: EventStore, topic: str, page: Page) -> list[tuple[str, bytes]]:
+    if page.first is None or page.last is None:
+        return []
+    rows = await store.range(topic, page.first, page.last, min(READ_BATCH, page.count))
+    if not rows or rows[0][0] != page.first:
+        raise NotFound(
+            f"Change List page {page.n} of {topic!r} was withdrawn: retention trimmed it",
+            topic=topic,
+            page=page.n,
+        )
+    return rows
+
+
+async def _build_page(
+    store: EventStore, pool: DocumentParser, topic: str, page: Page, head: str
+) -> Rendered:
+    """The whole page, read in batches and rendered in the pool; never a partial page."""
+    rows = await _first_batch(store, topic, page)
+    chunks: list[bytes] = []
+    read = 0
+    while rows:
+        inline = len(rows) <= rendering.INLINE_ENTRIES
+        chunks.append(
+            await pool.run(rendering.change_rows, head, rows, page.from_ms, inline=inline)
+        )
+        head = ""
+        read += len(rows)
+        if read >= page.count:
+            break
+        rows = await store.range(
+            topic, f"({rows[-1][0]}", page.last or "+", min(READ_BATCH, page.count - read)
+        )
+    if page.first is not None:
+        if read != page.count or not await store.contains(topic, page.first):
+            raise NotFound(
+                f"Change List page {page.n} of {topic!r} was withdrawn: retention trimmed it "
+                "while it was read",
+                topic=topic,
+                page=page.n,
+            )
+    chunks.append((head + rendering.URLSET_CLOSE).encode())
+    if sum(map(len, chunks)) <= rendering.CHUNK_CHARS:
+        return rendering.rendered(chunks, page.last_ms, page.last)
+    # gzip releases the GIL: a thread will do (no need to ship the body to the pool)
+    return await asyncio.to_thread(rendering.rendered, chunks, page.last_ms, page.last)
+
+
+async def _serve_page(
+    request: web.Request,
+    topic: str,
+    chain: Chain,
+    page: Page,
+    headers: dict[str, str] | None = None,
+) -> web.StreamResponse:
+    """A page built once per version (off the loop; concurrent readers share the build)."""
+    u = request.app[URLS]
+    validators = _page_validators(u, topic, page, chain.now_ms)
+    if not_modified(request, validators):
+        return unchanged(validators, headers)
+    if request.method == "HEAD":
+        return await stream(request, validators, [], headers=headers)
+    cache = request.app[DOC_CACHE]
+    if page.closed:
+        cached = cache.get(validators.tag)
+        if cached is not None:
+            return await send_cached(
+                request, validators, cache, validators.tag, cached, headers=headers
+            )
+
+    async def build() -> Rendered:
+        head = _page_head(u, topic, page)
+        return await _build_page(request.app[STORE], request.app[PARSER], topic, page, head)
+
+    # The open page is kept per topic until it changes; closed ones go to the page cache.
+    key = f"cl {topic} {page.n}" if page.closed else f"cl {topic}"
+    built = await request.app[BUILDS].get(key, validators.tag, build, keep=not page.closed)
+    assert built is not None
+    if page.closed:
+        cache.put(validators.tag, built.raw)
+        cache.put(validators.tag + "|gz", built.gz)
+    return await send_rendered(request, validators, built, headers=headers)
+
+
+async def changelist_page(request: web.Request) -> web.StreamResponse:
+    topic = await known_topic(request)
+    n = page_number(request.match_info["page"])
+    chain, page = await request.app[PAGES].page(topic, n)
+    if page is None:
+        first = chain.closed[0].n if chain.closed else chain.open.n
+        why = "it was withdrawn after retention trimmed it" if n < first else "it does not exist"
+        raise NotFound(
+            f"no Change List page {n} for topic {topic!r}: {why}; "
+            f"see {request.app[URLS].changelist_index(topic)}",
+            topic=topic,
+            page=n,
+        )
+    return await _serve_page(request, topic, chain, page)
+
+
+async def topic_uri(request: web.Request) -> web.StreamResponse:
+    """``GET /topics/{name}``: the open Change List page, with WebSub discovery links."""
+    topic = await known_topic(request)
+    chain = await request.app[PAGES].advance(topic)
+    u = request.app[URLS]
+    headers = {
+        "Link": u.links(u.topic(topic)),
+        "Content-Location": u.changelist_page(topic, chain.open.n),
+    }
+    return await _serve_page(request, topic, chain, chain.open, headers)
+
+
+async def changelist_index(request: web.Request) -> web.StreamResponse:
+    topic = await known_topic(request)
+    chain = await request.app[PAGES].advance(topic, "all")
+    u = request.app[URLS]
+    closed = sorted(chain.closed, key=lambda p: p.n)[-(MAX_INDEX_ENTRIES - 1) :]
+    listed = [*closed, chain.open]
+    opened = chain.open
+    tag = f"{u.tag}-cli-{topic}-{listed[0].n}-{opened.n}-{opened.first}-{opened.last}"
+    modified = max(opened.last_ms, closed[-1].until_ms or 0) if closed else opened.last_ms
+    validators = Validators(tag, modified, settled=modified < chain.now_ms - 1000)
+    parts = [
+        rendering.INDEX_OPEN,
+        rendering.root("changelist", [("up", u.capabilitylist(topic))], from_=listed[0].from_ms),
+    ]
+    parts.extend(
+        rendering.index_entry(u.changelist_page(topic, p.n), from_=p.from_ms, until=p.until_ms)
+        for p in listed
+    )
+    parts.append(rendering.INDEX_CLOSE)
+    return await stream(request, validators, rendering.chunked(parts))
+
+
+# -- Resource Lists -------------------------------------------------------------------------
+
+
+async def resource_list(request: web.Request) -> web.StreamResponse:
+    """The whole list (one version built once, off the loop, then cached), or its index."""
+    topic = await known_topic(request)
+    u, snapshots = request.app[URLS], request.app[SNAPSHOTS]
+    probe = await snapshots.probe(topic)
+    if probe.size <= snapshots.page_entries:
+
+        def validators_of(last_id: str | None) -> Validators:
+            modified = id_ms(last_id or "0-0")
+            tag = f"{u.tag}-rl-{topic}-{last_id or '0-0'}"
+            return Validators(tag, modified, settled=modified < probe.now_ms - 1000)
+
+        early = validators_of(probe.last_id)
+        if not_modified(request, early):
+            return unchanged(early)
+
+        async def build() -> Rendered | None:
+            exact = await snapshots.exact(topic)
+            if exact is None:
+                return None
+            head = rendering.URLSET_OPEN + rendering.root(
+                "resourcelist",
+                [("up", u.capabilitylist(topic))],
+                at=exact.at_ms,
+                completed=exact.at_ms,
+            )
+            return await request.app[PARSER].run(
+                rendering.resource_list,
+                head,
+                exact.fold,
+                exact.at_ms,
+                exact.last_id,
+                inline=len(exact.fold) <= rendering.INLINE_ENTRIES,
+            )
+
+        built = await request.app[BUILDS].get(
+            f"rl {topic}", probe.last_id or "", build, lambda r: r.last_id or ""
+        )
+        if built is not None:
+            return await send_rendered(request, validators_of(built.last_id), built)
+        # it outgrew one document meanwhile: serve the index
+    snap = await snapshots.current(topic, u)
+    parts = [
+        rendering.INDEX_OPEN,
+        rendering.root(
+            "resourcelist",
+            [("up", u.capabilitylist(topic))],
+            at=snap.at_ms,
+            completed=snap.completed_ms,
+        ),
+    ]
+    parts.extend(
+        rendering.index_entry(u.resourcelist_page(topic, snap.id, k), at=snap.at_ms)
+        for k in range(snap.pages)
+    )
+    parts.append(rendering.INDEX_CLOSE)
+    validators = Validators(f"{u.tag}-rli-{topic}-{snap.id}", snap.completed_ms)
+    return await stream(request, validators, rendering.chunked(parts))
+
+
+async def resource_list_page(request: web.Request) -> web.StreamResponse:
+    topic = await known_topic(request)
+    snap_id, _, k = request.match_info["page"].partition("-")
+    body = None
+    if snap_id.isascii() and snap_id.isdigit() and k.isascii() and k.isdigit() and len(k) <= 6:
+        body = await request.app[SNAPSHOTS].page(topic, snap_id, int(k))
+    u = request.app[URLS]
+    if body is None:
+        raise NotFound(
+            f"no Resource List page {request.match_info['page']!r} for topic {topic!r}: "
+            f"snapshots expire; read {u.resourcelist(topic)} again",
+            topic=topic,
+        )
+    validators = Validators(f"{u.tag}-rlp-{topic}-{snap_id}-{k}", int(snap_id), immutable=True)
+    return await stream(request, validators, [body])

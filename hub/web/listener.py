@@ -1,0 +1,208 @@
+"""The hub's listening socket, guarded: a connection cap and a deadline for request headers.
+
+aiohttp waits for a new connection's first request forever, so a peer could hold thousands
+of connections open by sending nothing, or one header byte at a time. :class:`GuardedSite`
+is the hub's TCP site: every accepted connection counts against ``max_connections`` (over
+the cap it is answered ``503`` and closed at once), and one that has not sent complete request
+headers within ``header_timeout_seconds`` is closed. Later requests on a kept-alive
+connection are bounded by aiohttp's ``keepalive_timeout``; request bodies by
+``body_timeout_seconds`` where handlers read them (:func:`read_body`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+from typing import cast
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestHandler, RequestPayloadError
+
+from hub.core.exceptions import BadRequest, RequestTimeout
+from hub.core.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_BUSY_BODY = b'{"error": "too many connections; retry later", "status": 503}'
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\n"
+    b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+) % (len(_BUSY_BODY), _BUSY_BODY)
+
+
+class _Refuse(asyncio.Protocol):
+    """A connection over the cap: answered 503 and closed, never parsed."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        tcp = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
+        tcp.write(_BUSY)
+        tcp.close()
+
+
+class ConnectionGuard:
+    """The cap and the header deadline; one per app, shared by its site and middleware."""
+
+    def __init__(self, max_connections: int, header_timeout: float) -> None:
+        self.max_connections = max_connections
+        self.header_timeout = header_timeout
+        self.refused = 0
+        #: Connections still owing their first request's headers, with their deadline.
+        #: (Request handlers take no weak references; an entry lives until its deadline at
+        #: most.)
+        self._pending: dict[RequestHandler, asyncio.TimerHandle] = {}
+        self._accepting = 0
+
+    def protocol_factory(self, server: web.Server) -> Callable[[], asyncio.Protocol]:
+        loop = asyncio.get_running_loop()
+
+        def accept() -> asyncio.Protocol:
+            # ``server.connections`` counts a connection once its connection_made has run,
+            # which the loop schedules after the accept: a burst accepted in one go would
+            # all pass a check on it alone. ``_accepting`` counts those still on their way.
+            if len(server.connections) + self._accepting >= self.max_connections:
+                self.refused += 1
+                return _Refuse()
+            self._accepting += 1
+            loop.call_soon(self._made)  # runs just before the handler's connection_made
+            handler = server()
+            self._pending[handler] = loop.call_later(self.header_timeout, self._deadline, handler)
+            return handler
+
+        return accept
+
+    def _made(self) -> None:
+        self._accepting -= 1
+
+    def request_started(self, handler: object) -> None:
+        timer = self._pending.pop(handler, None)  # type: ignore[call-overload]
+        if timer is not None:
+            timer.cancel()
+
+    def _deadline(self, handler: RequestHandler) -> None:
+        if self._pending.pop(handler, None) is None or handler.transport is None:
+            return
+        log.debug("closing a connection that sent no complete request headers in time")
+        handler.force_close()
+
+    def close(self) -> None:
+        for timer in self._pending.values():
+            timer.cancel()
+        self._pending.clear()
+
+
+def started_middleware(guard: ConnectionGuard) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """Marks a connection's headers as complete once its first request is dispatched."""
+
+    @web.middleware
+    async def middleware(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        guard.request_started(request.protocol)
+        return await handler(request)
+
+    return middleware
+
+
+class GuardedSite(web.BaseSite):
+    """A TCP site whose connections pass through a :class:`ConnectionGuard`."""
+
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        guard: ConnectionGuard,
+        host: str,
+        port: int,
+        *,
+        reuse_port: bool = False,
+    ) -> None:
+        super().__init__(runner, backlog=1024)
+        self._guard = guard
+        self._host = host
+        self._port = port
+        #: SO_REUSEPORT: several hub processes share the port (``rshub serve --workers``).
+        self._reuse_port = reuse_port
+
+    @property
+    def name(self) -> str:
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        return f"http://{host}:{self._port}"
+
+    async def start(self) -> None:
+        await super().start()
+        server = self._runner.server
+        assert server is not None
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self._guard.protocol_factory(server),
+            self._host,
+            self._port,
+            backlog=self._backlog,
+            reuse_port=self._reuse_port or None,
+            reuse_address=True,
+            family=socket.AF_INET6 if ":" in self._host else socket.AF_UNSPEC,
+        )
+
+
+async def read_body(request: web.Request, settings: Settings) -> bytes:
+    """The request body, or 408 when it takes longer than ``body_timeout_seconds``."""
+    try:
+        async with asyncio.timeout(settings.body_timeout_seconds):
+            return await request.read()
+    except TimeoutError:
+        raise RequestTimeout(
+            f"the request body was not received within {settings.body_timeout_seconds:g} s "
+            "(RSHUB_BODY_TIMEOUT_SECONDS)"
+        ) from None
+
+
+async def read_form(request: web.Request, settings: Settings) -> dict[str, str]:
+    """A urlencoded form, bounded in time like :func:`read_body`; 400 unless UTF-8."""
+    try:
+        async with asyncio.timeout(settings.body_timeout_seconds):
+            posted = await request.post()
+    except TimeoutError:
+        raise RequestTimeout(
+            f"the request body was not received within {settings.body_timeout_seconds:g} s "
+            "(RSHUB_BODY_TIMEOUT_SECONDS)"
+        ) from None
+    except UnicodeDecodeError:
+        raise BadRequest(
+            "a WebSub request must be a UTF-8 form (invalid UTF-8 in the body)"
+        ) from None
+    return {k: str(v) for k, v in posted.items()}
+
+
+class ClientFaultFilter(logging.Filter):
+    """aiohttp logs some client faults as ERROR with a traceback before any hub code runs (a
+    ``Content-Encoding`` it cannot decode, an over-long request line, a peer gone mid-write);
+    each is answered (400) or moot. This filter turns them into one DEBUG line."""
+
+    FAULTS = (HttpProcessingError, RequestPayloadError, ConnectionError)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, self.FAULTS):
+            return True
+        record.msg = f"{record.getMessage()}: client fault: {exc!r}"[:500]
+        record.args = None
+        record.exc_info = record.exc_text = None
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+def install_client_fault_filter() -> None:
+    """Once per process (idempotent): the filter sits on aiohttp's server logger."""
+    logger = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, ClientFaultFilter) for f in logger.filters):
+        logger.addFilter(ClientFaultFilter())
+
+
+class ClientGone(web.Response):
+    """The answer to a client that went away mid-request: preparing it reports the
+    disconnect to aiohttp, which then ends the connection quietly (a DEBUG line)."""
+
+    async def prepare(self, request: web.BaseRequest) -> None:
+        raise ConnectionResetError("the client went away")

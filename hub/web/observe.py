@@ -1,0 +1,92 @@
+"""Per-request observation: request ids, HTTP metrics, publish metrics, the access log.
+
+:func:`observe_middleware` wraps every request (outside the error mapping, so it sees the
+final status): it gives the request an id (the client's ``X-Request-Id`` when sane, else a
+new one), sets it in :data:`hub.core.log_format.REQUEST_ID` for every log line of the request,
+times it by route *pattern* (``/topics/{name}``, never the raw path, so the series stay
+bounded), counts failed publishes, and writes the opt-in access log line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from hub.core import metrics
+from hub.core.log_format import ACCESS_LOGGER, REQUEST_ID
+from hub.web.state import SETTINGS
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+REQUEST_ID_HEADER = "X-Request-Id"
+_REQUEST_ID_KEY = web.RequestKey("rshub_request_id", str)
+_SANE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+_FORM = "application/x-www-form-urlencoded"
+
+access_log = logging.getLogger(ACCESS_LOGGER)
+
+
+def route_of(request: web.Request) -> str:
+    """The matched route's pattern, or ``(unmatched)``: a bounded label."""
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else "(unmatched)"
+
+
+def is_publish(request: web.Request, route: str) -> bool:
+    if request.method != "POST":
+        return False
+    return route == "/topics/{name}" or (route == "/" and request.content_type != _FORM)
+
+
+@web.middleware
+async def observe_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    given = request.headers.get(REQUEST_ID_HEADER, "")
+    request_id = given if _SANE_ID.match(given) else os.urandom(8).hex()
+    request[_REQUEST_ID_KEY] = request_id
+    token = REQUEST_ID.set(request_id)
+    started = time.perf_counter()
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    except web.HTTPException as exc:
+        status = exc.status
+        raise
+    finally:
+        elapsed = time.perf_counter() - started
+        route = route_of(request)
+        metrics.http_request(request.method, route, status, elapsed)
+        if is_publish(request, route):
+            metrics.PUBLISH_SECONDS.observe(elapsed)
+            if status >= 400:
+                metrics.publish_failed(status)
+        if request.app[SETTINGS].access_log:
+            access_log.info(
+                "%s %s %s %.1fms",
+                request.method,
+                request.path_qs,
+                status,
+                elapsed * 1000,
+                extra={
+                    "method": request.method,
+                    "route": route,
+                    "path": request.path_qs,
+                    "status": status,
+                    "duration_ms": round(elapsed * 1000, 2),
+                    "remote": request.remote,
+                },
+            )
+        REQUEST_ID.reset(token)
+
+
+async def add_request_id(request: web.Request, response: web.StreamResponse) -> None:
+    """``on_response_prepare``: every response (streams and errors too) names its id."""
+    request_id = request.get(_REQUEST_ID_KEY)
+    if request_id is not None:
+        response.headers[REQUEST_ID_HEADER] = request_id

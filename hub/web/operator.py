@@ -1,0 +1,237 @@
+"""The admin API: topics and subscriptions as operators see them, and what they may change.
+
+=========================================  ================================================
+``GET /admin/topics``                      every topic: length, first/last id, last publish,
+                                           subscription count
+``GET /admin/topics/{name}``               one topic, plus Change List pages and Resource
+                                           List size
+``DELETE /admin/topics/{name}``            the topic with every key, subscription and
+                                           live stream of it
+``GET /admin/subscriptions``               subscriptions (``?topic=``, ``?state=``) with
+                                           cursor and lag
+``POST /admin/subscriptions/resume``       a subscription back to active, now
+``DELETE /admin/subscriptions``            one subscription
+=========================================  ================================================
+
+The last two take ``topic`` and ``callback`` as a form or a JSON object. Every route needs
+the admin token (``--admin-token``); without one, only loopback clients of an open hub may
+use them (:mod:`hub.core.access`). Answers are JSON; errors the hub's JSON error shape.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import orjson
+from aiohttp import web
+
+from hub.core.events import id_ms, parse_id
+from hub.core.exceptions import BadRequest, NotFound, UnsupportedMediaType
+from hub.core.placement import subscription_id
+from hub.core.topics import check_name
+from hub.store.subscriptions import State, Subscription
+from hub.store.topic_admin import LAG_CAP, TopicSummary
+from hub.web.access import check_operator, request_urls
+from hub.web.state import FEEDS, PAGES, STORE, SUBSCRIPTIONS, TOPIC_ADMIN
+
+_MAX_BODY = 16 * 1024
+
+
+def _iso(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def _summary(row: TopicSummary) -> dict[str, object]:
+    return {
+        "name": row.name,
+        "length": row.length,
+        "first_id": row.first_id,
+        "last_id": row.last_id,
+        "last_publish": _iso(row.last_publish_ms),
+        "last_publish_ms": row.last_publish_ms,
+        "subscriptions": row.subscriptions,
+    }
+
+
+async def _known_topics(request: web.Request) -> list[str]:
+    """Topics published to, and topics that only have subscriptions (e.g. derived ones)."""
+    published = set(await request.app[STORE].topics())
+    subscribed = set(await request.app[SUBSCRIPTIONS].subscribed_topics()) - published
+    if subscribed:
+        rows = await request.app[TOPIC_ADMIN].summaries(sorted(subscribed))
+        published.update(row.name for row in rows if row.subscriptions)
+    return sorted(published)
+
+
+async def _topic(request: web.Request) -> TopicSummary:
+    name = check_name(request.match_info["name"])
+    (row,) = await request.app[TOPIC_ADMIN].summaries([name])
+    if not await request.app[STORE].exists(name) and not row.subscriptions:
+        raise NotFound(f"unknown topic {name!r}", topic=name)
+    return row
+
+
+async def topics(request: web.Request) -> web.Response:
+    check_operator(request)
+    rows = await request.app[TOPIC_ADMIN].summaries(await _known_topics(request))
+    return web.json_response({"topics": [_summary(row) for row in rows]})
+
+
+async def topic(request: web.Request) -> web.Response:
+    check_operator(request)
+    row = await _topic(request)
+    admin = request.app[TOPIC_ADMIN]
+    answer = _summary(row)
+    if row.length or row.last_id:
+        await request.app[PAGES].advance(row.name)
+        answer["changelist_pages"] = await admin.closed_pages(row.name) + 1
+    else:
+        answer["changelist_pages"] = 0
+    answer["resourcelist_size"] = await admin.resources(row.name)
+    return web.json_response(answer)
+
+
+async def delete_topic(request: web.Request) -> web.Response:
+    check_operator(request)
+    row = await _topic(request)
+    removed = await request.app[TOPIC_ADMIN].delete(row.name)
+    # Every process (this one too) hears of it through the change stream; end ours now.
+    request.app[STORE].forget(row.name)
+    await request.app[FEEDS].end(row.name)
+    return web.json_response(
+        {"topic": row.name, "deleted": True, "keys": removed, "subscriptions": row.subscriptions}
+    )
+
+
+# -- subscriptions --------------------------------------------------------------------------
+
+
+def _state(request: web.Request) -> State | None:
+    text = request.query.get("state")
+    if not text:
+        return None
+    try:
+        return State(text)
+    except ValueError:
+        states = ", ".join(s.value for s in State)
+        raise BadRequest(f"state must be one of {states}, got {text[:40]!r}") from None
+
+
+def _lag_seconds(cursor: str | None, first: str | None, last: str | None) -> float:
+    """Seconds from the cursor's event to the topic's last one; a cursor before every
+    retained event (``0-0``: from the start) counts from the first retained one."""
+    if last is None or first is None:
+        return 0.0
+    since = cursor or "0-0"
+    if parse_id(since) < parse_id(first):
+        return max(0, id_ms(last) - id_ms(first)) / 1000
+    return max(0, id_ms(last) - id_ms(since)) / 1000
+
+
+async def subscriptions(request: web.Request) -> web.Response:
+    check_operator(request)
+    state = _state(request)
+    wanted = request.query.get("topic")
+    app = request.app
+    subs, store, admin = app[SUBSCRIPTIONS], app[STORE], app[TOPIC_ADMIN]
+    names = [_topic_name(request, wanted)] if wanted else await subs.subscribed_topics()
+    out: list[dict[str, object]] = []
+    for name in names:
+        found = [s for s in await subs.for_topic(name) if state is None or s.state is state]
+        if not found:
+            continue
+        cursors = await subs.cursors(name)
+        first, last = await store.first_id(name), await store.last_id(name)
+        for sub in sorted(found, key=lambda s: s.callback):
+            cursor = cursors.get(sub.callback)
+            lag = await admin.count_after(name, cursor)
+            out.append(
+                {
+                    "topic": sub.topic,
+                    "topic_url": sub.topic_url,
+                    "callback": sub.callback,
+                    "id": subscription_id(sub.topic, sub.callback),
+                    "state": sub.state.value,
+                    "cursor": cursor,
+                    "last_id": last,
+                    "lag_events": lag,
+                    "lag_capped": lag >= LAG_CAP,
+                    "lag_seconds": _lag_seconds(cursor, first, last),
+                    "failures": sub.failures,
+                    "last_error": sub.last_error,
+                    "gaps": sub.gaps,
+                    "last_gap": sub.last_gap,
+                    "retry_at": sub.retry_at or None,
+                    "expires_at": sub.expires_at,
+                    "expires": _iso(int(sub.expires_at * 1000)),
+                    "lease_seconds": sub.lease_seconds,
+                    "created_at": sub.created_at,
+                    "secret": bool(sub.secret),
+                }
+            )
+    return web.json_response({"subscriptions": out})
+
+
+def _topic_name(request: web.Request, value: str) -> str:
+    """A topic given by name or by topic URL (of this hub, or a derived one)."""
+    value = value.strip()
+    if "://" in value:
+        return request_urls(request).name_from_url(value)
+    return check_name(value)
+
+
+_FORM = "application/x-www-form-urlencoded"
+
+
+async def _target(request: web.Request) -> Subscription:
+    """The subscription a form or JSON body names with ``topic`` and ``callback``."""
+    if (request.content_length or 0) > _MAX_BODY:
+        raise BadRequest(f"the body must be under {_MAX_BODY} bytes")
+    fields: dict[str, str]
+    if request.content_type not in ("application/json", _FORM):
+        raise UnsupportedMediaType(
+            f"name the subscription in a JSON object or an {_FORM} form, got Content-Type "
+            f"{request.content_type!r}"
+        )
+    if request.content_type == "application/json":
+        try:
+            raw = orjson.loads(await request.read() or b"{}")
+        except orjson.JSONDecodeError as exc:
+            raise BadRequest(f"the body is not JSON: {exc}") from None
+        if not isinstance(raw, dict):
+            raise BadRequest("the JSON body must be an object with topic and callback")
+        fields = {k: v for k, v in raw.items() if isinstance(v, str)}
+    else:
+        try:
+            form = await request.post()
+        except UnicodeDecodeError:
+            raise BadRequest("the form is not valid UTF-8") from None
+        fields = {k: v for k, v in form.items() if isinstance(v, str)}
+    for name in ("topic", "callback"):
+        if not fields.get(name, "").strip():
+            raise BadRequest(f"missing field {name!r}", field=name)
+    topic, callback = _topic_name(request, fields["topic"]), fields["callback"].strip()
+    sub = await request.app[SUBSCRIPTIONS].get(topic, callback)
+    if sub is None:
+        raise NotFound(f"no subscription of {callback!r} to topic {topic!r}", topic=topic)
+    return sub
+
+
+async def resume_subscription(request: web.Request) -> web.Response:
+    """Back to active at once: the owning process restarts its worker with this record."""
+    check_operator(request)
+    sub = await _target(request)
+    sub.state, sub.failures, sub.retry_at, sub.last_error = State.ACTIVE, 0, 0.0, None
+    cursor = await request.app[SUBSCRIPTIONS].activate(sub, None)
+    answer = sub.public()
+    answer["cursor"] = cursor
+    return web.json_response(answer)
+
+
+async def delete_subscription(request: web.Request) -> web.Response:
+    check_operator(request)
+    sub = await _target(request)
+    await request.app[SUBSCRIPTIONS].delete(sub.topic, sub.callback)
+    return web.json_response({"topic": sub.topic, "callback": sub.callback, "deleted": True})

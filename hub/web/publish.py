@@ -1,0 +1,85 @@
+"""Publishing: a Source POSTs a change notification; its changes are stored, then 202.
+
+``POST /topics/{name}`` names the topic in the path; ``POST /`` names it in the
+``Link: <topic>; rel="self"`` header (WebSub's publish style). The answer comes only after
+every change is in Redis: ``{"topic", "accepted", "ids", "replayed"}``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import orjson
+from aiohttp import web
+
+from hub.core import metrics
+from hub.core.exceptions import BadRequest, UnsupportedMediaType
+from hub.core.topics import check_name, parse_link_header
+from hub.web.access import request_urls
+from hub.web.listener import read_body
+from hub.web.state import AUTH, FEEDS, PARSER, SETTINGS, STORE
+
+_XML_TYPES = {"application/xml", "text/xml", "application/octet-stream", ""}
+_MAX_IDEMPOTENCY_KEY = 200
+
+
+def _check_content_type(request: web.Request) -> None:
+    ctype = request.content_type if "Content-Type" in request.headers else ""
+    if ctype in _XML_TYPES or ctype.endswith("+xml"):
+        return
+    raise UnsupportedMediaType(
+        f"a change notification must be XML (application/xml), got Content-Type {ctype!r}"
+    )
+
+
+def _idempotency_key(request: web.Request) -> str | None:
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return None
+    key = key.strip()
+    if not key or len(key) > _MAX_IDEMPOTENCY_KEY or not key.isprintable():
+        raise BadRequest(f"Idempotency-Key must be 1-{_MAX_IDEMPOTENCY_KEY} printable characters")
+    return key
+
+
+def accepted(answer: dict[str, object]) -> web.Response:
+    """The 202 every publish (and publish ping) answers with."""
+    return web.Response(body=orjson.dumps(answer), status=202, content_type="application/json")
+
+
+async def publish(request: web.Request, topic: str) -> web.Response:
+    """Validate, authorise and store one notification for ``topic``."""
+    request.app[AUTH].check(topic, request.headers.get("Authorization"))
+    _check_content_type(request)
+    idempotency_key = _idempotency_key(request)
+    body = await read_body(request, request.app[SETTINGS])
+    changes = await request.app[PARSER].packed(body)
+    # The digest only matters to tell a retry from a reuse of its Idempotency-Key.
+    digest = hashlib.sha256(body).hexdigest() if idempotency_key is not None else ""
+    stored = await request.app[STORE].append(
+        topic, changes, digest=digest, idempotency_key=idempotency_key
+    )
+    if not stored.replayed:  # start the live fan-out now rather than at the feed's XREAD
+        request.app[FEEDS].published(topic, stored.previous_id, stored.ids, changes.data)
+    metrics.published(len(body), len(stored.ids), stored.replayed)
+    return accepted(
+        {
+            "topic": topic,
+            "accepted": len(stored.ids),
+            "ids": stored.ids,
+            "replayed": stored.replayed,
+        }
+    )
+
+
+async def publish_to_named_topic(request: web.Request) -> web.Response:
+    return await publish(request, check_name(request.match_info["name"]))
+
+
+async def publish_to_self_link(request: web.Request) -> web.Response:
+    """``POST /`` with XML: the topic comes from ``Link: <...>; rel="self"``."""
+    links = parse_link_header(request.headers.getall("Link", []))
+    self_url = links.get("self")
+    if not self_url:
+        raise BadRequest('publishing to the hub URL needs a Link: <topic-url>; rel="self" header')
+    return await publish(request, request_urls(request).name_from_url(self_url))

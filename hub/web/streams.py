@@ -1,0 +1,277 @@
+"""Live streams of a topic's changes: WebSocket (``/ws``) and server-sent events (``/events``).
+
+Both replay from ``?since=ID`` (or SSE's ``Last-Event-ID``) and then follow live. Without
+either they start at the current end. An event is the stored change as JSON with its ``id``
+and ``topic`` (:func:`hub.core.events.with_id`); a WebSocket text message is a JSON array of one
+or more of them, an SSE event carries one.
+
+Back-pressure: a client replaying history pulls it at its own pace. Once it has caught up
+with the live end, the feed pushes new events into its queue, bounded by
+``client_buffer_events``; a client whose queue fills is too slow for the stream: it is
+disconnected (WebSocket close code 1013, SSE ``event: error``) with a reason naming the
+id to resume from, and loses nothing by resuming from its last received id. A client that
+reads nothing at all is cut off after one heartbeat interval. A dropped client gets
+``stream_close_seconds`` to take its close frame (or last event); then its connection is
+aborted, since a graceful close would wait forever for a client that stopped reading.
+
+When an operator deletes the topic (admin API), its streams end: WebSocket close code 1000
+with reason ``topic deleted``, SSE ``event: deleted``. A private topic's streams need a read
+token (:mod:`hub.web.access`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from aiohttp import WSCloseCode, WSMsgType, web
+
+from hub.core import metrics
+from hub.core.events import Event, EventFilter, EventKey, parse_id
+from hub.core.exceptions import BadRequest, Gone
+from hub.core.tasks import cancel_and_wait
+from hub.core.topics import check_name
+from hub.live.feed import ClientStream, TopicFeed
+from hub.web.access import check_read
+from hub.web.state import FEEDS, SETTINGS, STORE, URLS
+
+#: Why a stream ended early: its client was too slow, or its topic was deleted.
+TOO_SLOW, DELETED = "too slow", "topic deleted"
+#: A live WebSocket batch is written straight to the connection while less than this is
+#: waiting in its send buffer (aiohttp's own writer limit); beyond it, batches queue.
+_DIRECT_WRITE_LIMIT = 64 * 1024
+
+
+async def _until_overflow_or_done(pump: ClientStream, *tasks: asyncio.Task[None]) -> str | None:
+    """Wait until one task ends, the pump overflows or the topic is deleted; cancel the
+    rest. Returns :data:`TOO_SLOW`, :data:`DELETED` or None (a task ended)."""
+    overflow = asyncio.create_task(pump.overflowed.wait())
+    deleted = asyncio.create_task(pump.feed.ended.wait())
+    try:
+        await asyncio.wait({overflow, deleted, *tasks}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        await cancel_and_wait([overflow, deleted, *tasks])
+    if pump.feed.ended.is_set():
+        return DELETED
+    return TOO_SLOW if pump.overflowed.is_set() else None
+
+
+def _since(request: web.Request) -> str | None:
+    """The resume point; ``Last-Event-ID`` wins, as an SSE client reconnecting to the same
+    URL (``?since=`` included) sends it with the newer position."""
+    return request.headers.get("Last-Event-ID") or request.query.get("since") or None
+
+
+def _start_cursor(request: web.Request, feed: TopicFeed) -> EventKey:
+    since = _since(request)
+    if since:
+        return parse_id(since)
+    return feed.last_key
+
+
+async def check_since(request: web.Request, topic: str, since: str, what: str = "since") -> None:
+    """A resume point must lie within the stream: 400 when it is beyond the topic's last id
+    (a typo, or a position from another hub, would otherwise wait forever), 410 when
+    retention removed events after it (``0`` asks for what is retained)."""
+    key = parse_id(since)
+    if key == (0, 0):
+        return
+    facts = await request.app[STORE].facts(topic)
+    last = facts.last_id
+    if last is None or key > parse_id(last):
+        raise BadRequest(
+            f"{what}={since} is beyond the last event id of topic {topic} "
+            f"({last or 'none: nothing published yet'}); resume from an id this hub gave out, "
+            "or pass 0 for everything retained",
+            last_id=last,
+        )
+    trimmed = facts.trimmed_through
+    if trimmed is not None and key < parse_id(trimmed):
+        resourcelist = request.app[URLS].resourcelist(topic)
+        raise Gone(
+            f"events after {since} are no longer retained (trimmed through {trimmed}); "
+            f"re-baseline from {resourcelist} and resume from its position, or pass since=0 "
+            "for what is retained",
+            trimmed_through=trimmed,
+            resourcelist=resourcelist,
+        )
+
+
+@contextlib.asynccontextmanager
+async def _following(
+    request: web.Request, transport: str
+) -> AsyncIterator[tuple[str, ClientStream]]:
+    topic = check_name(request.match_info["name"])
+    check_read(request, topic, query_token=True)
+    since = _since(request)
+    if since:
+        await check_since(request, topic, since)  # 400/410 before any upgrade
+    event_filter = EventFilter.from_query(request.query, request.query.getall("prefix", []))
+    feeds = request.app[FEEDS]
+    feed = await feeds.acquire(topic)
+    capacity = request.app[SETTINGS].client_buffer_events
+    client = ClientStream(feed, _start_cursor(request, feed), capacity, event_filter)
+    metrics.client_connected(transport)
+    try:
+        yield topic, client
+    finally:
+        metrics.client_disconnected(transport)
+        client.close()
+        _abort_if_stuck(request.transport, request.app[SETTINGS].stream_close_seconds)
+        await feeds.release(feed)
+
+
+def _abort_if_stuck(transport: asyncio.Transport | None, within: float) -> None:
+    """Abort ``transport`` in ``within`` seconds if it still holds bytes its client has not
+    taken.
+
+    A stream that ended closes its connection gracefully (aiohttp's ``transport.close()``
+    after a close handshake or a failed heartbeat, or once an SSE response is finished),
+    and a graceful close first waits for the send buffer to drain: for a dropped client
+    that stopped reading, forever, with the connection ESTABLISHED and its buffer held.
+    """
+    if transport is None:
+        return
+
+    def cut_off() -> None:
+        if transport.get_write_buffer_size() > 0:
+            transport.abort()
+
+    asyncio.get_running_loop().call_later(within, cut_off)
+
+
+async def _close_within(
+    ws: web.WebSocketResponse,
+    request: web.Request,
+    within: float,
+    *,
+    code: int = WSCloseCode.OK,
+    reason: str = "",
+) -> None:
+    """A close handshake bounded by ``within`` seconds, then the connection is aborted:
+    the close frame queues behind whatever the client has not read, so a client that reads
+    nothing would never get it."""
+    if ws.closed:
+        return
+    try:
+        await asyncio.wait_for(ws.close(code=code, message=reason.encode()[:120]), within)
+    except TimeoutError:
+        if request.transport is not None:
+            request.transport.abort()
+
+
+async def websocket(request: web.Request) -> web.WebSocketResponse:
+    settings = request.app[SETTINGS]
+    within = settings.stream_close_seconds
+    async with _following(request, "ws") as (_topic, pump):
+        ws = web.WebSocketResponse(
+            heartbeat=settings.heartbeat_seconds,
+            max_msg_size=4096,
+            compress=False,
+            timeout=within,  # how long a close waits for the client's close frame
+        )
+        await ws.prepare(request)
+        transport = request.transport
+
+        def write_now(events: list[Event]) -> bool:
+            # The feed's fan-out loop calls this for every live client: one transport write
+            # of the shared frame, or False to leave the batch to send() below.
+            if (
+                ws.closed
+                or transport is None
+                or transport.is_closing()
+                or transport.get_write_buffer_size() > _DIRECT_WRITE_LIMIT
+            ):
+                return False
+            transport.write(pump.frame(events))
+            metrics.stream_messages("ws")
+            return True
+
+        pump.writer = write_now
+
+        async def send() -> None:
+            with contextlib.suppress(ConnectionError):  # the client went away: just end
+                while not ws.closed:
+                    events = await pump.next(settings.heartbeat_seconds)
+                    if events:  # None: idle; aiohttp's heartbeat pings keep the line alive
+                        # A shared message: no per-client re-encoding. send_frame writes before
+                        # it waits for the connection to drain, so batches stay in order.
+                        await ws.send_frame(pump.message(events), WSMsgType.TEXT)
+                        metrics.stream_messages("ws")
+                        pump.last_sent = events[-1].id
+
+        ended = await _until_overflow_or_done(
+            pump, asyncio.create_task(send()), asyncio.create_task(_drain_incoming(ws))
+        )
+        if ended == DELETED:
+            await _close_within(ws, request, within, reason=DELETED)
+        elif ended == TOO_SLOW:
+            reason = f"too slow; resume with since={pump.resume_hint()}"
+            await _close_within(
+                ws, request, within, code=WSCloseCode.TRY_AGAIN_LATER, reason=reason
+            )
+        await _close_within(ws, request, within)
+    return ws
+
+
+async def _drain_incoming(ws: web.WebSocketResponse) -> None:
+    """Read (and ignore) client messages so close frames and pongs are processed."""
+    async for _msg in ws:
+        pass
+
+
+async def server_sent_events(request: web.Request) -> web.StreamResponse:
+    settings = request.app[SETTINGS]
+    async with _following(request, "sse") as (topic, pump):
+        resp = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                "X-Accel-Buffering": "no",
+            }
+        )
+        await resp.prepare(request)
+        if request.method == "HEAD":  # the headers only: a body would break the connection
+            await resp.write_eof()
+            return resp
+        await resp.write(b"retry: 1000\n\n")
+
+        async def send() -> None:
+            with contextlib.suppress(ConnectionError):  # the client went away: just end
+                await send_events()
+
+        async def send_events() -> None:
+            loop = asyncio.get_running_loop()
+            written = loop.time()
+            while True:
+                events = await pump.next(settings.heartbeat_seconds)
+                if not events:  # idle, or everything filtered out
+                    if loop.time() - written >= settings.heartbeat_seconds:
+                        await resp.write(b": heartbeat\n\n")
+                        written = loop.time()
+                    continue
+                written = loop.time()
+                await resp.write(
+                    b"".join(
+                        b"id: %s\ndata: %s\n\n" % (e.id.encode(), e.json(topic)) for e in events
+                    )
+                )
+                metrics.stream_messages("sse")
+                pump.last_sent = events[-1].id
+
+        ended = await _until_overflow_or_done(pump, asyncio.create_task(send()))
+        resp.force_close()  # a stream that ended ends its connection too
+        last = b""
+        if ended == DELETED:
+            last = f"event: deleted\ndata: {topic}\n\n".encode()
+        elif ended == TOO_SLOW:
+            message = f"too slow; resume with Last-Event-ID: {pump.resume_hint()}"
+            last = b"event: error\ndata: " + message.encode() + b"\n\n"
+        if last:
+            try:
+                await asyncio.wait_for(resp.write(last), settings.stream_close_seconds)
+            except (TimeoutError, ConnectionError):  # it reads nothing at all: cut it off
+                if request.transport is not None:
+                    request.transport.abort()
+    return resp

@@ -1,0 +1,92 @@
+"""``POST /``: the WebSub hub URL (subscribe, unsubscribe, publish ping) or an XML publish.
+
+A publish ping (``hub.mode=publish`` with ``hub.url`` or ``hub.topic``) is for a Source that
+cannot POST its notifications: the hub fetches the topic URL while the pinger waits and
+stores the changes it has not stored from earlier pings. The pinger learns the outcome:
+``202`` with the ids stored (maybe none), ``4xx`` for a URL or document the hub will not
+take, ``502`` when the fetch fails. Fetching obeys the same address rules as callbacks and
+the same size limit as a publish. A topic URI of this hub has nothing to fetch (its
+notifications are POSTed to it); a ping for one is acknowledged and stores nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from aiohttp import web
+
+from hub.core import metrics, websub
+from hub.core.events import Change
+from hub.core.exceptions import BadRequest
+from hub.web.access import check_read, request_urls
+from hub.web.listener import read_form
+from hub.web.publish import accepted, publish_to_self_link
+from hub.web.state import AUTH, CLIENT, DELIVERY, PARSER, SETTINGS, STORE
+from hub.web.streams import check_since
+
+_FORM = "application/x-www-form-urlencoded"
+_MAX_FORM_BYTES = 16 * 1024
+
+
+async def hub_endpoint(request: web.Request) -> web.StreamResponse:
+    if request.content_type == _FORM:
+        return await _websub_request(request)
+    return await publish_to_self_link(request)
+
+
+async def _websub_request(request: web.Request) -> web.Response:
+    if (request.content_length or 0) > _MAX_FORM_BYTES:
+        raise BadRequest(f"a WebSub request body must be under {_MAX_FORM_BYTES} bytes")
+    settings = request.app[SETTINGS]
+    form = await read_form(request, settings)
+    service, client = request.app[DELIVERY], request.app[CLIENT]
+    try:
+        parsed = websub.parse_request(
+            form,
+            urls=request_urls(request),
+            lease_default=settings.lease_seconds_default,
+            lease_min=settings.lease_seconds_min,
+            lease_max=settings.lease_seconds_max,
+        )
+    except websub.TopicDenied as exc:
+        await client.check_address(exc.callback)
+        service.deny(exc.callback, exc.topic_url, exc.message)
+        return web.Response(status=202, text=f"denied: {exc.message}\n")
+    if isinstance(parsed, websub.PublishPing):
+        return await _publish_ping(request, parsed)
+    if parsed.mode is websub.Mode.SUBSCRIBE:
+        check_read(request, parsed.topic)
+    await client.check_address(parsed.callback)
+    if parsed.since is not None and parsed.mode is websub.Mode.SUBSCRIBE:
+        await check_since(request, parsed.topic, parsed.since, "hub.since")
+    await service.request(parsed)
+    return web.Response(
+        status=202,
+        text=f"{parsed.mode} request for {parsed.topic_url} accepted; verifying intent\n",
+    )
+
+
+def _digest(change: Change) -> str:
+    return hashlib.sha1(change.event, usedforsecurity=False).hexdigest()
+
+
+async def _publish_ping(request: web.Request, ping: websub.PublishPing) -> web.Response:
+    app = request.app
+    settings, urls, store = app[SETTINGS], request_urls(request), app[STORE]
+    topic = urls.name_from_url(ping.url)
+    app[AUTH].check(topic, request.headers.get("Authorization"))
+    if urls.is_own_topic(ping.url):
+        note = "a topic of this hub: POST its notifications to it"
+        return accepted({"topic": topic, "accepted": 0, "ids": [], "note": note})
+    client = app[CLIENT]
+    await client.check_address(ping.url, what="hub.url")
+    changes = await app[PARSER].changes(await client.fetch_document(ping.url))
+    digests = [_digest(c) for c in changes]
+    unseen = await store.unseen(topic, digests)
+    fresh = [(c, d) for c, d, new in zip(changes, digests, unseen, strict=True) if new]
+    ids: list[str] = []
+    if fresh:
+        ids = (await store.append(topic, [c for c, _ in fresh])).ids
+        metrics.CHANGES_ACCEPTED.inc(len(ids))
+        await store.remember(topic, [d for _, d in fresh], settings.idempotency_seconds)
+    return accepted({"topic": topic, "accepted": len(ids), "ids": ids, "fetched": len(changes)})
