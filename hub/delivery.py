@@ -24,6 +24,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from rsclient.backoff import Backoff, parse_retry_after
+
 from . import metrics, rendering, websub
 from .connection import StoreError
 from .events import Event, parse_id
@@ -31,6 +33,7 @@ from .exceptions import CallbackFailed
 from .feed import FeedHub
 from .ownership import Lease
 from .placement import SubscriptionKey
+from .retrying import STORE_OUTAGE, retrying
 from .settings import Settings
 from .subscriptions import CursorWriter, State, Subscription, SubscriptionStore
 from .tasks import cancel_and_wait
@@ -80,6 +83,14 @@ class _Gone(Exception):
 
 class _Lost(Exception):
     """This process no longer holds the subscription's lease."""
+
+
+class _Failed(Exception):
+    """A delivery attempt failed; ``retry_after``: what the callback asked to wait."""
+
+    def __init__(self, error: str, retry_after: float | None = None) -> None:
+        super().__init__(error)
+        self.retry_after = retry_after
 
 
 class Bodies:
@@ -155,6 +166,7 @@ class DeliveryWorker:
         self.feeds = feeds
         self.cursors = cursors
         self.bodies = bodies
+        self.backoff = Backoff(settings.retry_base_seconds, settings.retry_max_seconds)
         #: The headers every delivery of this subscription carries.
         self.headers = {
             "Content-Type": "application/xml",
@@ -229,34 +241,36 @@ class DeliveryWorker:
             headers["Link"] = f'{headers["Link"]}, <{resourcelist}>; rel="resourcelist"'
         if sub.secret:
             headers["X-Hub-Signature"] = websub.signature(sub.secret, body)
-        while True:
+
+        async def attempt() -> None:
             if sub.expired:
                 raise _Gone("lease expired")
-            retry_after: float | None = None
             try:
                 answer = await self._post(body, headers)
             except CallbackFailed as exc:
-                error = str(exc)[:300]
-            else:
-                if answer.status == 410:
-                    metrics.delivery_outcome("410")
-                    raise _Gone("callback answered 410 Gone")
-                if 200 <= answer.status < 300:
-                    metrics.delivered(batch)
-                    await self._succeeded(batch[-1].id, gap)
-                    return
-                retry_after = websub.retry_after(answer.headers.get("retry-after"))
-                error = f"HTTP {answer.status}"
-            metrics.delivery_outcome("retry")
-            delay = websub.backoff(
-                sub.failures + 1,
-                self.settings.retry_base_seconds,
-                self.settings.retry_max_seconds,
+                raise _Failed(str(exc)[:300]) from None
+            if answer.status == 410:
+                metrics.delivery_outcome("410")
+                raise _Gone("callback answered 410 Gone")
+            if 200 <= answer.status < 300:
+                metrics.delivered(batch)
+                await self._succeeded(batch[-1].id, gap)
+                return
+            # Either form (seconds or an HTTP-date), as a 429 or 503 may say; capped.
+            asked = parse_retry_after(
+                answer.headers.get("retry-after"), time.time(), cap=self.backoff.cap
             )
-            if retry_after is not None:
-                delay = min(max(delay, retry_after), self.settings.retry_max_seconds)
-            await self._failed(error, delay)
-            await asyncio.sleep(delay)
+            raise _Failed(f"HTTP {answer.status}", asked)
+
+        # Not logged per attempt: the subscription's state, error and retry time are saved.
+        await retrying(
+            attempt,
+            self.backoff,
+            retry_on=_Failed,
+            log=None,
+            failed=self._failed,
+            failures=sub.failures,
+        )
 
     async def _save(self) -> None:
         if not await self.store.save_fenced(self.sub, self.node, self.lease.token):
@@ -282,10 +296,11 @@ class DeliveryWorker:
             sub.failures, sub.state, sub.last_error, sub.retry_at = 0, State.ACTIVE, None, 0.0
             await self._save()
 
-    async def _failed(self, error: str, delay: float) -> None:
+    async def _failed(self, error: Exception, delay: float) -> None:
+        metrics.delivery_outcome("retry")
         sub = self.sub
         sub.failures += 1
-        sub.last_error = error
+        sub.last_error = str(error)
         sub.retry_at = time.time() + delay
         if sub.failures >= self.settings.suspend_after_failures and sub.state is State.ACTIVE:
             sub.state = State.SUSPENDED
@@ -442,33 +457,25 @@ class DeliveryService:
         so a failed attempt is repeated, with back-off, for up to :attr:`store_patience`
         seconds.
         """
-        delay, deadline = 0.1, time.monotonic() + self.store_patience
-        while True:
-            try:
-                await self._store(req, start)
-                return
-            except StoreError as exc:
-                if time.monotonic() + delay > deadline:
-                    log.error(
-                        "verified %s of %r to %s not stored: storage unavailable for %.0fs (%s)",
-                        req.mode,
-                        req.callback,
-                        req.topic,
-                        self.store_patience,
-                        exc,
-                    )
-                    return
-                metrics.redis_error()
-                log.warning(
-                    "storing the verified %s of %r to %s failed (%s); retrying in %.1fs",
-                    req.mode,
-                    req.callback,
-                    req.topic,
-                    exc,
-                    delay,
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+        try:
+            await retrying(
+                lambda: self._store(req, start),
+                STORE_OUTAGE,
+                retry_on=StoreError,
+                log=log,
+                what=f"storing the verified {req.mode} of {req.callback!r} to {req.topic}",
+                failed=lambda _error, _delay: metrics.redis_error(),
+                patience=self.store_patience,
+            )
+        except StoreError as exc:
+            log.error(
+                "verified %s of %r to %s not stored: storage unavailable for %.0fs (%s)",
+                req.mode,
+                req.callback,
+                req.topic,
+                self.store_patience,
+                exc,
+            )
 
     async def _store(self, req: websub.SubscriptionRequest, start: str) -> None:
         if req.mode is websub.Mode.UNSUBSCRIBE:

@@ -37,6 +37,7 @@ from . import placement
 from .connection import StoreError
 from .leases import GONE, HELD_ELSEWHERE, Leases
 from .placement import SubscriptionKey
+from .retrying import STORE_OUTAGE, retrying
 from .subscriptions import REMOVED, TOPIC_REMOVED, SubscriptionStore
 from .tasks import cancel_and_wait
 
@@ -195,16 +196,14 @@ class Ownership:
                 log.warning("ownership round failed (will retry): %s", exc)
 
     async def _follow_changes(self) -> None:
-        failures = 0
         while True:
-            try:
-                changes = await self.subscriptions.wait_changes(self._changes_from, 5000)
-                failures = 0
-            except StoreError as exc:
-                failures += 1
-                log.warning("following subscription changes failed (%s); retrying", exc)
-                await asyncio.sleep(min(5.0, 0.1 * 2**failures))
-                continue
+            changes = await retrying(
+                lambda: self.subscriptions.wait_changes(self._changes_from, 5000),
+                STORE_OUTAGE,
+                retry_on=StoreError,
+                log=log,
+                what="following subscription changes",
+            )
             for change in changes:
                 self._changes_from = change.id
                 key = (change.topic, change.callback)
