@@ -310,7 +310,7 @@ class DeliveryWorker:
                 sub.topic,
                 sub.callback,
                 sub.failures,
-                error,
+                sub.last_error,
             )
         await self._save()
 

@@ -126,6 +126,7 @@ class Retrier:
         failures: int = 0,
         rng: random.Random | None = None,
         pause: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         #: The policy of the next delay; a loop may swap it (a server's SSE ``retry``).
         self.policy = policy
@@ -138,13 +139,14 @@ class Retrier:
         self.attempt = 0
         self.rng = rng
         self._pause = pause
-        self._started = time.monotonic()
+        self._clock = clock
+        self._started = clock()
         self._delay: float | None = 0.0
 
     @property
     def elapsed(self) -> float:
         """Seconds since the loop started, or since its last success."""
-        return time.monotonic() - self._started
+        return self._clock() - self._started
 
     def failed(self, retry_after: float | None = None) -> float | None:
         """Count a failure; the seconds to wait before the next attempt, or ``None``."""
@@ -157,7 +159,7 @@ class Retrier:
 
     def succeeded(self) -> None:
         self.failures = 0
-        self._started = time.monotonic()
+        self._started = self._clock()
 
     def __aiter__(self) -> Retrier:
         return self

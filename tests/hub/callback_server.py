@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -28,6 +29,10 @@ class CallbackServer:
     echo_challenge: bool = True
     #: Answers to give to the next deliveries, in order (then 200 forever).
     statuses: list[int] = field(default_factory=list)
+    #: The ``Retry-After`` to send with those answers (called for each), if any.
+    retry_after: Callable[[], str] | None = None
+    #: ``time.monotonic()`` of every delivery attempt, answered or refused.
+    attempts: list[float] = field(default_factory=list)
     verifications: list[dict[str, str]] = field(default_factory=list)
     deliveries: list[Delivery] = field(default_factory=list)
     refused: int = 0
@@ -52,11 +57,13 @@ class CallbackServer:
 
     async def _deliver(self, request: web.Request) -> web.Response:
         body = await request.read()
+        self.attempts.append(time.monotonic())
         if self.statuses:
             status = self.statuses.pop(0)
             if status >= 300:
                 self.refused += 1
-                return web.Response(status=status)
+                headers = {} if self.retry_after is None else {"Retry-After": self.retry_after()}
+                return web.Response(status=status, headers=headers)
         doc = parse(body)
         ids = [e.md.extra["{urn:rshub:1}id"] for e in doc.entries]  # type: ignore[union-attr]
         assert request.headers["X-RSHub-First-Event-Id"] == ids[0]
