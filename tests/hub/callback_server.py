@@ -56,8 +56,8 @@ class CallbackServer:
         return web.Response(text=request.query["hub.challenge"])
 
     async def _deliver(self, request: web.Request) -> web.Response:
-        body = await request.read()
         self.attempts.append(time.monotonic())
+        body = await request.read()
         if self.statuses:
             status = self.statuses.pop(0)
             if status >= 300:
