@@ -85,14 +85,6 @@ class _Lost(Exception):
     """This process no longer holds the subscription's lease."""
 
 
-class _Failed(Exception):
-    """A delivery attempt failed; ``retry_after``: what the callback asked to wait."""
-
-    def __init__(self, error: str, retry_after: float | None = None) -> None:
-        super().__init__(error)
-        self.retry_after = retry_after
-
-
 class Bodies:
     """Delivery bodies shared by the workers of a topic.
 
@@ -241,36 +233,29 @@ class DeliveryWorker:
             headers["Link"] = f'{headers["Link"]}, <{resourcelist}>; rel="resourcelist"'
         if sub.secret:
             headers["X-Hub-Signature"] = websub.signature(sub.secret, body)
-
-        async def attempt() -> None:
+        while True:
             if sub.expired:
                 raise _Gone("lease expired")
+            retry_after: float | None = None
             try:
                 answer = await self._post(body, headers)
             except CallbackFailed as exc:
-                raise _Failed(str(exc)[:300]) from None
-            if answer.status == 410:
-                metrics.delivery_outcome("410")
-                raise _Gone("callback answered 410 Gone")
-            if 200 <= answer.status < 300:
-                metrics.delivered(batch)
-                await self._succeeded(batch[-1].id, gap)
-                return
-            # Either form (seconds or an HTTP-date), as a 429 or 503 may say; capped.
-            asked = parse_retry_after(
-                answer.headers.get("retry-after"), time.time(), cap=self.backoff.cap
-            )
-            raise _Failed(f"HTTP {answer.status}", asked)
-
-        # Not logged per attempt: the subscription's state, error and retry time are saved.
-        await retrying(
-            attempt,
-            self.backoff,
-            retry_on=_Failed,
-            log=None,
-            failed=self._failed,
-            failures=sub.failures,
-        )
+                error = str(exc)[:300]
+            else:
+                if answer.status == 410:
+                    metrics.delivery_outcome("410")
+                    raise _Gone("callback answered 410 Gone")
+                if 200 <= answer.status < 300:
+                    metrics.delivered(batch)
+                    await self._succeeded(batch[-1].id, gap)
+                    return
+                # Either form, seconds or an HTTP-date (a 429's or 503's); capped.
+                retry_after = parse_retry_after(answer.headers.get("retry-after"), time.time())
+                error = f"HTTP {answer.status}"
+            metrics.delivery_outcome("retry")
+            delay = self.backoff.delay(sub.failures + 1, retry_after)
+            await self._failed(error, delay)
+            await asyncio.sleep(delay)
 
     async def _save(self) -> None:
         if not await self.store.save_fenced(self.sub, self.node, self.lease.token):
@@ -296,11 +281,10 @@ class DeliveryWorker:
             sub.failures, sub.state, sub.last_error, sub.retry_at = 0, State.ACTIVE, None, 0.0
             await self._save()
 
-    async def _failed(self, error: Exception, delay: float) -> None:
-        metrics.delivery_outcome("retry")
+    async def _failed(self, error: str, delay: float) -> None:
         sub = self.sub
         sub.failures += 1
-        sub.last_error = str(error)
+        sub.last_error = error
         sub.retry_at = time.time() + delay
         if sub.failures >= self.settings.suspend_after_failures and sub.state is State.ACTIVE:
             sub.state = State.SUSPENDED
@@ -310,7 +294,7 @@ class DeliveryWorker:
                 sub.topic,
                 sub.callback,
                 sub.failures,
-                sub.last_error,
+                error,
             )
         await self._save()
 

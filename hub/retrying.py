@@ -1,9 +1,12 @@
 """The hub's one retrying loop, for its background work: call until it succeeds.
 
 Used while Redis is away (the feed's tail, following subscription changes, cursor writes,
-storing a verified subscription), to respawn the embedded Redis, and for WebSub deliveries.
-Delays come from a :class:`rsclient.backoff.Backoff`; the counting and giving up from a
-:class:`rsclient.backoff.Retrier`. Pure asyncio: no aiohttp, no redis.
+storing a verified subscription) and to respawn the embedded Redis. Delays come from a
+:class:`rsclient.backoff.Backoff`; the counting and giving up from a
+:class:`rsclient.backoff.Retrier`. (A WebSub delivery worker keeps its own loop over the
+same policy: its failure count, error and retry time are saved with the subscription at
+each failure, so whichever process owns it next continues the back-off.) Pure asyncio:
+no aiohttp, no redis.
 """
 
 from __future__ import annotations
