@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -29,10 +28,6 @@ class CallbackServer:
     echo_challenge: bool = True
     #: Answers to give to the next deliveries, in order (then 200 forever).
     statuses: list[int] = field(default_factory=list)
-    #: The ``Retry-After`` to send with those answers (called for each), if any.
-    retry_after: Callable[[], str] | None = None
-    #: ``time.monotonic()`` of every delivery attempt, answered or refused.
-    attempts: list[float] = field(default_factory=list)
     verifications: list[dict[str, str]] = field(default_factory=list)
     deliveries: list[Delivery] = field(default_factory=list)
     refused: int = 0
@@ -56,14 +51,12 @@ class CallbackServer:
         return web.Response(text=request.query["hub.challenge"])
 
     async def _deliver(self, request: web.Request) -> web.Response:
-        self.attempts.append(time.monotonic())
         body = await request.read()
         if self.statuses:
             status = self.statuses.pop(0)
             if status >= 300:
                 self.refused += 1
-                headers = {} if self.retry_after is None else {"Retry-After": self.retry_after()}
-                return web.Response(status=status, headers=headers)
+                return web.Response(status=status)
         doc = parse(body)
         ids = [e.md.extra["{urn:rshub:1}id"] for e in doc.entries]  # type: ignore[union-attr]
         assert request.headers["X-RSHub-First-Event-Id"] == ids[0]

@@ -9,10 +9,12 @@ import random
 import string
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from email.utils import formatdate
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from tests.conftest import Hub
 from tests.hub.callback_server import CallbackServer
@@ -29,15 +31,34 @@ def http_date(ahead: float) -> Callable[[], str]:
     return lambda: formatdate(time.time() + ahead, usegmt=True)
 
 
+@dataclass
+class RefusingCallback(CallbackServer):
+    """Refuses (``statuses``) with a ``Retry-After``, and notes when each attempt came."""
+
+    #: The ``Retry-After`` to send with the refusals (called for each).
+    retry_after: Callable[[], str] = lambda: "0"
+    #: ``time.monotonic()`` of every delivery attempt, refused or not.
+    attempts: list[float] = field(default_factory=list)
+
+    async def _deliver(self, request: web.Request) -> web.Response:
+        self.attempts.append(time.monotonic())
+        if self.statuses and self.statuses[0] >= 300:
+            self.refused += 1
+            status = self.statuses.pop(0)
+            return web.Response(status=status, headers={"Retry-After": self.retry_after()})
+        return await super()._deliver(request)
+
+
 @pytest.fixture
-async def refusing() -> AsyncIterator[CallbackServer]:
-    server = await CallbackServer().start()
+async def refusing() -> AsyncIterator[RefusingCallback]:
+    server = RefusingCallback()
+    await server.start()
     yield server
     await server.stop()
 
 
 async def first_retry_gap(
-    hub: Hub, cb: CallbackServer, status: int, value: Callable[[], str]
+    hub: Hub, cb: RefusingCallback, status: int, value: Callable[[], str]
 ) -> float:
     """Seconds between a delivery the callback refused with ``status`` and ``Retry-After:
     value()``, and the hub's next attempt (which it accepts)."""
@@ -55,26 +76,26 @@ class TestHonoured:
         return {"retry_base_seconds": 0.05, "retry_max_seconds": 10.0}
 
     async def test_503_with_an_http_date_waits_until_that_date(
-        self, hub: Hub, refusing: CallbackServer
+        self, hub: Hub, refusing: RefusingCallback
     ) -> None:
         # An HTTP-date has whole seconds: 3 s ahead, cut to the second, is 2 to 3 s away.
         gap = await first_retry_gap(hub, refusing, 503, http_date(3))
         assert 1.9 <= gap <= 3 + SLACK, gap  # main ignored the date: 0.025-0.05 s
 
     async def test_429_with_an_http_date_waits_until_that_date(
-        self, hub: Hub, refusing: CallbackServer
+        self, hub: Hub, refusing: RefusingCallback
     ) -> None:
         gap = await first_retry_gap(hub, refusing, 429, http_date(3))
         assert 1.9 <= gap <= 3 + SLACK, gap
 
     async def test_503_with_delta_seconds_waits_that_long(
-        self, hub: Hub, refusing: CallbackServer
+        self, hub: Hub, refusing: RefusingCallback
     ) -> None:
         gap = await first_retry_gap(hub, refusing, 503, lambda: "2")
         assert 1.95 <= gap <= 2 + SLACK, gap
 
     async def test_a_date_in_the_past_means_the_usual_back_off(
-        self, hub: Hub, refusing: CallbackServer
+        self, hub: Hub, refusing: RefusingCallback
     ) -> None:
         gap = await first_retry_gap(hub, refusing, 503, http_date(-3600))
         assert gap <= 0.05 + SLACK, gap
@@ -86,13 +107,13 @@ class TestCapped:
         return {"retry_base_seconds": 0.05, "retry_max_seconds": 1.5}
 
     async def test_a_far_http_date_is_cut_to_retry_max_seconds(
-        self, hub: Hub, refusing: CallbackServer
+        self, hub: Hub, refusing: RefusingCallback
     ) -> None:
         gap = await first_retry_gap(hub, refusing, 503, http_date(3600))
         assert 1.45 <= gap <= 1.5 + SLACK, gap  # main: 0.025-0.05 s
 
     async def test_far_delta_seconds_are_cut_to_retry_max_seconds(
-        self, hub: Hub, refusing: CallbackServer
+        self, hub: Hub, refusing: RefusingCallback
     ) -> None:
         gap = await first_retry_gap(hub, refusing, 429, lambda: "9" * 40)
         assert 1.45 <= gap <= 1.5 + SLACK, gap
@@ -123,7 +144,7 @@ class TestFuzz:
         return {"retry_base_seconds": 0.01, "retry_max_seconds": 0.2}
 
     async def test_junk_retry_after_never_breaks_or_stalls_delivery(
-        self, hub: Hub, refusing: CallbackServer
+        self, hub: Hub, refusing: RefusingCallback
     ) -> None:
         await subscribe(hub, refusing)
         await hub.publish("t", notification(changes(1)))  # connections to Redis and back
