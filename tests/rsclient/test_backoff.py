@@ -258,7 +258,7 @@ async def test_the_loop_waits_the_policy_between_failed_attempts() -> None:
 
 
 def waits_expected(attempt: int) -> float:
-    return min(1.0, 0.1 * 2 ** (attempt - 1))
+    return min(1.0, 0.1 * 2.0 ** (attempt - 1))
 
 
 async def test_a_limit_of_attempts_ends_the_loop_without_a_last_useless_wait() -> None:
