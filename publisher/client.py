@@ -9,9 +9,9 @@ Contract:
   that notification, so a retry after a lost answer is replayed by the hub, never stored
   twice.
 - Network errors, timeouts, 408/425/429 and 5xx are retried with capped exponential
-  back-off and jitter (:class:`~publisher.retry.RetryPolicy`), for ever unless
-  ``give_up_after`` is set. Any other 4xx fails the notification's changes with
-  :class:`~publisher.exceptions.PublishRejected` at once.
+  back-off and jitter (:class:`~publisher.retry.RetryPolicy`; a ``Retry-After`` lengthens
+  a delay, up to its cap), for ever unless ``give_up_after`` is set. Any other 4xx fails
+  the notification's changes with :class:`~publisher.exceptions.PublishRejected` at once.
 - The queue is bounded (``max_queued`` changes, in flight included). :meth:`Publisher.submit`
   raises :class:`~publisher.exceptions.QueueFullError` when it is full;
   :meth:`Publisher.put` and :meth:`Publisher.publish` wait for room instead. No change is
@@ -35,6 +35,7 @@ import aiohttp
 import orjson
 
 from resourcesync import Entry
+from rsclient.backoff import Retrier, parse_retry_after
 
 from .batching import Batch, Batcher, BatchPolicy, Ticket
 from .changes import check_change, notification
@@ -64,7 +65,12 @@ class PublishResult(NamedTuple):
 
 
 class _Transient(Exception):
-    """One failed attempt that a later attempt may fix."""
+    """One failed attempt that a later attempt may fix (after ``retry_after`` seconds, if
+    the hub said so)."""
+
+    def __init__(self, error: str, retry_after: float | None = None) -> None:
+        super().__init__(error)
+        self.retry_after = retry_after
 
 
 class Publisher:
@@ -326,22 +332,18 @@ class Publisher:
     async def send_body(self, body: bytes, *, idempotency_key: str | None = None) -> PublishResult:
         """POST a ready-made notification document, retrying with one Idempotency-Key."""
         key = idempotency_key or uuid.uuid4().hex
-        started = time.monotonic()
-        attempt = 0
-        while True:
-            attempt += 1
+        retry = Retrier(self.retry.backoff, give_up_after=self.retry.give_up_after)
+        async for attempt in retry:
             try:
                 result = await self._post(body, key)
             except _Transient as exc:
                 if self.down_since is None:
                     self.down_since = time.monotonic()
                 self.last_error = str(exc)
-                delay = self.retry.delay(attempt)
-                budget = self.retry.give_up_after
-                if budget is not None and time.monotonic() - started + delay > budget:
+                delay = retry.failed(exc.retry_after)
+                if delay is None:
                     raise HubUnavailable(
-                        f"gave up after {attempt} attempts in {time.monotonic() - started:.1f}s:"
-                        f" {exc}"
+                        f"gave up after {attempt} attempts in {retry.elapsed:.1f}s: {exc}"
                     ) from None
                 self.stats["retries"] += 1
                 log.warning(
@@ -352,7 +354,6 @@ class Publisher:
                     attempt,
                     delay,
                 )
-                await asyncio.sleep(delay)
                 continue
             if self.down_since is not None:
                 log.info(
@@ -365,6 +366,7 @@ class Publisher:
             self.stats["notifications"] += 1
             self.stats["stored"] += len(result.ids)
             return result
+        raise AssertionError("a Retrier without a limit of attempts never ends")
 
     async def _post(self, body: bytes, key: str) -> PublishResult:
         if self._session is None:
@@ -381,10 +383,11 @@ class Publisher:
             ) as resp:
                 raw = await resp.read()
                 status = resp.status
+                asked = parse_retry_after(resp.headers.get("Retry-After"))
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise _Transient(f"{type(exc).__name__}: {exc or 'timed out'}") from None
         if is_retryable_status(status):
-            raise _Transient(f"HTTP {status}: {_error_text(raw)}")
+            raise _Transient(f"HTTP {status}: {_error_text(raw)}", asked)
         if not 200 <= status < 300:
             error = _error_text(raw)
             raise PublishRejected(

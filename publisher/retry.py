@@ -1,9 +1,14 @@
-"""When to try a publish again: capped exponential back-off with jitter. No I/O."""
+"""When to try a publish again: capped exponential back-off with jitter. No I/O.
+
+The delays are :class:`rsclient.backoff.Backoff`'s, the one back-off policy of rshub.
+"""
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+
+from rsclient.backoff import Backoff
 
 __all__ = ["RetryPolicy", "is_retryable_status"]
 
@@ -18,10 +23,12 @@ def is_retryable_status(status: int) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """Back-off between attempts: ``base * factor**(attempt-1)``, capped, with jitter.
+    """The publisher's retry settings: the back-off between attempts (``base *
+    factor**(attempt-1)``, capped, with jitter) and how long to keep trying.
 
     The jitter draws each delay uniformly from ``[(1-jitter)*d, d]`` so that many
-    publishers cut off by the same outage do not come back in lock-step.
+    publishers cut off by the same outage do not come back in lock-step. A ``Retry-After``
+    the hub sends with a 429 or 503 lengthens a delay, up to ``max_delay``.
     """
 
     #: First delay, in seconds.
@@ -42,9 +49,10 @@ class RetryPolicy:
         if not 0 <= self.jitter <= 1:
             raise ValueError("jitter must be between 0 and 1")
 
+    @property
+    def backoff(self) -> Backoff:
+        return Backoff(self.base, self.max_delay, factor=self.factor, jitter=self.jitter)
+
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1 = the first)."""
-        exponent = min(attempt - 1, 64)
-        ceiling = min(self.max_delay, self.base * self.factor**exponent)
-        draw = (rng or random).random()
-        return ceiling * (1 - self.jitter * draw)
+        return self.backoff.delay(attempt, rng=rng)

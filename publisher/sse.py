@@ -3,7 +3,9 @@
 The parsing is :mod:`rsclient.sse`'s. :class:`EventSource` owns the connection: it sends
 ``Last-Event-ID`` on every reconnect, so a server that supports resuming (Wikimedia
 EventStreams does) continues after the last event seen, and it reconnects after
-disconnects, timeouts and 5xx/429 answers with capped exponential back-off. Other answers
+disconnects, timeouts and 5xx/429 answers with capped exponential back-off from the
+reconnection time (the server's ``retry`` field once it sent one), honouring a 429's or
+503's ``Retry-After`` (:class:`rsclient.backoff.Retrier`). Other answers
 (4xx, 204, a content type other than ``text/event-stream``) and a broken stream (a line
 beyond ``max_line_bytes``) end the iteration with :class:`~publisher.exceptions.FeedError`,
 as the standard prescribes "fail the connection".
@@ -11,13 +13,12 @@ as the standard prescribes "fail the connection".
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import random
 from collections.abc import AsyncIterator, Mapping
 
 import aiohttp
 
+from rsclient.backoff import Backoff, Retrier, parse_retry_after
 from rsclient.exceptions import EventStreamError
 from rsclient.sse import MAX_LINE_CHARS, Event, EventParser, event_batches
 
@@ -63,23 +64,22 @@ class EventSource:
     async def __aiter__(self) -> AsyncIterator[Event]:
         own = self._session is None
         session = self._session or aiohttp.ClientSession()
-        failures = 0
-        delay = self.reconnect_delay
+        retry = Retrier(self._backoff())
         try:
-            while True:
+            async for _ in retry:
+                retry_after = None
                 try:
                     async for event in self._connect(session):
-                        failures = 0
+                        retry.succeeded()
                         yield event
                     reason = "server closed the stream"
                 except (aiohttp.ClientError, TimeoutError) as exc:
                     reason = f"{type(exc).__name__}: {exc}"
                 except _Retryable as exc:
-                    reason = str(exc)
+                    reason, retry_after = str(exc), exc.retry_after
                 # Standard: after the stream ends, wait the reconnection time and reconnect.
-                failures += 1
-                wait = min(delay * 2 ** (failures - 1), self.max_reconnect_delay)
-                wait *= 0.5 + random.random() / 2
+                retry.policy = self._backoff()  # the server may have sent a new one
+                wait = retry.failed(retry_after)
                 log.warning(
                     "event stream %s: %s; reconnecting in %.1fs (Last-Event-ID %s)",
                     self.url,
@@ -87,10 +87,14 @@ class EventSource:
                     wait,
                     self.last_event_id or "none",
                 )
-                await asyncio.sleep(wait)
         finally:
             if own:
                 await session.close()
+
+    def _backoff(self) -> Backoff:
+        """From the reconnection time (at least 10 ms), doubling, equal jitter."""
+        first = max(self.reconnect_delay, 0.01)
+        return Backoff(first, max(first, self.max_reconnect_delay))
 
     async def _connect(self, session: aiohttp.ClientSession) -> AsyncIterator[Event]:
         headers = {
@@ -104,7 +108,8 @@ class EventSource:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=self.read_timeout)
         async with session.get(self.url, headers=headers, timeout=timeout) as resp:
             if resp.status in (429, 502, 503, 504) or resp.status >= 500:
-                raise _Retryable(f"HTTP {resp.status} from {self.url}")
+                asked = parse_retry_after(resp.headers.get("Retry-After"))
+                raise _Retryable(f"HTTP {resp.status} from {self.url}", asked)
             if resp.status != 200:
                 text = (await resp.text(errors="replace"))[:200]
                 raise FeedError(f"event stream {self.url} answered HTTP {resp.status}: {text}")
@@ -132,3 +137,7 @@ class EventSource:
 
 class _Retryable(Exception):
     """An answer after which the standard (and Wikimedia's operators) expect a retry."""
+
+    def __init__(self, error: str, retry_after: float | None = None) -> None:
+        super().__init__(error)
+        self.retry_after = retry_after

@@ -30,6 +30,7 @@ import aiohttp
 from tqdm import tqdm
 
 from resourcesync import Entry
+from rsclient.backoff import Backoff, Retrier, parse_retry_after
 from rsclient.statefile import write_atomically
 
 from .events import ChangeEvent
@@ -43,6 +44,9 @@ __all__ = ["AuditReport", "Mirror", "Stats"]
 log = logging.getLogger(__name__)
 
 _TMP = RESERVED_PREFIX + "-tmp-"
+#: Between the quick retries of one fetch: 0.2 s, doubling, equal jitter; a Source's
+#: ``Retry-After`` (429, 503) is honoured up to the cap.
+_FETCH_BACKOFF = Backoff(base=0.2, cap=5.0)
 
 
 @dataclass
@@ -147,7 +151,9 @@ class Mirror:
     async def _fetch(self, loc: str, path: Path, *, length: int | None, hash: str | None) -> None:
         data: bytes | None = None
         error = ""
-        for attempt in range(self.retries + 1):
+        retry = Retrier(_FETCH_BACKOFF, attempts=self.retries + 1)
+        async for _ in retry:
+            asked = None
             try:
                 async with self.session.get(loc, timeout=self.timeout) as resp:
                     if resp.status in (404, 410):
@@ -161,9 +167,10 @@ class Mirror:
                     error = f"HTTP {resp.status}"
                     if resp.status < 500 and resp.status != 429:
                         break
+                    asked = parse_retry_after(resp.headers.get("Retry-After"))
             except (aiohttp.ClientError, OSError, TimeoutError) as exc:
                 error = str(exc) or type(exc).__name__
-            await asyncio.sleep(0.2 * 2**attempt)
+            retry.failed(asked)  # no wait after the last attempt
         if data is None:
             self.stats.failed += 1
             self.failed.failed(loc, length, hash)

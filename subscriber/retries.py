@@ -12,10 +12,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from rsclient.backoff import Backoff
+
 __all__ = ["MAX_DELAY", "FailedFetch", "FailedFetches"]
 
 #: Longest wait between two retries of one resource, in seconds.
 MAX_DELAY = 300.0
+#: 1 s, doubling, at most :data:`MAX_DELAY`; no jitter (each resource has its own times).
+_BACKOFF = Backoff(base=1.0, cap=MAX_DELAY, jitter=0.0)
 
 
 @dataclass
@@ -38,7 +42,7 @@ class FailedFetches:
         """Note one more failure of ``loc`` and schedule its next retry."""
         known = self.items.get(loc)
         attempts = 1 if known is None else known.attempts + 1
-        delay = min(MAX_DELAY, 2.0 ** (attempts - 1))
+        delay = _BACKOFF.delay(attempts)
         self.items[loc] = FailedFetch(length, hash, attempts, time.time() + delay)
 
     def succeeded(self, loc: str) -> None:

@@ -8,9 +8,10 @@ id; resumed with ``Last-Event-ID``.
 When the hub closes the WebSocket because the client is too slow (1008 policy violation,
 1013 try again later), it reconnects at once from that id. Any other loss raises
 :class:`PushUnavailable` unless ``persistent=True``, in which case it reconnects with
-exponential back-off (capped at ``max_backoff``) forever. A 4xx answer (a bad topic name,
-a ``since`` the hub does not know or no longer retains) raises :class:`HubRefused` with
-the hub's message: no retry can fix it.
+exponential back-off from 0.1 s, capped at ``max_backoff``, with equal jitter (so that the
+subscribers of a hub that restarts do not all come back at the same instants), forever.
+A 4xx answer (a bad topic name, a ``since`` the hub does not know or no longer retains)
+raises :class:`HubRefused` with the hub's message: no retry can fix it.
 
 No back-pressure reaches the hub beyond TCP's: a slow consumer is closed by the hub and
 resumes; nothing is lost as long as the hub retains the events.
@@ -26,6 +27,7 @@ from typing import Any, Literal
 import aiohttp
 import orjson
 
+from rsclient.backoff import Backoff, Retrier
 from rsclient.exceptions import EventStreamError
 from rsclient.sse import EventParser, event_batches
 
@@ -85,12 +87,12 @@ class HubStream:
 
     async def batches(self) -> AsyncGenerator[list[ChangeEvent], None]:
         """Batches of events in order, across reconnections."""
-        backoff = 0.1
-        while True:
+        retry = Retrier(Backoff(0.1, max(0.1, self.max_backoff)))
+        async for _ in retry:
             try:
                 connect = self._ws if self.transport == "ws" else self._sse
                 async for batch in connect():
-                    backoff = 0.1
+                    retry.succeeded()
                     if batch:
                         self.last_id = batch[-1].id or self.last_id
                         yield batch
@@ -102,14 +104,12 @@ class HubStream:
                     continue
                 if not self.persistent:
                     raise
-                log.warning("%s; reconnecting in %.1fs", exc, backoff)
+                log.warning("%s; reconnecting in %.1fs", exc, retry.failed())
             except PushUnavailable as exc:
                 self.connected.clear()
                 if not self.persistent:
                     raise
-                log.warning("%s; reconnecting in %.1fs", exc, backoff)
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, self.max_backoff)
+                log.warning("%s; reconnecting in %.1fs", exc, retry.failed())
 
     async def _ws(self) -> AsyncIterator[list[ChangeEvent]]:
         url = f"{self.hub}/topics/{self.topic}/ws"

@@ -1,4 +1,6 @@
-"""WebSub hub protocol, sans I/O: requests, verification of intent, signatures, back-off.
+"""WebSub hub protocol, sans I/O: requests, verification of intent, signatures.
+
+Back-off and ``Retry-After``: :mod:`rsclient.backoff`.
 
 References are to the W3C WebSub Recommendation (2018).
 """
@@ -7,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import random
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -158,17 +159,3 @@ def _with_query(url: str, params: dict[str, str]) -> str:
 def signature(secret: str, body: bytes) -> str:
     """§7: ``X-Hub-Signature`` value, sha256."""
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-
-
-def backoff(failures: int, base: float, cap: float, rng: random.Random | None = None) -> float:
-    """Exponential back-off with "equal jitter": between half and all of base*2^(n-1)."""
-    delay = min(cap, base * 2.0 ** max(0, failures - 1))
-    return delay / 2 + (rng or random).uniform(0, delay / 2)
-
-
-def retry_after(value: str | None) -> float | None:
-    """A ``Retry-After`` header in seconds (the HTTP-date form is not honoured)."""
-    text = (value or "").strip()
-    if text.isascii() and text.isdigit() and len(text) <= 12:
-        return float(text)
-    return None

@@ -28,6 +28,7 @@ from hub.core import metrics, rendering, websub
 from hub.core.events import Event, parse_id
 from hub.core.exceptions import CallbackFailed
 from hub.core.placement import SubscriptionKey
+from hub.core.retrying import STORE_OUTAGE, retrying
 from hub.core.settings import Settings
 from hub.core.tasks import cancel_and_wait
 from hub.core.topics import HubUrls
@@ -35,6 +36,7 @@ from hub.live.feed import FeedHub
 from hub.live.ownership import Lease
 from hub.store.redis_connection import StoreError
 from hub.store.subscriptions import CursorWriter, State, Subscription, SubscriptionStore
+from rsclient.backoff import Backoff, parse_retry_after
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +157,7 @@ class DeliveryWorker:
         self.feeds = feeds
         self.cursors = cursors
         self.bodies = bodies
+        self.backoff = Backoff(settings.retry_base_seconds, settings.retry_max_seconds)
         #: The headers every delivery of this subscription carries.
         self.headers = {
             "Content-Type": "application/xml",
@@ -250,16 +253,11 @@ class DeliveryWorker:
                     metrics.delivered(batch)
                     await self._succeeded(batch[-1].id, gap)
                     return
-                retry_after = websub.retry_after(answer.headers.get("retry-after"))
+                # Either form, seconds or an HTTP-date (a 429's or 503's); capped.
+                retry_after = parse_retry_after(answer.headers.get("retry-after"), time.time())
                 error = f"HTTP {answer.status}"
             metrics.delivery_outcome("retry")
-            delay = websub.backoff(
-                sub.failures + 1,
-                self.settings.retry_base_seconds,
-                self.settings.retry_max_seconds,
-            )
-            if retry_after is not None:
-                delay = min(max(delay, retry_after), self.settings.retry_max_seconds)
+            delay = self.backoff.delay(sub.failures + 1, retry_after)
             await self._failed(error, delay)
             await asyncio.sleep(delay)
 
@@ -447,33 +445,25 @@ class DeliveryService:
         so a failed attempt is repeated, with back-off, for up to :attr:`store_patience`
         seconds.
         """
-        delay, deadline = 0.1, time.monotonic() + self.store_patience
-        while True:
-            try:
-                await self._store(req, start)
-                return
-            except StoreError as exc:
-                if time.monotonic() + delay > deadline:
-                    log.error(
-                        "verified %s of %r to %s not stored: storage unavailable for %.0fs (%s)",
-                        req.mode,
-                        req.callback,
-                        req.topic,
-                        self.store_patience,
-                        exc,
-                    )
-                    return
-                metrics.redis_error()
-                log.warning(
-                    "storing the verified %s of %r to %s failed (%s); retrying in %.1fs",
-                    req.mode,
-                    req.callback,
-                    req.topic,
-                    exc,
-                    delay,
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+        try:
+            await retrying(
+                lambda: self._store(req, start),
+                STORE_OUTAGE,
+                retry_on=StoreError,
+                log=log,
+                what=f"storing the verified {req.mode} of {req.callback!r} to {req.topic}",
+                failed=lambda _error, _delay: metrics.redis_error(),
+                patience=self.store_patience,
+            )
+        except StoreError as exc:
+            log.error(
+                "verified %s of %r to %s not stored: storage unavailable for %.0fs (%s)",
+                req.mode,
+                req.callback,
+                req.topic,
+                self.store_patience,
+                exc,
+            )
 
     async def _store(self, req: websub.SubscriptionRequest, start: str) -> None:
         if req.mode is websub.Mode.UNSUBSCRIBE:

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, Protocol
 
 from hub.core import frames, metrics
 from hub.core.events import Event, EventFilter, EventKey, format_id, parse_id
+from hub.core.retrying import STORE_OUTAGE, retrying
 from hub.core.tasks import cancel_and_wait
 from hub.store.event_store import EventStore
 from hub.store.redis_connection import StoreError
@@ -132,19 +133,20 @@ class TopicFeed:
         return self._keys[-1] if self._keys else self.base
 
     async def _tail(self) -> None:
-        failures = 0
+        async def read() -> list[tuple[str, bytes]]:
+            return await self.store.wait_after(
+                self.topic, format_id(self.last_key), 5000, _BLOCK_MS
+            )
+
         while True:
-            try:
-                rows = await self.store.wait_after(
-                    self.topic, format_id(self.last_key), 5000, _BLOCK_MS
-                )
-                failures = 0
-            except StoreError as exc:
-                failures += 1
-                metrics.redis_error()
-                log.warning("feed %s: XREAD failed (%s); retrying", self.topic, exc)
-                await asyncio.sleep(min(5.0, 0.1 * 2**failures))
-                continue
+            rows = await retrying(
+                read,
+                STORE_OUTAGE,
+                retry_on=StoreError,
+                log=log,
+                what=f"feed {self.topic}: XREAD",
+                failed=lambda _error, _delay: metrics.redis_error(),
+            )
             if not rows:
                 continue
             last = self.last_key

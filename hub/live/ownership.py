@@ -35,6 +35,7 @@ from typing import Protocol
 
 from hub.core import placement
 from hub.core.placement import SubscriptionKey
+from hub.core.retrying import STORE_OUTAGE, retrying
 from hub.core.tasks import cancel_and_wait
 from hub.store.leases import GONE, HELD_ELSEWHERE, Leases
 from hub.store.redis_connection import StoreError
@@ -195,16 +196,14 @@ class Ownership:
                 log.warning("ownership round failed (will retry): %s", exc)
 
     async def _follow_changes(self) -> None:
-        failures = 0
         while True:
-            try:
-                changes = await self.subscriptions.wait_changes(self._changes_from, 5000)
-                failures = 0
-            except StoreError as exc:
-                failures += 1
-                log.warning("following subscription changes failed (%s); retrying", exc)
-                await asyncio.sleep(min(5.0, 0.1 * 2**failures))
-                continue
+            changes = await retrying(
+                lambda: self.subscriptions.wait_changes(self._changes_from, 5000),
+                STORE_OUTAGE,
+                retry_on=StoreError,
+                log=log,
+                what="following subscription changes",
+            )
             for change in changes:
                 self._changes_from = change.id
                 key = (change.topic, change.callback)

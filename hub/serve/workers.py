@@ -22,13 +22,14 @@ from collections.abc import Mapping
 
 from hub.core import metrics
 from hub.store.embedded_redis import EmbeddedRedis
+from rsclient.backoff import Backoff, Retrier
 
 log = logging.getLogger("rshub")
 
 _PR_SET_PDEATHSIG = 1
 #: A worker that ran this long before dying restarts at once; sooner, with back-off.
 _STABLE_SECONDS = 10.0
-_BACKOFF = (0.2, 10.0)
+_BACKOFF = Backoff(base=0.2, cap=10.0, jitter=0.0)
 _STOP_SECONDS = 10.0
 
 
@@ -97,8 +98,15 @@ class WorkerPool:
 
     async def _keep(self, slot: int) -> None:
         """Run worker ``slot``; restart it whenever it dies, until stopping."""
-        delay = _BACKOFF[0]
-        while not self._stopping.is_set():
+
+        async def pause(delay: float) -> None:  # cut short by a stop
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), delay)
+
+        retry = Retrier(_BACKOFF, pause=pause)
+        async for _ in retry:
+            if self._stopping.is_set():
+                return
             started = time.monotonic()
             proc = await self._spawn(slot)
             code = await proc.wait()
@@ -108,11 +116,9 @@ class WorkerPool:
             self.restarts += 1
             log.warning("worker %d (pid %d) exited with %s; restarting", slot, proc.pid, code)
             if time.monotonic() - started >= _STABLE_SECONDS:
-                delay = _BACKOFF[0]
-                continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), delay)
-            delay = min(delay * 2, _BACKOFF[1])
+                retry.succeeded()  # restart at once, and back off from the start next time
+            else:
+                retry.failed()
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()

@@ -42,6 +42,8 @@ from types import TracebackType
 from typing import Literal
 
 from hub.core.exceptions import DataDirLocked, DataDirUnusable, EmbeddedRedisError
+from hub.core.retrying import retrying
+from rsclient.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -197,6 +199,14 @@ class RedisStatus:
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
+
+
+class _RestartFailed(Exception):
+    """One attempt to respawn the server failed (it is tried again)."""
+
+
+class _Stopping(Exception):
+    """Stopped while restarting."""
 
 
 class EmbeddedRedis:
@@ -572,35 +582,53 @@ class EmbeddedRedis:
 
     async def _restart(self, stop: asyncio.Event | None) -> None:
         """Back off, respawn on the same port and data; repeat until it answers or stop."""
-        assert self._wake is not None and self.port is not None
+        wake, port = self._wake, self.port
+        assert wake is not None and port is not None
         first, most = self.restart_backoff
+        policy = Backoff(first, max(first, most), jitter=0.0)
         if time.monotonic() - self._started_at >= self.stable_after:
             self._quick_deaths = 0  # it had been fine: start the back-off over
-        attempt = self._quick_deaths  # dying again soon after a restart: keep backing off
+        quick = self._quick_deaths  # dying again soon after a restart: keep backing off
         binary = find_redis_server()
-        while not self._ended(stop):
-            delay = min(first * 2**attempt, most)
-            self._wake.clear()
+        tries = 0
+
+        async def pause(delay: float) -> None:  # cut short by a stop
+            wake.clear()
+            if not self._ended(stop):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), delay)
             if self._ended(stop):
-                return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), delay)
+                raise _Stopping
+
+        async def respawn() -> None:
+            nonlocal tries
+            tries += 1
+            error = await self._respawn(binary, port, stop)
             if self._ended(stop):
-                return
-            error = await self._respawn(binary, self.port, stop)
-            if self._ended(stop):
-                return
-            if error is None:
-                self._quick_deaths = min(attempt + 1, 16)
-                self._restarts += 1
-                self._last_error = None
-                self._state = "running"
-                self._started_at = time.monotonic()
-                log.warning("embedded redis-server restarted: pid %s", self.pid)
-                return
-            self._last_error = error
-            log.warning("embedded redis-server restart failed: %s", error)
-            attempt = min(attempt + 1, 16)
+                raise _Stopping
+            if error is not None:
+                self._last_error = error
+                raise _RestartFailed(error)
+
+        try:
+            await pause(policy.delay(quick + 1))
+            await retrying(
+                respawn,
+                policy,
+                retry_on=_RestartFailed,
+                log=log,
+                what="embedded redis-server restart",
+                failures=quick + 1,
+                pause=pause,
+            )
+        except _Stopping:
+            return
+        self._quick_deaths = min(quick + tries, 16)
+        self._restarts += 1
+        self._last_error = None
+        self._state = "running"
+        self._started_at = time.monotonic()
+        log.warning("embedded redis-server restarted: pid %s", self.pid)
 
     async def _respawn(self, binary: str, port: int, stop: asyncio.Event | None) -> str | None:
         """Spawn one server and await its PONG; ``None`` on success, else why not."""

@@ -33,6 +33,8 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 from hub.core.exceptions import RedisUnavailable
+from hub.core.retrying import retrying
+from rsclient.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -98,32 +100,43 @@ class Connections:
         ``within`` seconds raise :class:`RedisUnavailable`. A hub started beside its Redis
         (containers, service managers) thus waits for it instead of exiting."""
         deadline = time.monotonic() + within
-        delay, attempt = first_delay, 1
-        while True:
+        attempt = 0
+
+        async def ping() -> None:
+            nonlocal attempt
+            attempt += 1
             try:
                 await asyncio.wait_for(self.main.ping(), timeout=max(1.0, max_delay))
             except (RedisError, OSError, TimeoutError) as exc:
-                left = deadline - time.monotonic()
-                if left <= 0:
+                if time.monotonic() >= deadline:
                     raise RedisUnavailable(
                         f"Redis at {_redacted(self.url)} (RSHUB_REDIS_URL) did not answer within "
-                        f"{within:g}s "
-                        f"({attempt} attempts): {exc}"
+                        f"{within:g}s ({attempt} attempts): {exc}"
                     ) from None
-                wait = min(delay, left)
-                log.warning(
-                    "Redis at %s not reachable (attempt %d: %s); retrying in %.2fs",
-                    _redacted(self.url),
-                    attempt,
-                    exc,
-                    wait,
-                )
-                await asyncio.sleep(wait)
-                delay, attempt = min(delay * 2, max_delay), attempt + 1
-                continue
-            if attempt > 1:
-                log.info("Redis at %s answered after %d attempts", _redacted(self.url), attempt)
-            return
+                raise
+
+        def until_deadline(delay: float) -> float:  # the last attempt is at the deadline
+            return max(0.0, min(delay, deadline - time.monotonic()))
+
+        def failed(exc: Exception, delay: float) -> None:
+            log.warning(
+                "Redis at %s not reachable (attempt %d: %s); retrying in %.2fs",
+                _redacted(self.url),
+                attempt,
+                exc,
+                until_deadline(delay),
+            )
+
+        await retrying(
+            ping,
+            Backoff(first_delay, max_delay, jitter=0.0),
+            retry_on=(RedisError, OSError, TimeoutError),
+            log=None,
+            failed=failed,
+            pause=lambda delay: asyncio.sleep(until_deadline(delay)),
+        )
+        if attempt > 1:
+            log.info("Redis at %s answered after %d attempts", _redacted(self.url), attempt)
 
     async def close(self) -> None:
         await self.main.aclose()

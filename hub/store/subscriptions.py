@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 
 from hub.core import metrics
 from hub.core.placement import subscription_id
+from hub.core.retrying import STORE_OUTAGE, retrying
 from hub.core.tasks import cancel_and_wait
 from hub.store import keys, scripts
 from hub.store.redis_connection import Client
@@ -267,36 +268,45 @@ class CursorWriter:
         self._dirty.pop((topic, callback), None)
 
     async def _commit(self) -> None:
-        failures = 0
         try:
             while self._dirty:
                 if self.gather_seconds:
                     await asyncio.sleep(self.gather_seconds)
-                dirty, self._dirty = self._dirty, {}
-                by_topic: dict[str, dict[str, tuple[int, str]]] = defaultdict(dict)
-                for (topic, callback), mark in dirty.items():
-                    by_topic[topic][callback] = mark
-                refused: set[tuple[str, str]] = set()
-                try:
-                    for topic, marks in by_topic.items():
-                        for callback in await self.store.write_cursors(topic, self.node, marks):
-                            log.info("cursor of %s -> %s refused: lease lost", topic, callback)
-                            refused.add((topic, callback))
-                except RedisError as exc:
-                    failures += 1
-                    metrics.redis_error()
-                    log.warning("cursor write failed (will retry): %s", exc)
-                    for key, mark in dirty.items():  # keep them, newer marks first
-                        self._dirty.setdefault(key, mark)
-                    await asyncio.sleep(min(5.0, 0.05 * 2**failures))
-                    continue
-                failures = 0
+                dirty, refused = await retrying(
+                    self._write_round,
+                    STORE_OUTAGE,
+                    retry_on=RedisError,
+                    log=log,
+                    what="cursor write",
+                    failed=lambda _error, _delay: metrics.redis_error(),
+                )
                 for key in dirty:
                     for future in self._waiters.pop(key, ()):
                         if not future.done():
                             future.set_result(key not in refused)
         finally:
             self._task = None
+
+    async def _write_round(
+        self,
+    ) -> tuple[dict[tuple[str, str], tuple[int, str]], set[tuple[str, str]]]:
+        """Write the marks now due: those written, and those refused (lease lost). A
+        failure keeps them due, behind any newer mark, and raises."""
+        dirty, self._dirty = self._dirty, {}
+        by_topic: dict[str, dict[str, tuple[int, str]]] = defaultdict(dict)
+        for (topic, callback), mark in dirty.items():
+            by_topic[topic][callback] = mark
+        refused: set[tuple[str, str]] = set()
+        try:
+            for topic, marks in by_topic.items():
+                for callback in await self.store.write_cursors(topic, self.node, marks):
+                    log.info("cursor of %s -> %s refused: lease lost", topic, callback)
+                    refused.add((topic, callback))
+        except RedisError:
+            for key, mark in dirty.items():  # keep them, newer marks first
+                self._dirty.setdefault(key, mark)
+            raise
+        return dirty, refused
 
     async def close(self) -> None:
         """Wait (briefly) for writes under way; give up on them if Redis is away."""

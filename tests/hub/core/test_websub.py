@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import random
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -151,26 +150,3 @@ def test_challenges_are_fresh() -> None:
 def test_signature_is_hmac_sha256_of_the_body() -> None:
     expected = hmac.new(b"key", b"body", hashlib.sha256).hexdigest()
     assert websub.signature("key", b"body") == f"sha256={expected}"
-
-
-def test_backoff_grows_exponentially_with_equal_jitter_and_a_cap() -> None:
-    rng = random.Random(7)
-    for failures, full in [(1, 1.0), (2, 2.0), (3, 4.0), (5, 16.0), (30, 300.0)]:
-        delays = [websub.backoff(failures, 1.0, 300.0, rng) for _ in range(200)]
-        assert all(full / 2 <= d <= full for d in delays)
-        assert max(delays) - min(delays) > full / 4  # it is jittered
-    assert websub.backoff(0, 1.0, 300.0, rng) <= 1.0
-
-
-@pytest.mark.parametrize(
-    ("value", "seconds"), [("120", 120.0), (" 5 ", 5.0), (None, None), ("soon", None), ("", None)]
-)
-def test_retry_after(value: str | None, seconds: float | None) -> None:
-    assert websub.retry_after(value) == seconds
-
-
-def test_retry_after_takes_only_ascii_seconds() -> None:
-    """A callback's header must not crash its delivery worker (``float("²")`` raises)."""
-    assert websub.retry_after(" 30 ") == 30.0
-    for hostile in ("²", "٣", "9" * 5000, "-1", "1.5", "", None):
-        assert websub.retry_after(hostile) is None
