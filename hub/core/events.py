@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from hub.core.exceptions import BadRequest
+from hub.core.packed import Packed, pack
 from resourcesync import (
     DEFAULT_LIMITS,
     ChangeList,
@@ -164,34 +165,14 @@ def change_from_entry(entry: Entry, index: int) -> Change:
     return Change._make(_stored(entry, index))
 
 
-class Packed(NamedTuple):
-    """Changes as the append script takes them: ``loc NUL change NUL json NUL`` each.
-
-    Packing 50,000 changes takes tens of milliseconds; a worker does it for large publishes.
-    """
-
-    data: bytes
-    changes: int
-
-
-def pack(changes: Sequence[Change]) -> Packed:
-    data = b"".join(b"%s\0%s\0%s\0" % (c.loc.encode(), c.change.encode(), c.event) for c in changes)
-    return Packed(data, len(changes))
-
-
 def packed_from_document(body: bytes, max_bytes: int, limits: Limits = DEFAULT_LIMITS) -> Packed:
     """:func:`changes_from_document`, packed (what a publish stores).
 
     Equal to ``pack(changes_from_document(...))``, without the intermediate :class:`Change`
     per entry: each entry's stored JSON goes straight into the one joined buffer.
     """
-    entries = _change_entries(body, max_bytes, limits)
     stored = _stored
-    parts: list[bytes] = []
-    for index, entry in enumerate(entries):
-        loc, kind, event = stored(entry, index)
-        parts.append(b"%s\0%s\0%s\0" % (loc.encode(), kind.encode(), event))
-    return Packed(b"".join(parts), len(parts))
+    return pack(stored(e, i) for i, e in enumerate(_change_entries(body, max_bytes, limits)))
 
 
 def changes_from_document(

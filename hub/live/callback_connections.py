@@ -1,10 +1,12 @@
-"""Keep-alive HTTP/1.1 POSTs to WebSub callbacks, on bare asyncio protocols and llhttp.
+"""The hub's outgoing HTTP/1.1: keep-alive POSTs and GETs, on bare asyncio protocols and llhttp.
 
-Hand-written because it is the hub's hottest path and aiohttp's client is not lean enough
-for it; answers are parsed by llhttp (``httptools``), not by hand, since a callback's bytes
-are another party's. ``bench/callback_connections.py`` measures client CPU per POST (100
-callbacks, 1.3 KB body, one POST in flight per callback, 20,000 POSTs, 2026-11-24; the
-figures move by ~10% between runs on this shared 2-core machine):
+Hand-written because deliveries are the hub's hottest path and aiohttp's client is not lean
+enough for it; answers are parsed by llhttp (``httptools``), not by hand, since a callback's
+bytes are another party's. The few GETs (WebSub verifications, publish-ping fetches) use the
+same connections, checks and bounds: the hub has one HTTP client.
+``bench/callback_connections.py`` measures client CPU per POST (100 callbacks, 1.3 KB body,
+one POST in flight per callback, 20,000 POSTs, 2026-11-24; the figures move by ~10% between
+runs on this shared 2-core machine):
 
 =====================================  =========  =========  =========  =========
 client, loop and scheme                uv http    aio http   uv https   aio https
@@ -24,14 +26,17 @@ What it does, and no more:
 * the request is built as one ``bytes`` (head and body) and written with one call; its
   target is percent-encoded (RFC 3987 §3.1) and its host IDNA-encoded here too, so an odd
   callback URL fails its delivery instead of raising;
-* the answer is complete as soon as the status line and headers are in: the body (which
+* a POST's answer is complete as soon as the status line and headers are in: the body (which
   deliveries ignore) is drained in the background, up to ``max_body_bytes`` and for at most
   the POST's timeout after the head, and the connection goes back to the pool only once its
   body has ended; past either bound, on a parse error, on bytes beyond the answer, or when
   the answer does not keep the connection alive, the connection is closed instead;
+* a GET's answer is complete with its body, read up to the GET's ``limit`` and within its
+  timeout (which bounds the whole exchange); a body longer than ``limit`` is cut there and
+  its connection closed, never reused;
 * every phase has a deadline: connecting (TLS handshake included) and the head within the
-  POST's timeout, the body drain within the timeout again; the head (interim 1xx answers
-  included) is capped at :data:`MAX_HEAD_BYTES` and :data:`MAX_INTERIM_ANSWERS`;
+  request's timeout, a POST's body drain within the timeout again; the head (interim 1xx
+  answers included) is capped at :data:`MAX_HEAD_BYTES` and :data:`MAX_INTERIM_ANSWERS`;
 * llhttp is strict except for two leniencies RFC 9112 asks of a client: folded header lines
   (obs-fold, §5.2) and bare-LF line ends in the head (§2.2). Connections are per origin, so a
   callback's odd bytes can only ever misframe its own answers;
@@ -41,7 +46,8 @@ What it does, and no more:
   (:func:`hub.core.addresses.refusal`) right before the connection is made to it, so DNS
   answers that change after the subscribe-time check are caught too.
 
-Everything that goes wrong before a complete head raises :class:`CallbackFailed`.
+Everything that goes wrong before an answer is complete (a POST's head, a GET's body up to
+its limit) raises :class:`CallbackFailed`.
 """
 
 from __future__ import annotations
@@ -75,6 +81,8 @@ _WHITESPACE = re.compile(r"[ \t]+")
 
 Origin = tuple[str, str, int]  # scheme, host, port
 Head = tuple[int, dict[str, str]]
+#: An answer: status, headers (names lower-case) and body (empty for a POST: skipped).
+Reply = tuple[int, dict[str, str], bytes]
 
 _HEAD, _BODY, _IDLE = 0, 1, 2
 
@@ -95,7 +103,7 @@ def tls_context(
 class _Target:
     """What a callback URL needs parsed, once: origin, request target and Host header."""
 
-    __slots__ = ("origin", "start")
+    __slots__ = ("line", "origin")
 
     def __init__(self, url: str) -> None:
         try:
@@ -116,11 +124,13 @@ class _Target:
         shown = f"[{host}]" if ":" in host else host
         authority = shown if port == default else f"{shown}:{port}"
         self.origin: Origin = (scheme, host, port)
-        self.start = f"POST {target} HTTP/1.1\r\nHost: {authority}\r\n".encode("ascii")
+        #: The request line after its method, and the Host header.
+        self.line = f" {target} HTTP/1.1\r\nHost: {authority}\r\n".encode("ascii")
 
 
 class _Connection(asyncio.Protocol):
-    """One keep-alive connection: one answer at a time, parsed by llhttp; bodies dropped."""
+    """One keep-alive connection: one answer at a time, parsed by llhttp; a POST's body is
+    dropped, a GET's kept up to its limit."""
 
     def __init__(self, pool: CallbackConnections, origin: Origin) -> None:
         self.pool = pool
@@ -130,7 +140,7 @@ class _Connection(asyncio.Protocol):
         self.parser.set_dangerous_leniencies(
             lenient_headers=True, lenient_optional_cr_before_lf=True
         )
-        self.waiter: asyncio.Future[Head] | None = None
+        self.waiter: asyncio.Future[Reply] | None = None
         #: _HEAD: a request waits for its answer's head; _BODY: draining the body; _IDLE.
         self.state = _IDLE
         self.headers: dict[str, str] = {}
@@ -141,6 +151,11 @@ class _Connection(asyncio.Protocol):
         self.idle_since = 0.0
         self.got_bytes = False
         self.discarded = 0
+        #: A GET's body is kept, up to this many bytes (None: a POST, whose body is dropped).
+        self.keep: int | None = None
+        self.body: list[bytes] = []
+        self.kept = 0
+        self.status = 0
         #: When the head (state _HEAD) or the body drain (state _BODY) is due.
         self.deadline = 0.0
         self.timeout = 0.0
@@ -171,6 +186,8 @@ class _Connection(asyncio.Protocol):
             self._fail(CallbackFailed("callback switched protocols (101)"))
         except httptools.HttpParserError as exc:
             cause = exc.__context__
+            if isinstance(cause, _Cut):
+                return  # a GET's answer was cut at its limit; its connection is closing
             self._fail(cause if isinstance(cause, CallbackFailed) else _malformed(exc))
 
     def eof_received(self) -> bool:
@@ -179,6 +196,11 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.pool._forget(self)
+        if self.state == _BODY and self.keep is not None and self.waiter is not None:
+            if self._ends_at_close():  # a GET's body delimited by the close
+                self._complete()
+            elif not self.waiter.done():
+                self.waiter.set_exception(CallbackFailed("connection closed before the body ended"))
         if self.waiter is not None and not self.waiter.done():
             why = f": {exc}" if exc else ""
             self.waiter.set_exception(
@@ -215,12 +237,26 @@ class _Connection(asyncio.Protocol):
         self.keep_alive = self.parser.should_keep_alive()
         self.discarded = 0
         assert self.transport is not None and self.waiter is not None
+        if self.keep is not None:  # a GET: its answer is complete with its body
+            self.status = status
+            return
         # The body gets the POST's timeout again to drain; then the connection is closed.
         self.deadline = self.pool._now() + self.timeout
         self.pool._draining.add(self)
-        self.waiter.set_result((status, self.headers))
+        self.waiter.set_result((status, self.headers, b""))
 
     def on_body(self, body: bytes) -> None:
+        keep = self.keep
+        if keep is not None:
+            room = keep - self.kept
+            if len(body) > room:  # past the limit: the answer ends here, the connection too
+                self.body.append(body[:room])
+                self.keep_alive = False
+                self._complete()
+                raise _Cut  # no more parsing: the connection is closing
+            self.body.append(body)
+            self.kept += len(body)
+            return
         self.discarded += len(body)
         if self.discarded > self.pool.max_body_bytes:
             raise CallbackFailed("callback answered with a body too large to skip")
@@ -228,6 +264,9 @@ class _Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         if self.state != _BODY:
             return  # an interim answer ended
+        if self.keep is not None:
+            self._complete()
+            return
         self.state = _IDLE
         self.waiter = None
         self.pool._draining.discard(self)
@@ -236,12 +275,35 @@ class _Connection(asyncio.Protocol):
         else:
             self.close()
 
+    def _ends_at_close(self) -> bool:
+        """The answer's body is delimited by the connection's end (RFC 9112 §6.3 item 8)."""
+        coding = self.headers.get("transfer-encoding", "").rsplit(",", 1)[-1].strip().lower()
+        return "content-length" not in self.headers and coding != "chunked"
+
+    def _complete(self) -> None:
+        """A GET's answer is in (its body ended, or reached the limit): hand it over."""
+        assert self.waiter is not None
+        body = b"".join(self.body)
+        self.body, self.kept, self.keep = [], 0, None
+        self.state = _IDLE
+        waiter, self.waiter = self.waiter, None
+        if not waiter.done():
+            waiter.set_result((self.status, self.headers, body))
+        if self.closed:
+            return
+        if self.keep_alive:
+            self.pool._release(self)
+        else:
+            self.close()
+
     # -- requests ----------------------------------------------------------------------
 
-    def send(self, request: bytes) -> asyncio.Future[Head]:
+    def send(self, request: bytes, keep: int | None = None) -> asyncio.Future[Reply]:
         assert self.transport is not None
         self.waiter = asyncio.get_running_loop().create_future()
         self.state = _HEAD
+        self.keep = keep
+        self.body, self.kept = [], 0
         self.got_bytes = False
         self.head_bytes = 0
         self.interim = 0
@@ -255,13 +317,19 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    def give_up(self, why: str) -> None:
-        self._fail(CallbackFailed(why))
+    def give_up(self) -> None:
+        """The deadline passed before the answer was complete."""
+        what = "answer's body not complete" if self.state == _BODY else "no answer"
+        self._fail(CallbackFailed(f"{what} within {self.timeout:g} s"))
 
     def _fail(self, exc: CallbackFailed) -> None:
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_exception(exc)
         self.close()
+
+
+class _Cut(Exception):
+    """Raised in llhttp's body callback to stop parsing a GET's answer cut at its limit."""
 
 
 class _Reset(CallbackFailed):
@@ -270,6 +338,16 @@ class _Reset(CallbackFailed):
     def __init__(self, message: str, *, retry: bool) -> None:
         super().__init__(message)
         self.retry = retry
+
+
+def _header_lines(headers: Mapping[str, str]) -> list[bytes]:
+    lines = []
+    for name, value in headers.items():
+        if "\r" in value or "\n" in value:
+            raise CallbackFailed(f"header {name} holds a line break")
+        # UTF-8 (a foreign topic URI in Link may be an IRI); never raises
+        lines.append(f"{name}: {value}\r\n".encode("utf-8", "backslashreplace"))
+    return lines
 
 
 def _malformed(exc: httptools.HttpParserError) -> CallbackFailed:
@@ -334,25 +412,35 @@ class CallbackConnections:
         one sweep over the requests in flight (:meth:`_sweep`) rather than a timer per
         request: arming and cancelling a timer per POST cost more than the POST's own write.
         """
-        deadline = self._now() + timeout
         target = self._targets.get(url)
         if target is None:
             target = _Target(url)
             if len(self._targets) < 100_000:
                 self._targets[url] = target
-        lines = [target.start]
-        for name, value in headers.items():
-            if "\r" in value or "\n" in value:
-                raise CallbackFailed(f"header {name} holds a line break")
-            # UTF-8 (a foreign topic URI in Link may be an IRI); never raises
-            lines.append(f"{name}: {value}\r\n".encode("utf-8", "backslashreplace"))
+        lines = [b"POST", target.line, *_header_lines(headers)]
         lines.append(b"Content-Length: %d\r\n\r\n" % len(body))
         lines.append(body)
-        request = b"".join(lines)
+        status, answer_headers, _ = await self._request(target, b"".join(lines), timeout, None)
+        return status, answer_headers
+
+    async def get(self, url: str, headers: Mapping[str, str], timeout: float, limit: int) -> Reply:
+        """GET ``url``; the status, headers and at most ``limit`` bytes of the body.
+
+        ``timeout`` bounds the whole exchange, body included. A longer body is cut at
+        ``limit`` (the connection is then closed); redirects are answers like any other.
+        """
+        target = _Target(url)  # not cached: verification URLs are one-off (their challenge)
+        request = b"".join([b"GET", target.line, *_header_lines(headers), b"\r\n"])
+        return await self._request(target, request, timeout, limit)
+
+    async def _request(
+        self, target: _Target, request: bytes, timeout: float, keep: int | None
+    ) -> Reply:
+        deadline = self._now() + timeout
         connection = self._reuse(target.origin)
         if connection is not None:
             try:
-                return await self._exchange(connection, request, deadline, timeout)
+                return await self._exchange(connection, request, deadline, timeout, keep)
             except _Reset as exc:
                 if not exc.retry:
                     raise
@@ -362,21 +450,31 @@ class CallbackConnections:
                 connection = await self._connect(target.origin)
         except TimeoutError:
             raise CallbackFailed(f"could not connect within {timeout:g} s") from None
-        return await self._exchange(connection, request, deadline, timeout)
+        return await self._exchange(connection, request, deadline, timeout, keep)
 
     async def _exchange(
-        self, connection: _Connection, request: bytes, deadline: float, timeout: float
-    ) -> Head:
+        self,
+        connection: _Connection,
+        request: bytes,
+        deadline: float,
+        timeout: float,
+        keep: int | None,
+    ) -> Reply:
         connection.deadline, connection.timeout = deadline, timeout
         self._busy.add(connection)
         self._start_sweeper()
+        waiter = connection.send(request, keep)
         try:
-            return await connection.send(request)
+            return await waiter
         except BaseException:  # failed, timed out or cancelled: never reuse it
-            connection.close()
+            if connection.waiter is waiter:
+                connection.close()
             raise
         finally:
-            self._busy.discard(connection)
+            # A complete answer may have put the connection back in the pool, and another
+            # request taken it, before this task resumed: that request is its business now.
+            if connection.waiter is waiter or connection.waiter is None:
+                self._busy.discard(connection)
 
     def _start_sweeper(self) -> None:
         if self._sweeper is None:
@@ -392,7 +490,7 @@ class CallbackConnections:
                 now = self._now()
                 for connection in [c for c in self._busy if c.deadline <= now]:
                     self._busy.discard(connection)
-                    connection.give_up(f"no answer within {connection.timeout:g} s")
+                    connection.give_up()
                 for connection in [c for c in self._draining if c.deadline <= now]:
                     connection.close()  # its answer counted; its body is not worth waiting for
                 self._close_stale(time.monotonic() - self.idle_seconds)

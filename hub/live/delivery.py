@@ -21,8 +21,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from hub.core import metrics, rendering, websub
 from hub.core.events import Event, parse_id
@@ -33,6 +32,7 @@ from hub.core.settings import Settings
 from hub.core.tasks import cancel_and_wait
 from hub.core.topics import HubUrls
 from hub.live.feed import FeedHub
+from hub.live.http_client import Answer, HttpClient
 from hub.live.ownership import Lease
 from hub.store.redis_connection import StoreError
 from hub.store.subscriptions import CursorWriter, State, Subscription, SubscriptionStore
@@ -53,27 +53,6 @@ GAP_HEADER = "X-RSHub-Gap"
 _LEASE_PATIENCE = 60.0
 #: The hub process that sent a delivery (its ``node`` in ``/healthz``), for operators.
 NODE_HEADER = "X-RSHub-Node"
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """What a callback answered; header names are lower-case."""
-
-    status: int
-    headers: Mapping[str, str] = field(default_factory=dict)
-    body: bytes = b""
-
-
-class CallbackClient(Protocol):
-    """The HTTP client delivery needs (:class:`hub.live.http_client.HttpClient` in the hub).
-
-    Both methods never follow redirects and raise :class:`CallbackFailed` when the callback
-    cannot be reached or does not answer in time.
-    """
-
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Answer: ...
-
-    async def get(self, url: str, limit: int) -> Answer: ...
 
 
 class _Gone(Exception):
@@ -141,7 +120,7 @@ class DeliveryWorker:
         *,
         node: str,
         settings: Settings,
-        client: CallbackClient,
+        client: HttpClient,
         store: SubscriptionStore,
         feeds: FeedHub,
         cursors: CursorWriter,
@@ -312,7 +291,7 @@ class DeliveryService:
     def __init__(
         self,
         settings: Settings,
-        client: CallbackClient,
+        client: HttpClient,
         store: SubscriptionStore,
         feeds: FeedHub,
         last_id: Callable[[str], Awaitable[str | None]],

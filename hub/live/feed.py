@@ -22,7 +22,7 @@ from hub.core import frames, metrics
 from hub.core.events import Event, EventFilter, EventKey, format_id, parse_id
 from hub.core.retrying import STORE_OUTAGE, retrying
 from hub.core.tasks import cancel_and_wait
-from hub.store.event_store import EventStore
+from hub.store.event_store import Appended, EventStore
 from hub.store.redis_connection import StoreError
 
 log = logging.getLogger(__name__)
@@ -292,17 +292,13 @@ class FeedHub:
                     del self._feeds[feed.topic]
                 await feed.stop()
 
-    def published(self, topic: str, previous_id: str | None, ids: list[str], data: bytes) -> None:
-        """This process appended ``ids`` to ``topic``: hand them to its feed, if followed.
-
-        ``data`` is the append script's packed changes, whose every third NUL-separated
-        field is an event's stored JSON.
-        """
+    def published(self, topic: str, appended: Appended) -> None:
+        """This process appended to ``topic``: hand the events to its feed, if followed
+        (:class:`hub.live.ingest.Ingest` calls this, and nothing else does)."""
         feed = self._feeds.get(topic)
-        if feed is None or previous_id is None or not ids:
+        if feed is None or appended.previous_id is None or not appended.ids:
             return
-        stored = data.split(b"\0")[2::3]
-        feed.take_local(previous_id, [Event(i, d) for i, d in zip(ids, stored, strict=True)])
+        feed.take_local(appended.previous_id, appended.events)
 
     async def end(self, topic: str) -> None:
         """The topic was deleted: stop following it and end its consumers' streams.

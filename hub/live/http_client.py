@@ -1,120 +1,89 @@
 """The hub's outgoing HTTP: WebSub verification, deliveries and ping fetches.
 
-Deliveries go through :class:`hub.live.callback_connections.CallbackConnections` (the hot path,
-with the same address checks); verification and ping fetches through aiohttp.
-
-Never follows redirects, bounds every request in time, and reads at most the bytes asked
-for. Unless private callbacks are allowed, every socket is checked against the address it is
-about to connect to (:func:`public_socket`): the check sits where the connection is made, so
-it covers verifications, deliveries and ping fetches, IP literals as well as names, and a
-name whose DNS answer changes after the subscribe-time check (DNS rebinding). Failures before
-an HTTP answer become :class:`CallbackFailed`, the one error :mod:`hub.live.delivery` handles.
+All of it goes through :class:`hub.live.callback_connections.CallbackConnections`: one
+client, one pool of keep-alive connections, one TLS context, one set of bounds. Never
+follows redirects, bounds every request in time, and reads at most the bytes asked for.
+Unless private callbacks are allowed, every connection is checked against the address it is
+about to connect to (:func:`hub.core.addresses.refusal`): the check sits where the
+connection is made, so it covers verifications, deliveries and ping fetches, IP literals as
+well as names, and a name whose DNS answer changes after the subscribe-time check (DNS
+rebinding). Failures before an HTTP answer become :class:`CallbackFailed`, the one error
+:mod:`hub.live.delivery` handles.
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
 import socket
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
-
-import aiohttp
 
 from hub.core.addresses import refusal
 from hub.core.exceptions import BadGateway, BadRequest, CallbackFailed, PayloadTooLarge
 from hub.core.settings import Settings
 from hub.live.callback_connections import CallbackConnections, tls_context
-from hub.live.delivery import Answer
+
+_PING_HEADERS = {"Accept": "application/xml"}
 
 
-class RefusedAddress(OSError):
-    """The hub will not connect to this address (SSRF rules, :mod:`hub.core.addresses`)."""
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What a callback answered; header names are lower-case."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(errno.EACCES, message)  # aiohttp reports strerror
-
-
-AddrInfo = tuple[int, int, int, str, tuple[str, int] | tuple[str, int, int, int]]
-
-
-def public_socket(addr_info: AddrInfo) -> socket.socket:
-    """aiohttp's socket factory: a socket for ``addr_info`` only if its address is public."""
-    family, type_, proto, _, sockaddr = addr_info
-    why = refusal(str(sockaddr[0]))
-    if why is not None:
-        raise RefusedAddress(
-            f"refusing to connect to {sockaddr[0]}: {why} (RSHUB_ALLOW_PRIVATE_CALLBACKS)"
-        )
-    return socket.socket(family=family, type=type_, proto=proto)
+    status: int
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes = b""
 
 
 class HttpClient:
+    """Deliveries (:meth:`post`), verifications (:meth:`get`) and ping fetches."""
+
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         #: Deliveries in flight. A delivery's timeout starts once it has a slot: with the
         #: limit on the connector instead, time queued for a connection counted against
         #: the timeout, so a burst to many callbacks failed deliveries that never left.
         self._delivery_slots = asyncio.Semaphore(settings.delivery_concurrency)
-        #: One TLS context for deliveries and verifications (RSHUB_CALLBACK_CA_FILE, ...).
-        tls = tls_context(
-            settings.callback_ca_file, settings.callback_client_cert, settings.callback_client_key
-        )
-        connector = aiohttp.TCPConnector(
-            limit=0,
-            limit_per_host=0,
-            socket_factory=None if settings.allow_private_callbacks else public_socket,
-            ssl=tls,
-        )
-        self.session = aiohttp.ClientSession(
-            connector=connector,
-            timeout=aiohttp.ClientTimeout(total=settings.delivery_timeout),
-            auto_decompress=False,
-        )
-        self.deliveries = CallbackConnections(
+        self.connections = CallbackConnections(
             allow_private=settings.allow_private_callbacks,
             max_idle_per_origin=settings.delivery_concurrency,
-            tls=tls,
+            tls=tls_context(  # RSHUB_CALLBACK_CA_FILE, ...: for every request, not only POSTs
+                settings.callback_ca_file,
+                settings.callback_client_cert,
+                settings.callback_client_key,
+            ),
         )
-        self._verify_timeout = aiohttp.ClientTimeout(total=settings.verify_timeout)
 
     async def close(self) -> None:
-        await self.deliveries.close()
-        await self.session.close()
+        await self.connections.close()
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Answer:
-        """A delivery, on :class:`CallbackConnections` rather than aiohttp (see there why)."""
+        """A delivery: the answer's status and headers (its body is skipped)."""
         async with self._delivery_slots:
-            status, answer_headers = await self.deliveries.post(
+            status, answer_headers = await self.connections.post(
                 url, body, headers, self.settings.delivery_timeout
             )
         return Answer(status, answer_headers)
 
     async def get(self, url: str, limit: int) -> Answer:
-        try:
-            async with self.session.get(
-                url, allow_redirects=False, timeout=self._verify_timeout
-            ) as resp:
-                headers = {name.lower(): value for name, value in resp.headers.items()}
-                return Answer(resp.status, headers, await resp.content.read(limit))
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise CallbackFailed(f"{type(exc).__name__}: {exc}") from None
+        """A verification of intent (or denial): at most ``limit`` bytes of the body."""
+        status, headers, body = await self.connections.get(
+            url, {}, self.settings.verify_timeout, limit
+        )
+        return Answer(status, headers, body)
 
     async def fetch_document(self, url: str) -> bytes:
         """GET a pinged topic URL: 200 and at most ``max_body_bytes``, or 502/413."""
         limit = self.settings.max_body_bytes
         try:
-            async with self.session.get(
-                url,
-                allow_redirects=False,
-                timeout=self._verify_timeout,
-                headers={"Accept": "application/xml"},
-            ) as resp:
-                if resp.status != 200:
-                    raise BadGateway(f"fetching {url} for the publish ping gave HTTP {resp.status}")
-                body = await resp.content.read(limit + 1)
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise BadGateway(f"fetching {url} for the publish ping failed: {exc!r}") from None
+            status, _, body = await self.connections.get(
+                url, _PING_HEADERS, self.settings.verify_timeout, limit + 1
+            )
+        except CallbackFailed as exc:
+            raise BadGateway(f"fetching {url} for the publish ping failed: {exc}") from None
+        if status != 200:
+            raise BadGateway(f"fetching {url} for the publish ping gave HTTP {status}")
         if len(body) > limit:
             raise PayloadTooLarge(f"{url} is larger than the {limit}-byte publish limit")
         return body

@@ -25,8 +25,9 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPool
 from concurrent.futures.process import BrokenProcessPool
 from typing import Literal, TypeVar
 
-from hub.core.events import Change, Packed, changes_from_document, packed_from_document
+from hub.core.events import Change, changes_from_document, packed_from_document
 from hub.core.exceptions import ServiceUnavailable
+from hub.core.packed import Packed
 from resourcesync import Limits
 
 log = logging.getLogger(__name__)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import NamedTuple
 
-from hub.core.events import Change, Packed, pack
+from hub.core.events import Change, Event
 from hub.core.exceptions import Conflict
+from hub.core.packed import Packed, pack, stored_json
 from hub.store import keys, scripts
 from hub.store.redis_connection import Client
 from hub.store.script_pipe import ScriptPipe
@@ -23,13 +23,40 @@ from hub.store.script_pipe import ScriptPipe
 READ_COUNT = 1000
 
 
-class Appended(NamedTuple):
-    ids: list[str]
-    #: True when an earlier publish with the same Idempotency-Key was found instead.
-    replayed: bool
-    #: The stream's last id just before these events ("" when it was empty; None when
-    #: replayed): with it, :meth:`hub.live.feed.FeedHub.published` knows the events follow on.
-    previous_id: str | None = None
+class Appended:
+    """What one append stored: its events (ids and stored JSON), or, when the publish was
+    replayed (its Idempotency-Key seen before), the ids stored the first time."""
+
+    __slots__ = ("_events", "_packed", "ids", "previous_id", "replayed")
+
+    def __init__(
+        self,
+        ids: list[str],
+        replayed: bool,
+        previous_id: str | None = None,
+        packed: Packed | None = None,
+    ) -> None:
+        self.ids = ids
+        #: True when an earlier publish with the same Idempotency-Key was found instead.
+        self.replayed = replayed
+        #: The stream's last id just before these events ("" when it was empty; None when
+        #: replayed): with it, :meth:`hub.live.feed.FeedHub.published` knows they follow on.
+        self.previous_id = previous_id
+        self._packed = packed
+        self._events: list[Event] | None = None
+
+    @property
+    def events(self) -> list[Event]:
+        """The events this append stored (none when replayed), made on first use: when no
+        live feed of this process follows the topic, nobody asks."""
+        if self._events is None:
+            packed = self._packed
+            if packed is None or self.replayed:
+                self._events = []
+            else:
+                stored = stored_json(packed)
+                self._events = [Event(i, e) for i, e in zip(self.ids, stored, strict=True)]
+        return self._events
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +116,7 @@ class EventStore:
         digest: str = "",
         idempotency_key: str | None = None,
     ) -> Appended:
-        """Store all ``changes`` atomically; return their event ids in order."""
+        """Store all ``changes`` atomically; return what was stored, in order."""
         now_ms = int(time.time() * 1000)
         max_age, max_events = self.retention.for_topic(topic)
         minid = f"{now_ms - max_age * 1000}-0" if max_age else ""
@@ -134,6 +161,7 @@ class EventStore:
             ids=text.split(" ") if text else [],
             replayed=bool(replayed),
             previous_id=keys.text(before[0]) if before else None,
+            packed=packed,
         )
 
     async def close(self) -> None:

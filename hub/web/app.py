@@ -32,6 +32,7 @@ from hub.core.topics import WELL_KNOWN, HubUrls
 from hub.live.delivery import DeliveryService
 from hub.live.feed import FeedHub
 from hub.live.http_client import HttpClient
+from hub.live.ingest import Ingest
 from hub.live.ownership import Ownership
 from hub.live.parsing import DocumentParser
 from hub.store.embedded_redis import EmbeddedRedis
@@ -70,6 +71,7 @@ from hub.web.state import (
     EMBEDDED,
     FEEDS,
     GUARD,
+    INGEST,
     METRICS_ACCESS,
     OPERATORS,
     OWNERSHIP,
@@ -306,6 +308,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     app[DOC_CACHE] = ByteCache(settings.document_cache_bytes)
     app[BUILDS] = Builds(settings.built_document_cache_bytes)
     app[CLIENT], app[FEEDS], app[DELIVERY], app[OWNERSHIP] = client, feeds, delivery, ownership
+    app[INGEST] = Ingest(store, feeds)
     app[STATS] = StreamStats(connections.main, store.scripts)
     parser = app[PARSER] = DocumentParser(
         max_bytes=settings.max_body_bytes,

@@ -17,7 +17,7 @@ from hub.core.exceptions import BadRequest, UnsupportedMediaType
 from hub.core.topics import check_name, parse_link_header
 from hub.web.access import request_urls
 from hub.web.listener import read_body
-from hub.web.state import AUTH, FEEDS, PARSER, SETTINGS, STORE
+from hub.web.state import AUTH, INGEST, PARSER, SETTINGS
 
 _XML_TYPES = {"application/xml", "text/xml", "application/octet-stream", ""}
 _MAX_IDEMPOTENCY_KEY = 200
@@ -56,11 +56,9 @@ async def publish(request: web.Request, topic: str) -> web.Response:
     changes = await request.app[PARSER].packed(body)
     # The digest only matters to tell a retry from a reuse of its Idempotency-Key.
     digest = hashlib.sha256(body).hexdigest() if idempotency_key is not None else ""
-    stored = await request.app[STORE].append(
+    stored = await request.app[INGEST].append(
         topic, changes, digest=digest, idempotency_key=idempotency_key
     )
-    if not stored.replayed:  # start the live fan-out now rather than at the feed's XREAD
-        request.app[FEEDS].published(topic, stored.previous_id, stored.ids, changes.data)
     metrics.published(len(body), len(stored.ids), stored.replayed)
     return accepted(
         {

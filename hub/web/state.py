@@ -13,6 +13,7 @@ from hub.core.topics import HubUrls
 from hub.live.delivery import DeliveryService
 from hub.live.feed import FeedHub
 from hub.live.http_client import HttpClient
+from hub.live.ingest import Ingest
 from hub.live.ownership import Ownership
 from hub.live.parsing import DocumentParser
 from hub.store.embedded_redis import EmbeddedRedis
@@ -42,6 +43,8 @@ DOC_CACHE = web.AppKey("doc_cache", ByteCache)
 BUILDS = web.AppKey("builds", Builds)
 CLIENT = web.AppKey("client", HttpClient)
 FEEDS = web.AppKey("feeds", FeedHub)
+#: Appends publishes and hands them to the live feed (the one path from a publish to it).
+INGEST = web.AppKey("ingest", Ingest)
 DELIVERY = web.AppKey("delivery", DeliveryService)
 OWNERSHIP = web.AppKey("ownership", Ownership)
 #: Who may read private topics, who may use /admin, whose forwarded headers count.

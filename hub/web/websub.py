@@ -11,17 +11,14 @@ notifications are POSTed to it); a ping for one is acknowledged and stores nothi
 
 from __future__ import annotations
 
-import hashlib
-
 from aiohttp import web
 
 from hub.core import metrics, websub
-from hub.core.events import Change
 from hub.core.exceptions import BadRequest
 from hub.web.access import check_read, request_urls
 from hub.web.listener import read_form
 from hub.web.publish import accepted, publish_to_self_link
-from hub.web.state import AUTH, CLIENT, DELIVERY, PARSER, SETTINGS, STORE
+from hub.web.state import AUTH, CLIENT, DELIVERY, INGEST, PARSER, SETTINGS
 from hub.web.streams import check_since
 
 _FORM = "application/x-www-form-urlencoded"
@@ -66,13 +63,9 @@ async def _websub_request(request: web.Request) -> web.Response:
     )
 
 
-def _digest(change: Change) -> str:
-    return hashlib.sha1(change.event, usedforsecurity=False).hexdigest()
-
-
 async def _publish_ping(request: web.Request, ping: websub.PublishPing) -> web.Response:
     app = request.app
-    settings, urls, store = app[SETTINGS], request_urls(request), app[STORE]
+    urls = request_urls(request)
     topic = urls.name_from_url(ping.url)
     app[AUTH].check(topic, request.headers.get("Authorization"))
     if urls.is_own_topic(ping.url):
@@ -81,12 +74,6 @@ async def _publish_ping(request: web.Request, ping: websub.PublishPing) -> web.R
     client = app[CLIENT]
     await client.check_address(ping.url, what="hub.url")
     changes = await app[PARSER].changes(await client.fetch_document(ping.url))
-    digests = [_digest(c) for c in changes]
-    unseen = await store.unseen(topic, digests)
-    fresh = [(c, d) for c, d, new in zip(changes, digests, unseen, strict=True) if new]
-    ids: list[str] = []
-    if fresh:
-        ids = (await store.append(topic, [c for c, _ in fresh])).ids
-        metrics.CHANGES_ACCEPTED.inc(len(ids))
-        await store.remember(topic, [d for _, d in fresh], settings.idempotency_seconds)
+    ids = await app[INGEST].append_unseen(topic, changes)
+    metrics.CHANGES_ACCEPTED.inc(len(ids))
     return accepted({"topic": topic, "accepted": len(ids), "ids": ids, "fetched": len(changes)})

@@ -3,6 +3,7 @@
 Every answer to a delivery POST is played by a script (:data:`Play`) that writes raw bytes,
 sleeps, or closes, so any framing a hostile callback could send reaches the hub. Once
 ``finish`` is set, the next POST is answered ``410 Gone``, which ends the subscription.
+With ``get``, GETs (verifications, publish-ping fetches) are played by a script too.
 """
 
 from __future__ import annotations
@@ -18,8 +19,15 @@ Play = Callable[["Answer"], Awaitable[None]]
 class Answer:
     """What a play may do to the connection of the POST it answers."""
 
-    def __init__(self, transport: asyncio.Transport) -> None:
+    def __init__(self, transport: asyncio.Transport, target: str = "") -> None:
         self.transport = transport
+        #: The request target answered (path and query).
+        self.target = target
+
+    @property
+    def challenge(self) -> bytes:
+        """The ``hub.challenge`` of a verification GET (empty for other requests)."""
+        return parse_qs(urlsplit(self.target).query).get("hub.challenge", [""])[0].encode()
 
     def write(self, data: bytes) -> None:
         if not self.transport.is_closing():
@@ -60,6 +68,9 @@ class _Protocol(asyncio.Protocol):
             self.buffer = self.buffer[end + 4 + length :]
             method, target, _ = lines[0].split(" ", 2)
             self.server.targets.append(target)
+            if method == "GET" and self.server.get is not None:
+                self.task = asyncio.create_task(self.server.get(Answer(self.transport, target)))
+                return
             if method == "GET":  # verification of intent: echo the challenge, then close
                 challenge = parse_qs(urlsplit(target).query)["hub.challenge"][0].encode()
                 self.transport.write(
@@ -79,8 +90,10 @@ class _Protocol(asyncio.Protocol):
 
 
 class HostileCallback:
-    def __init__(self, play: Play) -> None:
+    def __init__(self, play: Play, get: Play | None = None) -> None:
         self.play = play
+        #: Plays the answer to each GET; None: echo the challenge and close.
+        self.get = get
         #: The first event id of each delivery POST received (repeats: retries).
         self.posts: list[str] = []
         #: Request targets as received (GET verifications and POSTs).

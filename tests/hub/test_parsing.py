@@ -6,8 +6,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from hub.core.events import changes_from_document, pack
+from hub.core.events import changes_from_document
 from hub.core.exceptions import BadRequest
+from hub.core.packed import pack
 from hub.live.parsing import DocumentParser
 from resourcesync import LimitExceededError, Limits, ParseError, ValidationError
 from tests.support import changes, notification

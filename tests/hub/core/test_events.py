@@ -11,18 +11,17 @@ import pytest
 from hub.core.events import (
     Event,
     EventFilter,
-    Packed,
     change_from_entry,
     changes_from_document,
     decode,
     format_id,
     id_ms,
-    pack,
     packed_from_document,
     parse_id,
     with_id,
 )
 from hub.core.exceptions import BadRequest
+from hub.core.packed import Packed, pack, unpack
 from resourcesync import DocumentError, parse
 
 NS = (
@@ -233,8 +232,8 @@ def test_the_corpus_has_both_valid_and_invalid_documents() -> None:
     valid = [o for o in outcomes if isinstance(o, Packed)]
     assert len(valid) >= 4 and len(outcomes) - len(valid) >= 15
     several = packed_from_document(_CORPUS["several, links and 1.1 datetime"], 1 << 20)
-    rows = several.data.split(b"\0")
-    assert several.changes == 2 and rows[-1] == b""
-    second = orjson.loads(rows[5])
+    rows = unpack(several)
+    assert several.changes == 2 and len(rows) == 2
+    second = orjson.loads(rows[1][2])
     assert second["lastmod"] == "2026-11-22T10:00:01Z"  # rs:md datetime wins over lastmod
     assert second["links"][0]["modified"] == "2026-11-22T00:00:00Z"
