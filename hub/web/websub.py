@@ -12,17 +12,39 @@ notifications are POSTed to it); a ping for one is acknowledged and stores nothi
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
 from aiohttp import web
 
 from hub.core import metrics, websub
+from hub.core.auth import PublisherAuth
 from hub.core.events import Change
 from hub.core.exceptions import BadRequest
+from hub.core.settings import Settings
+from hub.live.delivery import DeliveryService
+from hub.live.http_client import HttpClient
+from hub.live.parsing import DocumentParser
+from hub.store.event_store import EventStore
 from hub.web.access import check_read, request_urls
 from hub.web.listener import read_form
 from hub.web.publish import accepted, publish_to_self_link
-from hub.web.state import AUTH, CLIENT, DELIVERY, PARSER, SETTINGS, STORE
 from hub.web.streams import check_since
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribing:
+    """What WebSub requests need: delivery (verification), the outgoing client (address
+    checks, publish-ping fetches), and for publish pings the parser and the store."""
+
+    settings: Settings
+    auth: PublisherAuth
+    delivery: DeliveryService
+    client: HttpClient
+    parser: DocumentParser
+    store: EventStore
+
+
+SUBSCRIBING = web.AppKey("subscribing", Subscribing)
 
 _FORM = "application/x-www-form-urlencoded"
 _MAX_FORM_BYTES = 16 * 1024
@@ -37,9 +59,10 @@ async def hub_endpoint(request: web.Request) -> web.StreamResponse:
 async def _websub_request(request: web.Request) -> web.Response:
     if (request.content_length or 0) > _MAX_FORM_BYTES:
         raise BadRequest(f"a WebSub request body must be under {_MAX_FORM_BYTES} bytes")
-    settings = request.app[SETTINGS]
+    ctx = request.app[SUBSCRIBING]
+    settings = ctx.settings
     form = await read_form(request, settings)
-    service, client = request.app[DELIVERY], request.app[CLIENT]
+    service, client = ctx.delivery, ctx.client
     try:
         parsed = websub.parse_request(
             form,
@@ -71,16 +94,16 @@ def _digest(change: Change) -> str:
 
 
 async def _publish_ping(request: web.Request, ping: websub.PublishPing) -> web.Response:
-    app = request.app
-    settings, urls, store = app[SETTINGS], request_urls(request), app[STORE]
+    ctx = request.app[SUBSCRIBING]
+    settings, urls, store = ctx.settings, request_urls(request), ctx.store
     topic = urls.name_from_url(ping.url)
-    app[AUTH].check(topic, request.headers.get("Authorization"))
+    ctx.auth.check(topic, request.headers.get("Authorization"))
     if urls.is_own_topic(ping.url):
         note = "a topic of this hub: POST its notifications to it"
         return accepted({"topic": topic, "accepted": 0, "ids": [], "note": note})
-    client = app[CLIENT]
+    client = ctx.client
     await client.check_address(ping.url, what="hub.url")
-    changes = await app[PARSER].changes(await client.fetch_document(ping.url))
+    changes = await ctx.parser.changes(await client.fetch_document(ping.url))
     digests = [_digest(c) for c in changes]
     unseen = await store.unseen(topic, digests)
     fresh = [(c, d) for c, d, new in zip(changes, digests, unseen, strict=True) if new]
