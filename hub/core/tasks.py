@@ -72,6 +72,13 @@ class Tasks:
                 found.append(f"{self.name}/{entry.get_name()}")
         return found
 
+    def running(self) -> list[asyncio.Task[Any]]:
+        """Every task of the tree, in start order."""
+        found: list[asyncio.Task[Any]] = []
+        for entry in self._entries.values():
+            found.extend(entry.running() if isinstance(entry, Tasks) else [entry])
+        return found
+
     def spawn(
         self,
         name: str,
