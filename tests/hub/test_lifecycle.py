@@ -95,9 +95,7 @@ async def test_a_stopped_group_starts_nothing_and_a_failed_task_is_reported(
     task = group.spawn("failing", fail())
     await wait_for(task.done)
     assert len(group) == 0  # forgotten once it ended
-    assert any(
-        r.levelno == logging.ERROR and "failing" in r.getMessage() for r in caplog.records
-    )
+    assert any(r.levelno == logging.ERROR and "failing" in r.getMessage() for r in caplog.records)
     await group.stop()
     coro = asyncio.sleep(0)
     with pytest.raises(RuntimeError, match="stopping"):
