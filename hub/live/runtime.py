@@ -100,7 +100,7 @@ class Runtime:
             Leases(self.store.scripts, self.node, int(settings.ownership_lease_seconds * 1000)),
             self.subscriptions,
             self.delivery,
-            tasks=self.tasks.group("ownership"),
+            tasks=self.tasks.group("ownership", peers=True),
             wake=wake,
             topic_removed=self.topic_removed,
             lease_seconds=settings.ownership_lease_seconds,
