@@ -36,8 +36,8 @@ from hub.core.rendering import RSHUB_NS, w3c_ms
 from hub.core.settings import Settings
 from hub.store import keys
 from hub.store.embedded_redis import EmbeddedRedis
-from hub.web.app import create_app
-from hub.web.state import CONNECTIONS, DOC_CACHE
+from hub.web.app import RUNTIME, create_app
+from hub.web.documents import READING
 from resourcesync import parse
 from tests.support import changes, free_port, notification
 
@@ -104,7 +104,7 @@ async def main(rounds: int) -> None:
                 url = f"{base}/topics/b/changelist/00000001.xml"
                 cold: list[float] = []
                 for _ in range(rounds):
-                    app[DOC_CACHE].clear()
+                    app[READING].doc_cache.clear()
                     seconds, page = await timed_get(session, url, **{"Accept-Encoding": "identity"})
                     cold.append(seconds)
                 doc = parse(page, validate=True)
@@ -118,7 +118,7 @@ async def main(rounds: int) -> None:
                     (await timed_get(session, url, **{"Accept-Encoding": "gzip"}))[0]
                     for _ in range(rounds)
                 ]
-            rows = await app[CONNECTIONS].main.xrange(keys.events("b"), "-", "+", count=N)
+            rows = await app[RUNTIME].connections.main.xrange(keys.events("b"), "-", "+", count=N)
             lx: list[float] = []
             for _ in range(rounds):
                 start = time.perf_counter()

@@ -14,8 +14,7 @@ from aiohttp import web
 
 from hub.core.settings import Settings
 from hub.store.embedded_redis import EmbeddedRedis
-from hub.web.app import create_app, start
-from hub.web.state import CONNECTIONS
+from hub.web.app import RUNTIME, create_app, start
 from tests.redis_cluster import redis_cluster  # noqa: F401  (a session fixture)
 from tests.support import free_port
 
@@ -55,7 +54,7 @@ class Hub:
     @property
     def redis(self) -> Any:
         """The hub's own Redis client (for looking at what it stored)."""
-        return self.app[CONNECTIONS].main
+        return self.app[RUNTIME].connections.main
 
     async def publish(self, topic: str, body: bytes, **headers: str) -> aiohttp.ClientResponse:
         resp = await self.session.post(

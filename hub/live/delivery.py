@@ -29,7 +29,7 @@ from hub.core.exceptions import CallbackFailed
 from hub.core.placement import SubscriptionKey
 from hub.core.retrying import STORE_OUTAGE, retrying
 from hub.core.settings import Settings
-from hub.core.tasks import cancel_and_wait
+from hub.core.tasks import Tasks, cancel_and_wait
 from hub.core.topics import HubUrls
 from hub.live.feed import FeedHub
 from hub.live.http_client import Answer, HttpClient
@@ -148,8 +148,9 @@ class DeliveryWorker:
         #: Set while a POST is in flight (a stop waits briefly for it, see stop()).
         self.posting = False
 
-    def start(self) -> None:
-        self.task = asyncio.create_task(self.run(), name=f"deliver:{self.sub.callback}")
+    def start(self, tasks: Tasks, on_end: Callable[[asyncio.Task[Any]], None]) -> None:
+        """Run in a task of ``tasks``; ``on_end`` when it ends."""
+        self.task = tasks.spawn(f"deliver:{self.sub.callback}", self.run(), on_end=on_end)
 
     async def stop(self) -> None:
         await cancel_and_wait([self.task])
@@ -297,7 +298,11 @@ class DeliveryService:
         last_id: Callable[[str], Awaitable[str | None]],
         *,
         node: str,
+        tasks: Tasks,
+        worker_ended: Callable[[], None],
     ) -> None:
+        """``tasks``: where workers, verifications and cursor writes run; ``worker_ended``:
+        called when a worker ends by itself, so ownership reconciles at once."""
         self.settings = settings
         self.client = client
         self.store = store
@@ -305,18 +310,21 @@ class DeliveryService:
         self.last_id = last_id
         self.node = node
         self.workers: dict[SubscriptionKey, DeliveryWorker] = {}
-        self.cursors = CursorWriter(store, node)
+        self.tasks = tasks
+        # Made first, stopped last: the cursor writes of the workers stopping go out.
+        self.cursors = CursorWriter(store, node, tasks.group("cursors"))
+        self._requests = tasks.group("requests", peers=True)
+        self._workers = tasks.group("workers", peers=True)
         self.bodies = Bodies(HubUrls(settings.public_url), settings.delivery_batch_max_bytes)
-        self._tasks: set[asyncio.Task[None]] = set()
         self._verify_slots = asyncio.Semaphore(64)
-        #: Called when a worker ends by itself, so ownership reconciles at once.
-        self.on_worker_end: Callable[[], None] = lambda: None
+        self.worker_ended = worker_ended
 
     async def close(self) -> None:
-        await cancel_and_wait(list(self._tasks))
-        await asyncio.gather(*(w.stop() for w in self.workers.values()))
+        await self._requests.stop()
+        await self._workers.stop()
         self.workers.clear()
         await self.cursors.close()
+        await self.tasks.stop()
 
     # -- driven by hub.live.ownership ------------------------------------------------------
 
@@ -342,9 +350,7 @@ class DeliveryService:
             bodies=self.bodies,
         )
         self.workers[key] = worker
-        worker.start()
-        assert worker.task is not None
-        worker.task.add_done_callback(lambda _t: self._ended(key, worker))
+        worker.start(self._workers, lambda _t: self._ended(key, worker))
 
     async def stop_worker(self, key: SubscriptionKey) -> None:
         worker = self.workers.pop(key, None)
@@ -358,19 +364,16 @@ class DeliveryService:
             log.error("delivery worker %s -> %s failed: %r", key[0], key[1], task.exception())
         if self.workers.get(key) is worker:
             del self.workers[key]
-            self.on_worker_end()
+            self.worker_ended()
 
     # -- WebSub requests, on whichever process receives them ---------------------------
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._spawned_ended)
+    def _spawn(self, name: str, coro: Coroutine[Any, Any, None]) -> None:
+        self._requests.spawn(name, coro, on_end=self._spawned_ended)
 
-    def _spawned_ended(self, task: asyncio.Task[None]) -> None:
-        """Forget ``task``, and report how it failed if it did (else asyncio would, as a
-        "Task exception was never retrieved", whenever it is collected)."""
-        self._tasks.discard(task)
+    def _spawned_ended(self, task: asyncio.Task[Any]) -> None:
+        """Report how ``task`` failed if it did (else asyncio would, as a "Task exception
+        was never retrieved", whenever it is collected)."""
         if not task.cancelled() and (exc := task.exception()) is not None:
             log.error("subscription request failed: %r", exc, exc_info=exc)
 
@@ -382,10 +385,10 @@ class DeliveryService:
         got its 202 are delivered, whatever the verification takes.
         """
         start = await self.last_id(req.topic) if req.since is None else None
-        self._spawn(self._verify(req, start or "0-0"))
+        self._spawn(f"verify:{req.callback}", self._verify(req, start or "0-0"))
 
     def deny(self, callback: str, topic_url: str, reason: str) -> None:
-        self._spawn(self._send_denial(callback, topic_url, reason))
+        self._spawn(f"deny:{callback}", self._send_denial(callback, topic_url, reason))
 
     async def _send_denial(self, callback: str, topic_url: str, reason: str) -> None:
         url = websub.denial_url(callback, topic_url, reason)

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, Protocol
 from hub.core import frames, metrics
 from hub.core.events import Event, EventFilter, EventKey, format_id, parse_id
 from hub.core.retrying import STORE_OUTAGE, retrying
-from hub.core.tasks import cancel_and_wait
+from hub.core.tasks import Tasks, cancel_and_wait
 from hub.store.event_store import Appended, EventStore
 from hub.store.redis_connection import StoreError
 
@@ -112,10 +112,11 @@ class TopicFeed:
                 self._encodings.popitem(last=False)
         return encoding
 
-    async def start(self) -> None:
+    async def start(self, tasks: Tasks) -> None:
+        """Start tailing, in a task of ``tasks`` (the hub's feeds group)."""
         last = await self.store.last_id(self.topic)
         self.base = parse_id(last) if last else (0, 0)
-        self._task = asyncio.create_task(self._tail(), name=f"feed:{self.topic}")
+        self._task = tasks.spawn(f"feed:{self.topic}", self._tail())
 
     async def stop(self) -> None:
         await cancel_and_wait([self._task])
@@ -264,8 +265,10 @@ class TopicFeed:
 class FeedHub:
     """Creates a :class:`TopicFeed` per followed topic and stops it when nobody follows."""
 
-    def __init__(self, store: EventStore, **feed_options: Any) -> None:
+    def __init__(self, store: EventStore, tasks: Tasks, **feed_options: Any) -> None:
         self.store = store
+        #: Where each feed's tail task runs (stopped with the hub, see hub.live.runtime).
+        self.tasks = tasks
         self.feed_options = feed_options
         self._feeds: dict[str, TopicFeed] = {}
         self._lock = asyncio.Lock()
@@ -279,7 +282,7 @@ class FeedHub:
             feed = self._feeds.get(topic)
             if feed is None:
                 feed = TopicFeed(self.store, topic, **self.feed_options)
-                await feed.start()
+                await feed.start(self.tasks)
                 self._feeds[topic] = feed
             feed.consumers += 1
             return feed
@@ -316,6 +319,7 @@ class FeedHub:
         for feed in list(self._feeds.values()):
             await feed.stop()
         self._feeds.clear()
+        await self.tasks.stop()
 
 
 class ClientStream:

@@ -36,7 +36,7 @@ from typing import Protocol
 from hub.core import placement
 from hub.core.placement import SubscriptionKey
 from hub.core.retrying import STORE_OUTAGE, retrying
-from hub.core.tasks import cancel_and_wait
+from hub.core.tasks import Tasks
 from hub.store.leases import GONE, HELD_ELSEWHERE, Leases
 from hub.store.redis_connection import StoreError
 from hub.store.subscriptions import REMOVED, TOPIC_REMOVED, SubscriptionStore
@@ -106,9 +106,15 @@ class Ownership:
         subscriptions: SubscriptionStore,
         workers: Workers,
         *,
+        tasks: Tasks,
+        wake: asyncio.Event,
+        topic_removed: Callable[[str], Awaitable[None]],
         lease_seconds: float,
         reconcile_seconds: float = 10.0,
     ) -> None:
+        """``tasks``: where its loops run; ``wake``: set to reconcile soon (e.g. by
+        ``workers`` when a worker ends); ``topic_removed``: called with a deleted topic's
+        name (see the admin API)."""
         self.leases = leases
         self.subscriptions = subscriptions
         self.workers = workers
@@ -126,36 +132,29 @@ class Ownership:
         self._wanted_for: tuple[tuple[str, ...], int] | None = None
         self._known_version = 0
         self._last_heartbeat = 0.0
-        self._wake = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._wake = wake
+        self.tasks = tasks
         self._last_full = 0.0
         self._changes_from = "$"
-        #: Called with a topic's name when the topic was deleted (see the admin API).
-        self.on_topic_removed: Callable[[str], Awaitable[None]] | None = None
+        self.topic_removed = topic_removed
 
     async def start(self) -> None:
         self._changes_from = await self.subscriptions.last_change_id()
         await self._heartbeat()
         await self._reconcile(full=True)
-        self._tasks = [
-            asyncio.create_task(self._beat(), name="heartbeat"),
-            asyncio.create_task(self._run(), name="ownership"),
-            asyncio.create_task(self._follow_changes(), name="subscription-changes"),
-        ]
+        self.tasks.spawn("heartbeat", self._beat())
+        self.tasks.spawn("ownership", self._run())
+        self.tasks.spawn("subscription-changes", self._follow_changes())
 
     async def close(self) -> None:
         """Stop every worker, give its lease up, and leave."""
-        await cancel_and_wait(self._tasks)
+        await self.tasks.stop()
         for key in list(self.held):
             await self.workers.stop_worker(key)
         with contextlib.suppress(StoreError):
             await self._release(list(self.held))
             await self.leases.heartbeat(leaving=True)
         self.held.clear()
-
-    def changed(self) -> None:
-        """Something changed here (a worker ended): reconcile soon."""
-        self._wake.set()
 
     def _set_known(self, known: set[SubscriptionKey]) -> None:
         self.known = known
@@ -208,8 +207,7 @@ class Ownership:
                 self._changes_from = change.id
                 key = (change.topic, change.callback)
                 if change.kind == TOPIC_REMOVED:
-                    if self.on_topic_removed is not None:
-                        await self.on_topic_removed(change.topic)
+                    await self.topic_removed(change.topic)
                 elif change.kind == REMOVED:
                     self.known.discard(key)
                 else:

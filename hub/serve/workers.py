@@ -21,6 +21,7 @@ import time
 from collections.abc import Mapping
 
 from hub.core import metrics
+from hub.core.tasks import Tasks
 from hub.store.embedded_redis import EmbeddedRedis
 from rsclient.backoff import Backoff, Retrier
 
@@ -124,15 +125,16 @@ class WorkerPool:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stopping.set)
-        tasks = [asyncio.create_task(self._keep(slot)) for slot in range(self.count)]
-        if self.embedded is not None:
-            tasks.append(asyncio.create_task(self.embedded.supervise(self._stopping)))
+        tasks = Tasks("workers")
+        if self.embedded is not None:  # started first, stopped last: workers use it
+            tasks.spawn("redis-supervisor", self.embedded.supervise(self._stopping))
+        keepers = tasks.group("keepers", peers=True)
+        for slot in range(self.count):
+            keepers.spawn(f"worker-{slot}", self._keep(slot))
         await self._stopping.wait()
         log.info("stopping %d workers", len(self.procs))
         await self._stop_all()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await tasks.stop()
         return 0
 
     async def _stop_all(self) -> None:

@@ -24,7 +24,7 @@ from redis.exceptions import RedisError
 from hub.core import metrics
 from hub.core.placement import subscription_id
 from hub.core.retrying import STORE_OUTAGE, retrying
-from hub.core.tasks import cancel_and_wait
+from hub.core.tasks import Tasks, cancel_and_wait
 from hub.store import keys, scripts
 from hub.store.redis_connection import Client
 from hub.store.script_pipe import ScriptPipe
@@ -241,9 +241,13 @@ class CursorWriter:
     :class:`hub.store.script_pipe.ScriptPipe`).
     """
 
-    def __init__(self, store: SubscriptionStore, node: str, gather_seconds: float = 0.002) -> None:
+    def __init__(
+        self, store: SubscriptionStore, node: str, tasks: Tasks, gather_seconds: float = 0.002
+    ) -> None:
         self.store = store
         self.node = node
+        #: Where a round of writes runs (one task at a time, while writes are pending).
+        self.tasks = tasks
         #: How long a round waits for more writes before it goes out. The 2xx answers to one
         #: publish's fan-out arrive over a few milliseconds; without the wait, each loop turn
         #: sent a round of its own (a fifth of the hub's CPU per delivery, py-spy), with it
@@ -261,7 +265,7 @@ class CursorWriter:
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiters[key].append(future)
         if self._task is None:
-            self._task = asyncio.create_task(self._commit(), name="cursor-writer")
+            self._task = self.tasks.spawn("cursor-writer", self._commit())
         return await future
 
     def forget(self, topic: str, callback: str) -> None:
@@ -314,6 +318,7 @@ class CursorWriter:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self._task), 5.0)
         await cancel_and_wait([self._task])
+        await self.tasks.stop()
         for waiters in self._waiters.values():
             for future in waiters:
                 future.cancel()

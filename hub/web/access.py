@@ -12,12 +12,26 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from aiohttp import web
 
-from hub.core.forwarding import forwarded_base
+from hub.core.access import OperatorAccess, ReadAccess
+from hub.core.forwarding import TrustedPeers, forwarded_base
 from hub.core.topics import HubUrls
-from hub.web.state import OPERATORS, READERS, TRUSTED_PEERS, URLS
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """Who may read, who may operate, whose forwarded headers count: every handler's checks."""
+
+    urls: HubUrls
+    readers: ReadAccess
+    operators: OperatorAccess
+    trusted_peers: TrustedPeers
+
+
+ACCESS = web.AppKey("access", Access)
 
 #: Request key: the response is about a private topic.
 _PRIVATE = web.RequestKey("private", bool)
@@ -32,7 +46,7 @@ def _authorization(request: web.Request, *, query_token: bool) -> str | None:
 
 def check_read(request: web.Request, topic: str, *, query_token: bool = False) -> None:
     """401/403 unless the request may read ``topic``; marks private answers uncacheable."""
-    readers = request.app[READERS]
+    readers = request.app[ACCESS].readers
     if readers.is_open(topic):
         return
     readers.check(topic, _authorization(request, query_token=query_token))
@@ -41,7 +55,7 @@ def check_read(request: web.Request, topic: str, *, query_token: bool = False) -
 
 def readable(request: web.Request, topics: list[str]) -> list[str]:
     """The ``topics`` this request may read (for listings: no error for the others)."""
-    readers = request.app[READERS]
+    readers = request.app[ACCESS].readers
     authorization = request.headers.get("Authorization")
     shown = [t for t in topics if readers.readable(t, authorization)]
     if any(not readers.is_open(t) for t in shown):
@@ -58,13 +72,13 @@ async def private_cache_control(request: web.Request, response: web.StreamRespon
 
 
 def _via_trusted_proxy(request: web.Request) -> bool:
-    peers = request.app[TRUSTED_PEERS]
+    peers = request.app[ACCESS].trusted_peers
     return bool(peers) and peers.trusts(request.remote)
 
 
 def request_urls(request: web.Request) -> HubUrls:
     """The URL map for this request: also recognises the base a trusted proxy names."""
-    urls = request.app[URLS]
+    urls = request.app[ACCESS].urls
     if not _via_trusted_proxy(request):
         return urls
     base = forwarded_base(request.headers, request.scheme, urls.base)
@@ -100,14 +114,14 @@ def is_local_client(request: web.Request) -> bool:
 
 def check_operator(request: web.Request) -> None:
     """401/403 unless the request may use the admin API."""
-    request.app[OPERATORS].check(
+    request.app[ACCESS].operators.check(
         request.headers.get("Authorization"), loopback=is_local_client(request)
     )
 
 
 def is_admin(request: web.Request) -> bool:
     """The request carries the admin token (one is configured)."""
-    return request.app[OPERATORS].admits(request.headers.get("Authorization"))
+    return request.app[ACCESS].operators.admits(request.headers.get("Authorization"))
 
 
 def sight(request: web.Request) -> Callable[[str], bool]:
@@ -115,4 +129,4 @@ def sight(request: web.Request) -> Callable[[str], bool]:
     token, else those its token may read (:meth:`hub.core.access.ReadAccess.sight`)."""
     if is_admin(request):
         return lambda _topic: True
-    return request.app[READERS].sight(request.headers.get("Authorization"))
+    return request.app[ACCESS].readers.sight(request.headers.get("Authorization"))

@@ -17,33 +17,47 @@ import asyncio
 import logging
 import os
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import orjson
 from aiohttp import web
 
 from hub import __version__
 from hub.core import metrics
+from hub.core.access import MetricsAccess
+from hub.core.auth import PublisherAuth
 from hub.core.events import parse_id
 from hub.core.exceptions import Forbidden, Unauthorized
+from hub.core.health import RedisHealth
 from hub.core.overview import Overview, SubscriptionRow, lag_seconds
 from hub.core.placement import subscription_id
 from hub.core.topics import check_name
-from hub.store.redis_connection import StoreError
-from hub.store.stream_stats import backlog_cap
-from hub.store.subscriptions import Subscription
+from hub.live.ownership import Ownership
+from hub.store.embedded_redis import EmbeddedRedis
+from hub.store.event_store import EventStore
+from hub.store.redis_connection import Connections, StoreError
+from hub.store.stream_stats import StreamStats, backlog_cap
+from hub.store.subscriptions import Subscription, SubscriptionStore
 from hub.web.access import check_operator, check_read, is_admin, sight
-from hub.web.state import (
-    AUTH,
-    CONNECTIONS,
-    EMBEDDED,
-    METRICS_ACCESS,
-    OWNERSHIP,
-    REDIS_HEALTH,
-    STATS,
-    STORE,
-    SUBSCRIPTIONS,
-)
+
+
+@dataclass(frozen=True, slots=True)
+class Observing:
+    """What health, metrics and the overview need: Redis's health, this node's ownership,
+    the stored topics and subscriptions, and who may see what."""
+
+    health: RedisHealth
+    connections: Connections
+    ownership: Ownership
+    embedded: EmbeddedRedis | None
+    auth: PublisherAuth
+    metrics_access: MetricsAccess
+    store: EventStore
+    subscriptions: SubscriptionStore
+    stats: StreamStats
+
+
+OBSERVING = web.AppKey("observing", Observing)
 
 log = logging.getLogger(__name__)
 
@@ -54,21 +68,20 @@ _NO_STORE = {"Cache-Control": "no-store"}
 async def healthz(request: web.Request) -> web.Response:
     """``{"status": "ok"}`` (200) or ``{"status": "degraded"}`` (503) for anyone; the
     details (Redis, node, pid, embedded Redis) only for those who may see the overview."""
+    ctx = request.app[OBSERVING]
     details = _may_operate(request)
     extra: dict[str, object] = {}
     if details:
         extra = {"version": __version__, "pid": os.getpid()}
-        if OWNERSHIP in request.app:
-            ownership = request.app[OWNERSHIP]
-            extra["node"] = ownership.node
-            extra["nodes"] = len(ownership.nodes)
-        if EMBEDDED in request.app:
-            extra["embedded_redis"] = request.app[EMBEDDED].status.as_dict()
+        extra["node"] = ctx.ownership.node
+        extra["nodes"] = len(ctx.ownership.nodes)
+        if ctx.embedded is not None:
+            extra["embedded_redis"] = ctx.embedded.status.as_dict()
     # A recent background ping vouches for Redis (hub.core.health): no wait behind a long script.
-    health, now = request.app[REDIS_HEALTH], asyncio.get_running_loop().time()
+    health, now = ctx.health, asyncio.get_running_loop().time()
     if not health.vouched(now):
         try:
-            await asyncio.wait_for(request.app[CONNECTIONS].ping(), timeout=2.0)
+            await asyncio.wait_for(ctx.connections.ping(), timeout=2.0)
         except Exception as exc:  # any failure means "not healthy"; say which
             health.failed(str(exc))
             if details:
@@ -85,7 +98,7 @@ def _check_operator(request: web.Request, topic: str) -> None:
     or (open hub without admin token) a direct loopback client; and one that may read it."""
     if is_admin(request):
         return
-    auth = request.app[AUTH]
+    auth = request.app[OBSERVING].auth
     if not auth.open:
         auth.check(topic, request.headers.get("Authorization"))
     else:
@@ -98,7 +111,7 @@ def _check_any_operator(request: web.Request) -> None:
     without admin token) a direct loopback client, never one a proxy speaks for."""
     if is_admin(request):
         return
-    auth = request.app[AUTH]
+    auth = request.app[OBSERVING].auth
     if not auth.open:
         auth.check_global(request.headers.get("Authorization"))
         return
@@ -116,20 +129,21 @@ def _may_operate(request: web.Request) -> bool:
 async def subscriptions(request: web.Request) -> web.Response:
     topic = check_name(request.match_info["name"])
     _check_operator(request, topic)
-    subs = request.app[SUBSCRIPTIONS]
+    subs = request.app[OBSERVING].subscriptions
     cursors = await subs.cursors(topic)
     out = []
     for sub in sorted(await subs.for_topic(topic), key=lambda s: s.callback):
         row = sub.public()
         row["cursor"] = cursors.get(sub.callback)
         out.append(row)
-    last_id = await request.app[STORE].last_id(topic)
+    last_id = await request.app[OBSERVING].store.last_id(topic)
     return web.json_response({"topic": topic, "last_id": last_id, "subscriptions": out})
 
 
 async def gather_overview(app: web.Application) -> Overview:
     """The hub's state now, from Redis (the same from every hub process) and this process."""
-    store, subs, stats = app[STORE], app[SUBSCRIPTIONS], app[STATS]
+    ctx = app[OBSERVING]
+    store, subs, stats = ctx.store, ctx.subscriptions, ctx.stats
     now_ms = int(time.time() * 1000)
     topics = await stats.topic_rows(await store.topics())
     by_topic: dict[str, list[Subscription]] = {}
@@ -176,7 +190,7 @@ async def metrics_endpoint(request: web.Request) -> web.Response:
     With ``RSHUB_METRICS_TOKEN`` set, only its bearer (or the admin token's) may scrape.
     Private topics the request's token may not read are folded under ``(private)``.
     """
-    request.app[METRICS_ACCESS].check(request.headers.get("Authorization"))
+    request.app[OBSERVING].metrics_access.check(request.headers.get("Authorization"))
     overview: Overview | None
     try:
         overview = await gather_overview(request.app)

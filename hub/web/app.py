@@ -1,19 +1,18 @@
 """The hub's aiohttp application: the one owner of its lifecycle, routes and error mapping.
 
-:func:`create_app` is the only place where long-lived resources are made and closed (one
-``cleanup_ctx``), where background tasks start and stop (:class:`Periodic`, stopped one
-way), where routes are added (one table), and where exceptions become HTTP responses
-(:func:`error_middleware`).
+:func:`create_app` adds the routes (one table) and one ``cleanup_ctx`` that opens the
+process's :class:`hub.live.runtime.Runtime` (every long-lived component and background
+task) and hands each handler module its own small context (``Publishing``, ``Subscribing``,
+``Streaming``, ``Reading``, ``Operating``, ``Observing``, ``Access``); exceptions become
+HTTP responses in one place (:func:`error_middleware`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import logging
 import signal
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
@@ -25,25 +24,12 @@ from hub.core.access import MetricsAccess, OperatorAccess, ReadAccess
 from hub.core.auth import PublisherAuth
 from hub.core.exceptions import RequestError, RequestTimeout
 from hub.core.forwarding import TrustedPeers
-from hub.core.health import PING_TIMEOUT, RedisHealth
+from hub.core.health import RedisHealth
 from hub.core.settings import Settings
-from hub.core.tasks import cancel_and_wait
 from hub.core.topics import WELL_KNOWN, HubUrls
-from hub.live.delivery import DeliveryService
-from hub.live.feed import FeedHub
-from hub.live.http_client import HttpClient
-from hub.live.ingest import Ingest
-from hub.live.ownership import Ownership
-from hub.live.parsing import DocumentParser
+from hub.live.runtime import Runtime
 from hub.store.embedded_redis import EmbeddedRedis
-from hub.store.event_store import EventStore, Retention
-from hub.store.leases import Leases
-from hub.store.pages import PageChain
-from hub.store.redis_connection import Connections, StoreError
-from hub.store.snapshots import ResourceSnapshots
-from hub.store.stream_stats import StreamStats
-from hub.store.subscriptions import SubscriptionStore
-from hub.store.topic_admin import TopicAdmin
+from hub.store.redis_connection import StoreError
 from hub.web import access as web_access
 from hub.web import admin as web_admin
 from hub.web import dashboard as web_pages
@@ -61,39 +47,12 @@ from hub.web.listener import (
     install_client_fault_filter,
     started_middleware,
 )
-from hub.web.state import (
-    AUTH,
-    BUILDS,
-    CLIENT,
-    CONNECTIONS,
-    DELIVERY,
-    DOC_CACHE,
-    EMBEDDED,
-    FEEDS,
-    GUARD,
-    INGEST,
-    METRICS_ACCESS,
-    OPERATORS,
-    OWNERSHIP,
-    PAGES,
-    PARSER,
-    READERS,
-    REDIS_HEALTH,
-    REDIS_URL,
-    SETTINGS,
-    SNAPSHOTS,
-    STATS,
-    STORE,
-    SUBSCRIPTIONS,
-    TOPIC_ADMIN,
-    TRUSTED_PEERS,
-    URLS,
-)
-from resourcesync import DocumentError, Limits
+from resourcesync import DocumentError
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Middleware = Callable[..., Awaitable[web.StreamResponse]]
 
 
 # -- errors ---------------------------------------------------------------------------------
@@ -121,22 +80,29 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {message}"[:300]
 
 
-@web.middleware
-async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """The one place where exceptions become HTTP responses."""
-    response = await _answer(request, handler)
-    if (
-        response.status >= 400
-        and "Content-Encoding" in request.headers
-        and not request.content.is_eof()
-    ):
-        # Refused before its encoded body was read: draining it would decode it (and log a
-        # traceback if it does not decode). Close instead.
-        return await _answer_and_close(request, response)
-    return response
+def error_middleware(health: RedisHealth) -> Middleware:
+    """The one place where exceptions become HTTP responses (a storage error also marks
+    Redis unhealthy in ``health``)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        response = await _answer(request, handler, health)
+        if (
+            response.status >= 400
+            and "Content-Encoding" in request.headers
+            and not request.content.is_eof()
+        ):
+            # Refused before its encoded body was read: draining it would decode it (and log
+            # a traceback if it does not decode). Close instead.
+            return await _answer_and_close(request, response)
+        return response
+
+    return middleware
 
 
-async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
+async def _answer(
+    request: web.Request, handler: Handler, health: RedisHealth
+) -> web.StreamResponse:
     try:
         return await handler(request)
     except RequestTimeout as exc:
@@ -153,7 +119,7 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         return error_response(getattr(exc, "http_status", 400), str(exc), **detail)
     except StoreError as exc:
         metrics.redis_error()
-        request.app[REDIS_HEALTH].failed(str(exc))
+        health.failed(str(exc))
         log.warning("storage error on %s %r: %s", request.method, request.path, exc)
         return error_response(
             503,
@@ -178,196 +144,82 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         raise
 
 
-# -- background tasks -----------------------------------------------------------------------
-
-
-class Periodic:
-    """Background loops that run every ``interval`` seconds until the app stops.
-
-    Stopped by an event, not by ``cancel()`` alone: a cancellation landing inside a Redis
-    call can be swallowed by the client. Whatever does not stop in time is cancelled and
-    left behind with a warning, so shutdown never hangs.
-    """
-
-    def __init__(self) -> None:
-        self._stop = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
-
-    def every(self, interval: float, name: str, step: Callable[[], Awaitable[None]]) -> None:
-        self._tasks.append(asyncio.create_task(self._loop(interval, name, step), name=name))
-
-    async def _loop(self, interval: float, name: str, step: Callable[[], Awaitable[None]]) -> None:
-        while not self._stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), interval)
-            if self._stop.is_set():
-                return
-            try:
-                await step()
-            except StoreError as exc:  # Redis away for a moment: try again next round
-                metrics.redis_error()
-                log.warning("%s failed: %s", name, exc)
-
-    async def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if not self._tasks:
-            return
-        _, stuck = await asyncio.wait(self._tasks, timeout=timeout)
-        for task in stuck:
-            log.warning("background task %s did not stop in time; cancelling", task.get_name())
-            task.cancel()
-
-
-def _when_leading(
-    ownership: Ownership, step: Callable[[], Awaitable[None]]
-) -> Callable[[], Awaitable[None]]:
-    """``step``, run only while this process leads (see :mod:`hub.store.leases`)."""
-
-    async def run() -> None:
-        if ownership.leader:
-            await step()
-
-    return run
-
-
-async def _sweep_retention(store: EventStore) -> None:
-    for topic in await store.topics():
-        await store.trim(topic)
-
-
-async def _check_redis(connections: Connections, health: RedisHealth) -> None:
-    """One health ping (see :mod:`hub.core.health`); never raises."""
-    loop = asyncio.get_running_loop()
-    try:
-        await asyncio.wait_for(connections.ping(), timeout=PING_TIMEOUT)
-    except Exception as exc:  # any failure means "not healthy"; say which
-        health.failed(f"{type(exc).__name__}: {exc}")
-    else:
-        health.succeeded(loop.time())
-
-
-async def _scan_pages(store: EventStore, chain: PageChain) -> None:
-    """Advance every topic's page chain, so boundaries are recorded before retention trims."""
-    for topic in await store.topics():
-        await chain.advance(topic)
-
-
 # -- lifecycle ------------------------------------------------------------------------------
 
+#: The process's composition root (:class:`hub.live.runtime.Runtime`), once the app started:
+#: the supported way for tests and tools to reach the hub's components.
+RUNTIME = web.AppKey("runtime", Runtime)
+_SETTINGS = web.AppKey("settings", Settings)
+_GUARD = web.AppKey("connection_guard", ConnectionGuard)
 
-async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
-    """Open every long-lived resource in dependency order; close them in reverse."""
-    settings = app[SETTINGS]
-    connections = app[CONNECTIONS] = Connections(app[REDIS_URL], cluster=settings.redis_cluster)
-    try:
-        await connections.wait_ready(settings.redis_startup_seconds)
-    except BaseException:
-        await connections.close()
-        raise
-    store = EventStore(
-        connections.main,
-        blocking=connections.blocking,
-        retention=Retention(
-            settings.retention_seconds,
-            settings.retention_max_events,
-            settings.topic_retention_seconds,
-            settings.topic_retention_max_events,
-            hold_max_events=settings.retention_hold_max_events,
-            hold_seconds=settings.retention_hold_seconds,
-        ),
-        idempotency_seconds=settings.idempotency_seconds,
-    )
-    subscriptions = SubscriptionStore(
-        connections.main, scripts=store.scripts, blocking=connections.blocking
-    )
-    pages = PageChain(
-        store.scripts,
-        window_seconds=settings.changelist_page_seconds,
-        max_entries=settings.changelist_page_entries,
-    )
-    client = HttpClient(settings)
-    feeds = FeedHub(store)
-    node = uuid.uuid4().hex[:16]
-    delivery = DeliveryService(settings, client, subscriptions, feeds, store.last_id, node=node)
-    ownership = Ownership(
-        Leases(store.scripts, node, int(settings.ownership_lease_seconds * 1000)),
-        subscriptions,
-        delivery,
-        lease_seconds=settings.ownership_lease_seconds,
-        reconcile_seconds=settings.ownership_reconcile_seconds,
-    )
-    delivery.on_worker_end = ownership.changed
 
-    async def topic_removed(topic: str) -> None:
-        store.forget(topic)
-        await feeds.end(topic)
+def _lifecycle(
+    settings: Settings,
+    redis_url: str,
+    embedded: EmbeddedRedis | None,
+    health: RedisHealth,
+    guard: ConnectionGuard,
+    auth: PublisherAuth,
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """The app's one ``cleanup_ctx``: open the runtime, hand each handler module its context,
+    and on shutdown close everything in reverse (:meth:`hub.live.runtime.Runtime.close`)."""
 
-    ownership.on_topic_removed = topic_removed
-    app[TOPIC_ADMIN] = TopicAdmin(connections.main, store.scripts, subscriptions)
-    app[STORE], app[SUBSCRIPTIONS], app[PAGES] = store, subscriptions, pages
-    app[DOC_CACHE] = ByteCache(settings.document_cache_bytes)
-    app[BUILDS] = Builds(settings.built_document_cache_bytes)
-    app[CLIENT], app[FEEDS], app[DELIVERY], app[OWNERSHIP] = client, feeds, delivery, ownership
-    app[INGEST] = Ingest(store, feeds)
-    app[STATS] = StreamStats(connections.main, store.scripts)
-    parser = app[PARSER] = DocumentParser(
-        max_bytes=settings.max_body_bytes,
-        limits=Limits(
-            max_entries=settings.publish_max_entries,
-            max_attributes=settings.publish_max_attributes,
-            max_value_chars=settings.publish_max_value_chars,
-            max_links=settings.publish_max_links,
-        ),
-        inline_bytes=settings.parse_inline_bytes,
-        workers=settings.parse_workers,
-        kind=settings.parse_pool,
-    )
-    app[SNAPSHOTS] = ResourceSnapshots(
-        connections.main,
-        store.scripts,
-        page_entries=settings.resourcelist_page_entries,
-        reuse_seconds=settings.resourcelist_snapshot_seconds,
-        ttl_seconds=settings.resourcelist_snapshot_ttl_seconds,
-        offload=parser.run,
-    )
-    health = app[REDIS_HEALTH] = RedisHealth()
-
-    # Hub-wide jobs run on the leading process only (they are atomic scripts, so a second
-    # runner during a handover merely repeats work).
-    background = Periodic()
-    background.every(1.0, "redis-health", lambda: _check_redis(connections, health))
-    background.every(
-        settings.retention_sweep_seconds,
-        "retention",
-        _when_leading(ownership, lambda: _sweep_retention(store)),
-    )
-    if settings.changelist_scan_seconds:
-        background.every(
-            settings.changelist_scan_seconds,
-            "page-scan",
-            _when_leading(ownership, lambda: _scan_pages(store, pages)),
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        runtime = app[RUNTIME] = await Runtime.open(
+            settings, redis_url, health=health, embedded=embedded
         )
-    supervisor = None
-    if EMBEDDED in app:
-        supervisor = asyncio.create_task(app[EMBEDDED].supervise(), name="redis-supervisor")
-    try:
-        await ownership.start()
-        log.info("hub ready at %s", settings.public_url)
-        yield
-    finally:
-        log.info("shutdown: stopping background tasks, deliveries and Redis connections")
-        if supervisor is not None:
-            await cancel_and_wait([supervisor])
-        await background.stop()
-        await ownership.close()
-        app[GUARD].close()
-        await parser.close()
-        await delivery.close()
-        await feeds.close()
-        await client.close()
-        await store.close()
-        await connections.close()
-        log.info("shutdown complete")
+        urls = app[web_access.ACCESS].urls
+        app[web_publish.PUBLISHING] = web_publish.Publishing(
+            settings, auth, runtime.parser, runtime.ingest
+        )
+        app[web_websub.SUBSCRIBING] = web_websub.Subscribing(
+            settings,
+            auth,
+            runtime.delivery,
+            runtime.client,
+            runtime.parser,
+            runtime.ingest,
+        )
+        app[web_streams.STREAMING] = web_streams.Streaming(
+            settings, urls, runtime.store, runtime.feeds
+        )
+        app[web_documents.READING] = web_documents.Reading(
+            urls,
+            runtime.store,
+            runtime.pages,
+            runtime.snapshots,
+            runtime.parser,
+            ByteCache(settings.document_cache_bytes),
+            Builds(settings.built_document_cache_bytes),
+        )
+        app[web_operator.OPERATING] = web_operator.Operating(
+            runtime.store,
+            runtime.subscriptions,
+            runtime.topic_admin,
+            runtime.pages,
+            runtime.topic_removed,
+        )
+        app[web_admin.OBSERVING] = web_admin.Observing(
+            health,
+            runtime.connections,
+            runtime.ownership,
+            embedded,
+            auth,
+            MetricsAccess(settings),
+            runtime.store,
+            runtime.subscriptions,
+            runtime.stats,
+        )
+        try:
+            log.info("hub ready at %s", settings.public_url)
+            yield
+        finally:
+            log.info("shutdown: stopping background tasks, deliveries and Redis connections")
+            guard.close()
+            await runtime.close()
+            log.info("shutdown complete")
+
+    return lifecycle
 
 
 async def _shutdown_started(app: web.Application) -> None:
@@ -384,23 +236,25 @@ def create_app(
     """
     install_client_fault_filter()
     guard = ConnectionGuard(settings.max_connections, settings.header_timeout_seconds)
+    health, auth = RedisHealth(), PublisherAuth(settings)
     app = web.Application(
-        middlewares=[started_middleware(guard), web_observe.observe_middleware, error_middleware],
+        middlewares=[
+            started_middleware(guard),
+            web_observe.observe_middleware(access_log_on=settings.access_log),
+            error_middleware(health),
+        ],
         client_max_size=settings.max_body_bytes,
     )
-    app[GUARD] = guard
-    app[SETTINGS] = settings
-    app[URLS] = HubUrls(settings.public_url, tuple(u.rstrip("/") for u in settings.alias_urls))
-    app[AUTH] = PublisherAuth(settings)
-    app[READERS] = ReadAccess(settings)
-    app[OPERATORS] = OperatorAccess(settings, hub_open=app[AUTH].open)
-    app[METRICS_ACCESS] = MetricsAccess(settings)
-    app[TRUSTED_PEERS] = TrustedPeers(settings.forwarded_allow_ips)
+    app[_GUARD], app[_SETTINGS] = guard, settings
+    urls = HubUrls(settings.public_url, tuple(u.rstrip("/") for u in settings.alias_urls))
+    app[web_access.ACCESS] = web_access.Access(
+        urls,
+        ReadAccess(settings),
+        OperatorAccess(settings, hub_open=auth.open),
+        TrustedPeers(settings.forwarded_allow_ips),
+    )
     app.on_response_prepare.append(web_access.private_cache_control)
-    app[REDIS_URL] = redis_url
-    if embedded is not None:
-        app[EMBEDDED] = embedded
-    app.cleanup_ctx.append(_lifecycle)
+    app.cleanup_ctx.append(_lifecycle(settings, redis_url, embedded, health, guard, auth))
     app.on_shutdown.append(_shutdown_started)
     app.on_response_prepare.append(web_observe.add_request_id)
 
@@ -429,8 +283,9 @@ def create_app(
     app.router.add_delete("/admin/subscriptions", web_operator.delete_subscription)
     get("/", web_pages.dashboard)
     get("/dashboard/{file}", web_pages.dashboard_asset)
-    get("/openapi.json", web_pages.openapi_json)
-    get("/docs", web_pages.docs_page)
+    described = web_pages.InterfaceDescription(settings.public_url)
+    get("/openapi.json", described.openapi_json)
+    get("/docs", described.docs_page)
     return app
 
 
@@ -439,7 +294,7 @@ async def start(
 ) -> tuple[web.AppRunner, GuardedSite]:
     """Set ``app`` up and listen on its settings' host and port, guarded
     (:mod:`hub.web.listener`). Raises ``OSError`` when the address cannot be bound."""
-    settings = app[SETTINGS]
+    settings = app[_SETTINGS]
     runner = web.AppRunner(
         app,
         access_log=None,
@@ -449,7 +304,7 @@ async def start(
     )
     await runner.setup()
     site = GuardedSite(
-        runner, app[GUARD], settings.host, settings.port, reuse_port=settings.reuse_port
+        runner, app[_GUARD], settings.host, settings.port, reuse_port=settings.reuse_port
     )
     try:
         await site.start()

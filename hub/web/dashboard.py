@@ -15,7 +15,6 @@ from aiohttp import web
 
 from hub.core import openapi
 from hub.core.exceptions import NotFound
-from hub.web.state import SETTINGS
 
 _ASSETS = {
     "dashboard.js": "text/javascript",
@@ -51,17 +50,22 @@ async def dashboard_asset(request: web.Request) -> web.Response:
     )
 
 
-def _spec(request: web.Request) -> dict[str, object]:
-    return openapi.spec(request.app[SETTINGS].public_url + "/")
+class InterfaceDescription:
+    """``/openapi.json`` and ``/docs``, for the hub at ``public_url`` (handlers are its
+    bound methods)."""
 
+    def __init__(self, public_url: str) -> None:
+        self.public_url = public_url
 
-async def openapi_json(request: web.Request) -> web.Response:
-    return web.Response(body=orjson.dumps(_spec(request)), content_type="application/json")
+    def _spec(self) -> dict[str, object]:
+        return openapi.spec(self.public_url + "/")
 
+    async def openapi_json(self, request: web.Request) -> web.Response:
+        return web.Response(body=orjson.dumps(self._spec()), content_type="application/json")
 
-async def docs_page(request: web.Request) -> web.Response:
-    return web.Response(
-        text=openapi.render_html(_spec(request)),
-        content_type="text/html",
-        headers={"Content-Security-Policy": _CSP},
-    )
+    async def docs_page(self, request: web.Request) -> web.Response:
+        return web.Response(
+            text=openapi.render_html(self._spec()),
+            content_type="text/html",
+            headers={"Content-Security-Policy": _CSP},
+        )

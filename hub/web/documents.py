@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from dataclasses import dataclass
 
 from aiohttp import web
 
@@ -38,10 +39,37 @@ from hub.core.rendering import Rendered
 from hub.core.topics import HubUrls, check_name
 from hub.live.parsing import DocumentParser
 from hub.store.event_store import EventStore
-from hub.store.pages import Chain, Page
+from hub.store.pages import Chain, Page, PageChain
+from hub.store.snapshots import ResourceSnapshots
 from hub.web.access import check_read, readable
-from hub.web.cache import Validators, not_modified, send_cached, send_rendered, stream, unchanged
-from hub.web.state import BUILDS, DOC_CACHE, PAGES, PARSER, SNAPSHOTS, STORE, URLS
+from hub.web.cache import (
+    Builds,
+    ByteCache,
+    Validators,
+    not_modified,
+    send_cached,
+    send_rendered,
+    stream,
+    unchanged,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What serving documents needs: the store, page chains, snapshots, the parser's pool
+    (builds run off the loop), and the document caches."""
+
+    urls: HubUrls
+    store: EventStore
+    pages: PageChain
+    snapshots: ResourceSnapshots
+    parser: DocumentParser
+    doc_cache: ByteCache
+    #: Whole Resource Lists, built once per version off the event loop (single flight).
+    builds: Builds
+
+
+READING = web.AppKey("reading", Reading)
 
 #: Events read from Redis per round trip while a page is rendered.
 READ_BATCH = 5000
@@ -56,7 +84,7 @@ async def known_topic(request: web.Request) -> str:
     """
     name = check_name(request.match_info["name"])
     check_read(request, name)
-    if not await request.app[STORE].exists(name):
+    if not await request.app[READING].store.exists(name):
         raise NotFound(f"unknown topic {name!r}: nothing was ever published to it", topic=name)
     return name
 
@@ -65,7 +93,7 @@ async def known_topic(request: web.Request) -> str:
 
 
 async def source_description(request: web.Request) -> web.StreamResponse:
-    u, store = request.app[URLS], request.app[STORE]
+    u, store = request.app[READING].urls, request.app[READING].store
     names = readable(request, await store.topics())
     created = await store.created_ms(names)
     digest = hashlib.blake2b("\n".join(names).encode(), digest_size=8).hexdigest()
@@ -78,7 +106,7 @@ async def source_description(request: web.Request) -> web.StreamResponse:
 
 async def capability_list(request: web.Request) -> web.StreamResponse:
     topic = await known_topic(request)
-    u = request.app[URLS]
+    u = request.app[READING].urls
     body = (
         rendering.URLSET_OPEN
         + rendering.root("capabilitylist", [("up", u.source_description)])
@@ -87,7 +115,7 @@ async def capability_list(request: web.Request) -> web.StreamResponse:
         + rendering.capability_entry(u.topic(topic), "changelist-notification", [("hub", u.hub)])
         + rendering.URLSET_CLOSE
     )
-    created = (await request.app[STORE].facts(topic)).created_ms
+    created = (await request.app[READING].store.facts(topic)).created_ms
     validators = Validators(f"{u.tag}-cap-{topic}", created)
     return await stream(request, validators, [body.encode()])
 
@@ -172,13 +200,13 @@ async def _serve_page(
     headers: dict[str, str] | None = None,
 ) -> web.StreamResponse:
     """A page built once per version (off the loop; concurrent readers share the build)."""
-    u = request.app[URLS]
+    u = request.app[READING].urls
     validators = _page_validators(u, topic, page, chain.now_ms)
     if not_modified(request, validators):
         return unchanged(validators, headers)
     if request.method == "HEAD":
         return await stream(request, validators, [], headers=headers)
-    cache = request.app[DOC_CACHE]
+    cache = request.app[READING].doc_cache
     if page.closed:
         cached = cache.get(validators.tag)
         if cached is not None:
@@ -188,11 +216,13 @@ async def _serve_page(
 
     async def build() -> Rendered:
         head = _page_head(u, topic, page)
-        return await _build_page(request.app[STORE], request.app[PARSER], topic, page, head)
+        return await _build_page(
+            request.app[READING].store, request.app[READING].parser, topic, page, head
+        )
 
     # The open page is kept per topic until it changes; closed ones go to the page cache.
     key = f"cl {topic} {page.n}" if page.closed else f"cl {topic}"
-    built = await request.app[BUILDS].get(key, validators.tag, build, keep=not page.closed)
+    built = await request.app[READING].builds.get(key, validators.tag, build, keep=not page.closed)
     assert built is not None
     if page.closed:
         cache.put(validators.tag, built.raw)
@@ -203,13 +233,13 @@ async def _serve_page(
 async def changelist_page(request: web.Request) -> web.StreamResponse:
     topic = await known_topic(request)
     n = page_number(request.match_info["page"])
-    chain, page = await request.app[PAGES].page(topic, n)
+    chain, page = await request.app[READING].pages.page(topic, n)
     if page is None:
         first = chain.closed[0].n if chain.closed else chain.open.n
         why = "it was withdrawn after retention trimmed it" if n < first else "it does not exist"
         raise NotFound(
             f"no Change List page {n} for topic {topic!r}: {why}; "
-            f"see {request.app[URLS].changelist_index(topic)}",
+            f"see {request.app[READING].urls.changelist_index(topic)}",
             topic=topic,
             page=n,
         )
@@ -219,8 +249,8 @@ async def changelist_page(request: web.Request) -> web.StreamResponse:
 async def topic_uri(request: web.Request) -> web.StreamResponse:
     """``GET /topics/{name}``: the open Change List page, with WebSub discovery links."""
     topic = await known_topic(request)
-    chain = await request.app[PAGES].advance(topic)
-    u = request.app[URLS]
+    chain = await request.app[READING].pages.advance(topic)
+    u = request.app[READING].urls
     headers = {
         "Link": u.links(u.topic(topic)),
         "Content-Location": u.changelist_page(topic, chain.open.n),
@@ -230,8 +260,8 @@ async def topic_uri(request: web.Request) -> web.StreamResponse:
 
 async def changelist_index(request: web.Request) -> web.StreamResponse:
     topic = await known_topic(request)
-    chain = await request.app[PAGES].advance(topic, "all")
-    u = request.app[URLS]
+    chain = await request.app[READING].pages.advance(topic, "all")
+    u = request.app[READING].urls
     closed = sorted(chain.closed, key=lambda p: p.n)[-(MAX_INDEX_ENTRIES - 1) :]
     listed = [*closed, chain.open]
     opened = chain.open
@@ -256,7 +286,7 @@ async def changelist_index(request: web.Request) -> web.StreamResponse:
 async def resource_list(request: web.Request) -> web.StreamResponse:
     """The whole list (one version built once, off the loop, then cached), or its index."""
     topic = await known_topic(request)
-    u, snapshots = request.app[URLS], request.app[SNAPSHOTS]
+    u, snapshots = request.app[READING].urls, request.app[READING].snapshots
     probe = await snapshots.probe(topic)
     if probe.size <= snapshots.page_entries:
 
@@ -279,7 +309,7 @@ async def resource_list(request: web.Request) -> web.StreamResponse:
                 at=exact.at_ms,
                 completed=exact.at_ms,
             )
-            return await request.app[PARSER].run(
+            return await request.app[READING].parser.run(
                 rendering.resource_list,
                 head,
                 exact.fold,
@@ -288,7 +318,7 @@ async def resource_list(request: web.Request) -> web.StreamResponse:
                 inline=len(exact.fold) <= rendering.INLINE_ENTRIES,
             )
 
-        built = await request.app[BUILDS].get(
+        built = await request.app[READING].builds.get(
             f"rl {topic}", probe.last_id or "", build, lambda r: r.last_id or ""
         )
         if built is not None:
@@ -318,8 +348,8 @@ async def resource_list_page(request: web.Request) -> web.StreamResponse:
     snap_id, _, k = request.match_info["page"].partition("-")
     body = None
     if snap_id.isascii() and snap_id.isdigit() and k.isascii() and k.isdigit() and len(k) <= 6:
-        body = await request.app[SNAPSHOTS].page(topic, snap_id, int(k))
-    u = request.app[URLS]
+        body = await request.app[READING].snapshots.page(topic, snap_id, int(k))
+    u = request.app[READING].urls
     if body is None:
         raise NotFound(
             f"no Resource List page {request.match_info['page']!r} for topic {topic!r}: "

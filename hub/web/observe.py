@@ -19,9 +19,9 @@ from aiohttp import web
 
 from hub.core import metrics
 from hub.core.log_format import ACCESS_LOGGER, REQUEST_ID
-from hub.web.state import SETTINGS
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Middleware = Callable[..., Awaitable[web.StreamResponse]]
 
 REQUEST_ID_HEADER = "X-Request-Id"
 _REQUEST_ID_KEY = web.RequestKey("rshub_request_id", str)
@@ -43,46 +43,51 @@ def is_publish(request: web.Request, route: str) -> bool:
     return route == "/topics/{name}" or (route == "/" and request.content_type != _FORM)
 
 
-@web.middleware
-async def observe_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    given = request.headers.get(REQUEST_ID_HEADER, "")
-    request_id = given if _SANE_ID.match(given) else os.urandom(8).hex()
-    request[_REQUEST_ID_KEY] = request_id
-    token = REQUEST_ID.set(request_id)
-    started = time.perf_counter()
-    status = 500
-    try:
-        response = await handler(request)
-        status = response.status
-        return response
-    except web.HTTPException as exc:
-        status = exc.status
-        raise
-    finally:
-        elapsed = time.perf_counter() - started
-        route = route_of(request)
-        metrics.http_request(request.method, route, status, elapsed)
-        if is_publish(request, route):
-            metrics.PUBLISH_SECONDS.observe(elapsed)
-            if status >= 400:
-                metrics.publish_failed(status)
-        if request.app[SETTINGS].access_log:
-            access_log.info(
-                "%s %s %s %.1fms",
-                request.method,
-                request.path_qs,
-                status,
-                elapsed * 1000,
-                extra={
-                    "method": request.method,
-                    "route": route,
-                    "path": request.path_qs,
-                    "status": status,
-                    "duration_ms": round(elapsed * 1000, 2),
-                    "remote": request.remote,
-                },
-            )
-        REQUEST_ID.reset(token)
+def observe_middleware(*, access_log_on: bool) -> Middleware:
+    """Request ids, request metrics, and (``access_log_on``) one access-log line each."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        given = request.headers.get(REQUEST_ID_HEADER, "")
+        request_id = given if _SANE_ID.match(given) else os.urandom(8).hex()
+        request[_REQUEST_ID_KEY] = request_id
+        token = REQUEST_ID.set(request_id)
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        finally:
+            elapsed = time.perf_counter() - started
+            route = route_of(request)
+            metrics.http_request(request.method, route, status, elapsed)
+            if is_publish(request, route):
+                metrics.PUBLISH_SECONDS.observe(elapsed)
+                if status >= 400:
+                    metrics.publish_failed(status)
+            if access_log_on:
+                access_log.info(
+                    "%s %s %s %.1fms",
+                    request.method,
+                    request.path_qs,
+                    status,
+                    elapsed * 1000,
+                    extra={
+                        "method": request.method,
+                        "route": route,
+                        "path": request.path_qs,
+                        "status": status,
+                        "duration_ms": round(elapsed * 1000, 2),
+                        "remote": request.remote,
+                    },
+                )
+            REQUEST_ID.reset(token)
+
+    return middleware
 
 
 async def add_request_id(request: web.Request, response: web.StreamResponse) -> None:

@@ -20,6 +20,8 @@ use them (:mod:`hub.core.access`). Answers are JSON; errors the hub's JSON error
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import orjson
@@ -29,10 +31,26 @@ from hub.core.events import id_ms, parse_id
 from hub.core.exceptions import BadRequest, NotFound, UnsupportedMediaType
 from hub.core.placement import subscription_id
 from hub.core.topics import check_name
-from hub.store.subscriptions import State, Subscription
-from hub.store.topic_admin import LAG_CAP, TopicSummary
+from hub.store.event_store import EventStore
+from hub.store.pages import PageChain
+from hub.store.subscriptions import State, Subscription, SubscriptionStore
+from hub.store.topic_admin import LAG_CAP, TopicAdmin, TopicSummary
 from hub.web.access import check_operator, request_urls
-from hub.web.state import FEEDS, PAGES, STORE, SUBSCRIPTIONS, TOPIC_ADMIN
+
+
+@dataclass(frozen=True, slots=True)
+class Operating:
+    """What the admin API needs: topics and subscriptions as stored, and how this process
+    forgets a deleted topic (:meth:`hub.live.runtime.Runtime.topic_removed`)."""
+
+    store: EventStore
+    subscriptions: SubscriptionStore
+    topic_admin: TopicAdmin
+    pages: PageChain
+    topic_removed: Callable[[str], Awaitable[None]]
+
+
+OPERATING = web.AppKey("operating", Operating)
 
 _MAX_BODY = 16 * 1024
 
@@ -57,35 +75,35 @@ def _summary(row: TopicSummary) -> dict[str, object]:
 
 async def _known_topics(request: web.Request) -> list[str]:
     """Topics published to, and topics that only have subscriptions (e.g. derived ones)."""
-    published = set(await request.app[STORE].topics())
-    subscribed = set(await request.app[SUBSCRIPTIONS].subscribed_topics()) - published
+    published = set(await request.app[OPERATING].store.topics())
+    subscribed = set(await request.app[OPERATING].subscriptions.subscribed_topics()) - published
     if subscribed:
-        rows = await request.app[TOPIC_ADMIN].summaries(sorted(subscribed))
+        rows = await request.app[OPERATING].topic_admin.summaries(sorted(subscribed))
         published.update(row.name for row in rows if row.subscriptions)
     return sorted(published)
 
 
 async def _topic(request: web.Request) -> TopicSummary:
     name = check_name(request.match_info["name"])
-    (row,) = await request.app[TOPIC_ADMIN].summaries([name])
-    if not await request.app[STORE].exists(name) and not row.subscriptions:
+    (row,) = await request.app[OPERATING].topic_admin.summaries([name])
+    if not await request.app[OPERATING].store.exists(name) and not row.subscriptions:
         raise NotFound(f"unknown topic {name!r}", topic=name)
     return row
 
 
 async def topics(request: web.Request) -> web.Response:
     check_operator(request)
-    rows = await request.app[TOPIC_ADMIN].summaries(await _known_topics(request))
+    rows = await request.app[OPERATING].topic_admin.summaries(await _known_topics(request))
     return web.json_response({"topics": [_summary(row) for row in rows]})
 
 
 async def topic(request: web.Request) -> web.Response:
     check_operator(request)
     row = await _topic(request)
-    admin = request.app[TOPIC_ADMIN]
+    admin = request.app[OPERATING].topic_admin
     answer = _summary(row)
     if row.length or row.last_id:
-        await request.app[PAGES].advance(row.name)
+        await request.app[OPERATING].pages.advance(row.name)
         answer["changelist_pages"] = await admin.closed_pages(row.name) + 1
     else:
         answer["changelist_pages"] = 0
@@ -96,10 +114,9 @@ async def topic(request: web.Request) -> web.Response:
 async def delete_topic(request: web.Request) -> web.Response:
     check_operator(request)
     row = await _topic(request)
-    removed = await request.app[TOPIC_ADMIN].delete(row.name)
+    removed = await request.app[OPERATING].topic_admin.delete(row.name)
     # Every process (this one too) hears of it through the change stream; end ours now.
-    request.app[STORE].forget(row.name)
-    await request.app[FEEDS].end(row.name)
+    await request.app[OPERATING].topic_removed(row.name)
     return web.json_response(
         {"topic": row.name, "deleted": True, "keys": removed, "subscriptions": row.subscriptions}
     )
@@ -135,7 +152,8 @@ async def subscriptions(request: web.Request) -> web.Response:
     state = _state(request)
     wanted = request.query.get("topic")
     app = request.app
-    subs, store, admin = app[SUBSCRIPTIONS], app[STORE], app[TOPIC_ADMIN]
+    ctx = app[OPERATING]
+    subs, store, admin = ctx.subscriptions, ctx.store, ctx.topic_admin
     names = [_topic_name(request, wanted)] if wanted else await subs.subscribed_topics()
     out: list[dict[str, object]] = []
     for name in names:
@@ -213,7 +231,7 @@ async def _target(request: web.Request) -> Subscription:
         if not fields.get(name, "").strip():
             raise BadRequest(f"missing field {name!r}", field=name)
     topic, callback = _topic_name(request, fields["topic"]), fields["callback"].strip()
-    sub = await request.app[SUBSCRIPTIONS].get(topic, callback)
+    sub = await request.app[OPERATING].subscriptions.get(topic, callback)
     if sub is None:
         raise NotFound(f"no subscription of {callback!r} to topic {topic!r}", topic=topic)
     return sub
@@ -224,7 +242,7 @@ async def resume_subscription(request: web.Request) -> web.Response:
     check_operator(request)
     sub = await _target(request)
     sub.state, sub.failures, sub.retry_at, sub.last_error = State.ACTIVE, 0, 0.0, None
-    cursor = await request.app[SUBSCRIPTIONS].activate(sub, None)
+    cursor = await request.app[OPERATING].subscriptions.activate(sub, None)
     answer = sub.public()
     answer["cursor"] = cursor
     return web.json_response(answer)
@@ -233,5 +251,5 @@ async def resume_subscription(request: web.Request) -> web.Response:
 async def delete_subscription(request: web.Request) -> web.Response:
     check_operator(request)
     sub = await _target(request)
-    await request.app[SUBSCRIPTIONS].delete(sub.topic, sub.callback)
+    await request.app[OPERATING].subscriptions.delete(sub.topic, sub.callback)
     return web.json_response({"topic": sub.topic, "callback": sub.callback, "deleted": True})

@@ -8,16 +8,34 @@ every change is in Redis: ``{"topic", "accepted", "ids", "replayed"}``.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
 import orjson
 from aiohttp import web
 
 from hub.core import metrics
+from hub.core.auth import PublisherAuth
 from hub.core.exceptions import BadRequest, UnsupportedMediaType
+from hub.core.settings import Settings
 from hub.core.topics import check_name, parse_link_header
+from hub.live.ingest import Ingest
+from hub.live.parsing import DocumentParser
 from hub.web.access import request_urls
 from hub.web.listener import read_body
-from hub.web.state import AUTH, INGEST, PARSER, SETTINGS
+
+
+@dataclass(frozen=True, slots=True)
+class Publishing:
+    """What a publish needs: who may publish, the parser, and the one way into the store
+    and the live feeds."""
+
+    settings: Settings
+    auth: PublisherAuth
+    parser: DocumentParser
+    ingest: Ingest
+
+
+PUBLISHING = web.AppKey("publishing", Publishing)
 
 _XML_TYPES = {"application/xml", "text/xml", "application/octet-stream", ""}
 _MAX_IDEMPOTENCY_KEY = 200
@@ -49,16 +67,15 @@ def accepted(answer: dict[str, object]) -> web.Response:
 
 async def publish(request: web.Request, topic: str) -> web.Response:
     """Validate, authorise and store one notification for ``topic``."""
-    request.app[AUTH].check(topic, request.headers.get("Authorization"))
+    ctx = request.app[PUBLISHING]
+    ctx.auth.check(topic, request.headers.get("Authorization"))
     _check_content_type(request)
     idempotency_key = _idempotency_key(request)
-    body = await read_body(request, request.app[SETTINGS])
-    changes = await request.app[PARSER].packed(body)
+    body = await read_body(request, ctx.settings)
+    changes = await ctx.parser.packed(body)
     # The digest only matters to tell a retry from a reuse of its Idempotency-Key.
     digest = hashlib.sha256(body).hexdigest() if idempotency_key is not None else ""
-    stored = await request.app[INGEST].append(
-        topic, changes, digest=digest, idempotency_key=idempotency_key
-    )
+    stored = await ctx.ingest.append(topic, changes, digest=digest, idempotency_key=idempotency_key)
     metrics.published(len(body), len(stored.ids), stored.replayed)
     return accepted(
         {

@@ -24,17 +24,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from hub.core import metrics
 from hub.core.events import Event, EventFilter, EventKey, parse_id
 from hub.core.exceptions import BadRequest, Gone
+from hub.core.settings import Settings
 from hub.core.tasks import cancel_and_wait
-from hub.core.topics import check_name
-from hub.live.feed import ClientStream, TopicFeed
+from hub.core.topics import HubUrls, check_name
+from hub.live.feed import ClientStream, FeedHub, TopicFeed
+from hub.store.event_store import EventStore
 from hub.web.access import check_read
-from hub.web.state import FEEDS, SETTINGS, STORE, URLS
+
+
+@dataclass(frozen=True, slots=True)
+class Streaming:
+    """What WebSocket and SSE streams need: the live feeds, and the store for resume checks."""
+
+    settings: Settings
+    urls: HubUrls
+    store: EventStore
+    feeds: FeedHub
+
+
+STREAMING = web.AppKey("streaming", Streaming)
 
 #: Why a stream ended early: its client was too slow, or its topic was deleted.
 TOO_SLOW, DELETED = "too slow", "topic deleted"
@@ -77,7 +92,8 @@ async def check_since(request: web.Request, topic: str, since: str, what: str = 
     key = parse_id(since)
     if key == (0, 0):
         return
-    facts = await request.app[STORE].facts(topic)
+    ctx = request.app[STREAMING]
+    facts = await ctx.store.facts(topic)
     last = facts.last_id
     if last is None or key > parse_id(last):
         raise BadRequest(
@@ -88,7 +104,7 @@ async def check_since(request: web.Request, topic: str, since: str, what: str = 
         )
     trimmed = facts.trimmed_through
     if trimmed is not None and key < parse_id(trimmed):
-        resourcelist = request.app[URLS].resourcelist(topic)
+        resourcelist = ctx.urls.resourcelist(topic)
         raise Gone(
             f"events after {since} are no longer retained (trimmed through {trimmed}); "
             f"re-baseline from {resourcelist} and resume from its position, or pass since=0 "
@@ -108,9 +124,10 @@ async def _following(
     if since:
         await check_since(request, topic, since)  # 400/410 before any upgrade
     event_filter = EventFilter.from_query(request.query, request.query.getall("prefix", []))
-    feeds = request.app[FEEDS]
+    ctx = request.app[STREAMING]
+    feeds = ctx.feeds
     feed = await feeds.acquire(topic)
-    capacity = request.app[SETTINGS].client_buffer_events
+    capacity = ctx.settings.client_buffer_events
     client = ClientStream(feed, _start_cursor(request, feed), capacity, event_filter)
     metrics.client_connected(transport)
     try:
@@ -118,7 +135,7 @@ async def _following(
     finally:
         metrics.client_disconnected(transport)
         client.close()
-        _abort_if_stuck(request.transport, request.app[SETTINGS].stream_close_seconds)
+        _abort_if_stuck(request.transport, ctx.settings.stream_close_seconds)
         await feeds.release(feed)
 
 
@@ -162,7 +179,7 @@ async def _close_within(
 
 
 async def websocket(request: web.Request) -> web.WebSocketResponse:
-    settings = request.app[SETTINGS]
+    settings = request.app[STREAMING].settings
     within = settings.stream_close_seconds
     async with _following(request, "ws") as (_topic, pump):
         ws = web.WebSocketResponse(
@@ -222,7 +239,7 @@ async def _drain_incoming(ws: web.WebSocketResponse) -> None:
 
 
 async def server_sent_events(request: web.Request) -> web.StreamResponse:
-    settings = request.app[SETTINGS]
+    settings = request.app[STREAMING].settings
     async with _following(request, "sse") as (topic, pump):
         resp = web.StreamResponse(
             headers={

@@ -11,15 +11,38 @@ notifications are POSTed to it); a ping for one is acknowledged and stores nothi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from aiohttp import web
 
 from hub.core import metrics, websub
+from hub.core.auth import PublisherAuth
 from hub.core.exceptions import BadRequest
+from hub.core.settings import Settings
+from hub.live.delivery import DeliveryService
+from hub.live.http_client import HttpClient
+from hub.live.ingest import Ingest
+from hub.live.parsing import DocumentParser
 from hub.web.access import check_read, request_urls
 from hub.web.listener import read_form
 from hub.web.publish import accepted, publish_to_self_link
-from hub.web.state import AUTH, CLIENT, DELIVERY, INGEST, PARSER, SETTINGS
 from hub.web.streams import check_since
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribing:
+    """What WebSub requests need: delivery (verification), the outgoing client (address
+    checks, publish-ping fetches), and for publish pings the parser and the ingest."""
+
+    settings: Settings
+    auth: PublisherAuth
+    delivery: DeliveryService
+    client: HttpClient
+    parser: DocumentParser
+    ingest: Ingest
+
+
+SUBSCRIBING = web.AppKey("subscribing", Subscribing)
 
 _FORM = "application/x-www-form-urlencoded"
 _MAX_FORM_BYTES = 16 * 1024
@@ -34,9 +57,10 @@ async def hub_endpoint(request: web.Request) -> web.StreamResponse:
 async def _websub_request(request: web.Request) -> web.Response:
     if (request.content_length or 0) > _MAX_FORM_BYTES:
         raise BadRequest(f"a WebSub request body must be under {_MAX_FORM_BYTES} bytes")
-    settings = request.app[SETTINGS]
+    ctx = request.app[SUBSCRIBING]
+    settings = ctx.settings
     form = await read_form(request, settings)
-    service, client = request.app[DELIVERY], request.app[CLIENT]
+    service, client = ctx.delivery, ctx.client
     try:
         parsed = websub.parse_request(
             form,
@@ -64,16 +88,16 @@ async def _websub_request(request: web.Request) -> web.Response:
 
 
 async def _publish_ping(request: web.Request, ping: websub.PublishPing) -> web.Response:
-    app = request.app
+    ctx = request.app[SUBSCRIBING]
     urls = request_urls(request)
     topic = urls.name_from_url(ping.url)
-    app[AUTH].check(topic, request.headers.get("Authorization"))
+    ctx.auth.check(topic, request.headers.get("Authorization"))
     if urls.is_own_topic(ping.url):
         note = "a topic of this hub: POST its notifications to it"
         return accepted({"topic": topic, "accepted": 0, "ids": [], "note": note})
-    client = app[CLIENT]
+    client = ctx.client
     await client.check_address(ping.url, what="hub.url")
-    changes = await app[PARSER].changes(await client.fetch_document(ping.url))
-    ids = await app[INGEST].append_unseen(topic, changes)
+    changes = await ctx.parser.changes(await client.fetch_document(ping.url))
+    ids = await ctx.ingest.append_unseen(topic, changes)
     metrics.CHANGES_ACCEPTED.inc(len(ids))
     return accepted({"topic": topic, "accepted": len(ids), "ids": ids, "fetched": len(changes)})

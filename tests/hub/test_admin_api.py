@@ -11,7 +11,7 @@ import pytest
 
 from hub.core.settings import Settings
 from hub.store import keys
-from hub.web.state import DELIVERY, FEEDS
+from hub.web.app import RUNTIME
 from tests.conftest import Hub, start_hub
 from tests.hub.callback_server import CallbackServer
 from tests.hub.test_websub import subscribe
@@ -123,7 +123,7 @@ async def test_deleting_a_topic_removes_every_key_and_ends_its_streams(
     ws = await hub.session.ws_connect(f"{hub.url}/topics/t/ws")
     sse = await hub.session.get(f"{hub.url}/topics/t/events")
     assert sse.status == 200
-    await wait_for(lambda: "t" in hub.app[FEEDS]._feeds)
+    await wait_for(lambda: "t" in hub.app[RUNTIME].feeds._feeds)
     before = await tagged_keys(hub, "t")
     assert any(b":idem:" in k for k in before) and any(b":rl:" in k for k in before)
 
@@ -141,7 +141,7 @@ async def test_deleting_a_topic_removes_every_key_and_ends_its_streams(
     tail = await asyncio.wait_for(sse.content.read(), 5)
     assert b"event: deleted\ndata: t\n\n" in tail
     sse.close()
-    await wait_for(lambda: not any(k[0] == "t" for k in hub.app[DELIVERY].workers))
+    await wait_for(lambda: not any(k[0] == "t" for k in hub.app[RUNTIME].delivery.workers))
 
     async with hub.session.get(f"{hub.url}/topics/t/capabilitylist.xml") as resp:
         assert resp.status == 404
@@ -199,7 +199,7 @@ async def test_subscriptions_lag_resume_and_delete(hub: Hub) -> None:
         target = {"topic": f"{hub.url}/topics/t", "callback": failing.url}
         await admin(hub, "DELETE", "/admin/subscriptions", json=target, headers=ADMIN)
         await admin(hub, "DELETE", "/admin/subscriptions", 404, json=target, headers=ADMIN)
-        await wait_for(lambda: not any(k[0] == "t" for k in hub.app[DELIVERY].workers))
+        await wait_for(lambda: not any(k[0] == "t" for k in hub.app[RUNTIME].delivery.workers))
         rows = (await admin(hub, "GET", "/admin/subscriptions"))["subscriptions"]
         assert [r["topic"] for r in rows] == ["u"]
     finally:

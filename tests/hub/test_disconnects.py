@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from hub.web.state import FEEDS
+from hub.web.app import RUNTIME
 from tests.conftest import Hub
 from tests.support import changes, notification, wait_for
 
@@ -44,7 +44,7 @@ async def test_sse_client_disconnect_mid_stream(hub: Hub, caplog: pytest.LogCapt
     assert (await reader.readuntil(b"id: ")).startswith(b"HTTP/1.1 200")
     abort(writer)
     await published(hub, 2000)  # the hub writes to the dead socket
-    await wait_for(lambda: hub.app[FEEDS].consumer_count == 0)
+    await wait_for(lambda: hub.app[RUNTIME].feeds.consumer_count == 0)
     assert errors(caplog) == []
 
 
@@ -57,7 +57,7 @@ async def test_ws_client_disconnect_mid_stream(hub: Hub, caplog: pytest.LogCaptu
     assert transport is not None
     transport.abort()
     await published(hub, 2000)
-    await wait_for(lambda: hub.app[FEEDS].consumer_count == 0)
+    await wait_for(lambda: hub.app[RUNTIME].feeds.consumer_count == 0)
     assert errors(caplog) == []
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from hub.web.state import FEEDS
+from hub.web.app import RUNTIME
 from tests.conftest import Hub
 from tests.support import TIME_SCALE, changes, notification, wait_for
 from tests.watchdog import Watchdog
@@ -93,7 +93,7 @@ def _to_redis(hub: Hub) -> int:
 
 
 def _consumers(hub: Hub) -> int:
-    feed = hub.app[FEEDS]._feeds.get("t")
+    feed = hub.app[RUNTIME].feeds._feeds.get("t")
     return feed.consumers if feed else 0
 
 

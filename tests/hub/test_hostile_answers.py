@@ -23,7 +23,7 @@ import pytest
 
 from hub.core.exceptions import CallbackFailed
 from hub.live.callback_connections import CallbackConnections
-from hub.web.state import DELIVERY
+from hub.web.app import RUNTIME
 from tests.conftest import Hub
 from tests.hub.callback_server import CallbackServer
 from tests.hub.hostile_callback import Answer, HostileCallback, Play
@@ -159,7 +159,7 @@ async def subscribe(hub: Hub, callback: str) -> None:
     form = {"hub.mode": "subscribe", "hub.topic": f"{hub.url}/topics/t", "hub.callback": callback}
     resp = await hub.session.post(hub.url + "/", data=form)
     assert resp.status == 202, await resp.text()
-    await wait_for(lambda: ("t", callback) in hub.app[DELIVERY].workers)
+    await wait_for(lambda: ("t", callback) in hub.app[RUNTIME].delivery.workers)
 
 
 async def publish(hub: Hub, start: int) -> list[str]:
@@ -176,7 +176,7 @@ async def test_hostile_answer(hub: Hub, redis_url: str, healthy: CallbackServer,
         published = await publish(hub, 0)
         await wait_for(lambda: healthy.ids == published)  # its connection is warm
         await subscribe(hub, hostile.url)
-        worker = hub.app[DELIVERY].workers[("t", hostile.url)]
+        worker = hub.app[RUNTIME].delivery.workers[("t", hostile.url)]
         redis_port = urlsplit(redis_url).port
         redis_before = len(peers(redis_port))
         async with Watchdog() as dog:
@@ -197,7 +197,7 @@ async def test_hostile_answer(hub: Hub, redis_url: str, healthy: CallbackServer,
                 await wait_for(lambda: hostile.lost >= 2, 5)
             hostile.finish = True  # the next POST ends the subscription (410)
             published += await publish(hub, 3)
-            await wait_for(lambda: ("t", hostile.url) not in hub.app[DELIVERY].workers)
+            await wait_for(lambda: ("t", hostile.url) not in hub.app[RUNTIME].delivery.workers)
             await wait_for(lambda: healthy.ids == published)
         # The hub's Redis pool may have grown by a connection under the extra load.
         await dog.sockets_back(slack=len(peers(redis_port)) - redis_before)
@@ -323,7 +323,7 @@ async def test_an_unexpected_error_in_a_delivery_is_a_failure_that_backs_off(
         return await real(self, url, *args)
 
     monkeypatch.setattr(CallbackConnections, "post", broken)
-    worker = hub.app[DELIVERY].workers[("t", healthy.url)]
+    worker = hub.app[RUNTIME].delivery.workers[("t", healthy.url)]
     async with Watchdog(max_errors=0):
         published = await publish(hub, 0)
         await wait_for(lambda: healthy.ids == published)
@@ -331,4 +331,4 @@ async def test_an_unexpected_error_in_a_delivery_is_a_failure_that_backs_off(
     warnings = [r for r in caplog.records if "failed unexpectedly" in r.getMessage()]
     assert [r.levelname for r in warnings] == ["WARNING"] * 3
     assert "RuntimeError: injected" in warnings[0].getMessage()
-    assert hub.app[DELIVERY].workers[("t", healthy.url)] is worker  # the same worker, alive
+    assert hub.app[RUNTIME].delivery.workers[("t", healthy.url)] is worker  # the same worker, alive

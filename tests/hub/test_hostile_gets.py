@@ -21,7 +21,7 @@ import pytest
 from hub.core.exceptions import CallbackFailed
 from hub.live.callback_connections import CallbackConnections
 from hub.store import keys
-from hub.web.state import DELIVERY, SUBSCRIPTIONS
+from hub.web.app import RUNTIME
 from tests.conftest import Hub
 from tests.hub.hostile_callback import Answer, HostileCallback, Play
 from tests.hub.test_callback_connections import on_both_loops
@@ -126,7 +126,7 @@ async def test_a_hostile_verification_answer(
             async with hub.session.post(hub.url + "/", data=form) as resp:
                 assert resp.status == 202
             if outcome is None:
-                await wait_for(lambda: ("t", hostile.url) in hub.app[DELIVERY].workers)
+                await wait_for(lambda: ("t", hostile.url) in hub.app[RUNTIME].delivery.workers)
             else:
                 said = [f"verification of {hostile.url!r}", outcome]
 
@@ -134,13 +134,13 @@ async def test_a_hostile_verification_answer(
                     return any(all(s in r.getMessage() for s in said) for r in caplog.records)
 
                 await wait_for(logged, 5 * TIME_SCALE)
-                assert await hub.app[SUBSCRIPTIONS].get("t", hostile.url) is None
+                assert await hub.app[RUNTIME].subscriptions.get("t", hostile.url) is None
             if closes:  # the hub closed it: the callback keeps its side open
                 await wait_for(lambda: hostile.lost >= 1, 5 * TIME_SCALE)
         if outcome is None:  # end the subscription: its worker holds a connection
             hostile.finish = True
             await hub.publish("t", notification(changes(1)))
-            await wait_for(lambda: ("t", hostile.url) not in hub.app[DELIVERY].workers)
+            await wait_for(lambda: ("t", hostile.url) not in hub.app[RUNTIME].delivery.workers)
         await dog.sockets_back(slack=len(peers(redis_port)) - redis_before)
         if closes:
             assert not peers(hostile.port)

@@ -8,7 +8,7 @@ import aiohttp
 import pytest
 
 from hub.core.settings import Settings
-from hub.web.state import DELIVERY
+from hub.web.app import RUNTIME
 from tests.conftest import Hub, start_hub
 from tests.hub.callback_server import CallbackServer
 from tests.support import changes, free_port, notification, wait_for
@@ -73,7 +73,7 @@ async def test_subscribing_by_an_alias_url_gets_the_topics_deliveries(
 ) -> None:
     hub = aliased_hub
     await subscribe(hub, callback, f"{hub.url}/topics/t")
-    await wait_for(lambda: ("t", callback.url) in hub.app[DELIVERY].workers)
+    await wait_for(lambda: ("t", callback.url) in hub.app[RUNTIME].delivery.workers)
     ids = (await (await hub.publish("t", notification(changes(2)))).json())["ids"]
     await wait_for(lambda: callback.ids == ids)
     # The subscriber is told the topic URL it subscribed to; documents use the public URL.
@@ -132,7 +132,7 @@ async def test_a_trusted_proxy_subscription_is_delivered(
     headers = {"X-Forwarded-Host": "proxy.example", "X-Forwarded-Proto": "https"}
     async with hub.session.post(hub.url + "/", data=form, headers=headers) as resp:
         assert resp.status == 202
-    await wait_for(lambda: ("t", callback.url) in hub.app[DELIVERY].workers)
+    await wait_for(lambda: ("t", callback.url) in hub.app[RUNTIME].delivery.workers)
     ids = (await (await hub.publish("t", notification(changes(1)))).json())["ids"]
     await wait_for(lambda: callback.ids == ids)
 

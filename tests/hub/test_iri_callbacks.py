@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from hub.store.subscriptions import Subscription
-from hub.web.state import DELIVERY, SUBSCRIPTIONS
+from hub.web.app import RUNTIME
 from tests.conftest import Hub
 from tests.hub.callback_server import CallbackServer
 from tests.hub.hostile_callback import HostileCallback
@@ -48,11 +48,11 @@ async def test_an_iri_callback_is_stored_and_delivered_as_its_uri(
             }
             resp = await hub.session.post(hub.url + "/", data=form)
             assert resp.status == 202, await resp.text()
-            await wait_for(lambda: ("t", uri) in hub.app[DELIVERY].workers)
-            assert await hub.app[SUBSCRIPTIONS].get("t", uri) is not None
+            await wait_for(lambda: ("t", uri) in hub.app[RUNTIME].delivery.workers)
+            assert await hub.app[RUNTIME].subscriptions.get("t", uri) is not None
             ids = (await (await hub.publish("t", notification(changes(2)))).json())["ids"]
             await wait_for(lambda: callback.posts == [ids[0]])
-            worker = hub.app[DELIVERY].workers[("t", uri)]
+            worker = hub.app[RUNTIME].delivery.workers[("t", uri)]
             await wait_for(lambda: worker.delivered == 2)
             assert worker.sub.failures == 0
         # the verification GET and the POST both asked for the percent-encoded target
@@ -79,8 +79,8 @@ async def test_a_raw_iri_stored_earlier_is_delivered_without_a_crash_loop(hub: H
                 secret=None,
                 created_at=now,
             )
-            await hub.app[SUBSCRIPTIONS].activate(sub, "0-0")
-            await wait_for(lambda: ("t", iri) in hub.app[DELIVERY].workers, 15)
+            await hub.app[RUNTIME].subscriptions.activate(sub, "0-0")
+            await wait_for(lambda: ("t", iri) in hub.app[RUNTIME].delivery.workers, 15)
             await hub.publish("t", notification(changes(1)))
             await wait_for(lambda: len(callback.posts) == 1)
         assert callback.targets == ["/uni/%C4%81%E4%B8%AD"]
@@ -108,6 +108,6 @@ async def test_an_iri_that_has_no_uri_is_refused_naming_the_rule(
         resp = await hub.session.post(hub.url + "/", data=form)
         assert resp.status == 400
         assert rule in (await resp.json())["error"]
-        assert not hub.app[DELIVERY].workers
+        assert not hub.app[RUNTIME].delivery.workers
     finally:
         await server.stop()

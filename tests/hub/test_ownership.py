@@ -8,7 +8,7 @@ import aiohttp
 from hub.core.settings import Settings
 from hub.store import keys
 from hub.store.subscriptions import State, SubscriptionStore
-from hub.web.state import CONNECTIONS, DELIVERY, OWNERSHIP
+from hub.web.app import RUNTIME
 from tests.conftest import start_hub
 from tests.hub.callback_server import CallbackServer
 from tests.support import changes, free_port, notification, wait_for
@@ -42,7 +42,7 @@ async def test_a_new_owner_continues_the_back_off_and_suspension(redis_url: str)
             }
             async with session.post(b_settings.public_url + "/", data=form) as resp:
                 assert resp.status == 202
-            store = SubscriptionStore(app_a[CONNECTIONS].main)
+            store = SubscriptionStore(app_a[RUNTIME].connections.main)
             await wait_for(lambda: store.get("t", callback.url), timeout=10)
             async with session.post(
                 f"{a_settings.public_url}/topics/t",
@@ -61,17 +61,21 @@ async def test_a_new_owner_continues_the_back_off_and_suspension(redis_url: str)
 
             await wait_for(failed_twice, timeout=15)
             running = [
-                app for app in (app_a, app_b) if ("t", callback.url) in app[DELIVERY].workers
+                app
+                for app in (app_a, app_b)
+                if ("t", callback.url) in app[RUNTIME].delivery.workers
             ]
             assert len(running) == 1, "exactly one process delivers the subscription"
             owner = running[0]
-            entry = await app_a[CONNECTIONS].main.hget(keys.owners("t"), callback.url)
-            assert entry.decode().startswith(owner[OWNERSHIP].node)
+            entry = await app_a[RUNTIME].connections.main.hget(keys.owners("t"), callback.url)
+            assert entry.decode().startswith(owner[RUNTIME].ownership.node)
             before = await failures()
             await (runner_a if owner is app_a else runner_b).cleanup()
             stopped.add(id(owner))
             other = app_b if owner is app_a else app_a
-            await wait_for(lambda: ("t", callback.url) in other[DELIVERY].workers, timeout=10)
+            await wait_for(
+                lambda: ("t", callback.url) in other[RUNTIME].delivery.workers, timeout=10
+            )
             seen = [before]
 
             async def continued() -> bool:

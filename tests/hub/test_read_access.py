@@ -121,9 +121,9 @@ async def test_subscribing_to_a_private_topic_needs_a_token(
     async with hub.session.post(hub.url + "/", data=form, headers=READER) as resp:
         assert resp.status == 202
     await wait_for(lambda: len(callback.verifications) == 1)
-    from hub.web.state import DELIVERY
+    from hub.web.app import RUNTIME
 
-    await wait_for(lambda: ("secret", callback.url) in hub.app[DELIVERY].workers)
+    await wait_for(lambda: ("secret", callback.url) in hub.app[RUNTIME].delivery.workers)
     ids = (await (await hub.publish("secret", notification(changes(1)), **PUB)).json())["ids"]
     await wait_for(lambda: callback.ids == ids)
 

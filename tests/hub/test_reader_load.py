@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from multidict import CIMultiDict
 
-from hub.web.state import BUILDS
+from hub.web.documents import READING
 from resourcesync import ChangeList, ResourceList, parse
 from tests.conftest import Hub
 from tests.support import TIME_SCALE, changes, notification, wait_for
@@ -133,7 +133,7 @@ async def test_ten_big_resource_list_gets_keep_healthz_fast(hub: Hub) -> None:
     url = f"{hub.url}/topics/big/resourcelist.xml"
     results = await ten_readers(hub, url, f"a {ENTRIES}-entry Resource List")
     # one build: every reader got the same version, gzipped or not
-    assert hub.app[BUILDS].built == 1
+    assert hub.app[READING].builds.built == 1
     doc = parse(one_body(results))
     assert isinstance(doc, ResourceList) and len(doc.entries) == ENTRIES
 
@@ -147,7 +147,7 @@ async def test_ten_big_resource_list_gets_keep_healthz_fast(hub: Hub) -> None:
             return resp.status == 304
 
     await wait_for(unchanged_since, timeout=5, interval=0.1)
-    assert hub.app[BUILDS].built == 1
+    assert hub.app[READING].builds.built == 1
     # a new version is built anew
     await hub.publish("big", notification([{"loc": "http://example.org/r7", "change": "deleted"}]))
     async with hub.session.get(url, headers={"If-None-Match": etag}) as resp:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from hub.web.state import STORE
+from hub.web.app import RUNTIME
 from tests.conftest import Hub
 from tests.support import changes, notification, wait_for
 
@@ -24,7 +24,7 @@ def hub_settings() -> dict[str, Any]:
 async def test_length_retention_is_per_topic(hub: Hub) -> None:
     ids = (await (await hub.publish("short", notification(changes(8)))).json())["ids"]
     await hub.publish("long", notification(changes(8)))
-    store = hub.app[STORE]
+    store = hub.app[RUNTIME].store
     assert await store.length("short") == 5
     assert await store.length("long") == 8
     assert await store.first_id("short") == ids[3]
@@ -34,7 +34,7 @@ async def test_length_retention_is_per_topic(hub: Hub) -> None:
 
 async def test_quiet_topic_is_trimmed_by_age(hub: Hub) -> None:
     await hub.publish("quiet", notification(changes(3)))
-    store = hub.app[STORE]
+    store = hub.app[RUNTIME].store
 
     async def emptied() -> bool:
         return await store.length("quiet") == 0

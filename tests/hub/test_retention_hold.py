@@ -23,7 +23,7 @@ from hub.core.settings import Settings
 from hub.store import keys
 from hub.store.event_store import EventStore, Retention
 from hub.store.subscriptions import Subscription, SubscriptionStore
-from hub.web.state import STORE
+from hub.web.app import RUNTIME
 from resourcesync import parse
 from tests.conftest import Hub, start_hub
 from tests.hub.callback_server import CallbackServer
@@ -101,7 +101,7 @@ async def test_within_the_hold_a_recovering_subscriber_gets_every_change(
         runner, app = await start_hub(settings, redis_url)
         try:
             hub = Hub(settings.public_url, app, settings, session)
-            store = app[STORE]
+            store = app[RUNTIME].store
             # Held: retention (5) would have trimmed r1-r3.
             assert await store.length("short") == 8
             assert await store.trimmed_through("short") is None
@@ -136,7 +136,7 @@ async def test_past_the_hold_cap_the_next_delivery_carries_a_signed_gap_notice(
         try:
             hub = Hub(settings.public_url, app, settings, session)
             before = await scrape(hub)
-            store = app[STORE]
+            store = app[RUNTIME].store
             assert await store.length("short") == 6  # 5 + the hold's cap of 1
             assert await store.trimmed_through("short") == ids[1]
             callback.statuses.clear()

@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from hub.core.placement import subscription_id
 from hub.core.settings import Settings
 from hub.store.embedded_redis import AUTH_FILE, EmbeddedRedis
-from hub.web.state import DELIVERY
+from hub.web.app import RUNTIME
 from tests.conftest import Hub, start_hub
 from tests.hub.callback_server import CallbackServer
 from tests.support import TIME_SCALE, HubProcess, changes, free_port, notification, wait_for
@@ -68,7 +68,7 @@ async def subscribe(
     form["hub.callback"] = callback
     async with hub.session.post(hub.url + "/", data=form, headers=headers or {}) as resp:
         assert resp.status == 202, await resp.text()
-    await wait_for(lambda: (topic, callback) in hub.app[DELIVERY].workers)
+    await wait_for(lambda: (topic, callback) in hub.app[RUNTIME].delivery.workers)
 
 
 def series(body: str, name: str) -> dict[frozenset[tuple[str, str]], float]:

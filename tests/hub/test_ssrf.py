@@ -16,7 +16,7 @@ import pytest
 from hub.core.exceptions import BadGateway, CallbackFailed
 from hub.core.settings import Settings
 from hub.live.http_client import HttpClient
-from hub.web.state import SUBSCRIPTIONS
+from hub.web.app import RUNTIME
 from tests.conftest import Hub, start_hub
 from tests.hub.callback_server import CallbackServer
 from tests.support import changes, free_port, notification, wait_for
@@ -169,7 +169,7 @@ async def test_a_wrapped_loopback_callback_is_refused_and_nothing_connects(
                 error = (await resp.json())["error"]
             assert "carrying 127.0.0.1" in error, error  # unwrapped, not just matched
             # nothing was kept that could connect later, and nothing connected so far
-            assert await hub.app[SUBSCRIPTIONS].for_topic("t") == []
+            assert await hub.app[RUNTIME].subscriptions.for_topic("t") == []
             async with hub.session.get(f"{hub.url}/healthz") as health:
                 assert health.status == 200
     finally:

@@ -66,9 +66,9 @@ async def test_websocket_without_since_starts_live(hub: Hub) -> None:
 
 
 def _feed_consumers(hub: Hub, topic: str) -> int:
-    from hub.web.state import FEEDS
+    from hub.web.app import RUNTIME
 
-    feed = hub.app[FEEDS]._feeds.get(topic)
+    feed = hub.app[RUNTIME].feeds._feeds.get(topic)
     return feed.consumers if feed else 0
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import trustme
 
-from hub.web.state import DELIVERY
+from hub.web.app import RUNTIME
 from tests.conftest import Hub
 from tests.hub.callback_server import CallbackServer
 from tests.support import changes, notification, wait_for
@@ -71,7 +71,7 @@ async def subscribe(hub: Hub, callback: str) -> None:
     form = {"hub.mode": "subscribe", "hub.topic": f"{hub.url}/topics/t", "hub.callback": callback}
     resp = await hub.session.post(hub.url + "/", data=form)
     assert resp.status == 202, await resp.text()
-    await wait_for(lambda: ("t", callback) in hub.app[DELIVERY].workers)
+    await wait_for(lambda: ("t", callback) in hub.app[RUNTIME].delivery.workers)
 
 
 async def publish(hub: Hub, start: int) -> list[str]:

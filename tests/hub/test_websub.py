@@ -42,9 +42,9 @@ async def subscribe(hub: Hub, cb: CallbackServer, topic: str = "t", **extra: str
 
 
 def hub_workers(hub: Hub) -> dict[tuple[str, str], Any]:
-    from hub.web.state import DELIVERY
+    from hub.web.app import RUNTIME
 
-    return hub.app[DELIVERY].workers
+    return hub.app[RUNTIME].delivery.workers
 
 
 async def test_plain_subscription_gets_changes_in_order(hub: Hub, callback: CallbackServer) -> None:

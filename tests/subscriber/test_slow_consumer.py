@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from hub.web.state import FEEDS
+from hub.web.app import RUNTIME
 from subscriber.stream import HubStream
 from tests.conftest import Hub
 from tests.support import changes, notification, wait_for
@@ -45,7 +45,7 @@ async def test_stream_resumes_after_too_slow_close(
             await wait_for(lambda: len(got) == 1)
             big = [{**c, "loc": c["loc"] + "/" + "x" * 2000} for c in changes(100, start=1)]
             async with asyncio.timeout(30):
-                while hub.app[FEEDS].consumer_count > 0:  # until the hub drops us
+                while hub.app[RUNTIME].feeds.consumer_count > 0:  # until the hub drops us
                     body = await (await hub.publish("t", notification(big))).json()
                     ids += body["ids"]
             total.append(len(ids))

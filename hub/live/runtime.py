@@ -1,0 +1,235 @@
+"""The hub process's composition root: every long-lived component, made, started and stopped
+in one place.
+
+:meth:`Runtime.open` connects to Redis and builds each component with its dependencies
+passed in (nothing is wired afterwards); every long-lived task runs in the one
+:class:`hub.core.tasks.Tasks` tree under :attr:`Runtime.tasks` (a group per component;
+per-topic and per-subscription tasks are spawned into those). :meth:`Runtime.close` stops
+everything in reverse dependency order: background jobs, ownership (workers stopped, leases
+given up), parsing, delivery, feeds, the HTTP client, the store, the connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+
+from hub.core import metrics
+from hub.core.health import PING_TIMEOUT, RedisHealth
+from hub.core.settings import Settings
+from hub.core.tasks import Tasks
+from hub.live.delivery import DeliveryService
+from hub.live.feed import FeedHub
+from hub.live.http_client import HttpClient
+from hub.live.ingest import Ingest
+from hub.live.ownership import Ownership
+from hub.live.parsing import DocumentParser
+from hub.store.embedded_redis import EmbeddedRedis
+from hub.store.event_store import EventStore, Retention
+from hub.store.leases import Leases
+from hub.store.pages import PageChain
+from hub.store.redis_connection import Connections, StoreError
+from hub.store.snapshots import ResourceSnapshots
+from hub.store.stream_stats import StreamStats
+from hub.store.subscriptions import SubscriptionStore
+from hub.store.topic_admin import TopicAdmin
+from resourcesync import Limits
+
+log = logging.getLogger(__name__)
+
+
+class Runtime:
+    """The long-lived parts of one hub process; see the module docstring."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        connections: Connections,
+        *,
+        health: RedisHealth,
+        embedded: EmbeddedRedis | None = None,
+    ) -> None:
+        self.settings = settings
+        self.connections = connections
+        self.health = health
+        #: The redis-server ``rshub serve`` started, if it did (supervised here).
+        self.embedded = embedded
+        self.node = uuid.uuid4().hex[:16]
+        #: Every long-lived task of the process, a group per component.
+        self.tasks = Tasks("hub")
+        self.store = EventStore(
+            connections.main,
+            blocking=connections.blocking,
+            retention=Retention(
+                settings.retention_seconds,
+                settings.retention_max_events,
+                settings.topic_retention_seconds,
+                settings.topic_retention_max_events,
+                hold_max_events=settings.retention_hold_max_events,
+                hold_seconds=settings.retention_hold_seconds,
+            ),
+            idempotency_seconds=settings.idempotency_seconds,
+        )
+        self.subscriptions = SubscriptionStore(
+            connections.main, scripts=self.store.scripts, blocking=connections.blocking
+        )
+        self.pages = PageChain(
+            self.store.scripts,
+            window_seconds=settings.changelist_page_seconds,
+            max_entries=settings.changelist_page_entries,
+        )
+        self.topic_admin = TopicAdmin(connections.main, self.store.scripts, self.subscriptions)
+        self.stats = StreamStats(connections.main, self.store.scripts)
+        self.client = HttpClient(settings)
+        # Groups are stopped in reverse order of creation: feeds after delivery, delivery
+        # after ownership (see close(), which stops each with its component).
+        self.feeds = FeedHub(self.store, self.tasks.group("feeds", peers=True))
+        self.ingest = Ingest(self.store, self.feeds)
+        wake = asyncio.Event()  # set by delivery when a worker ends: ownership reconciles
+        self.delivery = DeliveryService(
+            settings,
+            self.client,
+            self.subscriptions,
+            self.feeds,
+            self.store.last_id,
+            node=self.node,
+            tasks=self.tasks.group("delivery"),
+            worker_ended=wake.set,
+        )
+        self.ownership = Ownership(
+            Leases(self.store.scripts, self.node, int(settings.ownership_lease_seconds * 1000)),
+            self.subscriptions,
+            self.delivery,
+            tasks=self.tasks.group("ownership", peers=True),
+            wake=wake,
+            topic_removed=self.topic_removed,
+            lease_seconds=settings.ownership_lease_seconds,
+            reconcile_seconds=settings.ownership_reconcile_seconds,
+        )
+        self.parser = DocumentParser(
+            max_bytes=settings.max_body_bytes,
+            limits=Limits(
+                max_entries=settings.publish_max_entries,
+                max_attributes=settings.publish_max_attributes,
+                max_value_chars=settings.publish_max_value_chars,
+                max_links=settings.publish_max_links,
+            ),
+            inline_bytes=settings.parse_inline_bytes,
+            workers=settings.parse_workers,
+            kind=settings.parse_pool,
+        )
+        self.snapshots = ResourceSnapshots(
+            connections.main,
+            self.store.scripts,
+            page_entries=settings.resourcelist_page_entries,
+            reuse_seconds=settings.resourcelist_snapshot_seconds,
+            ttl_seconds=settings.resourcelist_snapshot_ttl_seconds,
+            offload=self.parser.run,
+        )
+        self.background = self.tasks.group("background")
+
+    @classmethod
+    async def open(
+        cls,
+        settings: Settings,
+        redis_url: str,
+        *,
+        health: RedisHealth,
+        embedded: EmbeddedRedis | None = None,
+    ) -> Runtime:
+        """Connect (waiting up to ``redis_startup_seconds``), build and start; on any
+        failure, close what was opened."""
+        connections = Connections(redis_url, cluster=settings.redis_cluster)
+        try:
+            await connections.wait_ready(settings.redis_startup_seconds)
+        except BaseException:
+            await connections.close()
+            raise
+        runtime = cls(settings, connections, health=health, embedded=embedded)
+        try:
+            await runtime.start()
+        except BaseException:
+            await runtime.close()
+            raise
+        return runtime
+
+    async def start(self) -> None:
+        """Start the background jobs and take up this node's share of the deliveries.
+
+        Hub-wide jobs run on the leading process only (they are atomic scripts, so a second
+        runner during a handover merely repeats work).
+        """
+        settings, jobs = self.settings, self.background
+        jobs.every(1.0, "redis-health", self._check_redis)
+        jobs.every(
+            settings.retention_sweep_seconds,
+            "retention",
+            self._when_leading(self._sweep_retention),
+            retry_on=StoreError,
+            on_failure=_redis_error,
+        )
+        if settings.changelist_scan_seconds:
+            jobs.every(
+                settings.changelist_scan_seconds,
+                "page-scan",
+                self._when_leading(self._scan_pages),
+                retry_on=StoreError,
+                on_failure=_redis_error,
+            )
+        if self.embedded is not None:
+            jobs.spawn("redis-supervisor", self.embedded.supervise())
+        await self.ownership.start()
+
+    async def close(self) -> None:
+        """Stop everything, in reverse dependency order; every wait is bounded."""
+        await self.background.stop()
+        await self.ownership.close()
+        await self.parser.close()
+        await self.delivery.close()
+        await self.feeds.close()
+        await self.client.close()
+        await self.store.close()
+        await self.connections.close()
+        await self.tasks.stop()  # whatever a component left behind
+
+    async def topic_removed(self, topic: str) -> None:
+        """A topic was deleted (here or on another process): forget it, end its streams."""
+        self.store.forget(topic)
+        await self.feeds.end(topic)
+
+    # -- background jobs -------------------------------------------------------------------
+
+    def _when_leading(self, step: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+        """``step``, run only while this process leads (see :mod:`hub.store.leases`)."""
+
+        async def run() -> None:
+            if self.ownership.leader:
+                await step()
+
+        return run
+
+    async def _check_redis(self) -> None:
+        """One health ping (see :mod:`hub.core.health`); never raises."""
+        loop = asyncio.get_running_loop()
+        try:
+            await asyncio.wait_for(self.connections.ping(), timeout=PING_TIMEOUT)
+        except Exception as exc:  # any failure means "not healthy"; say which
+            self.health.failed(f"{type(exc).__name__}: {exc}")
+        else:
+            self.health.succeeded(loop.time())
+
+    async def _sweep_retention(self) -> None:
+        for topic in await self.store.topics():
+            await self.store.trim(topic)
+
+    async def _scan_pages(self) -> None:
+        """Advance every topic's page chain, so boundaries are recorded before retention
+        trims."""
+        for topic in await self.store.topics():
+            await self.pages.advance(topic)
+
+
+def _redis_error(_exc: BaseException) -> None:
+    metrics.redis_error()  # Redis away for a moment: the job tries again next round
