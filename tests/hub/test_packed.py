@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from hub.core.events import Change
 from hub.core.packed import Packed, pack, stored_json, unpack
-from hub.core.tasks import cancel_and_wait
+from hub.core.tasks import Tasks, cancel_and_wait
 from hub.live.feed import FeedHub
 from hub.live.ingest import Ingest
 from hub.store import keys
@@ -100,7 +100,7 @@ def test_pack_and_unpack_round_trip(changes: list[tuple[str, str, bytes]]) -> No
 @pytest.fixture
 async def ingest(client: Any) -> AsyncIterator[Ingest]:
     store = EventStore(client)
-    feeds = FeedHub(store)
+    feeds = FeedHub(store, Tasks("feeds", peers=True))
     yield Ingest(store, feeds)
     await feeds.close()
     await store.close()
