@@ -66,6 +66,7 @@ import httptools
 
 from hub.core.addresses import refusal
 from hub.core.exceptions import CallbackFailed
+from hub.core.tasks import Tasks
 
 #: The longest response head (status line and headers, interim answers included) accepted.
 MAX_HEAD_BYTES = 64 * 1024
@@ -381,8 +382,12 @@ class CallbackConnections:
         max_idle: int = 1024,
         max_body_bytes: int = 1 << 20,
         tls: ssl.SSLContext | None = None,
+        tasks: Tasks | None = None,
     ) -> None:
         self.allow_private = allow_private
+        #: Where the sweeper runs: the hub's task tree (standalone, e.g. in a benchmark, a
+        #: bare asyncio task).
+        self.tasks = tasks
         self.idle_seconds = idle_seconds
         self.max_idle_per_origin = max_idle_per_origin
         #: Idle connections kept in all (each is a file descriptor): a hub with many
@@ -461,8 +466,10 @@ class CallbackConnections:
         keep: int | None,
     ) -> Reply:
         connection.deadline, connection.timeout = deadline, timeout
+        if not self._start_sweeper():
+            connection.close()
+            raise CallbackFailed("the hub is shutting down")
         self._busy.add(connection)
-        self._start_sweeper()
         waiter = connection.send(request, keep)
         try:
             return await waiter
@@ -476,9 +483,17 @@ class CallbackConnections:
             if connection.waiter is waiter or connection.waiter is None:
                 self._busy.discard(connection)
 
-    def _start_sweeper(self) -> None:
+    def _start_sweeper(self) -> bool:
+        """Make sure the sweeper runs; False once the hub's task tree is stopping (then
+        nothing may start that only the sweeper would time out)."""
         if self._sweeper is None:
-            self._sweeper = asyncio.create_task(self._sweep(), name="callback-connections")
+            if self.tasks is None:
+                self._sweeper = asyncio.create_task(self._sweep(), name="callback-connections")
+            elif self.tasks.stopping.is_set():
+                return False
+            else:
+                self._sweeper = self.tasks.spawn("callback-connections", self._sweep())
+        return True
 
     async def _sweep(self) -> None:
         """Twice a second, while any connection is busy, draining or idle: fail the
@@ -532,10 +547,12 @@ class CallbackConnections:
         if len(idle) >= self.max_idle_per_origin or self.idle_count >= self.max_idle:
             connection.close()
             return
+        if not self._start_sweeper():
+            connection.close()
+            return
         connection.idle_since = time.monotonic()
         idle.append(connection)
         self.idle_count += 1
-        self._start_sweeper()
 
     def _forget(self, connection: _Connection) -> None:
         """The connection closed (either side): not open, not idle any more."""

@@ -356,7 +356,10 @@ class DeliveryService:
         worker = self.workers.pop(key, None)
         if worker is None:
             return
-        await worker.stop()  # its cursor write, if one was under way, is done or dropped
+        await worker.stop()  # its cursor write, if one was under way, stays due: settle()
+
+    async def settle(self) -> None:
+        await self.cursors.settle()
 
     def _ended(self, key: SubscriptionKey, worker: DeliveryWorker) -> None:
         task = worker.task

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 from hub.core.addresses import refusal
 from hub.core.exceptions import BadGateway, BadRequest, CallbackFailed, PayloadTooLarge
 from hub.core.settings import Settings
+from hub.core.tasks import Tasks
 from hub.live.callback_connections import CallbackConnections, tls_context
 
 _PING_HEADERS = {"Accept": "application/xml"}
@@ -39,7 +40,7 @@ class Answer:
 class HttpClient:
     """Deliveries (:meth:`post`), verifications (:meth:`get`) and ping fetches."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, tasks: Tasks | None = None) -> None:
         self.settings = settings
         #: Deliveries in flight. A delivery's timeout starts once it has a slot: with the
         #: limit on the connector instead, time queued for a connection counted against
@@ -53,6 +54,7 @@ class HttpClient:
                 settings.callback_client_cert,
                 settings.callback_client_key,
             ),
+            tasks=tasks,
         )
 
     async def close(self) -> None:

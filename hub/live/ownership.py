@@ -96,6 +96,10 @@ class Workers(Protocol):
 
     async def stop_worker(self, key: SubscriptionKey) -> None: ...
 
+    async def settle(self) -> None:
+        """Commit the cursors of what the stopped workers delivered (before their leases
+        go: a cursor write after the release is refused, and the next owner re-sends)."""
+
     def running(self) -> set[SubscriptionKey]: ...
 
 
@@ -151,6 +155,7 @@ class Ownership:
         await self.tasks.stop()
         for key in list(self.held):
             await self.workers.stop_worker(key)
+        await self.workers.settle()
         with contextlib.suppress(StoreError):
             await self._release(list(self.held))
             await self.leases.heartbeat(leaving=True)
@@ -242,6 +247,8 @@ class Ownership:
         moving = [k for k in self.held if k not in wanted]
         for key in moving:
             await self.workers.stop_worker(key)
+        if moving:
+            await self.workers.settle()
         await self._release(moving)
         for key in moving:
             self._drop(key)

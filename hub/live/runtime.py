@@ -82,7 +82,7 @@ class Runtime:
         )
         self.topic_admin = TopicAdmin(connections.main, self.store.scripts, self.subscriptions)
         self.stats = StreamStats(connections.main, self.store.scripts)
-        self.client = HttpClient(settings)
+        self.client = HttpClient(settings, self.tasks.group("client"))
         # Groups are stopped in reverse order of creation: feeds after delivery, delivery
         # after ownership (see close(), which stops each with its component).
         self.feeds = FeedHub(self.store, self.tasks.group("feeds", peers=True))

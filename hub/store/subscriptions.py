@@ -312,6 +312,12 @@ class CursorWriter:
             raise
         return dirty, refused
 
+    async def settle(self, timeout: float = 5.0) -> None:
+        """Wait (at most ``timeout``) until the writes due now are written or refused."""
+        if self._task is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._task), timeout)
+
     async def close(self) -> None:
         """Wait (briefly) for writes under way; give up on them if Redis is away."""
         if self._task is not None:
