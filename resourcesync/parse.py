@@ -12,14 +12,15 @@ ResourceSync rules run once over the models (:func:`resourcesync.validate.check_
 
 This is a library: it leaves process state such as the cyclic GC alone (a parse in the
 hub's thread pool must not change how the event loop's thread collects; the process that
-parses decides how to collect) and builds models only through pydantic's public API.
-Measured on a 1,000-entry notification: one ``model_validate`` of the document costs about
-2.8 us per entry, ``model_construct`` (Python, per field) 3 us per Entry and 10 us per
-Metadata, so validation is both the public and the fastest route. Lazily converted plain
-records were not worth it: every caller reads ``Document.entries``, so every entry would be
-converted anyway. What the old private-attribute construction and GC pause saved (the GC
-pause about 3% of the instructions here, not 15%) is left to the process: see
-``docs/benchmarks.md``.
+parses decides how, e.g. a parse worker raising its thresholds) and builds models only
+through pydantic's public API. Measured on a 1,000-entry notification (valgrind
+instruction counts, GC off): one ``model_validate`` of the whole document costs 26.5 M
+instructions, 10 M more than the old writes into pydantic's private attributes (about 10% of
+a parse); ``model_construct`` runs Python per field and is slower still (3 us per Entry,
+10 us per Metadata, against 2.8 us per entry for the whole validation). Plain records
+converted at the API edge would not help: every caller reads ``Document.entries``, so every
+entry would be converted. Entries carry only the keys the document had, so pydantic fills
+the defaults and ``model_fields_set`` is what it was.
 """
 
 from __future__ import annotations
