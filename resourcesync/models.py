@@ -4,10 +4,10 @@ One :class:`Document` subclass per document type; the type is fixed by the root 
 (``<urlset>`` or ``<sitemapindex>``) together with the root ``rs:md/@capability``, which
 the class records as ``capability`` and ``is_index``.
 
-Models are pydantic v2 and frozen. Building them through the constructor validates the
-field types only; the ResourceSync rules live in :mod:`resourcesync.validate`. The parser
-checks those rules itself and then builds models with :func:`construct`, skipping pydantic
-validation, because the hub ingests through it.
+Models are pydantic v2 and frozen, and are only ever built through pydantic's public API
+(the constructor, ``model_validate``, ``model_construct``), never by writing its private
+attributes, so any pydantic 2.x will do. Building them validates the field types only; the
+ResourceSync rules live in :mod:`resourcesync.validate`.
 """
 
 from __future__ import annotations
@@ -318,30 +318,11 @@ DOCUMENT_TYPES: dict[tuple[Capability, bool], type[Document]] = {
 
 M = TypeVar("M", bound=BaseModel)
 
-_DEFAULTS: dict[type[BaseModel], dict[str, Any]] = {}
-_setattr = object.__setattr__
-
 
 def construct(cls: type[M], values: dict[str, Any]) -> M:
     """Build ``cls`` from already-valid ``values`` keyed by field name, without validation.
 
-    A leaner :meth:`BaseModel.model_construct`: the parser validates everything itself
-    and calls this once per element. Missing fields get their defaults; ``extra`` must
-    be passed when the model has it, so that no mutable default is shared.
+    :meth:`BaseModel.model_construct` with ``model_fields_set`` the keys given; missing
+    fields get their defaults. For callers that checked the values themselves.
     """
-    defaults = _DEFAULTS.get(cls)
-    if defaults is None:
-        defaults = {
-            name: field.default
-            for name, field in cls.model_fields.items()
-            if not field.is_required() and field.default_factory is None
-        }
-        _DEFAULTS[cls] = defaults
-    obj = cls.__new__(cls)
-    fields = defaults.copy()
-    fields.update(values)
-    _setattr(obj, "__dict__", fields)
-    _setattr(obj, "__pydantic_fields_set__", set(values))
-    _setattr(obj, "__pydantic_extra__", None)
-    _setattr(obj, "__pydantic_private__", None)
-    return obj
+    return cls.model_construct(set(values), **values)
