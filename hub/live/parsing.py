@@ -25,6 +25,7 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPool
 from concurrent.futures.process import BrokenProcessPool
 from typing import Literal, TypeVar
 
+from hub.core import collector
 from hub.core.events import Change, changes_from_document, packed_from_document
 from hub.core.exceptions import ServiceUnavailable
 from hub.core.packed import Packed
@@ -52,8 +53,12 @@ class DocumentParser:
         inline_bytes: int,
         workers: int,
         kind: Literal["process", "thread"] = "process",
+        gc_young_threshold: int = 0,
     ) -> None:
         self.max_bytes = max_bytes
+        #: Each worker process tunes its collector as the hub's own process does
+        #: (:mod:`hub.core.collector`); threads share the hub's.
+        self.gc_young_threshold = gc_young_threshold
         self.limits = limits
         self.inline_bytes = inline_bytes
         self.workers = workers
@@ -69,7 +74,12 @@ class DocumentParser:
                 # forkserver, not fork: forking a process that runs threads can deadlock.
                 context = multiprocessing.get_context("forkserver")
                 context.set_forkserver_preload(["hub.core.events", "hub.core.rendering"])
-                self._pool = ProcessPoolExecutor(self.workers, mp_context=context)
+                self._pool = ProcessPoolExecutor(
+                    self.workers,
+                    mp_context=context,
+                    initializer=collector.tune,
+                    initargs=(self.gc_young_threshold,),
+                )
         return self._pool
 
     async def _off_loop(self, func: Callable[[bytes, int, Limits], T], body: bytes) -> T:

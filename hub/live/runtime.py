@@ -119,6 +119,7 @@ class Runtime:
             inline_bytes=settings.parse_inline_bytes,
             workers=settings.parse_workers,
             kind=settings.parse_pool,
+            gc_young_threshold=settings.gc_young_threshold,
         )
         self.snapshots = ResourceSnapshots(
             connections.main,

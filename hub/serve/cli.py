@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import logging
 import sys
@@ -13,7 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
-from hub.core import log_format
+from hub.core import collector, log_format
 from hub.core.auth import PublisherAuth
 from hub.core.exceptions import HubError
 from hub.core.settings import Settings, describe_error
@@ -163,16 +162,6 @@ def _worker_launch(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]
     return argv, env
 
 
-def tune_gc(young_threshold: int) -> None:
-    """Freeze what start-up allocated (long-lived anyway) and collect young objects less
-    often. Process-wide, so it belongs to the ``serve`` entry point, not to the app."""
-    if young_threshold:
-        gc.collect()
-        gc.freeze()
-        _, older, oldest = gc.get_threshold()
-        gc.set_threshold(young_threshold, older, oldest)
-
-
 def run_serve(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(args)
@@ -205,7 +194,7 @@ def run_serve(args: argparse.Namespace) -> int:
             argv, secrets = _worker_launch(args)
             pool = WorkerPool(workers, argv, redis_url, embedded, secrets=secrets)
             return asyncio.run(pool.run())
-        tune_gc(settings.gc_young_threshold)
+        collector.tune(settings.gc_young_threshold)
         web_app.run(settings, redis_url, embedded, use_uvloop=settings.uvloop)
     except HubError as exc:
         print(f"rshub serve: {exc}", file=sys.stderr)

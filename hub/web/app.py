@@ -10,7 +10,6 @@ HTTP responses in one place (:func:`error_middleware`).
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -19,7 +18,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
-from hub.core import metrics
+from hub.core import collector, metrics
 from hub.core.access import MetricsAccess, OperatorAccess, ReadAccess
 from hub.core.auth import PublisherAuth
 from hub.core.exceptions import RequestError, RequestTimeout
@@ -323,25 +322,13 @@ async def serve(settings: Settings, redis_url: str, embedded: EmbeddedRedis | No
         loop.add_signal_handler(signum, stop.set)
     log.info("listening on %s (public URL %s)", site.name, settings.public_url)
     if settings.gc_young_threshold:
-        _freeze_startup_heap()
+        collector.freeze_startup_heap()
     try:
         await stop.wait()
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
         await runner.cleanup()
-
-
-def _freeze_startup_heap() -> None:
-    """Collect the reference cycles start-up left behind, once, and move what survives out
-    of the collector's way (as ``rshub serve`` does before the app exists).
-
-    Creating the app leaves some 21,500 objects in cycles; the first full collection found
-    them in the middle of a fan-out and held the loop 20-80 ms (``gc.callbacks`` in the hub
-    during bench/hub.py), the WebSocket p99 outliers.
-    """
-    gc.collect()
-    gc.freeze()
 
 
 def loop_factory(use_uvloop: bool) -> Callable[[], asyncio.AbstractEventLoop] | None:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import gc
+import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
+import hub
 from hub.core.events import changes_from_document
 from hub.core.exceptions import BadRequest
 from hub.core.packed import pack
@@ -54,3 +58,31 @@ async def test_errors_in_a_worker_come_back_as_themselves(
     assert len(body) > parser.inline_bytes
     with pytest.raises(error, match=says):
         await parser.packed(body)
+
+
+async def test_parse_worker_processes_tune_their_collector_as_the_hub_does() -> None:
+    """resourcesync no longer pauses the GC per parse; the hub's worker processes get the
+    hub's young threshold once, at their start (hub.core.collector)."""
+    parser = DocumentParser(
+        max_bytes=1 << 20, limits=Limits(), inline_bytes=0, workers=1, gc_young_threshold=12_345
+    )
+    try:
+        threshold = await parser.run(gc.get_threshold)
+    finally:
+        await parser.close()
+    assert threshold[0] == 12_345
+
+
+def test_only_the_collector_module_touches_the_gc() -> None:
+    """The hub tunes the GC in one place (hub.core.collector), and nowhere else."""
+    root = Path(hub.__file__).parent
+    touching = sorted(
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if re.search(
+            r"^\s*import gc\b|\bgc\.(collect|freeze|disable|enable|set_threshold)\(",
+            path.read_text(),
+            re.M,
+        )
+    )
+    assert touching == ["core/collector.py"]
