@@ -349,7 +349,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         supervisor = asyncio.create_task(app[EMBEDDED].supervise(), name="redis-supervisor")
     try:
         await ownership.start()
-        log.info("hub ready at %s", settings.public_url)
+        # Not "ready" yet: the socket is bound after this; serve() says so once it is.
+        log.debug("background tasks started")
         yield
     finally:
         log.info("shutdown: stopping background tasks, deliveries and Redis connections")
@@ -464,6 +465,7 @@ async def serve(settings: Settings, redis_url: str, embedded: EmbeddedRedis | No
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     log.info("listening on %s (public URL %s)", site.name, settings.public_url)
+    log.info("hub ready at %s", settings.public_url)
     if settings.gc_young_threshold:
         _freeze_startup_heap()
     try:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from collections.abc import AsyncIterator, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from tqdm import tqdm
 
@@ -34,6 +36,9 @@ _CHANGES = ("created", "updated", "deleted")
 
 #: Seconds an interrupted command gets to send what it holds before it is stopped.
 _GRACE = 0.5
+
+#: What no URI holds (RFC 3986): whitespace and control characters.
+_SPACE = re.compile(r"[\x00-\x20\x7f]")
 
 #: Seconds ``rshub publish`` retries an unreachable or failing hub by default.
 _RETRY_FOR = 5.0
@@ -99,6 +104,10 @@ def _entries_from_args(args: argparse.Namespace) -> list[Any]:
         raise UsageError("give either a file or --loc, not both")
     if args.loc:
         from resourcesync import parse_datetime
+
+        loc = urlsplit(args.loc)
+        if loc.scheme not in ("http", "https") or not loc.netloc or _SPACE.search(args.loc):
+            raise UsageError(f"--loc must be an absolute http(s) URL, got {args.loc!r}")
 
         try:
             when = parse_datetime(args.lastmod) if args.lastmod else datetime.now(UTC)
