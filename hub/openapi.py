@@ -300,7 +300,9 @@ def spec(server_url: str = "/") -> dict[str, Any]:
                 "description": "A form (`hub.mode` = subscribe | unsubscribe | publish) is a "
                 "WebSub request: subscriptions are answered 202 and verified in the "
                 "background. An XML body is a publish to the topic named by "
-                '`Link: <topic-url>; rel="self"`. ' + _AUTH_NOTE,
+                '`Link: <topic-url>; rel="self"`. A topic URL `/topics/{name}` on a host '
+                "that is none of the hub's names (public URL, `--alias-url`, loopback names "
+                "of a loopback hub) is refused with 400 naming them. " + _AUTH_NOTE,
                 "tags": ["websub", "publishing"],
                 "requestBody": {
                     "required": True,

@@ -54,7 +54,7 @@ from .stream_stats import StreamStats
 from .subscriptions import SubscriptionStore
 from .tasks import cancel_and_wait
 from .topic_admin import TopicAdmin
-from .topics import WELL_KNOWN, HubUrls
+from .topics import WELL_KNOWN, HubUrls, loopback_aliases
 from .web_cache import ByteCache
 from .web_client import HttpClient
 from .web_connections import (
@@ -388,7 +388,9 @@ def create_app(
     )
     app[GUARD] = guard
     app[SETTINGS] = settings
-    app[URLS] = HubUrls(settings.public_url, tuple(u.rstrip("/") for u in settings.alias_urls))
+    aliases = [u.rstrip("/") for u in settings.alias_urls]
+    aliases += [u for u in loopback_aliases(settings.host, settings.port) if u not in aliases]
+    app[URLS] = HubUrls(settings.public_url, tuple(a for a in aliases if a != settings.public_url))
     app[AUTH] = PublisherAuth(settings)
     app[READERS] = ReadAccess(settings)
     app[OPERATORS] = OperatorAccess(settings, hub_open=app[AUTH].open)

@@ -95,3 +95,16 @@ def test_the_readme_commands_write_nothing_into_the_checkout() -> None:
             assert "--state" in command, line  # its default lands in the working directory
             state = command[command.index("--state") + 1]
             assert state.startswith(("~", "/")), line
+
+
+@pytest.mark.parametrize("hub_settings", [{"tokens": ["pub"], "admin_token": "adm"}])
+async def test_the_dashboard_takes_the_admin_token_and_says_so(hub: Hub) -> None:
+    url = f"{hub.url}/admin/overview.json"
+    for token in ("adm", "pub"):
+        headers = {"Authorization": f"Bearer {token}"}
+        async with hub.session.get(url, headers=headers) as resp:
+            assert resp.status == 200, await resp.text()
+    async with hub.session.get(url, headers={"Authorization": "Bearer nope"}) as resp:
+        assert resp.status == 403
+        error = (await resp.json())["error"]
+    assert "admin token" in error and "hub-wide token" in error
