@@ -27,6 +27,7 @@ from .follower import Follower, Mode
 from .mirror import Mirror
 from .poller import Poller
 from .position import EventCursor, EventCursorFile
+from .refusal import unknown_topic
 from .retries import FailedFetches
 
 log = logging.getLogger("rshub.subscriber")
@@ -255,7 +256,11 @@ async def _sync(args: argparse.Namespace) -> int:
     started = time.monotonic()
     async with aiohttp.ClientSession() as session:
         mirror = Mirror(dest, session, concurrency=args.concurrency, report=report)
-        start = args.source or f"{args.hub.rstrip('/')}/.well-known/resourcesync"
+        start = args.source or (
+            f"{args.hub.rstrip('/')}/topics/{args.topic}/capabilitylist.xml"
+            if args.topic
+            else f"{args.hub.rstrip('/')}/.well-known/resourcesync"
+        )
         documents = Poller(session, start, topic=args.topic)
         if args.audit:
             audit = await mirror.audit(documents.resources())
@@ -349,6 +354,11 @@ async def _when_reachable(
         try:
             await work()
             return
+        except HubRefused as exc:
+            if interval is None or not unknown_topic(exc.status, exc.message):
+                raise
+            # A topic not published to yet (the follower said so): its first publish.
+            log.info("no changes yet: %s", exc)
         except DiscoveryError:
             raise
         except SourceError as exc:

@@ -156,6 +156,31 @@ async def test_a_topic_not_published_to_yet_is_said_once_then_followed(hub: Hub,
     assert "topic 'fresh' has no changes yet" in line and "waiting for its first publish" in line
 
 
+async def test_sync_of_a_topic_not_published_to_yet_waits_for_its_first_publish(
+    hub: Hub, tmp_path: Path
+) -> None:
+    cmd = Command(
+        "sync", "--hub", hub.url, "--topic", "fresh", "--dest", str(tmp_path),
+        "--interval", "0.1",
+    )  # fmt: skip
+    await cmd.start()
+    try:
+        await wait_for(lambda: "no changes yet" in cmd.stderr or not running(cmd))
+        assert running(cmd), cmd.stderr
+        loc = f"{hub.url}/healthz"  # a resource that answers
+        resp = await hub.publish("fresh", notification([{"loc": loc}]))
+        assert resp.status == 202
+        await wait_for(lambda: "baseline:" in cmd.stderr or not running(cmd), 20)
+        _elapsed, code = await cmd.interrupt()
+    finally:
+        await cmd.stop()
+    assert code == 130, cmd.stderr
+    assert "fetched 1" in cmd.stderr, cmd.stderr
+    lines = stderr_lines(cmd)
+    assert sum("no changes yet" in line for line in lines) == 1, lines
+    assert "Capability Lists" not in cmd.stderr
+
+
 @pytest.mark.parametrize("hub_settings", [{"allow_private_callbacks": False}])
 async def test_a_refused_webhook_subscribe_is_one_line(hub: Hub) -> None:
     cmd = Command(
