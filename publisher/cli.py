@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from collections.abc import AsyncIterator, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from tqdm import tqdm
 
@@ -34,6 +36,12 @@ _CHANGES = ("created", "updated", "deleted")
 
 #: Seconds an interrupted command gets to send what it holds before it is stopped.
 _GRACE = 0.5
+
+#: What no URI holds (RFC 3986): whitespace and control characters.
+_SPACE = re.compile(r"[\x00-\x20\x7f]")
+
+#: Seconds ``rshub publish`` retries an unreachable or failing hub by default.
+_RETRY_FOR = 5.0
 
 
 def add_parsers(subparsers: Any) -> None:
@@ -76,9 +84,10 @@ def _add_publish(subparsers: Any) -> None:
     parser.add_argument(
         "--retry-for",
         type=float,
-        default=30.0,
+        default=_RETRY_FOR,
         metavar="SECONDS",
-        help="keep retrying an unreachable hub this long (default %(default)s)",
+        help="keep retrying an unreachable or failing hub this long, then give up "
+        "(default %(default)s)",
     )
     parser.add_argument(
         "--batch-size",
@@ -95,6 +104,10 @@ def _entries_from_args(args: argparse.Namespace) -> list[Any]:
         raise UsageError("give either a file or --loc, not both")
     if args.loc:
         from resourcesync import parse_datetime
+
+        loc = urlsplit(args.loc)
+        if loc.scheme not in ("http", "https") or not loc.netloc or _SPACE.search(args.loc):
+            raise UsageError(f"--loc must be an absolute http(s) URL, got {args.loc!r}")
 
         try:
             when = parse_datetime(args.lastmod) if args.lastmod else datetime.now(UTC)
@@ -163,10 +176,25 @@ async def _publish(args: argparse.Namespace) -> list[str]:
 
 def run_publish(args: argparse.Namespace) -> int:
     _logging("WARNING")
-    code, ids = _run("publish", _publish(args))
+    # One-shot: the command's last line says what failed; the client's report of the same
+    # failure would only repeat it. Told to wait longer than the default, it says once
+    # that it is waiting.
+    client_log = logging.getLogger(Publisher.__module__)
+    level = client_log.level
+    client_log.setLevel(logging.CRITICAL if args.retry_for <= _RETRY_FOR else logging.WARNING)
+    client_log.addFilter(_below_error)
+    try:
+        code, ids = _run("publish", _publish(args))
+    finally:  # as it was (tests run commands in-process)
+        client_log.removeFilter(_below_error)
+        client_log.setLevel(level)
     for event_id in ids or []:
         print(event_id)
     return code
+
+
+def _below_error(record: logging.LogRecord) -> bool:
+    return record.levelno < logging.ERROR
 
 
 # -- rshub wikipedia -----------------------------------------------------------------------
@@ -244,8 +272,12 @@ async def _wikipedia(args: argparse.Namespace) -> int:
         if not path.exists():
             raise UsageError(f"--replay: no such file {path}")
     source = str(path) if path else args.stream
+    topic = args.topic or "wikipedia"
+    # The position is the feed's as published to this topic: another topic (new filters,
+    # say) starts afresh instead of resuming where the first one left off.
+    feed = f"{source} -> {args.hub.rstrip('/')}/topics/{topic}"
     state = StateFile(args.state) if args.state else None
-    position = "" if args.from_start else saved_position(state, source)
+    position = "" if args.from_start else saved_position(state, feed)
     if position:
         log.info("resuming %s after event %s", source, position[:120])
     events = (
@@ -257,7 +289,6 @@ async def _wikipedia(args: argparse.Namespace) -> int:
     if path is not None:
         bar.reset(total=sum(1 for _ in read_recording(path)))
     events = _counted(events, bar)
-    topic = args.topic or "wikipedia"
     async with Publisher(
         args.hub, topic, token=args.token, batching=BatchPolicy(max_changes=500, max_wait=0.2)
     ) as pub:
@@ -267,7 +298,7 @@ async def _wikipedia(args: argparse.Namespace) -> int:
             pub,
             edit_filter=EditFilter.of(args.wiki, args.namespace, args.bots),
             state=state,
-            source=source,
+            source=feed,
             categorize=args.categorize,
             limit=args.limit,
             position=position,

@@ -337,7 +337,8 @@ class Publisher:
             try:
                 result = await self._post(body, key)
             except _Transient as exc:
-                if self.down_since is None:
+                first = self.down_since is None  # said once per outage, then quietly
+                if first:
                     self.down_since = time.monotonic()
                 self.last_error = str(exc)
                 delay = retry.failed(exc.retry_after)
@@ -346,7 +347,8 @@ class Publisher:
                         f"gave up after {attempt} attempts in {retry.elapsed:.1f}s: {exc}"
                     ) from None
                 self.stats["retries"] += 1
-                log.warning(
+                log.log(
+                    logging.WARNING if first else logging.INFO,
                     "publish to %s failed (%s); attempt %d, retrying in %.2fs "
                     "with the same Idempotency-Key",
                     self.url,
@@ -356,7 +358,7 @@ class Publisher:
                 )
                 continue
             if self.down_since is not None:
-                log.info(
+                log.warning(
                     "hub %s reachable again after %.1fs",
                     self.hub,
                     time.monotonic() - self.down_since,

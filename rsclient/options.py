@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from urllib.parse import urlsplit
 
 DEFAULT_HUB = "http://127.0.0.1:8080"
 
@@ -13,7 +14,32 @@ def env_default(name: str, default: str | None = None) -> str | None:
     return os.environ.get(f"RSHUB_{name.upper().replace('-', '_')}", default)
 
 
-def add_client_options(parser: argparse.ArgumentParser, *, topic_required: bool = True) -> None:
+def hub_url_problem(url: str) -> str | None:
+    """What is wrong with ``url`` as a hub base URL (``None``: nothing), said before any
+    request, since a URL that cannot work would otherwise be retried for nothing."""
+    example = "e.g. http://127.0.0.1:8080"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises on a port out of range)
+    except ValueError as exc:
+        return f"--hub {url!r} is not a URL ({exc}); {example}"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"--hub {url!r} needs http:// or https:// and a host, {example}"
+    if parts.query or parts.fragment:
+        return f"--hub {url!r}: the hub's base URL has no query or fragment, {example}"
+    segments = parts.path.split("/")
+    if "topics" in segments or ".well-known" in segments:
+        base = url.split("/topics", 1)[0].split("/.well-known", 1)[0]
+        return (
+            f"--hub {url!r} is a URL of one of the hub's documents, not its base URL: "
+            f"give --hub {base} (and the topic with --topic)"
+        )
+    return None
+
+
+def add_client_options(
+    parser: argparse.ArgumentParser, *, topic_required: bool = True, token_help: str | None = None
+) -> None:
     """``--hub``, ``--topic`` and ``--token``, shared by every client command."""
     parser.add_argument(
         "--hub",
@@ -28,5 +54,7 @@ def add_client_options(parser: argparse.ArgumentParser, *, topic_required: bool 
         help="topic name (RSHUB_TOPIC)",
     )
     parser.add_argument(
-        "--token", default=env_default("token"), help="bearer token for publishing (RSHUB_TOKEN)"
+        "--token",
+        default=env_default("token"),
+        help=token_help or "bearer token for publishing (RSHUB_TOKEN)",
     )

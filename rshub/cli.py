@@ -16,6 +16,8 @@ from typing import Any
 
 import shtab
 
+from rsclient.options import hub_url_problem
+
 #: package.cli modules that contribute sub-commands, in help order.
 _COMMAND_MODULES = ("hub.serve.cli", "publisher.cli", "subscriber.cli")
 
@@ -65,6 +67,11 @@ def _print_completion(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    hub = getattr(args, "hub", None)
+    problem = hub_url_problem(hub) if isinstance(hub, str) else None
+    if problem is not None:  # a usage error: one line, before anything is tried
+        print(f"rshub {args.command}: {problem}", file=sys.stderr)
+        return 2
     try:
         result = args.run(args)
     except KeyboardInterrupt:

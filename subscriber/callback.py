@@ -183,12 +183,16 @@ class CallbackReceiver:
         try:
             async with self.session.post(f"{self.hub}/", data=form) as resp:
                 if refusal(resp.status):
+                    # Never subscribed: nothing for close() to unsubscribe.
+                    self._wanted.discard(mode)
                     raise HubRefused(resp.status, f"{mode}: {await error_message(resp)}")
                 text = await resp.text()
                 if resp.status >= 300:
                     raise PushUnavailable(f"hub refused {mode}: HTTP {resp.status} {text}")
             await asyncio.wait_for(verified.wait(), timeout or self.verify_timeout)
         except (aiohttp.ClientError, OSError) as exc:
+            if isinstance(exc, aiohttp.ClientConnectorError):
+                self._wanted.discard(mode)  # never sent: nothing for close() to undo
             raise PushUnavailable(f"cannot reach hub for {mode}: {exc}") from exc
         except TimeoutError:
             raise PushUnavailable(
@@ -198,6 +202,7 @@ class CallbackReceiver:
             if mode == "unsubscribe":
                 self._wanted.difference_update(("subscribe", "unsubscribe"))
         if self._denied is not None:
+            self._wanted.discard(mode)
             raise PushUnavailable(f"hub denied {mode}: {self._denied}")
 
     async def _renew(self) -> None:

@@ -15,17 +15,19 @@ from typing import Any
 
 import aiohttp
 
+import rsclient.exceptions
 from resourcesync import Entry, format_datetime
 from rsclient import interrupt
 from rsclient.options import add_client_options, env_default
 from rsclient.progress import add_progress_options, progress_bar
 
 from .events import Gap
-from .exceptions import HubRefused, SubscriberError
+from .exceptions import DiscoveryError, HubRefused, SourceError, SubscriberError
 from .follower import Follower, Mode
 from .mirror import Mirror
 from .poller import Poller
 from .position import EventCursor, EventCursorFile
+from .refusal import unknown_topic
 from .retries import FailedFetches
 
 log = logging.getLogger("rshub.subscriber")
@@ -37,7 +39,11 @@ _GRACE = 1.5
 
 
 def _add_follow_options(parser: argparse.ArgumentParser) -> None:
-    add_client_options(parser, topic_required=False)
+    add_client_options(
+        parser,
+        topic_required=False,
+        token_help="read token of a private topic, sent by --via ws and sse (RSHUB_TOKEN)",
+    )
     parser.add_argument(
         "--via",
         choices=_VIA,
@@ -250,7 +256,11 @@ async def _sync(args: argparse.Namespace) -> int:
     started = time.monotonic()
     async with aiohttp.ClientSession() as session:
         mirror = Mirror(dest, session, concurrency=args.concurrency, report=report)
-        start = args.source or f"{args.hub.rstrip('/')}/.well-known/resourcesync"
+        start = args.source or (
+            f"{args.hub.rstrip('/')}/topics/{args.topic}/capabilitylist.xml"
+            if args.topic
+            else f"{args.hub.rstrip('/')}/.well-known/resourcesync"
+        )
         documents = Poller(session, start, topic=args.topic)
         if args.audit:
             audit = await mirror.audit(documents.resources())
@@ -302,7 +312,12 @@ async def _sync(args: argparse.Namespace) -> int:
         try:
             await follower.start()
             if not position.extra.get("baseline"):
-                await _baseline(mirror, documents, position, save, progress=args.progress)
+                await _when_reachable(
+                    lambda: _baseline(mirror, documents, position, save, progress=args.progress),
+                    report,
+                    None if args.once else args.interval,
+                    said=follower.unreachable is not None,
+                )
                 report(f"baseline: {mirror.stats.summary()} in {time.monotonic() - started:.1f}s")
             if args.once:
                 batch = await follower.poller.poll(position.watermark) if follower.poller else []
@@ -322,6 +337,40 @@ async def _sync(args: argparse.Namespace) -> int:
             await follower.close()
             report(f"summary: {mirror.stats.summary()} in {time.monotonic() - started:.1f}s")
     return 1 if mirror.stats.rejected or mirror.failed else 0
+
+
+async def _when_reachable(
+    work: Callable[[], Awaitable[None]],
+    report: Callable[[str], None],
+    interval: float | None,
+    *,
+    said: bool = False,
+) -> None:
+    """``work()``, again every ``interval`` s while the hub or Source cannot be reached
+    (said once; a one-shot run, ``interval`` None, fails instead). A refusal, or an answer
+    that is not ResourceSync, is a mistake that waiting cannot fix: it is raised. ``said``:
+    the follower already said that the hub cannot be reached."""
+    while True:
+        try:
+            await work()
+            return
+        except HubRefused as exc:
+            if interval is None or not unknown_topic(exc.status, exc.message):
+                raise
+            # A topic not published to yet (the follower said so): its first publish.
+            log.info("no changes yet: %s", exc)
+        except DiscoveryError:
+            raise
+        except SourceError as exc:
+            unusable = isinstance(exc.__cause__, rsclient.exceptions.NotResourceSync)
+            if interval is None or unusable or (exc.status is not None and exc.status < 500):
+                raise
+            if not said:
+                report(f"{exc}; waiting for it (retrying quietly every {interval:g}s)")
+                said = True
+            else:
+                log.info("still unreachable: %s", exc)
+        await asyncio.sleep(interval)
 
 
 async def _baseline(

@@ -43,7 +43,7 @@ from .events import ChangeEvent, Gap
 from .exceptions import ChangesTrimmed, HubRefused, PushUnavailable, SourceError
 from .poller import Poller
 from .position import EventCursor
-from .refusal import error_message, refusal
+from .refusal import error_message, refusal, unknown_topic
 from .stream import HubStream
 
 __all__ = ["Follower", "Mode", "Via"]
@@ -130,6 +130,10 @@ class Follower:
         )
         #: Changes before push first connected (with no position) are not the caller's.
         self._not_before: datetime | None = None
+        #: The failure last said about reaching the hub or Source (None: it answers).
+        self._trouble: str | None = None
+        #: The topic had never been published to when we started (said once).
+        self._new_topic = False
 
     async def __aenter__(self) -> Follower:
         await self.start()
@@ -151,6 +155,8 @@ class Follower:
         Until push is connected the follower polls.
         """
         self.mode = "poll"
+        if self.hub is not None and self.topic is not None:
+            await self._check_topic()
         if self.via == "poll":
             if self.hub is not None and self.topic is not None:
                 await self._check_since()
@@ -161,6 +167,55 @@ class Follower:
                 await asyncio.wait_for(self._ready.wait(), wait)
             if self._connected.is_set():
                 self._set_mode("push", "connected")
+
+    async def _check_topic(self) -> None:
+        """Say once when the hub or the topic is not there yet; the follower waits for both.
+
+        A topic nothing was ever published to is not a mistake (subscribers may come
+        first), but a typo looks the same: every transport says so, then waits for the
+        first publish.
+        """
+        assert self.hub is not None and self.topic is not None
+        url = f"{self.hub}/topics/{self.topic}/capabilitylist.xml"
+        try:
+            async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=10)) as resp:
+                status = resp.status
+                message = await error_message(resp) if status == 404 else ""
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            self._unreachable(f"cannot reach the hub at {self.hub}: {exc}")
+            return
+        if unknown_topic(status, message):
+            self._topic_not_yet()
+
+    def _topic_not_yet(self) -> None:
+        if not self._new_topic:
+            self._new_topic = True
+            # Everything published from now on is new to us: nothing to skip at a first poll.
+            self._primed = True
+            log.warning(
+                "topic %r has no changes yet at %s (nothing was ever published to it); "
+                "waiting for its first publish",
+                self.topic,
+                self.hub,
+            )
+
+    def _unreachable(self, what: str) -> None:
+        """Say once that the hub (or Source) cannot be used; later failures only with -v."""
+        if self._trouble is None:
+            log.warning("%s; waiting for it (retrying quietly; -v logs each try)", what)
+        else:
+            log.info("%s", what)
+        self._trouble = what
+
+    @property
+    def unreachable(self) -> str | None:
+        """Why the hub or Source cannot be reached now (said once), else ``None``."""
+        return self._trouble
+
+    def _reachable(self) -> None:
+        if self._trouble is not None:
+            log.info("reachable again (after: %s)", self._trouble)
+            self._trouble = None
 
     async def _check_since(self) -> None:
         """Polling the hub from an event id: have the hub judge that id first (400 when
@@ -262,7 +317,7 @@ class Follower:
     def _push_lost(self, error: Exception) -> None:
         if self.poller is None:
             # Nothing to fall back on: keep trying push.
-            log.warning("push lost (%s); retrying", error)
+            self._unreachable(f"push lost ({error})")
             self._next_push = time.monotonic() + min(self.push_retry, 1.0)
             self._set_mode("poll", f"push lost: {error}")
             return
@@ -273,10 +328,16 @@ class Follower:
         if self.poller is not None:
             try:
                 changes = await self.poller.poll(self.position.watermark)
+            except HubRefused as exc:
+                if not (self.topic is not None and unknown_topic(exc.status, exc.message)):
+                    raise
+                self._topic_not_yet()  # not published to yet: wait for it, quietly
+                changes = []
             except SourceError as exc:
-                log.warning("poll failed: %s", exc)
+                self._unreachable(f"poll failed: {exc}")
                 changes = []
             else:
+                self._reachable()
                 if self._not_before is not None:
                     changes = [e for e in changes if e.when >= self._not_before]
                 if not self._primed:
@@ -362,6 +423,7 @@ class Follower:
 
     def _push_started(self) -> None:
         """Push began at the live end: a later fallback poll starts there too."""
+        self._reachable()
         if not self._primed:
             self._primed = True
             self._not_before = datetime.now(UTC)

@@ -23,6 +23,7 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,7 @@ class Mirror:
         self._report = report
         #: Fetches that failed, to retry (:meth:`retry_failed`); kept with the position.
         self.failed = FailedFetches()
+        self._said_failed: set[str] = set()
 
     @property
     def state_dir(self) -> Path:
@@ -119,9 +121,10 @@ class Mirror:
 
     def _problem(self, text: str) -> None:
         self.stats.problems.append(text)
-        log.warning("%s", text)
-        if self._report is not None:
+        if self._report is not None:  # the caller says it (once), else the log does
             self._report(text)
+        else:
+            log.warning("%s", text)
 
     async def apply(self, batch: Iterable[ChangeEvent]) -> None:
         """Apply changes: fetch created/updated, remove deleted."""
@@ -129,11 +132,13 @@ class Mirror:
         for event in batch:
             latest.pop(event.loc, None)
             latest[event.loc] = event
-        await asyncio.gather(*(self._limited(self._apply_one(e)) for e in latest.values()))
+        await asyncio.gather(*(self._limited(partial(self._apply_one, e)) for e in latest.values()))
 
-    async def _limited(self, work: Awaitable[None]) -> None:
+    async def _limited(self, work: Callable[[], Awaitable[None]]) -> None:
+        # The coroutine is made once a slot is free: one made earlier and cancelled while
+        # waiting (Ctrl-C) would be "never awaited".
         async with self._limit:
-            await work
+            await work()
 
     async def _apply_one(self, event: ChangeEvent) -> None:
         try:
@@ -160,6 +165,7 @@ class Mirror:
                         self._remove(path)
                         self.stats.gone += 1
                         self.failed.succeeded(loc)
+                        self._said_failed.discard(loc)
                         return
                     if resp.status == 200:
                         data = await resp.read()
@@ -174,9 +180,15 @@ class Mirror:
         if data is None:
             self.stats.failed += 1
             self.failed.failed(loc, length, hash)
-            self._problem(f"failed {loc}: {error}")
+            if loc in self._said_failed:  # said once this run: its retries are quiet
+                self.stats.problems.append(f"failed {loc}: {error}")
+                log.info("failed again %s: %s", loc, error)
+            else:
+                self._said_failed.add(loc)
+                self._problem(f"failed {loc}: {error}")
             return
         self.failed.succeeded(loc)
+        self._said_failed.discard(loc)
         problem = matches(data, length=length, hash=hash)
         if problem is not None and _holds(path, data):
             # A stale announcement (the resource changed again since) for bytes we
@@ -207,7 +219,9 @@ class Mirror:
                 self.failed.succeeded(loc)
                 continue
             jobs.append(
-                self._limited(self._fetch(loc, path, length=failed.length, hash=failed.hash))
+                self._limited(
+                    partial(self._fetch, loc, path, length=failed.length, hash=failed.hash)
+                )
             )
         await asyncio.gather(*jobs)
         return len(self.failed)
@@ -279,7 +293,7 @@ class Mirror:
             if progress is not None:
                 progress.update(1)
 
-        await asyncio.gather(*(self._limited(one(e)) for e in items))
+        await asyncio.gather(*(self._limited(partial(one, e)) for e in items))
         if progress is not None:
             progress.close()
         if prune:

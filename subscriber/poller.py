@@ -53,9 +53,9 @@ def _as_subscriber_errors() -> Iterator[None]:
     except SourceError:
         raise  # already the subscriber's (from Poller._choose)
     except rsclient.exceptions.DiscoveryError as exc:
-        raise DiscoveryError(str(exc)) from exc
+        raise DiscoveryError(str(exc), status=exc.status) from exc
     except rsclient.exceptions.SourceError as exc:
-        raise SourceError(str(exc)) from exc
+        raise SourceError(str(exc), status=exc.status) from exc
 
 
 class Poller:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import aiohttp
 import orjson
 
-__all__ = ["error_message", "refusal"]
+__all__ = ["error_message", "refusal", "unknown_topic"]
 
 
 def refusal(status: int) -> bool:
@@ -27,3 +27,8 @@ async def error_message(resp: aiohttp.ClientResponse) -> str:
     if isinstance(data, dict) and "error" in data:
         return str(data["error"])
     return raw[:300].decode(errors="replace").strip() or resp.reason or "(empty body)"
+
+
+def unknown_topic(status: int | None, message: str) -> bool:
+    """Whether the hub said the topic was never published to (not yet: not a refusal)."""
+    return status == 404 and "unknown topic" in message

@@ -11,6 +11,7 @@
     ├── CallbackFailed              a callback (or a pinged URL) could not be reached in time
     └── RequestError                the peer was wrong; carries ``http_status``
         ├── BadRequest              400
+        │   └── UnknownHubName      a hub topic URL on a host the hub does not know
         ├── Unauthorized            401
         ├── Forbidden               403
         ├── NotFound                404
@@ -88,6 +89,11 @@ class RequestError(HubError):
 
 class BadRequest(RequestError):
     http_status = 400
+
+
+class UnknownHubName(BadRequest):
+    """``/topics/{name}`` on a host and port that are none of the hub's names: refused
+    outright (a subscribe too, not denied later), since a client meant this hub."""
 
 
 class Unauthorized(RequestError):

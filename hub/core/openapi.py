@@ -9,6 +9,7 @@ live hub and checks the answers against this document, so the two cannot drift a
 from __future__ import annotations
 
 import html
+import re
 from typing import Any
 
 from hub import __version__
@@ -310,7 +311,9 @@ def spec(server_url: str = "/") -> dict[str, Any]:
                 "description": "A form (`hub.mode` = subscribe | unsubscribe | publish) is a "
                 "WebSub request: subscriptions are answered 202 and verified in the "
                 "background. An XML body is a publish to the topic named by "
-                '`Link: <topic-url>; rel="self"`. ' + _AUTH_NOTE,
+                '`Link: <topic-url>; rel="self"`. A topic URL `/topics/{name}` on a host '
+                "that is none of the hub's names (public URL, `--alias-url`, loopback names "
+                "of a loopback hub) is refused with 400 naming them. " + _AUTH_NOTE,
                 "tags": ["websub", "publishing"],
                 "requestBody": {
                     "required": True,
@@ -631,6 +634,11 @@ def operations(document: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]
     ]
 
 
+def _prose(text: str) -> str:
+    """Escaped text with its Markdown code spans (`x`) as ``<code>``, as OpenAPI means them."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+
+
 def render_html(document: dict[str, Any]) -> str:
     """A self-contained HTML page listing every operation with its parameters and answers."""
     e = html.escape
@@ -647,15 +655,15 @@ def render_html(document: dict[str, Any]) -> str:
             f"<code>{e(t)}</code>" for t in op.get("requestBody", {}).get("content", {})
         )
         answers = "".join(
-            f"<li><b>{e(code)}</b> {e(r.get('description', ''))}</li>"
+            f"<li><b>{e(code)}</b> {_prose(r.get('description', ''))}</li>"
             for code, r in op["responses"].items()
         )
         rows.append(
             f'<section id="{e(op.get("operationId", method + path))}">'
             f'<h2><span class="m {e(method)}">{e(method.upper())}</span> '
             f"<code>{e(path)}</code></h2>"
-            f"<p>{e(op.get('summary', ''))}</p>"
-            + (f"<p class=d>{e(op['description'])}</p>" if op.get("description") else "")
+            f"<p>{_prose(op.get('summary', ''))}</p>"
+            + (f"<p class=d>{_prose(op['description'])}</p>" if op.get("description") else "")
             + (f"<p>Parameters: {', '.join(names)}</p>" if names else "")
             + (f"<p>Body: {body}</p>" if body else "")
             + f"<ul>{answers}</ul></section>"
@@ -670,7 +678,7 @@ def render_html(document: dict[str, Any]) -> str:
         "border-radius:4px;color:#fff;font-size:.85em;text-align:center}.get{background:#2a7}"
         ".post{background:#27b}code{background:#f4f4f4;padding:0 .2em}.d{color:#555}</style>"
         f"</head><body><h1>{e(info['title'])} {e(info['version'])}</h1>"
-        f"<p>{e(info['description'])}</p>"
+        f"<p>{_prose(info['description'])}</p>"
         '<p>Machine-readable: <a href="openapi.json">openapi.json</a> (OpenAPI 3.1).</p>'
         + "".join(rows)
         + "</body></html>"

@@ -11,12 +11,13 @@ name a client used.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from urllib.parse import SplitResult, urlsplit
 
-from hub.core.exceptions import BadRequest
+from hub.core.exceptions import BadRequest, UnknownHubName
 
 #: What a topic name may be: it is a path segment and part of Redis key names.
 TOPIC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -55,6 +56,18 @@ def base_origin(base: str) -> Origin | None:
     return _origin(parts, parts.path.rstrip("/"))
 
 
+def loopback_aliases(host: str, port: int) -> tuple[str, ...]:
+    """The names of a hub bound to loopback on ``port``: ``localhost``, ``127.0.0.1`` and
+    ``[::1]`` reach the same socket, so they name the same hub (and its topics)."""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback or not port:
+        return ()
+    return tuple(f"http://{name}:{port}" for name in ("localhost", "127.0.0.1", "[::1]"))
+
+
 @dataclass(frozen=True, slots=True)
 class HubUrls:
     """Where everything of the hub lives, as clients see it.
@@ -90,6 +103,15 @@ class HubUrls:
             if ("/" + rest).startswith(prefix):
                 return ("/" + rest)[len(prefix) :]
         return None
+
+    def _hub_path(self, path: str) -> bool:
+        """Whether ``path`` is where one of our bases keeps its topics (``/topics/{name}``)."""
+        for base in (self.base, *self.aliases):
+            origin = base_origin(base)
+            rest = path.removeprefix(origin[3] if origin else "")
+            if rest.startswith("/topics/") and TOPIC_NAME.fullmatch(rest[len("/topics/") :]):
+                return True
+        return False
 
     @property
     def hub(self) -> str:
@@ -149,6 +171,14 @@ class HubUrls:
             raise BadRequest(f"topic is not a valid URL ({exc}): {url[:200]!r}") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise BadRequest(f"topic must be an absolute http(s) URL, got {url[:200]!r}")
+        if self._hub_path(parts.path):
+            # Meant for this hub under a name it does not know: a derived topic would
+            # silently be another one (and receive nothing).
+            known = ", ".join(self.aliases) or "none"
+            raise UnknownHubName(
+                f"topic {url[:200]!r} is a hub topic URL on a host this hub does not know: "
+                f"its topics are under {self.base}/topics/ (--alias-url: {known})"
+            )
         digest = hashlib.sha256(url.encode()).hexdigest()[:16]
         host = re.sub(r"[^A-Za-z0-9.-]", "-", parts.hostname)[:100].strip(".-") or "topic"
         return check_name(f"{host}-{digest}")

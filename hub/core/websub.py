@@ -17,7 +17,7 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from hub.core.addresses import MAX_URL_LENGTH, as_uri, check_http_url
 from hub.core.events import parse_id
-from hub.core.exceptions import BadRequest
+from hub.core.exceptions import BadRequest, UnknownHubName
 from hub.core.topics import HubUrls
 
 MAX_SECRET_BYTES = 200  # §5.1: hub.secret MUST be less than 200 bytes
@@ -94,8 +94,13 @@ def parse_request(
     topic_url = form.get("hub.topic", "").strip()
     if not topic_url:
         raise BadRequest("hub.topic is required")
+    stray: UnknownHubName | None = None
     try:
         topic = urls.name_from_url(topic_url)
+    except UnknownHubName as exc:
+        # The client's mistake about this hub's name: a 400 (after the other fields are
+        # judged), not a denial sent to the callback.
+        stray, topic = exc, ""
     except BadRequest as exc:
         raise TopicDenied(exc.message, callback=callback, topic_url=topic_url) from None
 
@@ -120,6 +125,8 @@ def parse_request(
     since = form.get("hub.since") or None
     if since is not None:
         parse_id(since)
+    if stray is not None:
+        raise stray
     return SubscriptionRequest(mode, topic_url, topic, callback, lease, secret, since)
 
 

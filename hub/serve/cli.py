@@ -27,7 +27,9 @@ def add_parsers(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "serve",
         help="run the hub",
-        description="Run the hub. Every flag also comes from RSHUB_<FLAG> (e.g. RSHUB_PORT).",
+        description="Run the hub. Every flag also comes from RSHUB_<FLAG> (e.g. RSHUB_PORT), "
+        "but the repeatable --token and --alias-url come from RSHUB_TOKENS and "
+        "RSHUB_ALIAS_URLS, JSON lists (RSHUB_TOKENS='[\"s3cret\"]').",
     )
     parser.add_argument("--host", help="bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="bind port (default 8080)")
@@ -38,7 +40,7 @@ def add_parsers(subparsers: Any) -> None:
         "--token",
         action="append",
         dest="tokens",
-        help="bearer token allowed to publish to any topic (repeatable)",
+        help="bearer token allowed to publish to any topic (repeatable; RSHUB_TOKENS)",
     )
     parser.add_argument(
         "--open",

@@ -113,7 +113,12 @@ def _check_any_operator(request: web.Request) -> None:
         return
     auth = request.app[OBSERVING].auth
     if not auth.open:
-        auth.check_global(request.headers.get("Authorization"))
+        try:
+            auth.check_global(request.headers.get("Authorization"))
+        except Forbidden:  # name both tokens that would do (the dashboard shows this)
+            raise Forbidden(
+                "this needs the admin token (--admin-token) or a hub-wide token (--token)"
+            ) from None
         return
     check_operator(request)
 

@@ -25,7 +25,7 @@ from hub.core.exceptions import RequestError, RequestTimeout
 from hub.core.forwarding import TrustedPeers
 from hub.core.health import RedisHealth
 from hub.core.settings import Settings
-from hub.core.topics import WELL_KNOWN, HubUrls
+from hub.core.topics import WELL_KNOWN, HubUrls, loopback_aliases
 from hub.live.runtime import Runtime
 from hub.store.embedded_redis import EmbeddedRedis
 from hub.store.redis_connection import StoreError
@@ -210,7 +210,8 @@ def _lifecycle(
             runtime.stats,
         )
         try:
-            log.info("hub ready at %s", settings.public_url)
+            # Not "ready" yet: the socket is bound after this; serve() says so once it is.
+            log.debug("runtime started")
             yield
         finally:
             log.info("shutdown: stopping background tasks, deliveries and Redis connections")
@@ -245,7 +246,9 @@ def create_app(
         client_max_size=settings.max_body_bytes,
     )
     app[_GUARD], app[_SETTINGS] = guard, settings
-    urls = HubUrls(settings.public_url, tuple(u.rstrip("/") for u in settings.alias_urls))
+    aliases = [u.rstrip("/") for u in settings.alias_urls]
+    aliases += [u for u in loopback_aliases(settings.host, settings.port) if u not in aliases]
+    urls = HubUrls(settings.public_url, tuple(a for a in aliases if a != settings.public_url))
     app[web_access.ACCESS] = web_access.Access(
         urls,
         ReadAccess(settings),
@@ -321,6 +324,7 @@ async def serve(settings: Settings, redis_url: str, embedded: EmbeddedRedis | No
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     log.info("listening on %s (public URL %s)", site.name, settings.public_url)
+    log.info("hub ready at %s", settings.public_url)
     if settings.gc_young_threshold:
         collector.freeze_startup_heap()
     try:

@@ -68,6 +68,22 @@ async def self_link_topic(hub: Hub, topic_url: str, **headers: str) -> str:
         return str((await resp.json())["topic"])
 
 
+async def self_link_refusal(hub: Hub, topic_url: str, **headers: str) -> int:
+    """The status of a publish to ``POST /`` naming ``topic_url`` that the hub refuses."""
+    async with hub.session.post(
+        hub.url + "/",
+        data=notification(changes(1)),
+        headers={
+            "Content-Type": "application/xml",
+            "Link": f'<{topic_url}>; rel="self"',
+            **headers,
+        },
+    ) as resp:
+        assert resp.status != 202, await resp.text()
+        assert "does not know" in (await resp.json())["error"]
+        return resp.status
+
+
 async def test_subscribing_by_an_alias_url_gets_the_topics_deliveries(
     aliased_hub: Hub, callback: CallbackServer
 ) -> None:
@@ -87,10 +103,11 @@ async def test_a_foreign_url_still_gets_a_derived_topic(aliased_hub: Hub) -> Non
     hub = aliased_hub
     assert await self_link_topic(hub, f"{PUBLIC}/topics/t") == "t"
     assert await self_link_topic(hub, f"{hub.url}/topics/t") == "t"
-    derived = await self_link_topic(hub, "http://elsewhere.example/topics/t")
+    derived = await self_link_topic(hub, "http://elsewhere.example/feeds/t")
     assert derived.startswith("elsewhere.example-")
-    other_port = await self_link_topic(hub, "http://127.0.0.1:1/topics/t")
-    assert other_port.startswith("127.0.0.1-")
+    # A hub topic URL on a name this hub does not know: refused, not derived.
+    for stray in ("http://elsewhere.example/topics/t", "http://127.0.0.1:1/topics/t"):
+        assert await self_link_refusal(hub, stray) == 400
 
 
 FORWARDED = [
@@ -106,8 +123,8 @@ async def test_forwarded_headers_from_an_allowed_peer_name_this_hub(
 ) -> None:
     topic = await self_link_topic(aliased_hub, "https://proxy.example/topics/t", **headers)
     assert topic == "t"
-    # Only for that request: without the headers, the same URL is a foreign one.
-    assert await self_link_topic(aliased_hub, "https://proxy.example/topics/t") != "t"
+    # Only for that request: without the headers, that name is not this hub's.
+    assert await self_link_refusal(aliased_hub, "https://proxy.example/topics/t") == 400
 
 
 @pytest.mark.parametrize("proxy_ips", [["10.0.0.0/8"], []])
@@ -115,8 +132,8 @@ async def test_forwarded_headers_from_an_allowed_peer_name_this_hub(
 async def test_forwarded_headers_from_other_peers_are_ignored(
     aliased_hub: Hub, headers: dict[str, str]
 ) -> None:
-    topic = await self_link_topic(aliased_hub, "https://proxy.example/topics/t", **headers)
-    assert topic.startswith("proxy.example-")
+    refused = await self_link_refusal(aliased_hub, "https://proxy.example/topics/t", **headers)
+    assert refused == 400
 
 
 @pytest.mark.parametrize("proxy_ips", [["127.0.0.1"]])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hub.core.exceptions import BadRequest
-from hub.core.topics import HubUrls, check_name, parse_link_header
+from hub.core.topics import HubUrls, check_name, loopback_aliases, parse_link_header
 
 URLS = HubUrls("http://hub.example:8080/prefix")
 
@@ -90,14 +90,28 @@ def test_alias_bases_name_the_same_topics() -> None:
     assert urls.name_from_url("HTTP://LOCALHOST:8080/topics/t") == "t"
     assert urls.name_from_url("https://HUB.example:443/rs/topics/news") == "news"
     assert urls.is_own_topic("http://127.0.0.1:8088/topics/t")
-    # Another port, path or host is somebody else's topic: a derived name.
-    for foreign in (
+    # A hub topic URL (/topics/{name}) on another port or host is refused, naming the
+    # bases this hub knows: a derived topic would silently be another one.
+    for stray in (
         "http://127.0.0.1:9999/topics/t",
         "https://hub.example/topics/t",
         "http://elsewhere.example/topics/t",
+        "http://elsewhere.example/rs/topics/t",
     ):
-        assert not urls.is_own_topic(foreign)
-        assert urls.name_from_url(foreign) != "t"
+        assert not urls.is_own_topic(stray)
+        with pytest.raises(BadRequest) as refused:
+            urls.name_from_url(stray)
+        message = str(refused.value)
+        assert "http://localhost:8080/topics/" in message
+        assert "http://127.0.0.1:8088" in message and "https://hub.example/rs" in message
+    # A Source's own topic URL on any other path is a foreign topic: a derived name.
+    for foreign in (
+        "http://elsewhere.example/feed/topics",
+        "http://elsewhere.example/topics/t/changes.xml",
+        "http://elsewhere.example/topics/",
+        "http://127.0.0.1:9999/news",
+    ):
+        assert urls.name_from_url(foreign) not in ("t", "news")
     # Links are built from the public base only.
     assert urls.topic("t") == "http://localhost:8080/topics/t"
 
@@ -114,3 +128,19 @@ def test_a_malformed_name_under_an_alias_is_refused() -> None:
     urls = HubUrls("http://localhost:8080", ("http://127.0.0.1:8088",))
     with pytest.raises(BadRequest, match="invalid topic name"):
         urls.name_from_url("http://127.0.0.1:8088/topics/a/b")
+
+
+def test_a_hub_on_loopback_is_every_loopback_name_on_its_port() -> None:
+    assert loopback_aliases("127.0.0.1", 8080) == (
+        "http://localhost:8080",
+        "http://127.0.0.1:8080",
+        "http://[::1]:8080",
+    )
+    assert loopback_aliases("::1", 9) == loopback_aliases("localhost", 9)
+    assert loopback_aliases("0.0.0.0", 8080) == ()
+    assert loopback_aliases("hub.example", 8080) == ()
+    urls = HubUrls("http://127.0.0.1:8080", loopback_aliases("127.0.0.1", 8080))
+    for name in ("localhost", "127.0.0.1", "[::1]", "LOCALHOST"):
+        assert urls.name_from_url(f"http://{name}:8080/topics/demo") == "demo"
+    with pytest.raises(BadRequest, match="does not know"):
+        urls.name_from_url("http://localhost:8081/topics/demo")

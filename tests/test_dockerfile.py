@@ -1,0 +1,443 @@
+"""The image, reproduced from ``docker/Dockerfile`` itself, without Docker.
+
+No image registry is reachable here, so the Dockerfile is replayed instruction by
+instruction: every stage gets an empty directory as its root file system and a fresh venv
+of this interpreter as the base image's Python (same major.minor as the ``FROM`` tag); COPY
+copies exactly what it names (from the build context, minus ``.dockerignore``, or from an
+earlier stage); RUN runs its ``&&``-joined commands (``pip`` with the stage's ENV,
+``useradd``, ``mkdir``, ``chown``, ``rm``; any other command fails the test, so the
+Dockerfile cannot drift from what is proved here). Absolute paths are taken under the
+stage's root. Then ``docker/compose.yaml``'s hub, subscriber and publisher run from that
+install, as the Dockerfile's ``USER`` (its uid, via ``setpriv``, when the tests run as
+root), in its final ``WORKDIR``, with the Dockerfile's ENV and the compose environment.
+
+Substituted, and nothing else: PIP_NO_CACHE_DIR is dropped (pip may use this machine's
+cache; every file is still checked against the lock's hashes); the Redis host
+``redis://redis:6379/0`` -> the test session's redis-server; the hostname ``hub`` and the
+published port 8080 -> 127.0.0.1 and a free port (the bind too: tests never listen beyond
+loopback); ``subscriber:9000`` -> a free port on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support import TIME_SCALE, free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCKERFILE = ROOT / "docker" / "Dockerfile"
+COMPOSE = ROOT / "docker" / "compose.yaml"
+IMAGE_RE = r"[\w./-]+:\d[\w.-]*"
+
+
+def _instructions(text: str) -> list[tuple[str, str]]:
+    """(KEYWORD, arguments) per instruction: comments dropped, continuations joined."""
+    out: list[tuple[str, str]] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        line, pending = pending + line, ""
+        keyword, _, rest = line.partition(" ")
+        out.append((keyword.upper(), rest.strip()))
+    return out
+
+
+@dataclass
+class Stage:
+    name: str
+    root: Path
+    python: Path
+    workdir: str = "/"
+    env: dict[str, str] = field(default_factory=dict)
+    user: str = "root"
+    users: dict[str, tuple[int, str]] = field(default_factory=dict)  # name -> uid, home
+    cmd: list[str] = field(default_factory=list)
+    healthcheck: list[str] = field(default_factory=list)
+
+    def path(self, path: str) -> Path:
+        """Where ``path`` (absolute, or relative to WORKDIR) of the image is on this host."""
+        full = path if path.startswith("/") else f"{self.workdir.rstrip('/')}/{path}"
+        return self.root / full.lstrip("/")
+
+    @property
+    def bin(self) -> Path:
+        return self.python.parent
+
+    def environ(self) -> dict[str, str]:
+        """The image's environment: its ENV, image paths mapped, its Python first on PATH."""
+        env = {
+            k: str(self.path(v)) if v.startswith("/") else v
+            for k, v in self.env.items()
+            if k != "PIP_NO_CACHE_DIR"
+        }
+        return {"PATH": f"{self.bin}:/usr/bin:/bin", "LANG": "C.UTF-8", **env}
+
+
+def _dockerignored(context: Path) -> Any:
+    patterns = [
+        p.removeprefix("**/")
+        for p in (context / ".dockerignore").read_text().split()
+        if not p.startswith("#")
+    ]
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        return {n for n in names if any(fnmatch.fnmatch(n, p) for p in patterns)}
+
+    return ignore
+
+
+def _copy(sources: list[Path], dest: Path, ignore: Any) -> None:
+    for src in sources:
+        assert src.exists(), f"COPY of a missing path {src}"
+        target = dest / src.name if len(sources) > 1 or dest.is_dir() else dest
+        if src.is_dir():
+            shutil.copytree(src, dest if len(sources) == 1 else target, ignore=ignore)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, target)
+
+
+def _run(stage: Stage, command: str) -> None:
+    """A RUN instruction: each ``&&``-joined command, as the image's shell would."""
+    words = shlex.split(command)
+    commands: list[list[str]] = [[]]
+    for word in words:
+        if word == "&&":
+            commands.append([])
+        else:
+            commands[-1].append(word)
+    for argv in commands:
+        name, args = argv[0], argv[1:]
+        if name == "pip":
+            cwd = stage.path(".")
+            expanded: list[str] = []
+            for arg in args:
+                if "*" in arg:
+                    matches = sorted(glob.glob(arg, root_dir=cwd))
+                    assert matches, f"{arg} matches nothing in {stage.workdir}"
+                    expanded += matches
+                else:
+                    expanded.append(str(stage.path(arg)) if arg.startswith("/") else arg)
+            # This machine's own pip constraints are no part of the image.
+            env = {**os.environ, **stage.environ(), "PIP_CONSTRAINT": ""}
+            env.pop("PIP_NO_CACHE_DIR", None)
+            done = subprocess.run(
+                [str(stage.python), "-m", "pip", *expanded],
+                cwd=cwd,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert done.returncode == 0, f"RUN pip {shlex.join(args)}:\n{done.stderr[-3000:]}"
+        elif name == "rm" and args[0] == "-rf":
+            for target in args[1:]:
+                shutil.rmtree(stage.path(target), ignore_errors=True)
+        elif name == "mkdir" and args[0] == "-p":
+            for target in args[1:]:
+                stage.path(target).mkdir(parents=True, exist_ok=True)
+        elif name == "useradd":
+            uid = int(args[args.index("--uid") + 1])
+            home = args[args.index("--home-dir") + 1]
+            stage.users[args[-1]] = (uid, home)
+        elif name == "chown":
+            owner, target = args
+            uid, _ = stage.users[owner.partition(":")[0]]
+            if os.geteuid() == 0:
+                os.chown(stage.path(target), uid, uid)
+        else:
+            pytest.fail(f"RUN command this test cannot replay: {shlex.join(argv)}")
+
+
+def _others_reach(path: Path) -> bool:
+    """True when a user other than the owner can reach ``path`` (every parent searchable)."""
+    return all(p.stat().st_mode & 0o001 for p in [path, *path.parents])
+
+
+def _base_python() -> str:
+    """This Python, or the system's of the same version when the image's user can't reach it.
+
+    The venv's interpreter runs as the image's user: a Python installed under a private
+    home (pyenv under /root, say) would silently be another one for that user.
+    """
+    base = Path(sys.base_prefix)
+    if os.geteuid() != 0 or _others_reach(base / "lib"):
+        return sys.executable
+    system = Path(f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}")
+    if not system.exists() or not _others_reach(system.parent):
+        pytest.skip(f"no Python {sys.version_info[:2]} that another user can run")
+    return str(system)
+
+
+def build_image(text: str, context: Path, root: Path) -> Stage:
+    """Replay the Dockerfile ``text`` under ``root``; the final stage is the image."""
+    stages: dict[str, Stage] = {}
+    stage: Stage | None = None
+    ignore = _dockerignored(context)
+    for keyword, rest in _instructions(text):
+        if keyword == "FROM":
+            image, _, alias = rest.partition(" AS ")
+            assert re.fullmatch(IMAGE_RE, image), f"unpinned base image {image}"
+            version = re.match(r"python:(\d+)\.(\d+)\.", image)
+            assert version, image
+            if tuple(map(int, version.groups())) != sys.version_info[:2]:
+                pytest.skip(f"the image's Python is {image}, this is {sys.version}")
+            name = alias.strip() or str(len(stages))
+            stage_root = root / f"stage-{len(stages)}"
+            venv = stage_root / "usr/local"
+            subprocess.run([_base_python(), "-m", "venv", str(venv)], check=True)
+            stage = stages[name] = Stage(name, stage_root, stage_root / "usr/local/bin/python")
+            continue
+        assert stage is not None, f"{keyword} before FROM"
+        if keyword == "ENV":
+            for pair in shlex.split(rest):
+                key, _, value = pair.partition("=")
+                stage.env[key] = value
+        elif keyword == "WORKDIR":
+            stage.workdir = rest
+            stage.path(".").mkdir(parents=True, exist_ok=True)
+        elif keyword == "COPY":
+            args = shlex.split(rest)
+            origin = None
+            if args[0].startswith("--from="):
+                origin = stages[args.pop(0).removeprefix("--from=")]
+            *sources, dest = args
+            src_paths = [origin.path(s) if origin is not None else context / s for s in sources]
+            target = stage.path(dest)
+            if dest.endswith("/") and len(src_paths) > 1:
+                target.mkdir(parents=True, exist_ok=True)
+            _copy(src_paths, target, ignore)
+        elif keyword == "RUN":
+            _run(stage, rest)
+        elif keyword == "USER":
+            stage.user = rest
+        elif keyword == "CMD":
+            stage.cmd = json.loads(rest)
+        elif keyword == "HEALTHCHECK":
+            stage.healthcheck = json.loads(rest.split(" CMD ", 1)[1])
+        elif keyword == "VOLUME":
+            stage.path(rest).mkdir(parents=True, exist_ok=True)
+        elif keyword == "EXPOSE":
+            pass
+        else:
+            pytest.fail(f"Dockerfile instruction this test cannot replay: {keyword}")
+    assert stage is not None
+    return stage
+
+
+@pytest.fixture(scope="module")
+def image() -> Iterator[Stage]:
+    """The image, built once per session (a wheel build and a locked install: ~20 s)."""
+    # Not under pytest's tmp_path: its base is private to this user, and the image's user
+    # (another uid) must reach the install.
+    root = Path(tempfile.mkdtemp(prefix="rshub-image-"))
+    root.chmod(0o755)
+    try:
+        yield build_image(DOCKERFILE.read_text(), ROOT, root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _services() -> dict[str, Any]:
+    return dict(yaml.safe_load(COMPOSE.read_text())["services"])
+
+
+def _substitute(text: str, mapping: dict[str, str]) -> str:
+    for old, new in mapping.items():
+        text = text.replace(old, new)
+    return text
+
+
+def test_compose_file_policies() -> None:
+    services = _services()
+    for name, service in services.items():
+        image = service.get("image", "")
+        assert re.fullmatch(IMAGE_RE, image), f"{name}: unpinned image {image!r}"
+        assert service.get("restart") in ("unless-stopped", "on-failure"), name
+    assert services["hub"]["depends_on"]["redis"]["condition"] == "service_healthy"
+    for client in ("publisher", "subscriber"):
+        assert services[client]["depends_on"]["hub"]["condition"] == "service_healthy"
+    assert "healthcheck" in services["redis"] and "healthcheck" in services["hub"]
+    env = services["hub"]["environment"]
+    assert env["RSHUB_BASE_URL"] == "http://hub:8080"
+    # From the host, the published port is the same hub.
+    aliases = json.loads(env["RSHUB_ALIAS_URLS"])
+    assert "http://localhost:8080" in aliases and "http://127.0.0.1:8080" in aliases
+    assert services["hub"]["ports"] == ["8080:8080"]
+    assert env["RSHUB_ALLOW_PRIVATE_CALLBACKS"] == "true"
+    # The publisher keeps its position on a volume mounted at the image's own /data.
+    assert "publisher-state:/data" in services["publisher"]["volumes"]
+    dockerfile = DOCKERFILE.read_text()
+    users = re.findall(r"^USER (\S+)", dockerfile, re.M)
+    assert users and users[-1] not in ("root", "0")
+    assert re.findall(r"^WORKDIR (\S+)", dockerfile, re.M)[-1] == "/data"
+    # Every Python package of the image is pinned with its hashes.
+    assert "--require-hashes -r requirements.lock" in dockerfile
+    lock = (ROOT / "docker" / "requirements.lock").read_text()
+    pins = re.findall(r"^([A-Za-z0-9_.-]+)==\S+", lock, re.M)
+    assert {"aiohttp", "redis", "lxml", "pydantic"} <= set(pins)
+    assert lock.count("--hash=sha256:") >= len(pins)
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert ".git" in ignored and ".venv" in ignored
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 20 * TIME_SCALE
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()
+        try:
+            with urllib.request.urlopen(url + "/healthz", timeout=1) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"hub not healthy: {log.read_text()}")
+
+
+def _subscriptions(hub_url: str, token: str) -> list[dict[str, Any]]:
+    req = urllib.request.Request(
+        hub_url + "/topics/wiki/subscriptions", headers={"Authorization": f"Bearer {token}"}
+    )
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        return list(json.loads(resp.read())["subscriptions"])
+
+
+@pytest.mark.timeout(180)
+def test_image_runs_compose_services(image: Stage, redis_url: str, tmp_path: Path) -> None:
+    services = _services()
+    hub_port, sub_port, host_sub_port = free_port(), free_port(), free_port()
+    mapping = {
+        "redis://redis:6379/0": redis_url,
+        "http://hub:8080": f"http://127.0.0.1:{hub_port}",
+        "http://localhost:8080": f"http://localhost:{hub_port}",
+        "http://127.0.0.1:8080": f"http://127.0.0.1:{hub_port}",
+        "0.0.0.0:9000": f"127.0.0.1:{sub_port}",
+        "http://subscriber:9000": f"http://127.0.0.1:{sub_port}",
+    }
+    hub_env = {k: _substitute(str(v), mapping) for k, v in services["hub"]["environment"].items()}
+    hub_env.update(RSHUB_HOST="127.0.0.1", RSHUB_PORT=str(hub_port))
+    hub_url = hub_env["RSHUB_BASE_URL"]
+    [token] = json.loads(hub_env["RSHUB_TOKENS"])
+
+    # As the image's USER: its uid when we may switch to it, its home, its working dir.
+    uid, home = image.users[image.user]
+    as_user = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+    prefix = as_user if os.geteuid() == 0 else []
+    data = image.path("/data")
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(name: str, command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        assert command[0] == "rshub", command
+        exe = shutil.which("rshub", path=image.environ()["PATH"])
+        assert exe == str(image.bin / "rshub"), exe  # the wheel's entry point, not ours
+        argv = [*prefix, exe, *(_substitute(a, mapping) for a in command[1:])]
+        log = open(tmp_path / f"{name}.log", "wb")
+        proc = subprocess.Popen(
+            argv,
+            cwd=image.path("."),
+            env={**image.environ(), "HOME": str(image.path(home)), **env},
+            stdout=subprocess.PIPE if "subscriber" in name else log,
+            stderr=log,
+        )
+        log.close()
+        procs.append(proc)
+        return proc
+
+    try:
+        # The hub: the compose command is the image's CMD plus its flags.
+        hub_cmd = services["hub"]["command"]
+        assert hub_cmd[: len(image.cmd)] == image.cmd == ["rshub", "serve"]
+        hub = start("hub", hub_cmd, hub_env)
+        _wait_healthy(hub_url, hub, tmp_path / "hub.log")
+
+        # The image's own HEALTHCHECK command, with the image's python.
+        check = image.healthcheck
+        assert check[0] == "python"
+        done = subprocess.run(
+            [*prefix, str(image.bin / "python"), *check[1:]],
+            env={**image.environ(), "RSHUB_PORT": str(hub_port)},
+            timeout=10,
+        )
+        assert done.returncode == 0
+
+        # The compose subscriber (in-network name) and one on the host's published address.
+        sub_cmd = [*services["subscriber"]["command"], "--limit", "5"]
+        subscriber = start("subscriber", sub_cmd, {})
+        host_cmd = [
+            "rshub", "subscribe", "--hub", f"http://localhost:{hub_port}", "--topic", "wiki",
+            "--via", "webhook", "--listen", f"127.0.0.1:{host_sub_port}", "--limit", "5",
+        ]  # fmt: skip
+        host_subscriber = start("host-subscriber", host_cmd, {})
+        deadline = time.monotonic() + 20 * TIME_SCALE
+        listed: list[dict[str, Any]] = []
+        while len(listed) < 2 and time.monotonic() < deadline:
+            for proc, log in ((subscriber, "subscriber"), (host_subscriber, "host-subscriber")):
+                assert proc.poll() is None, (tmp_path / f"{log}.log").read_text()
+            listed = _subscriptions(hub_url, token)
+            time.sleep(0.1)
+        origins = sorted(s["callback"].split("/websub/")[0] for s in listed)
+        expected = [f"http://127.0.0.1:{p}" for p in (sub_port, host_sub_port)]
+        assert origins == sorted(expected), listed
+
+        publisher = start("publisher", services["publisher"]["command"], {})
+        got = []
+        for proc in (subscriber, host_subscriber):
+            out, _ = proc.communicate(timeout=40 * TIME_SCALE)
+            assert proc.returncode == 0, (tmp_path / "subscriber.log").read_text()
+            got.append([json.loads(line) for line in out.decode().splitlines() if line])
+        assert len(got[0]) == 5 and all(c["topic"] == "wiki" for c in got[0])
+        assert [c["loc"] for c in got[1]] == [c["loc"] for c in got[0]]
+        with urllib.request.urlopen(hub_url + "/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+        [delivered] = re.findall(r"^rshub_delivered_changes_total (\S+)$", text, re.M)
+        assert float(delivered) >= 10  # by WebSub, not a polling fallback
+
+        # The publisher keeps its position in its working directory, its user's /data.
+        state = data / "rshub-wikipedia.state.json"
+        deadline = time.monotonic() + 20 * TIME_SCALE
+        while not state.exists() and time.monotonic() < deadline:
+            assert publisher.poll() is None, (tmp_path / "publisher.log").read_text()
+            time.sleep(0.1)
+        assert state.exists(), (tmp_path / "publisher.log").read_text()
+        if prefix:
+            assert state.stat().st_uid == uid
+    finally:
+        for proc in reversed(procs):
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(5)
+            if proc.stdout is not None:
+                proc.stdout.close()
+    hub_log = (tmp_path / "hub.log").read_text()
+    records = [json.loads(line) for line in hub_log.splitlines() if line.strip()]
+    assert any(r["logger"] == "rshub.access" for r in records)  # --access-log, JSON format
+    # Nothing of the source tree is in the image: the hub ran from the wheel.
+    assert not list(image.root.rglob("pyproject.toml"))
