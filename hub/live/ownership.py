@@ -11,8 +11,9 @@ Every ``tick`` (a third of the lease) a task of its own heartbeats, and the
 2. works out which subscriptions this node should deliver (:mod:`hub.core.placement`);
 3. releases the leases it should no longer hold, after stopping their workers (whose
    cursors are written after every delivery), so the new owner can take them at once;
-4. claims the leases it should hold and starts their workers; a lease held by a node whose
-   heartbeat expired (at most one lease after it died) is taken over.
+4. claims the leases it should hold and starts their workers; a lease is taken over only
+   when its holder's heartbeat has expired as Redis sees it at the claim (at most one lease
+   after it died), never because this node's view of the live nodes (a tick old) lacks it.
 
 So a dead node's subscriptions are resumed from their cursors within about one lease plus
 one tick, and a node that was paused past its lease neither delivers on nor moves a cursor
@@ -94,7 +95,7 @@ class Workers(Protocol):
 
     async def start_worker(self, key: SubscriptionKey, lease: Lease) -> None: ...
 
-    async def stop_worker(self, key: SubscriptionKey) -> None: ...
+    async def stop_worker(self, key: SubscriptionKey, *, planned: bool = True) -> None: ...
 
     async def settle(self) -> None:
         """Commit the cursors of what the stopped workers delivered (before their leases
@@ -153,12 +154,11 @@ class Ownership:
     async def close(self) -> None:
         """Stop every worker, give its lease up, and leave."""
         await self.tasks.stop()
-        for key in list(self.held):
-            await self.workers.stop_worker(key)
+        await asyncio.gather(*(self.workers.stop_worker(key) for key in list(self.held)))
         await self.workers.settle()
         with contextlib.suppress(StoreError):
             await self._release(list(self.held))
-            await self.leases.heartbeat(leaving=True)
+            await self.leases.heartbeat({topic for topic, _ in self.held}, leaving=True)
         self.held.clear()
 
     def _set_known(self, known: set[SubscriptionKey]) -> None:
@@ -179,7 +179,7 @@ class Ownership:
     async def _heartbeat(self) -> bool:
         """One heartbeat; True when the set of live nodes changed."""
         sent = time.monotonic()
-        membership = await self.leases.heartbeat()
+        membership = await self.leases.heartbeat({topic for topic, _ in self.held})
         if sent - self._last_heartbeat > self.lease_seconds * _TRUSTED and self.held:
             await self._check_after_gap()
         self._last_heartbeat = sent
@@ -245,8 +245,7 @@ class Ownership:
                 await self.workers.stop_worker(key)
             self._drop(key)  # ...or it ended here (410, expiry, lease lost)
         moving = [k for k in self.held if k not in wanted]
-        for key in moving:
-            await self.workers.stop_worker(key)
+        await asyncio.gather(*(self.workers.stop_worker(key) for key in moving))
         if moving:
             await self.workers.settle()
         await self._release(moving)
@@ -255,7 +254,7 @@ class Ownership:
 
         missing = [k for k in wanted if k not in self.held]
         for topic, callbacks in _by_topic((k, 0) for k in missing).items():
-            claimed = await self.leases.claim(topic, list(callbacks), self.nodes)
+            claimed = await self.leases.claim(topic, list(callbacks))
             for callback, token in claimed.items():
                 key = (topic, callback)
                 if token == GONE:
@@ -274,7 +273,7 @@ class Ownership:
                 log.info("lease of %s -> %s lost while paused", topic, callback)
                 key = (topic, callback)
                 self._drop(key)
-                await self.workers.stop_worker(key)
+                await self.workers.stop_worker(key, planned=False)
 
     def _drop(self, key: SubscriptionKey) -> None:
         lease = self.held.pop(key, None)
