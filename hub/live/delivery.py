@@ -161,11 +161,17 @@ class DeliveryWorker:
         """Stop; a delivery attempt under way gets up to ``grace`` seconds to finish and
         queue its cursor (a planned move: otherwise the next owner re-sends the batch)."""
         self._stopping = True
-        if grace > 0 and not self._idle.is_set() and self.task is not None:
-            idle = asyncio.ensure_future(self._idle.wait())
-            await asyncio.wait([idle, self.task], timeout=grace, return_when=FIRST_COMPLETED)
-            idle.cancel()
-        await cancel_and_wait([self.task])
+        try:
+            if grace > 0 and not self._idle.is_set() and self.task is not None:
+                idle = asyncio.ensure_future(self._idle.wait())
+                try:
+                    await asyncio.wait(
+                        [idle, self.task], timeout=grace, return_when=FIRST_COMPLETED
+                    )
+                finally:
+                    idle.cancel()
+        finally:
+            await cancel_and_wait([self.task])
 
     async def run(self) -> None:
         sub = self.sub
