@@ -99,11 +99,13 @@ class SseClient:
             writer.close()
 
 
+@pytest.mark.parametrize("redis", ["shared", "embedded"])
 async def test_sigterm_closes_1000_streams_with_their_resume_point_within_2s(
-    redis_url: str, tmp_path: Path
+    redis_url: str, tmp_path: Path, redis: str
 ) -> None:
     env = {"RSHUB_CHANGELIST_SCAN_SECONDS": "0"}
-    hub = HubProcess(str(tmp_path), None, "--redis-url", redis_url, env=env).start()
+    args = ("--redis-url", redis_url) if redis == "shared" else ()
+    hub = HubProcess(str(tmp_path), None, *args, env=env).start()
     try:
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as session:
@@ -143,7 +145,8 @@ async def test_sigterm_closes_1000_streams_with_their_resume_point_within_2s(
         assert all(b.get("id") == ids[-1] for b in finals), finals[:3]
         assert all(b.get("retry", "").isdigit() for b in finals), finals[:3]
         assert hub.proc.returncode == 0, hub.log()
-        print(f"SIGTERM with {WS_CLIENTS + SSE_CLIENTS} stream clients: exited in {took:.2f}s")
+        clients = WS_CLIENTS + SSE_CLIENTS
+        print(f"SIGTERM with {clients} stream clients ({redis} Redis): exited in {took:.2f}s")
         assert took < BOUND * TIME_SCALE, f"shutdown took {took:.2f}s"
     finally:
         hub.stop()
