@@ -6,7 +6,10 @@ id; resumed with ``Last-Event-ID``.
 
 :class:`HubStream` yields batches of :class:`ChangeEvent` and remembers the last event id.
 When the hub closes the WebSocket because the client is too slow (1008 policy violation,
-1013 try again later), it reconnects at once from that id. Any other loss raises
+1013 try again later) or because the hub process is shutting down (1001 going away, SSE
+``event: shutdown``), it reconnects at once from that id; after a shutdown, to the next of
+``other_hubs`` if given (the same URL reaches another worker of ``rshub serve --workers``).
+Any other loss raises
 :class:`PushUnavailable` unless ``persistent=True``, in which case it reconnects with
 exponential back-off from 0.1 s, capped at ``max_backoff``, with equal jitter (so that the
 subscribers of a hub that restarts do not all come back at the same instants), forever.
@@ -42,7 +45,9 @@ log = logging.getLogger(__name__)
 Transport = Literal["ws", "sse"]
 
 #: WebSocket close codes after which the client reconnects immediately from its last id.
-RESUMABLE_CLOSE_CODES = frozenset({1008, 1013})
+RESUMABLE_CLOSE_CODES = frozenset({1001, 1008, 1013})
+#: The hub process is going away (SIGTERM): reconnect now, preferably elsewhere.
+GOING_AWAY = 1001
 
 
 def _events(payload: Any, topic: str) -> list[ChangeEvent]:
@@ -70,9 +75,13 @@ class HubStream:
         connect_timeout: float = 5.0,
         heartbeat: float = 10.0,
         max_backoff: float = 30.0,
+        other_hubs: tuple[str, ...] = (),
     ) -> None:
+        """``other_hubs``: more processes of the same hub (same Redis), tried in turn when
+        the current one shuts down or cannot be reached."""
         self.session = session
         self.hub = hub.rstrip("/")
+        self._hubs = (self.hub, *(h.rstrip("/") for h in other_hubs))
         self.topic = topic
         self.transport = transport
         #: Id of the last event yielded; the next connection resumes after it.
@@ -99,8 +108,10 @@ class HubStream:
                 raise PushUnavailable("stream ended")
             except StreamClosed as exc:
                 self.connected.clear()
+                if exc.code == GOING_AWAY:
+                    self._next_hub()
                 if exc.code in RESUMABLE_CLOSE_CODES:
-                    log.info("%s; resuming after %s", exc, self.last_id)
+                    log.info("%s; resuming after %s from %s", exc, self.last_id, self.hub)
                     continue
                 if not self.persistent:
                     raise
@@ -109,7 +120,12 @@ class HubStream:
                 self.connected.clear()
                 if not self.persistent:
                     raise
+                self._next_hub()
                 log.warning("%s; reconnecting in %.1fs", exc, retry.failed())
+
+    def _next_hub(self) -> None:
+        """Move on to the next hub process (a no-op with just one)."""
+        self.hub = self._hubs[(self._hubs.index(self.hub) + 1) % len(self._hubs)]
 
     async def _ws(self) -> AsyncIterator[list[ChangeEvent]]:
         url = f"{self.hub}/topics/{self.topic}/ws"
@@ -181,6 +197,8 @@ class HubStream:
                     for msg in events:
                         if msg.event == "error":  # the hub's "too slow, resume" notice
                             raise StreamClosed(1013, msg.data)
+                        if msg.event == "shutdown":  # the hub process is going away
+                            raise StreamClosed(GOING_AWAY, msg.data)
                         if msg.event not in ("message", "change"):
                             continue
                         batch = _events(orjson.loads(msg.data), self.topic)

@@ -237,6 +237,15 @@ class Settings(BaseSettings):
     #: The PEM private key of ``callback_client_cert`` (if not in that file).
     callback_client_key: Path | None = None
 
+    # -- hand-over and shutdown (task: high availability, issue 23) ----------------------
+    #: How long a delivery worker that stops for a planned reason (its subscription moves
+    #: to another process, or this one shuts down) may finish the POST it has in flight and
+    #: record its cursor before it is abandoned (then the next owner re-sends that batch).
+    handover_grace_seconds: float = Field(1.0, ge=0, le=60)
+    #: At shutdown (SIGTERM), how long the open streams get to take their last message
+    #: (WebSocket close 1001, SSE ``event: shutdown``) before their connections are cut.
+    shutdown_streams_seconds: float = Field(1.0, gt=0, le=60)
+
     @field_validator("callback_ca_file", "callback_client_cert", "callback_client_key")
     @classmethod
     def _check_readable_file(cls, value: Path | None) -> Path | None:

@@ -17,6 +17,10 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
+#: How often :func:`cancel_and_wait` repeats a cancel() that did not end its task.
+_RECANCEL_SECONDS = 0.25
+
+
 async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any] | None], timeout: float = 5.0) -> None:
     """Cancel ``tasks`` and wait up to ``timeout`` for them to end.
 
@@ -27,7 +31,16 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any] | None], timeout: fl
     pending = {t for t in given if not t.done()}
     for task in pending:
         task.cancel()
-    done, stuck = await asyncio.wait(pending, timeout=timeout) if pending else (set(), set())
+    # A cancel() can be swallowed mid-call (seen with redis-py on Python 3.11: the task went
+    # on to its next wait, and a shutdown waited the whole timeout): ask again until it ends.
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    stuck = pending
+    while stuck and (remaining := deadline - loop.time()) > 0:
+        _, stuck = await asyncio.wait(stuck, timeout=min(_RECANCEL_SECONDS, remaining))
+        for task in stuck:
+            task.cancel()
+    done = pending - stuck
     # Retrieve every ending exception (also of tasks that were done before), so none is
     # reported later as "never retrieved"; e.g. a write to a client that went away.
     for task in (*done, *(t for t in given if t not in pending)):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from asyncio import FIRST_COMPLETED
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
@@ -147,13 +148,30 @@ class DeliveryWorker:
         self.delivered = 0
         #: Set while a POST is in flight (a stop waits briefly for it, see stop()).
         self.posting = False
+        #: Set while no delivery attempt (POST and its cursor write) is under way.
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._stopping = False
 
     def start(self, tasks: Tasks, on_end: Callable[[asyncio.Task[Any]], None]) -> None:
         """Run in a task of ``tasks``; ``on_end`` when it ends."""
         self.task = tasks.spawn(f"deliver:{self.sub.callback}", self.run(), on_end=on_end)
 
-    async def stop(self) -> None:
-        await cancel_and_wait([self.task])
+    async def stop(self, grace: float = 0.0) -> None:
+        """Stop; a delivery attempt under way gets up to ``grace`` seconds to finish and
+        queue its cursor (a planned move: otherwise the next owner re-sends the batch)."""
+        self._stopping = True
+        try:
+            if grace > 0 and not self._idle.is_set() and self.task is not None:
+                idle = asyncio.ensure_future(self._idle.wait())
+                try:
+                    await asyncio.wait(
+                        [idle, self.task], timeout=grace, return_when=FIRST_COMPLETED
+                    )
+                finally:
+                    idle.cancel()
+        finally:
+            await cancel_and_wait([self.task])
 
     async def run(self) -> None:
         sub = self.sub
@@ -216,6 +234,9 @@ class DeliveryWorker:
             if sub.expired:
                 raise _Gone("lease expired")
             retry_after: float | None = None
+            if self._stopping:  # no new attempt: the stop cancels this task at once
+                await asyncio.Event().wait()
+            self._idle.clear()
             try:
                 answer = await self._post(body, headers)
             except (_Lost, _Gone):
@@ -231,11 +252,15 @@ class DeliveryWorker:
                     raise _Gone("callback answered 410 Gone")
                 if 200 <= answer.status < 300:
                     metrics.delivered(batch)
-                    await self._succeeded(batch[-1].id, gap)
+                    try:
+                        await self._succeeded(batch[-1].id, gap)
+                    finally:
+                        self._idle.set()
                     return
                 # Either form, seconds or an HTTP-date (a 429's or 503's); capped.
                 retry_after = parse_retry_after(answer.headers.get("retry-after"), time.time())
                 error = f"HTTP {answer.status}"
+            self._idle.set()
             metrics.delivery_outcome("retry")
             delay = self.backoff.delay(sub.failures + 1, retry_after)
             await self._failed(error, delay)
@@ -352,11 +377,14 @@ class DeliveryService:
         self.workers[key] = worker
         worker.start(self._workers, lambda _t: self._ended(key, worker))
 
-    async def stop_worker(self, key: SubscriptionKey) -> None:
+    async def stop_worker(self, key: SubscriptionKey, *, planned: bool = True) -> None:
+        """``planned`` (a move or a shutdown, not a lost lease): the POST in flight may
+        finish, within ``handover_grace_seconds``."""
         worker = self.workers.pop(key, None)
         if worker is None:
             return
-        await worker.stop()  # its cursor write, if one was under way, stays due: settle()
+        grace = self.settings.handover_grace_seconds if planned else 0.0
+        await worker.stop(grace)  # its cursor write, if one was under way, stays due: settle()
 
     async def settle(self) -> None:
         await self.cursors.settle()

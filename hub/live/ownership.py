@@ -11,8 +11,9 @@ Every ``tick`` (a third of the lease) a task of its own heartbeats, and the
 2. works out which subscriptions this node should deliver (:mod:`hub.core.placement`);
 3. releases the leases it should no longer hold, after stopping their workers (whose
    cursors are written after every delivery), so the new owner can take them at once;
-4. claims the leases it should hold and starts their workers; a lease held by a node whose
-   heartbeat expired (at most one lease after it died) is taken over.
+4. claims the leases it should hold and starts their workers; a lease is taken over only
+   when its holder's heartbeat has expired as Redis sees it at the claim (at most one lease
+   after it died), never because this node's view of the live nodes (a tick old) lacks it.
 
 So a dead node's subscriptions are resumed from their cursors within about one lease plus
 one tick, and a node that was paused past its lease neither delivers on nor moves a cursor
@@ -39,7 +40,7 @@ from hub.core.retrying import STORE_OUTAGE, retrying
 from hub.core.tasks import Tasks
 from hub.store.leases import GONE, HELD_ELSEWHERE, Leases
 from hub.store.redis_connection import StoreError
-from hub.store.subscriptions import REMOVED, TOPIC_REMOVED, SubscriptionStore
+from hub.store.subscriptions import NODE_LEFT, REMOVED, TOPIC_REMOVED, SubscriptionStore
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ class Workers(Protocol):
 
     async def start_worker(self, key: SubscriptionKey, lease: Lease) -> None: ...
 
-    async def stop_worker(self, key: SubscriptionKey) -> None: ...
+    async def stop_worker(self, key: SubscriptionKey, *, planned: bool = True) -> None: ...
 
     async def settle(self) -> None:
         """Commit the cursors of what the stopped workers delivered (before their leases
@@ -141,6 +142,7 @@ class Ownership:
         self._last_full = 0.0
         self._changes_from = "$"
         self.topic_removed = topic_removed
+        self._closed = False
 
     async def start(self) -> None:
         self._changes_from = await self.subscriptions.last_change_id()
@@ -151,14 +153,18 @@ class Ownership:
         self.tasks.spawn("subscription-changes", self._follow_changes())
 
     async def close(self) -> None:
-        """Stop every worker, give its lease up, and leave."""
+        """Stop every worker, give its lease up, and leave (once: shutdown hands over
+        early, then the runtime's close calls this again)."""
+        if self._closed:
+            return
+        self._closed = True
         await self.tasks.stop()
-        for key in list(self.held):
-            await self.workers.stop_worker(key)
+        await asyncio.gather(*(self.workers.stop_worker(key) for key in list(self.held)))
         await self.workers.settle()
         with contextlib.suppress(StoreError):
             await self._release(list(self.held))
-            await self.leases.heartbeat(leaving=True)
+            await self.leases.heartbeat({topic for topic, _ in self.held}, leaving=True)
+            await self.subscriptions.node_left(self.node)
         self.held.clear()
 
     def _set_known(self, known: set[SubscriptionKey]) -> None:
@@ -168,7 +174,7 @@ class Ownership:
     async def _beat(self) -> None:
         """Heartbeat every tick, in a task of its own: a reconcile round that starts many
         workers must not delay it past the lease (the others would take over)."""
-        while True:
+        while not self.tasks.stopping.is_set():
             await asyncio.sleep(self.tick)
             try:
                 if await self._heartbeat():
@@ -179,7 +185,7 @@ class Ownership:
     async def _heartbeat(self) -> bool:
         """One heartbeat; True when the set of live nodes changed."""
         sent = time.monotonic()
-        membership = await self.leases.heartbeat()
+        membership = await self.leases.heartbeat({topic for topic, _ in self.held})
         if sent - self._last_heartbeat > self.lease_seconds * _TRUSTED and self.held:
             await self._check_after_gap()
         self._last_heartbeat = sent
@@ -189,9 +195,15 @@ class Ownership:
         return changed
 
     async def _run(self) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.tick)
+        # Ends on the group's stop flag too, not only on cancel(): a cancel() that lands as
+        # a Redis reply arrives can be swallowed (redis-py on Python 3.11), and this loop
+        # then outlived its stop by the group's 5 s timeout, holding up a shutdown.
+        while not self.tasks.stopping.is_set():
+            waiter = asyncio.ensure_future(self._wake.wait())
+            try:
+                await asyncio.wait([waiter], timeout=self.tick)
+            finally:
+                waiter.cancel()
             self._wake.clear()
             full = time.monotonic() - self._last_full >= self.reconcile_seconds
             try:
@@ -200,7 +212,7 @@ class Ownership:
                 log.warning("ownership round failed (will retry): %s", exc)
 
     async def _follow_changes(self) -> None:
-        while True:
+        while not self.tasks.stopping.is_set():
             changes = await retrying(
                 lambda: self.subscriptions.wait_changes(self._changes_from, 5000),
                 STORE_OUTAGE,
@@ -211,6 +223,9 @@ class Ownership:
             for change in changes:
                 self._changes_from = change.id
                 key = (change.topic, change.callback)
+                if change.kind == NODE_LEFT:
+                    await self._node_left(change.callback)
+                    continue
                 if change.kind == TOPIC_REMOVED:
                     await self.topic_removed(change.topic)
                 elif change.kind == REMOVED:
@@ -224,6 +239,16 @@ class Ownership:
                 self._known_version += 1
             if changes:
                 self._wake.set()
+
+    async def _node_left(self, node: str) -> None:
+        """A node shut down and released its leases: learn the live nodes now, so its
+        subscriptions are claimed at once rather than on the next tick."""
+        if node == self.node or node not in self.nodes:
+            return
+        try:
+            await self._heartbeat()
+        except StoreError as exc:
+            log.warning("heartbeat failed (will retry): %s", exc)
 
     def _placement(self) -> set[SubscriptionKey]:
         """This node's share of the known subscriptions (recomputed only on a change)."""
@@ -245,8 +270,7 @@ class Ownership:
                 await self.workers.stop_worker(key)
             self._drop(key)  # ...or it ended here (410, expiry, lease lost)
         moving = [k for k in self.held if k not in wanted]
-        for key in moving:
-            await self.workers.stop_worker(key)
+        await asyncio.gather(*(self.workers.stop_worker(key) for key in moving))
         if moving:
             await self.workers.settle()
         await self._release(moving)
@@ -255,7 +279,7 @@ class Ownership:
 
         missing = [k for k in wanted if k not in self.held]
         for topic, callbacks in _by_topic((k, 0) for k in missing).items():
-            claimed = await self.leases.claim(topic, list(callbacks), self.nodes)
+            claimed = await self.leases.claim(topic, list(callbacks))
             for callback, token in claimed.items():
                 key = (topic, callback)
                 if token == GONE:
@@ -274,7 +298,7 @@ class Ownership:
                 log.info("lease of %s -> %s lost while paused", topic, callback)
                 key = (topic, callback)
                 self._drop(key)
-                await self.workers.stop_worker(key)
+                await self.workers.stop_worker(key, planned=False)
 
     def _drop(self, key: SubscriptionKey) -> None:
         lease = self.held.pop(key, None)

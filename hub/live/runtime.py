@@ -183,10 +183,17 @@ class Runtime:
             jobs.spawn("redis-supervisor", self.embedded.supervise())
         await self.ownership.start()
 
-    async def close(self) -> None:
-        """Stop everything, in reverse dependency order; every wait is bounded."""
+    async def hand_over(self) -> None:
+        """Give this process's deliveries up (at shutdown, before the rest closes): the
+        POSTs in flight finish within ``handover_grace_seconds``, cursors are committed and
+        the leases released. The hub-wide jobs stop first (they run while this process
+        leads). Idempotent: :meth:`close` does it too."""
         await self.background.stop()
         await self.ownership.close()
+
+    async def close(self) -> None:
+        """Stop everything, in reverse dependency order; every wait is bounded."""
+        await self.hand_over()
         await self.parser.close()
         await self.delivery.close()
         await self.feeds.close()

@@ -201,8 +201,14 @@ LEADER = PREFIX + "{hub}:leader"
 
 
 def owners(topic: str) -> str:
-    """Hash: callback URL -> ``"<node> <fencing token> <lease expiry ms>"``."""
+    """Hash: callback URL -> ``"<node> <fencing token>"``."""
     return f"{PREFIX}{{{topic}}}:owners"
+
+
+def owner_heartbeats(topic: str) -> str:
+    """Hash: node -> its heartbeat's expiry (ms, Redis clock), kept by every node holding a
+    lease of the topic, so a claim reads the holder's liveness in the topic's own slot."""
+    return f"{PREFIX}{{{topic}}}:owner-heartbeats"
 
 
 def owner_epoch(topic: str) -> str:

@@ -7,10 +7,17 @@ the hub-wide periodic jobs (retention sweep, Change List page scan); those are a
 scripts, so a second runner during a handover would only repeat work.
 
 A subscription is delivered only under a lease: an entry ``"<node> <token>"`` in the
-topic's ``keys.owners`` hash, claimed only when free or held by a node that is no longer
-live, with a *fencing token* drawn from a per-topic counter. A lease has no expiry of its
-own: it lives as long as its node's heartbeat, so keeping any number of them costs one
-heartbeat per tick. Every cursor and record write of a delivery worker names its token, and
+topic's ``keys.owners`` hash, claimed only when free or held by a node whose heartbeat has
+expired, with a *fencing token* drawn from a per-topic counter. A lease has no expiry of its
+own: it lives as long as its node's heartbeat *in that topic* (``keys.owner_heartbeats``, a
+hash of node -> expiry on the Redis clock), which each node renews every tick for the topics
+it holds leases of (pipelined: one small script per topic). Why a per-topic copy and not
+``keys.NODES``: the claim must read the holder's liveness atomically, as Redis sees it at
+that moment, and on a Redis Cluster a script may only touch keys of one hash slot. The
+claimer's own list of live nodes (from its last heartbeat, up to a tick old) is not used: a
+hub that had not yet seen a peer that just started took the peer's leases, and both
+delivered the batch in flight.
+Every cursor and record write of a delivery worker names its token, and
 a script refuses it unless the entry still carries that token
 (``scripts/fenced_cursors.lua``, ``fenced_save.lua``). A process that was paused past its
 heartbeat therefore cannot move a cursor (let alone backwards) once another took over, and
@@ -21,6 +28,8 @@ Cluster.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from hub.store import keys, scripts
@@ -46,24 +55,34 @@ class Leases:
         self.node = node
         self.ttl_ms = ttl_ms
 
-    async def heartbeat(self, *, leaving: bool = False) -> Membership:
-        out = await self.scripts.run(
-            scripts.HEARTBEAT, [keys.NODES, keys.LEADER], [self.node, 0 if leaving else self.ttl_ms]
+    async def heartbeat(self, topics: Iterable[str] = (), *, leaving: bool = False) -> Membership:
+        """Renew this node's heartbeat, and its heartbeat in each of ``topics`` (those it
+        holds leases of), all at once."""
+        ttl = 0 if leaving else self.ttl_ms
+        out, *_ = await asyncio.gather(
+            self.scripts.run(scripts.HEARTBEAT, [keys.NODES, keys.LEADER], [self.node, ttl]),
+            *(
+                self.scripts.run(scripts.ALIVE, [keys.owner_heartbeats(t)], [self.node, ttl])
+                for t in set(topics)
+            ),
         )
         return Membership(tuple(sorted(keys.text(n) for n in out[1:])), bool(int(out[0])))
 
-    async def claim(
-        self, topic: str, callbacks: list[str], live: tuple[str, ...]
-    ) -> dict[str, int]:
+    async def claim(self, topic: str, callbacks: list[str]) -> dict[str, int]:
         """Try to take the leases; per callback: a token, ``HELD_ELSEWHERE`` or ``GONE``.
 
-        ``live``: the nodes the last heartbeat found alive; a lease held by any other node
-        is taken over.
+        A lease is taken over only when its holder's heartbeat in the topic has expired, as
+        Redis sees it now.
         """
         out = await self.scripts.run(
             scripts.CLAIM,
-            [keys.owners(topic), keys.owner_epoch(topic), keys.subscriptions(topic)],
-            [self.node, len(live), *live, *callbacks],
+            [
+                keys.owners(topic),
+                keys.owner_epoch(topic),
+                keys.subscriptions(topic),
+                keys.owner_heartbeats(topic),
+            ],
+            [self.node, self.ttl_ms, *callbacks],
         )
         return {cb: int(token) for cb, token in zip(callbacks, out, strict=True)}
 

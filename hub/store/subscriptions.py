@@ -37,6 +37,9 @@ _CHANGES_KEPT = 10_000
 #: Kinds of :class:`SubscriptionChange`. A topic removal (the admin API deleted the topic)
 #: carries no callback: every process ends its live streams of that topic.
 ACTIVATED, REMOVED, TOPIC_REMOVED = "activated", "removed", "topic-removed"
+#: A hub process left (shut down) after releasing its leases; its id is the ``callback``.
+#: The others heartbeat at once to take its subscriptions over, rather than on their tick.
+NODE_LEFT = "node-left"
 
 
 class State(StrEnum):
@@ -100,7 +103,8 @@ class SubscriptionChange:
     id: str
     topic: str
     callback: str
-    #: ``activated``, ``removed`` or ``topic-removed`` (see :data:`TOPIC_REMOVED`).
+    #: ``activated``, ``removed``, ``topic-removed`` (see :data:`TOPIC_REMOVED`) or
+    #: ``node-left`` (see :data:`NODE_LEFT`).
     kind: str
 
 
@@ -156,6 +160,10 @@ class SubscriptionStore:
     async def topic_removed(self, topic: str) -> None:
         """Tell every hub process that ``topic`` was deleted."""
         await self._changed(topic, "", TOPIC_REMOVED)
+
+    async def node_left(self, node: str) -> None:
+        """Tell every hub process that ``node`` left and released its leases."""
+        await self._changed("", node, NODE_LEFT)
 
     async def cursor(self, topic: str, callback: str) -> str | None:
         return keys.optional_text(await self.redis.hget(keys.cursors(topic), callback))

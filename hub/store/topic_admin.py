@@ -48,6 +48,7 @@ def fixed_keys(topic: str) -> list[str]:
         keys.holds(topic),
         keys.owners(topic),
         keys.owner_epoch(topic),
+        keys.owner_heartbeats(topic),
         keys.pages(topic),
         keys.pages_head(topic),
         keys.resources(topic),

@@ -223,7 +223,18 @@ def _lifecycle(
 
 
 async def _shutdown_started(app: web.Application) -> None:
-    log.info("shutdown started: no new connections; closing open streams")
+    """SIGTERM, after the listener closed: end every stream with its resume point and, at
+    the same time, hand the deliveries over (POSTs in flight finish, cursors are committed,
+    leases released so other processes take them on their next tick, not after a lease)."""
+    streaming = app[web_streams.STREAMING]
+    log.info(
+        "shutdown started: no new connections; closing %d open streams, handing over deliveries",
+        streaming.closing.open,
+    )
+    await asyncio.gather(
+        streaming.closing.close_all(streaming.settings.shutdown_streams_seconds),
+        app[RUNTIME].hand_over(),
+    )
 
 
 def create_app(

@@ -15,7 +15,11 @@ reads nothing at all is cut off after one heartbeat interval. A dropped client g
 aborted, since a graceful close would wait forever for a client that stopped reading.
 
 When an operator deletes the topic (admin API), its streams end: WebSocket close code 1000
-with reason ``topic deleted``, SSE ``event: deleted``. A private topic's streams need a read
+with reason ``topic deleted``, SSE ``event: deleted``. When the process shuts down
+(SIGTERM), every stream ends at once with its resume point, so its client reconnects to
+another process without a gap: WebSocket close code 1001 (going away) with reason
+``shutdown; resume with since=ID``, SSE a final ``event: shutdown`` with ``retry:`` and
+``id: ID`` (see :class:`Closing`). A private topic's streams need a read
 token (:mod:`hub.web.access`).
 """
 
@@ -24,12 +28,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from hub.core import metrics
-from hub.core.events import Event, EventFilter, EventKey, parse_id
+from hub.core.events import Event, EventFilter, EventKey, format_id, parse_id
 from hub.core.exceptions import BadRequest, Gone
 from hub.core.settings import Settings
 from hub.core.tasks import cancel_and_wait
@@ -37,6 +41,36 @@ from hub.core.topics import HubUrls, check_name
 from hub.live.feed import ClientStream, FeedHub, TopicFeed
 from hub.store.event_store import EventStore
 from hub.web.access import check_read
+
+
+class Closing:
+    """The open streams, and the signal that ends them all at shutdown.
+
+    Without it, a SIGTERM left streams to aiohttp's shutdown timeout, which cancelled
+    their handlers: WebSocket clients saw 1006 (abnormal) after seconds, SSE clients no
+    final event, and neither knew where to resume.
+    """
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.open = 0
+        self._none_open = asyncio.Event()
+        self._none_open.set()
+
+    def opened(self) -> None:
+        self.open += 1
+        self._none_open.clear()
+
+    def closed(self) -> None:
+        self.open -= 1
+        if not self.open:
+            self._none_open.set()
+
+    async def close_all(self, within: float) -> None:
+        """End every open stream (each with its resume point); wait up to ``within``."""
+        self.started.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._none_open.wait(), within)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,29 +81,47 @@ class Streaming:
     urls: HubUrls
     store: EventStore
     feeds: FeedHub
+    closing: Closing = field(default_factory=Closing)
 
 
 STREAMING = web.AppKey("streaming", Streaming)
 
-#: Why a stream ended early: its client was too slow, or its topic was deleted.
-TOO_SLOW, DELETED = "too slow", "topic deleted"
+#: Why a stream ended early: its client was too slow, its topic was deleted, or the process
+#: is shutting down.
+TOO_SLOW, DELETED, SHUTDOWN = "too slow", "topic deleted", "shutdown"
+#: The ``retry:`` of an SSE ``shutdown`` event: reconnect (elsewhere) almost at once.
+SHUTDOWN_RETRY_MS = 100
 #: A live WebSocket batch is written straight to the connection while less than this is
 #: waiting in its send buffer (aiohttp's own writer limit); beyond it, batches queue.
 _DIRECT_WRITE_LIMIT = 64 * 1024
 
 
-async def _until_overflow_or_done(pump: ClientStream, *tasks: asyncio.Task[None]) -> str | None:
-    """Wait until one task ends, the pump overflows or the topic is deleted; cancel the
-    rest. Returns :data:`TOO_SLOW`, :data:`DELETED` or None (a task ended)."""
+async def _until_overflow_or_done(
+    pump: ClientStream, closing: Closing, *tasks: asyncio.Task[None]
+) -> str | None:
+    """Wait until one task ends, the pump overflows, the topic is deleted or the process
+    shuts down; cancel the rest. Returns :data:`TOO_SLOW`, :data:`DELETED`,
+    :data:`SHUTDOWN` or None (a task ended)."""
     overflow = asyncio.create_task(pump.overflowed.wait())
     deleted = asyncio.create_task(pump.feed.ended.wait())
+    shutdown = asyncio.create_task(closing.started.wait())
     try:
-        await asyncio.wait({overflow, deleted, *tasks}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(
+            {overflow, deleted, shutdown, *tasks}, return_when=asyncio.FIRST_COMPLETED
+        )
     finally:
-        await cancel_and_wait([overflow, deleted, *tasks])
+        await cancel_and_wait([overflow, deleted, shutdown, *tasks])
+    pump.writer = None  # nothing more is written behind the last event id we name
     if pump.feed.ended.is_set():
         return DELETED
-    return TOO_SLOW if pump.overflowed.is_set() else None
+    if pump.overflowed.is_set():
+        return TOO_SLOW
+    return SHUTDOWN if closing.started.is_set() else None
+
+
+def _resume_point(pump: ClientStream) -> str:
+    """The id a client resumes from: the last event it was sent, else where it started."""
+    return pump.last_sent or format_id(pump.cursor)
 
 
 def _since(request: web.Request) -> str | None:
@@ -130,9 +182,11 @@ async def _following(
     capacity = ctx.settings.client_buffer_events
     client = ClientStream(feed, _start_cursor(request, feed), capacity, event_filter)
     metrics.client_connected(transport)
+    ctx.closing.opened()
     try:
         yield topic, client
     finally:
+        ctx.closing.closed()
         metrics.client_disconnected(transport)
         client.close()
         _abort_if_stuck(request.transport, ctx.settings.stream_close_seconds)
@@ -179,7 +233,8 @@ async def _close_within(
 
 
 async def websocket(request: web.Request) -> web.WebSocketResponse:
-    settings = request.app[STREAMING].settings
+    ctx = request.app[STREAMING]
+    settings = ctx.settings
     within = settings.stream_close_seconds
     async with _following(request, "ws") as (_topic, pump):
         ws = web.WebSocketResponse(
@@ -219,9 +274,21 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
                         pump.last_sent = events[-1].id
 
         ended = await _until_overflow_or_done(
-            pump, asyncio.create_task(send()), asyncio.create_task(_drain_incoming(ws))
+            pump,
+            ctx.closing,
+            asyncio.create_task(send()),
+            asyncio.create_task(_drain_incoming(ws)),
         )
-        if ended == DELETED:
+        if ended == SHUTDOWN:
+            reason = f"shutdown; resume with since={_resume_point(pump)}"
+            await _close_within(
+                ws,
+                request,
+                min(within, settings.shutdown_streams_seconds),
+                code=WSCloseCode.GOING_AWAY,
+                reason=reason,
+            )
+        elif ended == DELETED:
             await _close_within(ws, request, within, reason=DELETED)
         elif ended == TOO_SLOW:
             reason = f"too slow; resume with since={pump.resume_hint()}"
@@ -239,7 +306,8 @@ async def _drain_incoming(ws: web.WebSocketResponse) -> None:
 
 
 async def server_sent_events(request: web.Request) -> web.StreamResponse:
-    settings = request.app[STREAMING].settings
+    ctx = request.app[STREAMING]
+    settings = ctx.settings
     async with _following(request, "sse") as (topic, pump):
         resp = web.StreamResponse(
             headers={
@@ -277,17 +345,25 @@ async def server_sent_events(request: web.Request) -> web.StreamResponse:
                 metrics.stream_messages("sse")
                 pump.last_sent = events[-1].id
 
-        ended = await _until_overflow_or_done(pump, asyncio.create_task(send()))
+        ended = await _until_overflow_or_done(pump, ctx.closing, asyncio.create_task(send()))
         resp.force_close()  # a stream that ended ends its connection too
         last = b""
-        if ended == DELETED:
+        within = settings.stream_close_seconds
+        if ended == SHUTDOWN:  # reconnect at once (to another process), from this id
+            resume = _resume_point(pump)
+            last = (
+                f"event: shutdown\nretry: {SHUTDOWN_RETRY_MS}\nid: {resume}\n"
+                f"data: shutdown; resume with Last-Event-ID: {resume}\n\n"
+            ).encode()
+            within = min(within, settings.shutdown_streams_seconds)
+        elif ended == DELETED:
             last = f"event: deleted\ndata: {topic}\n\n".encode()
         elif ended == TOO_SLOW:
             message = f"too slow; resume with Last-Event-ID: {pump.resume_hint()}"
             last = b"event: error\ndata: " + message.encode() + b"\n\n"
         if last:
             try:
-                await asyncio.wait_for(resp.write(last), settings.stream_close_seconds)
+                await asyncio.wait_for(resp.write(last), within)
             except (TimeoutError, ConnectionError):  # it reads nothing at all: cut it off
                 if request.transport is not None:
                     request.transport.abort()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import ssl
@@ -30,6 +31,8 @@ class CallbackServer:
     echo_challenge: bool = True
     #: Answers to give to the next deliveries, in order (then 200 forever).
     statuses: list[int] = field(default_factory=list)
+    #: Seconds each delivery takes to answer (a batch stays in flight that long).
+    delay: float = 0.0
     verifications: list[dict[str, str]] = field(default_factory=list)
     deliveries: list[Delivery] = field(default_factory=list)
     #: The client certificate (``ssl.getpeercert()``) of each delivery, None without one.
@@ -56,6 +59,8 @@ class CallbackServer:
 
     async def _deliver(self, request: web.Request) -> web.Response:
         body = await request.read()
+        if self.delay:
+            await asyncio.sleep(self.delay)
         if request.transport is not None:  # the client certificate of an mTLS connection
             self.peer_certs.append(request.transport.get_extra_info("peercert"))
         if self.statuses:

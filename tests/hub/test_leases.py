@@ -11,6 +11,7 @@ from hub.store import keys
 from hub.store.leases import GONE, HELD_ELSEWHERE, Leases
 from hub.store.script_pipe import ScriptPipe
 from hub.store.subscriptions import Subscription, SubscriptionStore
+from tests.support import wait_for
 
 TOPIC = "leases"
 CB = "http://cb.example/1"
@@ -20,28 +21,44 @@ def subscription() -> Subscription:
     return Subscription(TOPIC, "http://hub/topics/leases", CB, 3600, time.time() + 3600)
 
 
+async def claim_once_expired(leases: Leases) -> int:
+    """The token ``leases`` gets once the current holder's heartbeat has expired."""
+    taken: list[int] = []
+
+    async def took_over() -> bool:
+        taken.append((await leases.claim(TOPIC, [CB]))[CB])
+        return taken[-1] != HELD_ELSEWHERE
+
+    await wait_for(took_over, timeout=5)
+    return taken[-1]
+
+
 async def test_claims_are_exclusive_while_the_holder_is_live(redis_url: str) -> None:
     client = redis.asyncio.Redis.from_url(redis_url)
     pipe = ScriptPipe(client)
     subs = SubscriptionStore(client, scripts=pipe)
     a, b = Leases(pipe, "node-a", 300), Leases(pipe, "node-b", 300)
-    both = ("node-a", "node-b")
     try:
-        assert await a.claim(TOPIC, [CB], both) == {CB: GONE}  # no such subscription yet
+        assert await a.claim(TOPIC, [CB]) == {CB: GONE}  # no such subscription yet
         await subs.activate(subscription(), "0-0")
-        token = (await a.claim(TOPIC, [CB], both))[CB]
+        token = (await a.claim(TOPIC, [CB]))[CB]
         assert token > 0
-        assert await b.claim(TOPIC, [CB], both) == {CB: HELD_ELSEWHERE}
-        assert await a.claim(TOPIC, [CB], both) == {CB: token}  # ours: same token
+        assert await b.claim(TOPIC, [CB]) == {CB: HELD_ELSEWHERE}
+        assert await a.claim(TOPIC, [CB]) == {CB: token}  # ours: same token
         assert await a.check(TOPIC, {CB: token}) == set()
-        # node-a is no longer live (its heartbeat expired): b takes over, with a new token.
-        newer = (await b.claim(TOPIC, [CB], ("node-b",)))[CB]
+        # While node-a renews its heartbeat in the topic, b cannot take the lease, though b
+        # never heartbeated (its own view of the live nodes plays no part).
+        await a.heartbeat([TOPIC])
+        assert await b.claim(TOPIC, [CB]) == {CB: HELD_ELSEWHERE}
+        # node-a stops renewing: once its heartbeat expired on the Redis clock, b takes over,
+        # with a new token.
+        newer = await claim_once_expired(b)
         assert newer > token
         assert await a.check(TOPIC, {CB: token}) == {CB}  # a learns it lost it
         await a.release(TOPIC, {CB: token})  # releasing what is not ours changes nothing
         assert await b.check(TOPIC, {CB: newer}) == set()
         await b.release(TOPIC, {CB: newer})
-        assert (await a.claim(TOPIC, [CB], both))[CB] > newer  # released: free at once
+        assert (await a.claim(TOPIC, [CB]))[CB] > newer  # released: free at once
     finally:
         await pipe.close()
         await client.aclose()
@@ -55,7 +72,7 @@ async def test_cursor_and_record_writes_are_fenced_and_never_go_back(redis_url: 
     try:
         sub = subscription()
         await subs.activate(sub, "5-0")
-        old = (await a.claim(TOPIC, [CB], ("node-a",)))[CB]
+        old = (await a.claim(TOPIC, [CB]))[CB]
         assert await subs.write_cursors(TOPIC, "node-a", {CB: (old, "7-0")}) == set()
         assert await subs.cursor(TOPIC, CB) == "7-0"
         await subs.write_cursors(TOPIC, "node-a", {CB: (old, "6-3")})  # backwards: ignored
@@ -63,7 +80,7 @@ async def test_cursor_and_record_writes_are_fenced_and_never_go_back(redis_url: 
         sub.failures = 3
         assert await subs.save_fenced(sub, "node-a", old)
 
-        new = (await b.claim(TOPIC, [CB], ("node-b",)))[CB]  # node-a presumed dead
+        new = await claim_once_expired(b)  # node-a's heartbeat expired: presumed dead
         # The former owner wakes up: its writes are refused, nothing moves.
         assert await subs.write_cursors(TOPIC, "node-a", {CB: (old, "9-0")}) == {CB}
         sub.failures = 0

@@ -1,15 +1,17 @@
 -- Claim WebSub delivery leases (see hub.store.leases): a subscription that still exists and
--- whose lease is free, or held by a node that is no longer live, becomes ours with a fresh
--- fencing token; one we hold already keeps its token.
--- KEYS: 1 owners hash, 2 owner epoch counter, 3 subscriptions hash
--- ARGV: 1 node, 2 number of live nodes n, 3..2+n the live nodes, then the callbacks
+-- whose lease is free, or whose holder's heartbeat *in this topic* (KEYS[4]) has expired on
+-- the Redis clock, becomes ours with a fresh fencing token; one we hold already keeps its
+-- token. The claimer's own view of the live nodes plays no part: it can be a tick old.
+-- KEYS: 1 owners hash, 2 owner epoch counter, 3 subscriptions hash, 4 topic heartbeats
+-- ARGV: 1 node, 2 lease ms, then the callbacks
 -- Returns per callback: its token, 0 when a live node holds it, -1 when it is gone.
-local owners, epoch, subs = KEYS[1], KEYS[2], KEYS[3]
-local node, n = ARGV[1], tonumber(ARGV[2])
-local live = {}
-for i = 3, 2 + n do live[ARGV[i]] = true end
+local owners, epoch, subs, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local node, ttl = ARGV[1], tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local out = {}
-for i = 3 + n, #ARGV do
+local claimed = false
+for i = 3, #ARGV do
   local cb = ARGV[i]
   if redis.call('HEXISTS', subs, cb) == 0 then
     out[#out + 1] = -1
@@ -17,15 +19,20 @@ for i = 3 + n, #ARGV do
     local entry = redis.call('HGET', owners, cb)
     local holder, token
     if entry then holder, token = string.match(entry, '^(%S+) (%d+)$') end
+    local expiry = holder and tonumber(redis.call('HGET', alive, holder) or '0') or 0
     if entry and holder == node then
       out[#out + 1] = tonumber(token)
-    elseif entry and live[holder] then
+      claimed = true
+    elseif entry and expiry > now then
       out[#out + 1] = 0
     else
+      if holder then redis.call('HDEL', alive, holder) end
       local fresh = redis.call('INCR', epoch)
       redis.call('HSET', owners, cb, node .. ' ' .. fresh)
       out[#out + 1] = fresh
+      claimed = true
     end
   end
 end
+if claimed then redis.call('HSET', alive, node, now + ttl) end
 return out
