@@ -207,7 +207,10 @@ def build_image(text: str, context: Path, root: Path) -> Stage:
             version = re.match(r"python:(\d+)\.(\d+)\.", image)
             assert version, image
             if tuple(map(int, version.groups())) != sys.version_info[:2]:
-                pytest.skip(f"the image's Python is {image}, this is {sys.version}")
+                pytest.fail(
+                    f"the image's Python is {image}, this is {sys.version}: run the test "
+                    "on the image's Python version (a skip would prove nothing)"
+                )
             name = alias.strip() or str(len(stages))
             stage_root = root / f"stage-{len(stages)}"
             venv = stage_root / "usr/local"
