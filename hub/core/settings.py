@@ -40,7 +40,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RSHUB_", extra="ignore")
 
     # -- network -----------------------------------------------------------------------
+    #: Address to listen on (a non-loopback bind needs tokens or ``open``).
     host: str = "127.0.0.1"
+    #: Port to listen on (0: any free port).
     port: int = Field(8080, ge=0, le=65535)
     #: Public base URL (scheme://host[:port][/prefix]) when the hub sits behind a proxy.
     base_url: str | None = None
@@ -77,6 +79,8 @@ class Settings(BaseSettings):
     #: Treat ``redis_url`` as one node of a Redis Cluster (a ``redis+cluster://`` URL says
     #: so by itself).
     redis_cluster: bool = False
+    #: Where the embedded redis-server keeps its data, password file and lock (no
+    #: ``redis_url`` given).
     data_dir: Path = Path("rshub-data")
     #: ``always``, ``everysec`` or ``no``: the embedded Redis's AOF fsync policy.
     appendfsync: str = "everysec"
@@ -99,6 +103,7 @@ class Settings(BaseSettings):
     topic_read_tokens: dict[str, list[str]] = Field(default_factory=dict)
     #: Bearer token of the ``/admin`` API (without it: loopback clients of an open hub only).
     admin_token: str | None = None
+    #: Largest request body accepted (a publish, a form); larger is 413.
     max_body_bytes: int = Field(10 * 1024 * 1024, ge=1024, le=50 * 1024 * 1024)
     #: Parse limits of a published document; over one, the publish is 400 naming it.
     #: Changes (entries) per publish; the Sitemaps limit is the maximum.
@@ -124,6 +129,7 @@ class Settings(BaseSettings):
     retention_max_events: int = Field(1_000_000, ge=0)
     #: Per-topic overrides of the two retention bounds: ``{"news": 3600}``.
     topic_retention_seconds: dict[str, int] = Field(default_factory=dict)
+    #: ``{"news": 10000}``: the per-topic override of ``retention_max_events``.
     topic_retention_max_events: dict[str, int] = Field(default_factory=dict)
     #: How often quiet topics are trimmed (publishes trim their topic anyway).
     retention_sweep_seconds: float = Field(60.0, gt=0)
@@ -131,18 +137,27 @@ class Settings(BaseSettings):
     idempotency_seconds: int = Field(24 * 3600, ge=1)
 
     # -- WebSub ------------------------------------------------------------------------
+    #: WebSub lease when the subscriber asks for none (``hub.lease_seconds``).
     lease_seconds_default: int = Field(10 * 24 * 3600, ge=60)
+    #: Shortest and longest lease granted; a request outside is clamped into them.
     lease_seconds_min: int = Field(60, ge=1)
     lease_seconds_max: int = Field(30 * 24 * 3600, ge=60)
     #: Let the hub connect to loopback, private, link-local and other non-public addresses
     #: (callbacks, publish-ping URLs). Off by default, even on a loopback bind: a hub behind
     #: a local reverse proxy is reachable from outside. For development on one machine only.
     allow_private_callbacks: bool = False
+    #: Seconds a verification GET or a publish-ping fetch may take, body included.
     verify_timeout: float = Field(10.0, gt=0, le=120)
+    #: Seconds a delivery POST may take to its answer's head (and again to drain its body).
     delivery_timeout: float = Field(10.0, gt=0, le=120)
+    #: Most changes, and most bytes, in one delivery body.
     delivery_batch_max_changes: int = Field(1000, ge=1, le=50_000)
     delivery_batch_max_bytes: int = Field(1024 * 1024, ge=1024)
+    #: Delivery POSTs in flight at once in this process (also idle connections kept per
+    #: callback origin).
     delivery_concurrency: int = Field(256, ge=1, le=10_000)
+    #: A failed delivery is retried after about this, doubling (with jitter) per failure up
+    #: to ``retry_max_seconds``; ``Retry-After`` is honoured within that cap.
     retry_base_seconds: float = Field(1.0, gt=0)
     retry_max_seconds: float = Field(300.0, gt=0)
     #: Consecutive failures after which a subscription is suspended (probed, not deleted).
@@ -156,6 +171,7 @@ class Settings(BaseSettings):
     ownership_reconcile_seconds: float = Field(10.0, gt=0, le=3600)
 
     # -- streams -----------------------------------------------------------------------
+    #: How often an idle WebSocket/SSE stream gets a ping or comment (keeps proxies open).
     heartbeat_seconds: float = Field(15.0, gt=0, le=300)
     #: Events a WebSocket/SSE client may have queued before it is dropped as too slow.
     client_buffer_events: int = Field(10_000, ge=10)
