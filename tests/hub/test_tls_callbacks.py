@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import trustme
 
-from hub.web.app import RUNTIME
 from tests.conftest import Hub
 from tests.hub.callback_server import CallbackServer
-from tests.support import changes, notification, wait_for
+from tests.hub.test_hostile_answers import publish, subscribe
+from tests.support import wait_for
 from tests.watchdog import Watchdog
 
 ADMIN = {"Authorization": "Bearer admin-secret"}
@@ -65,18 +65,6 @@ async def servers() -> AsyncIterator[list[CallbackServer]]:
     yield started
     for server in started:
         await server.stop()
-
-
-async def subscribe(hub: Hub, callback: str) -> None:
-    form = {"hub.mode": "subscribe", "hub.topic": f"{hub.url}/topics/t", "hub.callback": callback}
-    resp = await hub.session.post(hub.url + "/", data=form)
-    assert resp.status == 202, await resp.text()
-    await wait_for(lambda: ("t", callback) in hub.app[RUNTIME].delivery.workers)
-
-
-async def publish(hub: Hub, start: int) -> list[str]:
-    resp = await hub.publish("t", notification(changes(1, start=start)))
-    return list((await resp.json())["ids"])
 
 
 async def test_delivery_over_https_to_a_callback_of_the_private_ca(
