@@ -144,6 +144,17 @@ class SubscriptionStore:
         data = await self.redis.hget(keys.subscriptions(topic), callback)
         return Subscription.from_json(data) if data else None
 
+    async def find(self, sub_id: str) -> Subscription | None:
+        """The subscription whose :func:`~hub.core.placement.subscription_id` is ``sub_id``.
+
+        A scan of every subscription: for the admin API and a subscriber's own record,
+        which are rare, so no index has to be kept consistent with every write.
+        """
+        for topic, callback in await self.all_keys():
+            if subscription_id(topic, callback) == sub_id:
+                return await self.get(topic, callback)
+        return None
+
     async def delete(self, topic: str, callback: str) -> None:
         await self.scripts.run(
             scripts.DELETE_SUBSCRIPTION,

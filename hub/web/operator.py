@@ -237,6 +237,17 @@ async def _target(request: web.Request) -> Subscription:
     return sub
 
 
+async def subscription_by_id(request: web.Request) -> Subscription:
+    """The subscription the path's ``{id}`` names (:func:`hub.core.placement.subscription_id`)."""
+    sub_id = request.match_info["id"]
+    if len(sub_id) != 12 or any(c not in "0123456789abcdef" for c in sub_id):
+        raise BadRequest(f"a subscription id is 12 lowercase hex digits, got {sub_id[:40]!r}")
+    sub = await request.app[OPERATING].subscriptions.find(sub_id)
+    if sub is None:
+        raise NotFound(f"no subscription with id {sub_id!r}")
+    return sub
+
+
 async def resume_subscription(request: web.Request) -> web.Response:
     """Back to active at once: the owning process restarts its worker with this record."""
     check_operator(request)
