@@ -292,6 +292,9 @@ def test_compose_file_policies() -> None:
     # From the host, the published port is the same hub.
     aliases = json.loads(env["RSHUB_ALIAS_URLS"])
     assert "http://localhost:8080" in aliases and "http://127.0.0.1:8080" in aliases
+    # ... whose documents link under the alias, so poll and sync work from the host
+    # (tests/hub/test_alias_links.py shows it with a base the host cannot resolve).
+    assert env["RSHUB_ALIAS_LINKS"] == "true"
     assert services["hub"]["ports"] == ["8080:8080"]
     assert env["RSHUB_ALLOW_PRIVATE_CALLBACKS"] == "true"
     # The publisher keeps its position on a volume mounted at the image's own /data.

@@ -222,6 +222,18 @@ def resource_page(head: str, values: list[bytes]) -> bytes:
     return b"".join(chunked([head, *resource_entries(values), URLSET_CLOSE]))
 
 
+def relinked(page: bytes, base: str, alias: str) -> bytes:
+    """A stored page whose root links name ``base``, with them naming ``alias`` instead.
+
+    Snapshot pages are rendered once, under the public base, and kept in Redis; a client
+    that reached the hub under an alias gets them with links it can follow. Only the root
+    ``rs:ln`` elements (before the first ``<url>``) change: resource URIs are the source's.
+    """
+    head, sep, rest = page.partition(b"<url>")
+    old, new = (f'href="{base}/'.encode(), f'href="{alias}/'.encode())
+    return head.replace(old, new) + sep + rest
+
+
 def change_rows(head: str, rows: list[tuple[str, bytes]], floor_ms: int) -> bytes:
     """``head`` then one batch of a Change List page's entries (stored events)."""
     parts = [head, *(change_entry(eid, decode(data), floor_ms) for eid, data in rows)]

@@ -47,9 +47,15 @@ class Settings(BaseSettings):
     #: Public base URL (scheme://host[:port][/prefix]) when the hub sits behind a proxy.
     base_url: str | None = None
     #: Other base URLs clients may use to reach this hub (``http://hub:8080``): their
-    #: ``/topics/...`` URLs name the same topics. Documents link with ``base_url`` only.
-    #: Comma-separated or a JSON list in ``RSHUB_ALIAS_URLS``.
+    #: ``/topics/...`` URLs name the same topics. Documents link with ``base_url`` (but see
+    #: ``alias_links``). Comma-separated or a JSON list in ``RSHUB_ALIAS_URLS``.
     alias_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    #: Documents fetched by a direct client (no proxy headers) under an alias link under
+    #: that alias, so the client can follow them: compose, where the base is the name the
+    #: containers use and the host reaches the published port. Off by default: behind a
+    #: reverse proxy that sends its upstream's name as ``Host``, public clients would get
+    #: internal links.
+    alias_links: bool = False
     #: Peers (IPs or networks, ``*`` for any) whose ``X-Forwarded-Host``/``-Proto`` and
     #: ``Forwarded`` headers name one more accepted base URL for their request.
     forwarded_allow_ips: Annotated[list[str], NoDecode] = Field(default_factory=list)

@@ -10,6 +10,7 @@ name a client used.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 import re
@@ -78,6 +79,18 @@ class HubUrls:
 
     base: str
     aliases: tuple[str, ...] = ()
+
+    def addressed_as(self, base: str) -> HubUrls:
+        """These URLs with ``base`` as the one links are built from, when it is an alias.
+
+        A client that reached the hub under an alias (from the host, through a compose
+        file's published port, while the base is the name other containers use) can only
+        follow links under that alias. Anything else, such as an arbitrary ``Host``
+        header, gets the public base: links never name a host the operator did not list.
+        """
+        if base == self.base or base not in self.aliases:
+            return self
+        return _rebased(self, base)
 
     def with_alias(self, base: str) -> HubUrls:
         """These URLs, also recognising topic URLs under ``base`` (one request's view)."""
@@ -204,3 +217,11 @@ def parse_link_header(values: Iterable[str]) -> dict[str, str]:
                     for rel in rels.split():
                         out.setdefault(rel.lower(), url.strip())
     return out
+
+
+@functools.lru_cache(maxsize=64)
+def _rebased(urls: HubUrls, base: str) -> HubUrls:
+    """``urls`` with ``base`` (one of its aliases) and the public base swapped (memoized: at
+    most one per alias, built once, not per request)."""
+    others = tuple(b for b in (urls.base, *urls.aliases) if b != base)
+    return HubUrls(base, others)

@@ -56,6 +56,12 @@ def add_parsers(subparsers: Any) -> None:
         help="another base URL clients reach this hub by (repeatable)",
     )
     parser.add_argument(
+        "--alias-links",
+        action="store_true",
+        default=None,
+        help="documents fetched under an alias link under it (compose from the host)",
+    )
+    parser.add_argument(
         "--forwarded-allow-ips",
         help="peers (IPs, networks, *; comma-separated) whose X-Forwarded-*/Forwarded "
         "headers are believed",
@@ -105,6 +111,7 @@ _SETTINGS_FLAGS = (
     "workers",
     "admin_token",
     "alias_urls",
+    "alias_links",
     "forwarded_allow_ips",
     "log_level",
     "log_format",

@@ -5,7 +5,8 @@ WebSub subscriptions); the rules are :class:`hub.core.access.ReadAccess`'s. WebS
 clients may pass the token as ``?access_token=`` (browsers cannot set headers on them).
 Responses about a private topic are marked ``Cache-Control: private`` so no shared cache
 keeps them. :func:`request_urls` is the hub's URL map as one request sees it: the public
-base, the aliases, and the base a trusted proxy names for this request.
+base, the aliases, and the base a trusted proxy names for this request; :func:`link_urls`
+is the map its links are built from.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ class Access:
     readers: ReadAccess
     operators: OperatorAccess
     trusted_peers: TrustedPeers
+    #: ``alias_links``: a direct client's documents link under the alias it addressed.
+    alias_links: bool = False
 
 
 ACCESS = web.AppKey("access", Access)
@@ -85,6 +88,21 @@ def request_urls(request: web.Request) -> HubUrls:
     return urls if base is None else urls.with_alias(base)
 
 
+def link_urls(request: web.Request) -> HubUrls:
+    """The URL map to build this request's links from: with ``alias_links``, the alias a
+    direct client's ``Host`` names.
+
+    Documents link to other documents; a client must be able to follow them from where it
+    stands (see :meth:`hub.core.topics.HubUrls.addressed_as`). A proxied request always
+    gets the public base: the ``Host`` a proxy sends is often its upstream's own name.
+    """
+    access = request.app[ACCESS]
+    urls, host = access.urls, request.headers.get("Host")
+    if not access.alias_links or not urls.aliases or not host or _proxied(request):
+        return urls
+    return urls.addressed_as(f"{request.scheme}://{host.lower()}")
+
+
 #: Headers a reverse proxy adds: a request carrying one came through a proxy.
 _PROXY_HEADERS = (
     "Forwarded",
@@ -93,6 +111,11 @@ _PROXY_HEADERS = (
     "X-Forwarded-Proto",
     "X-Real-IP",
 )
+
+
+def _proxied(request: web.Request) -> bool:
+    headers = request.headers
+    return _via_trusted_proxy(request) or any(h in headers for h in _PROXY_HEADERS)
 
 
 def is_local_client(request: web.Request) -> bool:

@@ -265,6 +265,7 @@ def create_app(
         ReadAccess(settings),
         OperatorAccess(settings, hub_open=auth.open),
         TrustedPeers(settings.forwarded_allow_ips),
+        alias_links=settings.alias_links,
     )
     app.on_response_prepare.append(web_access.private_cache_control)
     app.cleanup_ctx.append(_lifecycle(settings, redis_url, embedded, health, guard, auth))

@@ -41,7 +41,7 @@ from hub.live.parsing import DocumentParser
 from hub.store.event_store import EventStore
 from hub.store.pages import Chain, Page, PageChain
 from hub.store.snapshots import ResourceSnapshots
-from hub.web.access import check_read, readable
+from hub.web.access import check_read, link_urls, readable
 from hub.web.cache import (
     Builds,
     ByteCache,
@@ -93,7 +93,7 @@ async def known_topic(request: web.Request) -> str:
 
 
 async def source_description(request: web.Request) -> web.StreamResponse:
-    u, store = request.app[READING].urls, request.app[READING].store
+    u, store = link_urls(request), request.app[READING].store
     names = readable(request, await store.topics())
     created = await store.created_ms(names)
     digest = hashlib.blake2b("\n".join(names).encode(), digest_size=8).hexdigest()
@@ -106,7 +106,7 @@ async def source_description(request: web.Request) -> web.StreamResponse:
 
 async def capability_list(request: web.Request) -> web.StreamResponse:
     topic = await known_topic(request)
-    u = request.app[READING].urls
+    u = link_urls(request)
     body = (
         rendering.URLSET_OPEN
         + rendering.root("capabilitylist", [("up", u.source_description)])
@@ -200,7 +200,7 @@ async def _serve_page(
     headers: dict[str, str] | None = None,
 ) -> web.StreamResponse:
     """A page built once per version (off the loop; concurrent readers share the build)."""
-    u = request.app[READING].urls
+    u = link_urls(request)
     validators = _page_validators(u, topic, page, chain.now_ms)
     if not_modified(request, validators):
         return unchanged(validators, headers)
@@ -221,7 +221,7 @@ async def _serve_page(
         )
 
     # The open page is kept per topic until it changes; closed ones go to the page cache.
-    key = f"cl {topic} {page.n}" if page.closed else f"cl {topic}"
+    key = f"cl {u.tag} {topic} {page.n}" if page.closed else f"cl {u.tag} {topic}"
     built = await request.app[READING].builds.get(key, validators.tag, build, keep=not page.closed)
     assert built is not None
     if page.closed:
@@ -239,7 +239,7 @@ async def changelist_page(request: web.Request) -> web.StreamResponse:
         why = "it was withdrawn after retention trimmed it" if n < first else "it does not exist"
         raise NotFound(
             f"no Change List page {n} for topic {topic!r}: {why}; "
-            f"see {request.app[READING].urls.changelist_index(topic)}",
+            f"see {link_urls(request).changelist_index(topic)}",
             topic=topic,
             page=n,
         )
@@ -250,7 +250,7 @@ async def topic_uri(request: web.Request) -> web.StreamResponse:
     """``GET /topics/{name}``: the open Change List page, with WebSub discovery links."""
     topic = await known_topic(request)
     chain = await request.app[READING].pages.advance(topic)
-    u = request.app[READING].urls
+    u = link_urls(request)
     headers = {
         "Link": u.links(u.topic(topic)),
         "Content-Location": u.changelist_page(topic, chain.open.n),
@@ -261,7 +261,7 @@ async def topic_uri(request: web.Request) -> web.StreamResponse:
 async def changelist_index(request: web.Request) -> web.StreamResponse:
     topic = await known_topic(request)
     chain = await request.app[READING].pages.advance(topic, "all")
-    u = request.app[READING].urls
+    u = link_urls(request)
     closed = sorted(chain.closed, key=lambda p: p.n)[-(MAX_INDEX_ENTRIES - 1) :]
     listed = [*closed, chain.open]
     opened = chain.open
@@ -286,7 +286,7 @@ async def changelist_index(request: web.Request) -> web.StreamResponse:
 async def resource_list(request: web.Request) -> web.StreamResponse:
     """The whole list (one version built once, off the loop, then cached), or its index."""
     topic = await known_topic(request)
-    u, snapshots = request.app[READING].urls, request.app[READING].snapshots
+    u, snapshots = link_urls(request), request.app[READING].snapshots
     probe = await snapshots.probe(topic)
     if probe.size <= snapshots.page_entries:
 
@@ -319,12 +319,13 @@ async def resource_list(request: web.Request) -> web.StreamResponse:
             )
 
         built = await request.app[READING].builds.get(
-            f"rl {topic}", probe.last_id or "", build, lambda r: r.last_id or ""
+            f"rl {u.tag} {topic}", probe.last_id or "", build, lambda r: r.last_id or ""
         )
         if built is not None:
             return await send_rendered(request, validators_of(built.last_id), built)
         # it outgrew one document meanwhile: serve the index
-    snap = await snapshots.current(topic, u)
+    # Snapshots are stored, so rendered under the public base; pages are relinked per alias.
+    snap = await snapshots.current(topic, request.app[READING].urls)
     parts = [
         rendering.INDEX_OPEN,
         rendering.root(
@@ -349,7 +350,7 @@ async def resource_list_page(request: web.Request) -> web.StreamResponse:
     body = None
     if snap_id.isascii() and snap_id.isdigit() and k.isascii() and k.isdigit() and len(k) <= 6:
         body = await request.app[READING].snapshots.page(topic, snap_id, int(k))
-    u = request.app[READING].urls
+    u = link_urls(request)
     if body is None:
         raise NotFound(
             f"no Resource List page {request.match_info['page']!r} for topic {topic!r}: "
@@ -357,4 +358,7 @@ async def resource_list_page(request: web.Request) -> web.StreamResponse:
             topic=topic,
         )
     validators = Validators(f"{u.tag}-rlp-{topic}-{snap_id}-{k}", int(snap_id), immutable=True)
+    base = request.app[READING].urls.base
+    if u.base != base:
+        body = rendering.relinked(body, base, u.base)
     return await stream(request, validators, [body])
