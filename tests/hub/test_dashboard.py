@@ -154,3 +154,28 @@ async def test_behind_tokens_the_page_asks_and_sends_the_token_only_in_a_header(
         assert await page.evaluate("localStorage.length") == 0
     finally:
         await runner.cleanup()
+
+
+async def test_the_admin_token_opens_the_dashboard(redis_url: str, browser: Browser) -> None:
+    """The issue saw "this needs a hub-wide token" for the admin token: it must be enough."""
+    settings = Settings(
+        host="127.0.0.1", port=free_port(), tokens=["pub-secret"], admin_token="adm-secret"
+    )
+    runner, _app = await start_hub(settings, redis_url)
+    try:
+        async with aiohttp.ClientSession() as session:
+            await session.post(
+                f"{settings.public_url}/topics/ops",
+                data=notification(changes(1)),
+                headers={"Content-Type": "application/xml", "Authorization": "Bearer pub-secret"},
+            )
+        page = await _open(browser, settings.public_url + "/")
+        await expect(page.locator("#login")).to_contain_text("admin token")
+        await page.fill("#token", "adm-secret")
+        await page.click("#login button")
+        await expect(page.locator("#topics tbody")).to_contain_text("ops")
+        await expect(page.locator("#login")).to_be_hidden()
+        await expect(page.locator("#login-error")).to_be_empty()
+        assert page.errors == []  # type: ignore[attr-defined]
+    finally:
+        await runner.cleanup()
