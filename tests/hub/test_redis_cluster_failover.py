@@ -13,6 +13,7 @@ from redis.crc import key_slot
 from hub.store import keys
 from tests.hub.failover import run_failover
 from tests.redis_cluster import RedisClusterProcesses
+from tests.support import TIME_SCALE
 
 
 @pytest.mark.timeout(60)
@@ -53,4 +54,7 @@ async def test_publishes_and_reads_follow_a_cluster_failover(tmp_path: Path) -> 
         print(f"Cluster {figure.line()}")
     print("503 messages:", *messages, sep="\n  ")
     assert waited_figures.lost == 0
+    # Publishes resume soon after the promotion (not when something else happens to notice).
+    for figure in figures:
+        assert figure.outage_seconds < failover + 3.0 * TIME_SCALE, figure.line()
     assert plain.acked and waited_figures.acked

@@ -10,6 +10,7 @@ import pytest
 
 from tests.hub.failover import run_failover
 from tests.redis_sentinel import RedisSentinelProcesses
+from tests.support import TIME_SCALE
 
 
 @pytest.mark.timeout(60)
@@ -36,4 +37,7 @@ async def test_publishes_and_reads_follow_a_sentinel_failover(tmp_path: Path) ->
         print(f"Sentinel {figure.line()}")
     print("503 messages:", *messages, sep="\n  ")
     assert waited.lost == 0
+    # Publishes resume soon after the promotion (not when something else happens to notice).
+    for figure in figures:
+        assert figure.outage_seconds < failover + 3.0 * TIME_SCALE, figure.line()
     assert plain.acked and waited.acked
