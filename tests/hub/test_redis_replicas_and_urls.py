@@ -5,6 +5,7 @@ and a publish its replicas do not acknowledge in time is a 503 that says so."""
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import aiohttp
@@ -58,12 +59,24 @@ def test_a_bad_sentinel_url_names_its_problem(url: str, problem: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "values,field",
+    [
+        ({"redis_wait_replicas": "one"}, "redis_wait_replicas"),
+        ({"redis_wait_replicas": 65}, "redis_wait_replicas"),
+        ({"redis_wait_seconds": 0}, "redis_wait_seconds"),
+        ({"redis_wait_seconds": 61}, "redis_wait_seconds"),
+    ],
+)
+def test_bad_wait_values_are_refused(values: dict[str, object], field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        Settings(redis_url="redis://127.0.0.1:6379/0", **values)
+
+
+@pytest.mark.parametrize(
     "env,argv,names",
     [
         ({}, ["--redis-url", "redis+sentinel://127.0.0.1:26379"], "RSHUB_REDIS_URL"),
         ({"RSHUB_REDIS_WAIT_REPLICAS": "-1"}, [], "RSHUB_REDIS_WAIT_REPLICAS"),
-        ({"RSHUB_REDIS_WAIT_REPLICAS": "one"}, [], "RSHUB_REDIS_WAIT_REPLICAS"),
-        ({"RSHUB_REDIS_WAIT_SECONDS": "0"}, [], "RSHUB_REDIS_WAIT_SECONDS"),
         # The embedded Redis has no replica to wait for; a Cluster fails over by itself.
         ({"RSHUB_REDIS_WAIT_REPLICAS": "1"}, [], "RSHUB_REDIS_WAIT_REPLICAS"),
         (
@@ -165,3 +178,40 @@ async def test_a_replayed_publish_is_waited_for_even_on_a_new_connection(tmp_pat
         finally:
             await admin.aclose()
             await runner.cleanup()
+
+
+def test_sentinel_urls_fuzzed_are_read_or_refused_with_a_value_error() -> None:
+    """Mangled URLs (seeded): each is either read, with ports in range and a service, or
+    refused by Settings as a ValueError naming RSHUB_REDIS_URL; nothing else escapes."""
+    rng = random.Random(23)
+    alphabet = "redis+sentinel:/@,[]:?&=%#0123456789hsvcab.-_ \x00é"
+    seeds = [
+        "redis+sentinel://u:p@h1:1,h2:2/svc/3?sentinel_password=x",
+        "redis+sentinel://[::1]:26379,[::1]/svc",
+    ]
+    read = refused = 0
+    for _ in range(2000):
+        text = list(rng.choice(seeds))
+        for _ in range(rng.randint(1, 6)):
+            i = rng.randrange(len(text) + 1)
+            if rng.random() < 0.5 and text:
+                del text[min(i, len(text) - 1)]
+            else:
+                text.insert(i, rng.choice(alphabet))
+        url = "".join(text)
+        if not url.startswith("redis+sentinel:"):
+            continue
+        try:
+            spec = sentinel_url.parse(url)
+        except ValueError:
+            refused += 1
+            if refused <= 20:  # Settings are slow to build: a sample goes through them
+                with pytest.raises(ValueError, match="redis_url"):
+                    Settings(redis_url=url)
+            continue
+        read += 1
+        assert spec.service and spec.sentinels
+        assert all(host and 0 < port < 65536 for host, port in spec.sentinels)
+        if read <= 20:
+            Settings(redis_url=url)
+    assert read > 100 and refused > 100, (read, refused)
