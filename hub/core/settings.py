@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from hub.core import sentinel_url
 
 
 def describe_error(exc: Exception) -> str:
@@ -268,6 +270,15 @@ class Settings(BaseSettings):
     #: (WebSocket close 1001, SSE ``event: shutdown``) before their connections are cut.
     shutdown_streams_seconds: float = Field(1.0, gt=0, le=60)
 
+    # -- issue 23: Redis high availability ------------------------------------------------
+    #: Each publish waits until this many replicas have its changes (Redis ``WAIT``) before
+    #: its 202; a publish they do not acknowledge within ``redis_wait_seconds`` answers 503
+    #: (stored on the primary, it may or may not survive a failover; retry it with the same
+    #: Idempotency-Key). 0 = answer once the primary has them (docs/scaling.md).
+    redis_wait_replicas: int = Field(0, ge=0, le=64)
+    #: How long a publish waits for ``redis_wait_replicas`` acknowledgements.
+    redis_wait_seconds: float = Field(1.0, ge=0.001, le=60)
+
     @field_validator("callback_ca_file", "callback_client_cert", "callback_client_key")
     @classmethod
     def _check_readable_file(cls, value: Path | None) -> Path | None:
@@ -298,18 +309,44 @@ class Settings(BaseSettings):
     def _check_redis_url(cls, value: str | None) -> str | None:
         if value is None:
             return value
+        if value.startswith(f"{sentinel_url.SCHEME}:"):
+            sentinel_url.parse(value)  # its ValueError names what is wrong
+            return value
         try:
             parts = urlsplit(value)
             parts.port  # noqa: B018  # raises ValueError for a bad port
         except ValueError as exc:
             raise ValueError(f"not a valid URL ({exc})") from None
         if parts.scheme not in ("redis", "rediss", "unix", "redis+cluster"):
-            raise ValueError("must be a redis://, rediss://, unix:// or redis+cluster:// URL")
+            raise ValueError(
+                "must be a redis://, rediss://, unix://, redis+cluster:// or redis+sentinel:// URL"
+            )
         if parts.scheme != "unix" and not parts.hostname:
             raise ValueError("must name a host (redis://HOST:PORT/DB)")
         if parts.scheme == "unix" and not parts.path:
             raise ValueError("must name a socket path (unix:///path/to/redis.sock)")
         return value
+
+    @model_validator(mode="after")
+    def _check_redis_topology(self) -> Settings:
+        sentinel = (self.redis_url or "").startswith(f"{sentinel_url.SCHEME}:")
+        if sentinel and self.redis_cluster:
+            raise ValueError(
+                "redis_cluster (RSHUB_REDIS_CLUSTER) cannot be combined with a "
+                "redis+sentinel:// redis_url: a Cluster fails over by itself"
+            )
+        tls_cluster = self.redis_cluster and (self.redis_url or "").startswith("rediss:")
+        if self.redis_wait_replicas and tls_cluster:
+            raise ValueError(
+                "redis_wait_replicas (RSHUB_REDIS_WAIT_REPLICAS) is not supported on a Redis "
+                "Cluster reached over TLS (rediss://)"
+            )
+        if self.redis_wait_replicas and self.redis_url is None:
+            raise ValueError(
+                "redis_wait_replicas (RSHUB_REDIS_WAIT_REPLICAS) needs a redis_url "
+                "(RSHUB_REDIS_URL): the embedded Redis has no replicas"
+            )
+        return self
 
     @field_validator("appendfsync")
     @classmethod

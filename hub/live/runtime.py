@@ -71,6 +71,8 @@ class Runtime:
                 hold_seconds=settings.retention_hold_seconds,
             ),
             idempotency_seconds=settings.idempotency_seconds,
+            wait_replicas=settings.redis_wait_replicas,
+            wait_seconds=settings.redis_wait_seconds,
         )
         self.subscriptions = SubscriptionStore(
             connections.main, scripts=self.store.scripts, blocking=connections.blocking

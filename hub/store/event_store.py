@@ -17,6 +17,7 @@ from hub.core.exceptions import Conflict
 from hub.core.packed import Packed, pack, stored_json
 from hub.store import keys, scripts
 from hub.store.redis_connection import Client
+from hub.store.replicas import ReplicaWait
 from hub.store.script_pipe import ScriptPipe
 
 #: Events one XRANGE reads at most while a consumer catches up.
@@ -99,13 +100,18 @@ class EventStore:
         blocking: Client | None = None,
         retention: Retention | None = None,
         idempotency_seconds: int = 86400,
+        wait_replicas: int = 0,
+        wait_seconds: float = 1.0,
     ) -> None:
         self.redis = redis
         #: Client for XREAD BLOCK only: no socket timeout to trip over while it waits.
         self.blocking = blocking or redis
         self.retention = retention or Retention()
         self.idempotency_seconds = idempotency_seconds
-        self.scripts = ScriptPipe(redis)
+        #: ``wait_replicas``: a publish is answered once that many replicas have it
+        #: (:mod:`hub.store.replicas`).
+        wait = ReplicaWait(wait_replicas, max(1, round(wait_seconds * 1000)))
+        self.scripts = ScriptPipe(redis, wait=wait if wait_replicas else None)
         self._known_topics: set[str] = set()
 
     async def append(
@@ -148,6 +154,7 @@ class EventStore:
                 hold,
                 hold_floor_ms,
             ],
+            replicated=bool(packed.changes),
         )
         text = keys.text(joined)
         if replayed:

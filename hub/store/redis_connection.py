@@ -9,6 +9,13 @@ are discovered) or by ``RSHUB_REDIS_CLUSTER=true`` with a plain ``redis://`` URL
 redis-py's cluster client. The hub needs no cross-slot operation: a topic's keys share its
 hash slot, and the few hub-wide keys are each used alone.
 
+A Redis behind **Sentinel** is named by a ``redis+sentinel://`` URL (the form is in
+:mod:`hub.core.sentinel_url`) and uses redis-py's Sentinel client: every connection, the
+blocking ones and :mod:`hub.store.script_pipe`'s included, asks the Sentinels for the
+master's address when it connects, so after a failover each new connection reaches the
+promoted replica, and the old master's connections fail (it died) or answer ``READONLY``
+(it was demoted), which drops them.
+
 **A Redis that restarted** (the embedded one is restarted by its supervisor) leaves every
 pooled connection dead. A request must not fail on one: a pooled connection is checked as
 it is taken from the pool, and one Redis closed is replaced by a fresh connection before
@@ -25,13 +32,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from typing import Any, TypeAlias
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.sentinel import Sentinel
 from redis.exceptions import RedisError
 
+from hub.core import sentinel_url
 from hub.core.exceptions import RedisUnavailable
 from hub.core.retrying import retrying
 from rsclient.backoff import Backoff
@@ -51,8 +61,38 @@ def is_cluster_url(url: str) -> bool:
     return url.startswith(CLUSTER_SCHEME)
 
 
+def is_sentinel_url(url: str) -> bool:
+    return url.startswith(f"{sentinel_url.SCHEME}://")
+
+
+def sentinel_for(url: str) -> tuple[Sentinel, sentinel_url.SentinelUrl]:
+    """The Sentinel client of a ``redis+sentinel://`` URL (its own connections to the
+    Sentinels, closed by its owner), and the URL read."""
+    spec = sentinel_url.parse(url)
+    options: dict[str, Any] = {"socket_timeout": 2.0, "socket_connect_timeout": 2.0}
+    if spec.sentinel_password:
+        options["password"] = spec.sentinel_password
+        options["username"] = spec.sentinel_username
+    return Sentinel(list(spec.sentinels), sentinel_kwargs=options), spec  # type: ignore[no-untyped-call]
+
+
+def _master_of(sentinel: Sentinel, spec: sentinel_url.SentinelUrl, **options: Any) -> Redis:
+    """A client of the master the Sentinels name for the service, asked again at each new
+    connection (:class:`redis.asyncio.sentinel.SentinelConnectionPool`)."""
+    client: Redis = sentinel.master_for(
+        spec.service,
+        db=spec.db,
+        username=spec.username,
+        password=spec.password,
+        **_checked_pool(),
+        **options,
+    )
+    return client
+
+
 def connect(url: str, *, cluster: bool = False, **options: Any) -> Client:
-    """A client for ``url``: a cluster client for ``redis+cluster://`` or ``cluster=True``."""
+    """A client for ``url``: a cluster client for ``redis+cluster://`` or ``cluster=True``
+    (``redis+sentinel://`` URLs: :class:`Connections`)."""
     if is_cluster_url(url) or cluster:
         plain = "redis://" + url.removeprefix(CLUSTER_SCHEME) if is_cluster_url(url) else url
         return RedisCluster.from_url(plain, **options)
@@ -77,7 +117,26 @@ class Connections:
     def __init__(self, url: str, *, cluster: bool = False) -> None:
         self.url = url
         self.cluster = cluster or is_cluster_url(url)
-        if self.cluster:
+        self._sentinel: Sentinel | None = None
+        self.main: Client
+        self.blocking: Client
+        if is_sentinel_url(url):
+            self._sentinel, spec = sentinel_for(url)
+            self.main = _master_of(
+                self._sentinel,
+                spec,
+                max_connections=512,
+                health_check_interval=30,
+                socket_timeout=10,
+            )
+            self.blocking = _master_of(
+                self._sentinel,
+                spec,
+                socket_timeout=None,
+                health_check_interval=30,
+                max_connections=2**31 - 1,
+            )
+        elif self.cluster:
             self.main = connect(url, cluster=True, socket_timeout=10, max_connections=512)
             self.blocking = connect(url, cluster=True, socket_timeout=None)
         else:
@@ -141,10 +200,13 @@ class Connections:
     async def close(self) -> None:
         await self.main.aclose()
         await self.blocking.aclose()
+        if self._sentinel is not None:
+            await self._sentinel.aclose()
 
 
 def _redacted(url: str) -> str:
     """``url`` without a password (``redis://:secret@host`` -> ``redis://:***@host``)."""
+    url = re.sub(r"(sentinel_password=)[^&#]*", r"\1***", url)
     scheme, sep, rest = url.partition("://")
     userinfo, at, host = rest.rpartition("@")
     if not at or ":" not in userinfo:

@@ -12,6 +12,12 @@ redis-py, which follows it). TLS and unix sockets use redis-py's pipeline.
 A connection Redis closed (it restarted, say) is replaced before a batch is written, never
 after: see :meth:`_Link.sound`. A batch that fails once written is not re-sent, since Redis
 may have run it (an append twice would store its changes twice); its callers get the error.
+
+Failover: behind Sentinel a new connection goes to the master Sentinel names at that moment,
+and one answered ``READONLY`` (its server was demoted) is dropped; on a Cluster a connection
+failure makes the next batch re-read the slot map (redis-py's own commands do the same).
+A call made with ``replicated=True`` is followed, on the same connection, by the
+:class:`hub.store.replicas.ReplicaWait` ``WAIT`` (one per batch and connection).
 """
 
 from __future__ import annotations
@@ -19,16 +25,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import select
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import hiredis
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import Connection
+from redis.asyncio.sentinel import SentinelConnectionPool, SentinelManagedConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from hub.store.replicas import ReplicaWait
 from hub.store.scripts import Script
 
 
@@ -104,6 +113,11 @@ class _Link:
         self.writer.close()
 
 
+def _demoted(replies: list[Any]) -> bool:
+    """Whether a reply says its server is a replica now (a script's write refused too)."""
+    return any(isinstance(r, ResponseError) and "READONLY" in str(r) for r in replies)
+
+
 class ScriptPipe:
     """Sends concurrent script calls together: one round trip per batch.
 
@@ -111,58 +125,108 @@ class ScriptPipe:
     runs atomically on its own; only the round trips are shared.
     """
 
-    def __init__(self, redis: Redis | RedisCluster, timeout: float = 10.0) -> None:
+    def __init__(
+        self, redis: Redis | RedisCluster, timeout: float = 10.0, wait: ReplicaWait | None = None
+    ) -> None:
         self.redis = redis
-        self.timeout = timeout
+        self.wait = wait
+        #: A batch's answer may take the ``WAIT`` timeout on top of the usual one.
+        self.timeout = timeout + (wait.timeout_ms / 1000 if wait else 0.0)
+        #: Where a new connection goes: the master Sentinel names now, if behind Sentinel.
+        self._master: Callable[[], Awaitable[Any]] | None = None
         if isinstance(redis, RedisCluster):
             self._options = dict(redis.get_connection_kwargs())
             self._raw = not self._options.get("ssl")
         else:
             pool = redis.connection_pool
             self._options = dict(pool.connection_kwargs)
-            self._raw = pool.connection_class is Connection and not self._options.get("ssl")
+            plain = pool.connection_class in (Connection, SentinelManagedConnection)
+            self._raw = plain and not self._options.get("ssl")
+            if isinstance(pool, SentinelConnectionPool):
+                self._master = pool.get_master_address
         self._link: _Link | None = None
         self._node_links: dict[tuple[str, int], _Link] = {}
-        self._pending: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
+        self._reread_slots = False
+        self._pending: list[tuple[tuple[Any, ...], asyncio.Future[Any], bool]] = []
         self._task: asyncio.Task[None] | None = None
 
-    async def run(self, script: Script, keys: list[str], args: list[Any]) -> Any:
-        """Run ``script`` (by its SHA; loaded first on a fresh or flushed Redis)."""
+    async def run(
+        self, script: Script, keys: list[str], args: list[Any], *, replicated: bool = False
+    ) -> Any:
+        """Run ``script`` (by its SHA; loaded first on a fresh or flushed Redis);
+        ``replicated``: answer only once :attr:`wait` is met (else NotReplicated)."""
         command = ("EVALSHA", script.sha, len(keys), *keys, *args)
         try:
-            return await self.call(*command)
+            return await self.call(*command, replicated=replicated)
         except NoScriptError:
             await self.redis.script_load(script.source)
-            return await self.call(*command)
+            return await self.call(*command, replicated=replicated)
 
-    def call(self, *args: Any) -> asyncio.Future[Any]:
+    def call(self, *args: Any, replicated: bool = False) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending.append((args, future))
+        self._pending.append((args, future, replicated and self.wait is not None))
         if self._task is None:
             self._task = asyncio.create_task(self._flush())
         return future
 
-    async def _send(self, batch: list[tuple[Any, ...]]) -> list[Any]:
+    def _waited(
+        self, batch: list[tuple[Any, ...]], flags: list[bool]
+    ) -> tuple[list[tuple[Any, ...]], Callable[[list[Any]], list[Any]]]:
+        """``batch`` with the ``WAIT`` that its replicated calls need (if any), and how
+        to read the replies of what is sent over one connection."""
+        wait = self.wait
+        if wait is None or not any(flags):
+            return batch, lambda replies: replies
+
+        def read(replies: list[Any]) -> list[Any]:
+            *replies, acked = replies
+            short = wait.shortfall(acked)
+            if short is None:
+                return replies
+            return [
+                short if flag and not isinstance(reply, Exception) else reply
+                for reply, flag in zip(replies, flags, strict=True)
+            ]
+
+        return [*batch, wait.command()], read
+
+    async def _send(self, batch: list[tuple[Any, ...]], flags: list[bool]) -> list[Any]:
         if isinstance(self.redis, RedisCluster) and self._raw:
-            return await self._send_by_slot(self.redis, batch)
+            return await self._send_by_slot(self.redis, batch, flags)
+        commands, read = self._waited(batch, flags)
         if not self._raw:
             async with self.redis.pipeline(transaction=False) as pipe:
-                for args in batch:
+                for args in commands:
                     pipe.execute_command(*args)
-                return list(await pipe.execute(raise_on_error=False))
+                return read(list(await pipe.execute(raise_on_error=False)))
         if self._link is not None and not self._link.sound():
             self._link.close()
             self._link = None
         if self._link is None:
-            self._link = await _Link.open(self._options, self.timeout)
+            options = self._options
+            if self._master is not None:
+                host, port = await self._master()
+                options = {**options, "host": host, "port": port}
+            self._link = await _Link.open(options, self.timeout)
         try:
-            return await self._link.run([hiredis.pack_command(a) for a in batch], self.timeout)
+            replies = await self._link.run(
+                [hiredis.pack_command(a) for a in commands], self.timeout
+            )
         except BaseException:
             self._link.close()  # replies may be out of step: never reuse this connection
             self._link = None
             raise
+        if _demoted(replies):  # a master turned replica: Sentinel names another
+            self._link.close()
+            self._link = None
+        return read(replies)
 
-    async def _send_by_slot(self, cluster: RedisCluster, batch: list[tuple[Any, ...]]) -> list[Any]:
+    async def _send_by_slot(
+        self, cluster: RedisCluster, batch: list[tuple[Any, ...]], flags: list[bool]
+    ) -> list[Any]:
+        if self._reread_slots:  # a node failed: its slots may have a new primary
+            self._reread_slots = False
+            await cluster.nodes_manager.initialize()
         groups: dict[tuple[str, int], list[int]] = {}
         for i, args in enumerate(batch):
             node = cluster.get_node_from_key(args[3] if int(args[2]) else "")
@@ -172,22 +236,29 @@ class ScriptPipe:
         results: list[Any] = [None] * len(batch)
 
         async def run(address: tuple[str, int], indexes: list[int]) -> None:
-            link = self._node_links.get(address)
-            if link is not None and not link.sound():
-                link.close()
-                link = None
-            if link is None:
-                options = {**self._options, "host": address[0], "port": address[1]}
-                link = self._node_links[address] = await _Link.open(options, self.timeout)
+            commands, read = self._waited([batch[i] for i in indexes], [flags[i] for i in indexes])
             try:
-                replies = await link.run(
-                    [hiredis.pack_command(batch[i]) for i in indexes], self.timeout
-                )
-            except BaseException:
-                link.close()
-                self._node_links.pop(address, None)
+                link = self._node_links.get(address)
+                if link is not None and not link.sound():
+                    link.close()
+                    link = None
+                if link is None:
+                    options = {**self._options, "host": address[0], "port": address[1]}
+                    link = self._node_links[address] = await _Link.open(options, self.timeout)
+                try:
+                    replies = await link.run(
+                        [hiredis.pack_command(c) for c in commands], self.timeout
+                    )
+                except BaseException:
+                    link.close()
+                    self._node_links.pop(address, None)
+                    raise
+            except (OSError, EOFError, TimeoutError, RedisConnectionError):
+                self._reread_slots = True
                 raise
-            for i, reply in zip(indexes, replies, strict=True):
+            if _demoted(replies):
+                self._reread_slots = True
+            for i, reply in zip(indexes, read(replies), strict=True):
                 results[i] = reply
 
         await asyncio.gather(*(run(a, idx) for a, idx in groups.items()))
@@ -197,6 +268,9 @@ class ScriptPipe:
                     results[i] = await cluster.execute_command(*batch[i])
                 except Exception as exc:  # handed to the caller like any reply error
                     results[i] = exc
+                else:
+                    if flags[i] and self.wait is not None:  # WAIT went to the old owner
+                        results[i] = self.wait.shortfall(None)
         return results
 
     async def _flush(self) -> None:
@@ -204,14 +278,16 @@ class ScriptPipe:
             while self._pending:
                 batch, self._pending = self._pending, []
                 try:
-                    results = await self._send([args for args, _ in batch])
+                    results = await self._send(
+                        [args for args, _, _ in batch], [flag for _, _, flag in batch]
+                    )
                 except TimeoutError:
                     results = [RedisTimeoutError("Redis did not answer in time")] * len(batch)
                 except (OSError, EOFError) as exc:
                     results = [RedisConnectionError(str(exc))] * len(batch)
                 except Exception as exc:  # handed to every waiting caller
                     results = [exc] * len(batch)
-                for (_, future), result in zip(batch, results, strict=True):
+                for (_, future, _), result in zip(batch, results, strict=True):
                     if future.done():
                         continue
                     if isinstance(result, BaseException):

@@ -10,7 +10,14 @@
 local stream, resources, meta, holds, cursors = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 if #KEYS > 5 then
   local prev = redis.call('GET', KEYS[6])
-  if prev then return {1, prev} end
+  if prev then
+    -- A write the replicas see (the key's own TTL again), so that a WAIT after a replay
+    -- covers the first publish where WAIT counts from the connection's own last replicated
+    -- write (newer Redis; 6.2 counts from its last command of any kind).
+    local ttl = redis.call('PTTL', KEYS[6])
+    if ttl > 0 then redis.call('PEXPIRE', KEYS[6], ttl) end
+    return {1, prev}
+  end
 end
 -- The stream's last id before this publish: the hub process that published hands its
 -- events to its own live feed at once when the feed is at exactly that id (hub.live.feed).
