@@ -69,6 +69,8 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 LASTMOD = "2024-01-01T00:00:00Z"
 PHASES = ("mixed", "sse", "ws", "tput", "idle", "restart", "mixed2")
 NGINX_MODULE = "/usr/lib/nginx/modules/ngx_nchan_module.so"
+#: ``PYTHONPATH`` for ``rshub serve`` when ``--hub-src`` names another checkout.
+HUB_SRC: dict[str, str] = {}
 
 
 def notification(i: int, t_ns: int) -> bytes:
@@ -285,7 +287,7 @@ class Rshub(Server):
             sys.executable, "-m", "rshub", "serve", "--host", HOST, "--port", str(self.port),
             "--redis-url", f"redis://{HOST}:{self.redis.port}/0", "--log-level", "WARNING",
             "--workers", str(self.workers),
-        ], {"RSHUB_MAX_CONNECTIONS": "20000"}  # fmt: skip
+        ], {"RSHUB_MAX_CONNECTIONS": "20000", **HUB_SRC}  # fmt: skip
 
     def pub_path(self, topic: str) -> str:
         return f"/topics/{topic}"
@@ -1055,8 +1057,13 @@ def main() -> int:
     )
     parser.add_argument("--servers", default="rshub,nchan", help="comma-separated: rshub, nchan")
     parser.add_argument("--profile", metavar="DIR", help="py-spy rshub in each phase into DIR")
+    parser.add_argument(
+        "--hub-src", metavar="DIR", help="run rshub from this checkout (e.g. a worktree of main)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, configs)")
     args = parser.parse_args()
+    if args.hub_src:
+        HUB_SRC["PYTHONPATH"] = str(Path(args.hub_src).resolve())
     args.servers = {s.strip().lower() for s in args.servers.split(",")}
     if not Path(NGINX_MODULE).exists() and "nchan" in args.servers:
         print(f"no {NGINX_MODULE}: apt-get install -y nginx libnginx-mod-nchan", file=sys.stderr)
