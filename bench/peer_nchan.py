@@ -984,7 +984,7 @@ def top_own(raw: Path, limit: int = 20) -> list[tuple[str, int, float]]:
         stack, _, count = line.rpartition(" ")
         if not count.isdigit():
             continue
-        leaf = stack.rsplit(";", 1)[-1]
+        leaf = re.sub(r":\d+\)$", ")", stack.rsplit(";", 1)[-1])  # per function, not line
         own[leaf] += int(count)
         total += int(count)
     return [(frame, c, 100 * c / total) for frame, c in own.most_common(limit)] if total else []
@@ -996,7 +996,9 @@ def write_profiles(directory: Path) -> Path:
         "# rshub under `bench/peer_nchan.py --profile`: top 20 frames by own time",
         "",
         "py-spy `record --format raw --nonblocking --rate 250`; own = samples whose innermost",
-        "frame this is (idle samples not recorded).",
+        "frame is this function (idle samples not recorded). uvloop is C: its own work (epoll,",
+        "callbacks, socket reads) shows as `Runner.run`; a transport write's syscall shows as",
+        "the Python line that called `transport.write`.",
     ]
     for raw in sorted(directory.glob("*.txt")):
         rows = top_own(raw)
