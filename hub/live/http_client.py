@@ -50,8 +50,8 @@ class HttpClient:
             allow_private=settings.allow_private_callbacks,
             max_idle_per_origin=settings.delivery_concurrency,
             # RSHUB_CALLBACK_CA_FILE, ...: for every request, not only POSTs; checked at
-            # start-up. Without them the system's context is made on the first https
-            # callback: loading the CAs held up a restarted hub's first answer.
+            # start-up. Without them the system's context is made off the start-up path
+            # (Runtime.start): loading the CAs held up a restarted hub's first answer.
             tls=tls_context(
                 settings.callback_ca_file,
                 settings.callback_client_cert,

@@ -4,6 +4,7 @@ recovers every subscription; ``rshub serve`` imports only what serving needs."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -14,7 +15,7 @@ import aiohttp
 from hub.core.settings import Settings
 from hub.store.subscriptions import Subscription, SubscriptionStore
 from hub.web.app import RUNTIME
-from tests.conftest import start_hub
+from tests.conftest import Hub, start_hub
 from tests.hub.callback_server import CallbackServer
 from tests.support import TIME_SCALE, HubProcess, changes, free_port, notification, wait_for
 
@@ -146,3 +147,11 @@ def test_the_other_commands_and_the_version_are_still_there() -> None:
         timeout=60,
     )
     assert done.returncode == 0 and "rshub" in done.stdout, done.stderr
+
+
+async def test_the_system_tls_context_is_made_after_start_and_verifies(hub: Hub) -> None:
+    connections = hub.app[RUNTIME].client.connections
+    await wait_for(lambda: connections._ssl is not None, timeout=10 * TIME_SCALE)
+    context = connections._tls()
+    assert context.verify_mode == ssl.CERT_REQUIRED
+    assert context.check_hostname
