@@ -11,19 +11,21 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
-
-import shtab
 
 from rsclient.options import hub_url_problem
 
 #: package.cli modules that contribute sub-commands, in help order.
 _COMMAND_MODULES = ("hub.serve.cli", "publisher.cli", "subscriber.cli")
+#: ``rshub serve`` builds only its own parser: importing the client commands (and
+#: ``importlib.metadata``, ``shtab``) delayed a restarted hub's first answer.
+_SERVE_ONLY = ("hub.serve.cli",)
 
 
 def package_version() -> str:
     """The installed distribution's version (what a bug report should quote)."""
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("rshub")
     except PackageNotFoundError:  # running from a source tree that was never installed
@@ -32,22 +34,46 @@ def package_version() -> str:
         return __version__
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _VersionAction(argparse.Action):
+    """``--version``, looked up only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(
+            option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, **kwargs
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        print(f"{parser.prog} {package_version()}")
+        parser.exit()
+
+
+def build_parser(modules: Sequence[str] = _COMMAND_MODULES) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rshub",
         description="ResourceSync change-notification hub, publisher and subscriber.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    parser.add_argument(
+        "--version", action=_VersionAction, help="show program's version number and exit"
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
-    for name in _COMMAND_MODULES:
+    for name in modules:
         module = importlib.import_module(name)
         module.add_parsers(subparsers)
-    _add_completion(subparsers)
+    if tuple(modules) == _COMMAND_MODULES:
+        _add_completion(subparsers)
     return parser
 
 
 def _add_completion(subparsers: Any) -> None:
+    import shtab
+
     parser = subparsers.add_parser(
         "completion",
         help="print a shell completion script",
@@ -60,13 +86,16 @@ def _add_completion(subparsers: Any) -> None:
 
 
 def _print_completion(args: argparse.Namespace) -> int:
+    import shtab
+
     print(shtab.complete(build_parser(), shell=args.shell))
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    given = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_SERVE_ONLY if given[:1] == ["serve"] else _COMMAND_MODULES)
+    args = parser.parse_args(given)
     hub = getattr(args, "hub", None)
     problem = hub_url_problem(hub) if isinstance(hub, str) else None
     if problem is not None:  # a usage error: one line, before anything is tried

@@ -621,6 +621,14 @@ class CallbackConnections:
             "; ".join(refused or [f"{host} has no address"]) + " (RSHUB_ALLOW_PRIVATE_CALLBACKS)"
         )
 
+    async def prepare_tls(self) -> None:
+        """Make the system's TLS context in a thread (loading the CAs takes tens of ms), so
+        neither the hub's start nor its first https callback waits for it on the loop."""
+        if self._ssl is None:
+            context = await asyncio.to_thread(ssl.create_default_context)
+            if self._ssl is None:
+                self._ssl = context
+
     def _tls(self) -> ssl.SSLContext:
         if self._ssl is None:
             self._ssl = ssl.create_default_context()

@@ -49,11 +49,16 @@ class HttpClient:
         self.connections = CallbackConnections(
             allow_private=settings.allow_private_callbacks,
             max_idle_per_origin=settings.delivery_concurrency,
-            tls=tls_context(  # RSHUB_CALLBACK_CA_FILE, ...: for every request, not only POSTs
+            # RSHUB_CALLBACK_CA_FILE, ...: for every request, not only POSTs; checked at
+            # start-up. Without them the system's context is made off the start-up path
+            # (Runtime.start): loading the CAs held up a restarted hub's first answer.
+            tls=tls_context(
                 settings.callback_ca_file,
                 settings.callback_client_cert,
                 settings.callback_client_key,
-            ),
+            )
+            if settings.callback_ca_file or settings.callback_client_cert
+            else None,
             tasks=tasks,
         )
 

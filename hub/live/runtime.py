@@ -162,7 +162,9 @@ class Runtime:
         """Start the background jobs and take up this node's share of the deliveries.
 
         Hub-wide jobs run on the leading process only (they are atomic scripts, so a second
-        runner during a handover merely repeats work).
+        runner during a handover merely repeats work). Nothing here waits for what serving
+        does not need: the delivery recovery (ownership's first round) and the TLS context
+        are made while the hub already answers (a restart is serving sooner).
         """
         settings, jobs = self.settings, self.background
         jobs.every(1.0, "redis-health", self._check_redis)
@@ -183,6 +185,7 @@ class Runtime:
             )
         if self.embedded is not None:
             jobs.spawn("redis-supervisor", self.embedded.supervise())
+        jobs.spawn("tls-context", self.client.connections.prepare_tls())
         await self.ownership.start()
 
     async def hand_over(self) -> None:
