@@ -34,9 +34,11 @@ def _wait_gone(pid: int, timeout: float = 10.0) -> bool:
 
 def test_serve_is_healthy_within_5s_on_embedded_redis(tmp_path: Path) -> None:
     started = time.monotonic()
-    hub = HubProcess(str(tmp_path)).start(timeout=5)
+    # A bound on a busy machine (TIME_SCALE), not a speed target: bench/peer_nchan.py
+    # measures restart -> serving.
+    hub = HubProcess(str(tmp_path)).start(timeout=5 * TIME_SCALE)
     try:
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < 5 * TIME_SCALE
         with urllib.request.urlopen(hub.url + "/healthz", timeout=2) as resp:
             body = resp.read().decode()
         assert '"redis":"ok"' in body.replace(" ", "")
