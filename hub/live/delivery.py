@@ -8,8 +8,9 @@ cursor after each 2xx, before its next POST (a fenced write, committed in groups
 process that dies re-sends at most the batch it had in flight. Failures are retried with
 exponential back-off and jitter (``Retry-After`` honoured, capped); the failure count, state
 and next retry time are saved with the subscription, so a new owner continues the back-off.
-``410 Gone`` ends the subscription; after ``suspend_after_failures`` consecutive failures
-it is marked suspended and probed at the longest back-off until its callback recovers. Each
+``410 Gone`` ends the subscription; what other failures lead to (suspension, a batch moved
+to the dead letters after ``retry_window_seconds``, disabling after ``disable_after_seconds``)
+is :mod:`hub.core.failure_policy`; a suspended one is probed at the longest back-off. Each
 worker has exactly one request in flight, so a slow or dead callback delays nobody else, and
 it sends nothing while its lease is not known to be valid.
 """
@@ -27,6 +28,7 @@ from typing import Any
 from hub.core import metrics, rendering, websub
 from hub.core.events import Event, parse_id
 from hub.core.exceptions import CallbackFailed
+from hub.core.failure_policy import Decision, FailurePolicy, Track, Verdict
 from hub.core.placement import SubscriptionKey
 from hub.core.retrying import STORE_OUTAGE, retrying
 from hub.core.settings import Settings
@@ -35,6 +37,7 @@ from hub.core.topics import HubUrls
 from hub.live.feed import FeedHub
 from hub.live.http_client import Answer, HttpClient
 from hub.live.ownership import Lease
+from hub.store.dead_letters import DeadLetterStore
 from hub.store.redis_connection import StoreError
 from hub.store.subscriptions import CursorWriter, State, Subscription, SubscriptionStore
 from rsclient.backoff import Backoff, parse_retry_after
@@ -126,6 +129,8 @@ class DeliveryWorker:
         feeds: FeedHub,
         cursors: CursorWriter,
         bodies: Bodies,
+        dead_letters: DeadLetterStore | None = None,
+        deny: Callable[[str, str, str], None] | None = None,
     ) -> None:
         self.sub = sub
         self.lease = lease
@@ -138,6 +143,15 @@ class DeliveryWorker:
         self.cursors = cursors
         self.bodies = bodies
         self.backoff = Backoff(settings.retry_base_seconds, settings.retry_max_seconds)
+        self.policy = FailurePolicy(
+            self.backoff,
+            settings.retry_window_seconds,
+            settings.disable_after_seconds,
+            settings.suspend_after_failures,
+        )
+        self.dead_letters = dead_letters
+        #: Sends a WebSub denial (``hub.mode=denied``) when the subscription is disabled.
+        self.deny = deny
         #: The headers every delivery of this subscription carries.
         self.headers = {
             "Content-Type": "application/xml",
@@ -186,13 +200,18 @@ class DeliveryWorker:
                 remaining = sub.expires_at - time.time()
                 if remaining <= 0:
                     raise _Gone("lease expired")
+                if sub.disabled:  # until re-subscribed or resumed (a new worker)
+                    await asyncio.sleep(remaining)
+                    continue
                 events, gap = await feed.read_span(cursor, limit, timeout=min(remaining, 60.0))
                 if not events:
                     continue
                 batch, body = self.bodies.get(sub.topic, events, gap)
-                await self._deliver(batch, body, gap)
+                if await self._deliver(batch, body, gap):
+                    self.delivered += len(batch)
+                if sub.disabled:  # the batch stays at the cursor
+                    continue
                 cursor = batch[-1].key
-                self.delivered += len(batch)
         except _Gone as exc:
             log.info("subscription %s -> %r ended: %r", sub.topic, sub.callback, str(exc))
             self.cursors.forget(sub.topic, sub.callback)
@@ -215,8 +234,9 @@ class DeliveryWorker:
         finally:
             self.posting = False
 
-    async def _deliver(self, batch: list[Event], body: bytes, gap: str | None = None) -> None:
-        """POST ``batch`` until a 2xx; raise :class:`_Gone` if the subscription ends."""
+    async def _deliver(self, batch: list[Event], body: bytes, gap: str | None = None) -> bool:
+        """POST ``batch`` until a 2xx (True), its dead letter or the subscription's disabling
+        (False); raise :class:`_Gone` if the subscription ends."""
         sub = self.sub
         headers = {
             **self.headers,
@@ -234,6 +254,7 @@ class DeliveryWorker:
             if sub.expired:
                 raise _Gone("lease expired")
             retry_after: float | None = None
+            status: int | None = None
             if self._stopping:  # no new attempt: the stop cancels this task at once
                 await asyncio.Event().wait()
             self._idle.clear()
@@ -256,15 +277,25 @@ class DeliveryWorker:
                         await self._succeeded(batch[-1].id, gap)
                     finally:
                         self._idle.set()
-                    return
+                    return True
+                status = answer.status
                 # Either form, seconds or an HTTP-date (a 429's or 503's); capped.
                 retry_after = parse_retry_after(answer.headers.get("retry-after"), time.time())
                 error = f"HTTP {answer.status}"
-            self._idle.set()
+            track = Track(sub.failures, sub.strikes, sub.failing_since, sub.batch_failing_since)
+            decision = self.policy.decide(track, status, time.time(), retry_after)
+            try:
+                if decision.verdict is Verdict.DISABLE:
+                    await self._disable(error, decision)
+                    return False
+                if decision.verdict is Verdict.DEAD_LETTER:
+                    await self._bury(batch, error, decision)
+                    return False
+            finally:
+                self._idle.set()
             metrics.delivery_outcome("retry")
-            delay = self.backoff.delay(sub.failures + 1, retry_after)
-            await self._failed(error, delay)
-            await asyncio.sleep(delay)
+            await self._failed(error, decision)
+            await asyncio.sleep(decision.delay)
 
     async def _save(self) -> None:
         if not await self.store.save_fenced(self.sub, self.node, self.lease.token):
@@ -287,15 +318,16 @@ class DeliveryWorker:
         if gap is not None or sub.failures or sub.state is not State.ACTIVE:
             if sub.state is State.SUSPENDED:
                 log.info("subscription %s -> %r resumed", sub.topic, sub.callback)
-            sub.failures, sub.state, sub.last_error, sub.retry_at = 0, State.ACTIVE, None, 0.0
+            sub.recovered()
             await self._save()
 
-    async def _failed(self, error: str, delay: float) -> None:
-        sub = self.sub
-        sub.failures += 1
+    async def _failed(self, error: str, decision: Decision) -> None:
+        sub, track = self.sub, decision.track
+        sub.failures, sub.strikes = track.failures, track.strikes
+        sub.failing_since, sub.batch_failing_since = track.failing_since, track.batch_failing_since
         sub.last_error = error
-        sub.retry_at = time.time() + delay
-        if sub.failures >= self.settings.suspend_after_failures and sub.state is State.ACTIVE:
+        sub.retry_at = time.time() + decision.delay
+        if decision.suspended and sub.state is State.ACTIVE:
             sub.state = State.SUSPENDED
             metrics.delivery_outcome("suspended")
             log.warning(
@@ -306,6 +338,41 @@ class DeliveryWorker:
                 error,
             )
         await self._save()
+
+    async def _bury(self, batch: list[Event], error: str, decision: Decision) -> None:
+        """Move ``batch`` to the dead letters (its window is spent) and go on with the next."""
+        sub, now = self.sub, time.time()
+        since = sub.batch_failing_since or now
+        assert self.dead_letters is not None
+        if not await self.dead_letters.bury(
+            sub.topic, sub.callback, self.node, self.lease.token, batch,
+            since=since, now=now, error=error,
+        ):  # fmt: skip
+            raise _Lost
+        metrics.delivery_outcome("dead-letter")
+        log.warning(
+            "subscription %s -> %r: events %s..%s dead-lettered after %.0fs of failures: %r",
+            sub.topic, sub.callback, batch[0].id, batch[-1].id, now - since, error,
+        )  # fmt: skip
+        await self._failed(error, decision)
+
+    async def _disable(self, error: str, decision: Decision) -> None:
+        """Stop delivering (failing for ``disable_after_seconds``) and tell the subscriber."""
+        sub = self.sub
+        sub.state, sub.disabled_at = State.DISABLED, time.time()
+        await self._failed(error, decision)
+        metrics.delivery_outcome("disabled")
+        since = sub.disabled_at - sub.failing_since
+        log.warning(
+            "subscription %s -> %r disabled after %.0fs of failures: %r",
+            sub.topic, sub.callback, since, error,
+        )  # fmt: skip
+        if self.deny is not None:
+            reason = (
+                f"deliveries failed for {since:.0f}s (last: {error[:100]}); "
+                "subscribe again to resume"
+            )
+            self.deny(sub.callback, sub.topic_url, reason)
 
 
 class DeliveryService:
@@ -341,6 +408,9 @@ class DeliveryService:
         self._requests = tasks.group("requests", peers=True)
         self._workers = tasks.group("workers", peers=True)
         self.bodies = Bodies(HubUrls(settings.public_url), settings.delivery_batch_max_bytes)
+        self.dead_letters = DeadLetterStore(
+            store.redis, store.scripts, settings.dead_letter_max_events
+        )
         self._verify_slots = asyncio.Semaphore(64)
         self.worker_ended = worker_ended
 
@@ -373,6 +443,8 @@ class DeliveryService:
             feeds=self.feeds,
             cursors=self.cursors,
             bodies=self.bodies,
+            dead_letters=self.dead_letters,
+            deny=self.deny,
         )
         self.workers[key] = worker
         worker.start(self._workers, lambda _t: self._ended(key, worker))
