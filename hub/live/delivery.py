@@ -129,7 +129,7 @@ class DeliveryWorker:
         feeds: FeedHub,
         cursors: CursorWriter,
         bodies: Bodies,
-        dead_letters: DeadLetterStore | None = None,
+        dead_letters: DeadLetterStore,
         deny: Callable[[str, str, str], None] | None = None,
     ) -> None:
         self.sub = sub
@@ -343,17 +343,27 @@ class DeliveryWorker:
         """Move ``batch`` to the dead letters (its window is spent) and go on with the next."""
         sub, now = self.sub, time.time()
         since = sub.batch_failing_since or now
-        assert self.dead_letters is not None
         if not await self.dead_letters.bury(
-            sub.topic, sub.callback, self.node, self.lease.token, batch,
-            since=since, now=now, error=error,
-        ):  # fmt: skip
+            sub.topic,
+            sub.callback,
+            self.node,
+            self.lease.token,
+            batch,
+            since=since,
+            now=now,
+            error=error,
+        ):
             raise _Lost
         metrics.delivery_outcome("dead-letter")
         log.warning(
             "subscription %s -> %r: events %s..%s dead-lettered after %.0fs of failures: %r",
-            sub.topic, sub.callback, batch[0].id, batch[-1].id, now - since, error,
-        )  # fmt: skip
+            sub.topic,
+            sub.callback,
+            batch[0].id,
+            batch[-1].id,
+            now - since,
+            error,
+        )
         await self._failed(error, decision)
 
     async def _disable(self, error: str, decision: Decision) -> None:
@@ -365,8 +375,11 @@ class DeliveryWorker:
         since = sub.disabled_at - sub.failing_since
         log.warning(
             "subscription %s -> %r disabled after %.0fs of failures: %r",
-            sub.topic, sub.callback, since, error,
-        )  # fmt: skip
+            sub.topic,
+            sub.callback,
+            since,
+            error,
+        )
         if self.deny is not None:
             reason = (
                 f"deliveries failed for {since:.0f}s (last: {error[:100]}); "
