@@ -355,7 +355,7 @@ class TestHostile:
         return {
             "retry_base_seconds": 0.01,
             "retry_max_seconds": 0.05,
-            "retry_window_seconds": 0.2,
+            "retry_window_seconds": 0.15,
             "disable_after_seconds": 300.0,
             "delivery_batch_max_changes": 1,
         }
@@ -420,7 +420,7 @@ class TestHostile:
             redis_before = len(peers(redis_port))
             async with Watchdog() as dog:
                 published: list[str] = []
-                for start in range(0, 24, 4):
+                for start in range(0, 40, 4):
                     published += await publish(hub, 4, start=start)
 
                 async def settled() -> bool:
@@ -440,7 +440,7 @@ class TestHostile:
                 assert (done["replayed"], done["remaining"], done["error"]) == (len(dead), 0, None)
                 assert accepted[-len(dead) :] == dead
                 hostile.finish = True  # the next POST ends the subscription (410)
-                await publish(hub, 1, start=24)
+                await publish(hub, 1, start=40)
                 await wait_for(lambda: ("t", hostile.url) not in hub.app[RUNTIME].delivery.workers)
             await dog.sockets_back(slack=len(peers(redis_port)) - redis_before)
             assert not peers(hostile.port)
