@@ -130,7 +130,7 @@ class DeliveryWorker:
         cursors: CursorWriter,
         bodies: Bodies,
         dead_letters: DeadLetterStore,
-        deny: Callable[[str, str, str], None] | None = None,
+        deny: Callable[[str, str, str], Awaitable[bool]] | None = None,
     ) -> None:
         self.sub = sub
         self.lease = lease
@@ -150,8 +150,10 @@ class DeliveryWorker:
             settings.suspend_after_failures,
         )
         self.dead_letters = dead_letters
-        #: Sends a WebSub denial (``hub.mode=denied``) when the subscription is disabled.
+        #: Sends a WebSub denial (``hub.mode=denied``) once disabled; True if answered.
         self.deny = deny
+        #: The callback answered this worker's denial (a new owner sends it once more).
+        self.denied = False
         #: The headers every delivery of this subscription carries.
         self.headers = {
             "Content-Type": "application/xml",
@@ -201,7 +203,7 @@ class DeliveryWorker:
                 if remaining <= 0:
                     raise _Gone("lease expired")
                 if sub.disabled:  # until re-subscribed or resumed (a new worker)
-                    await asyncio.sleep(remaining)
+                    await self._park(remaining)
                     continue
                 events, gap = await feed.read_span(cursor, limit, timeout=min(remaining, 60.0))
                 if not events:
@@ -367,25 +369,34 @@ class DeliveryWorker:
         await self._failed(error, decision)
 
     async def _disable(self, error: str, decision: Decision) -> None:
-        """Stop delivering (failing for ``disable_after_seconds``) and tell the subscriber."""
+        """Stop delivering (failing for ``disable_after_seconds``); :meth:`_park` says so."""
         sub = self.sub
         sub.state, sub.disabled_at = State.DISABLED, time.time()
         await self._failed(error, decision)
         metrics.delivery_outcome("disabled")
-        since = sub.disabled_at - sub.failing_since
         log.warning(
             "subscription %s -> %r disabled after %.0fs of failures: %r",
             sub.topic,
             sub.callback,
-            since,
+            sub.disabled_at - sub.failing_since,
             error,
         )
-        if self.deny is not None:
-            reason = (
-                f"deliveries failed for {since:.0f}s (last: {error[:100]}); "
-                "subscribe again to resume"
-            )
-            self.deny(sub.callback, sub.topic_url, reason)
+
+    async def _park(self, remaining: float) -> None:
+        """Disabled: send the callback a WebSub denial until it answers (at the back-off's
+        pace), then wait out the lease; a re-subscription or resume starts a new worker."""
+        sub = self.sub
+        if self.denied or self.deny is None:
+            await asyncio.sleep(remaining)
+            return
+        failing = sub.disabled_at - (sub.failing_since or sub.disabled_at)
+        reason = (
+            f"deliveries failed for {failing:.0f}s (last: {(sub.last_error or '')[:100]}); "
+            "subscribe again to resume"
+        )
+        self.denied = await self.deny(sub.callback, sub.topic_url, reason)
+        if not self.denied:
+            await asyncio.sleep(min(self.backoff.delay(64), remaining))
 
 
 class DeliveryService:
@@ -457,7 +468,7 @@ class DeliveryService:
             cursors=self.cursors,
             bodies=self.bodies,
             dead_letters=self.dead_letters,
-            deny=self.deny,
+            deny=self.tell_denied,
         )
         self.workers[key] = worker
         worker.start(self._workers, lambda _t: self._ended(key, worker))
@@ -507,12 +518,18 @@ class DeliveryService:
         self._spawn(f"deny:{callback}", self._send_denial(callback, topic_url, reason))
 
     async def _send_denial(self, callback: str, topic_url: str, reason: str) -> None:
+        await self.tell_denied(callback, topic_url, reason)
+
+    async def tell_denied(self, callback: str, topic_url: str, reason: str) -> bool:
+        """Send a WebSub denial; True if the callback answered it (any status)."""
         url = websub.denial_url(callback, topic_url, reason)
         async with self._verify_slots:
             try:
                 await self.client.get(url, 4096)
             except CallbackFailed as exc:
                 log.info("denial to %r not delivered: %r", callback, str(exc))
+                return False
+        return True
 
     async def _verify(self, req: websub.SubscriptionRequest, start: str) -> None:
         challenge = websub.new_challenge()

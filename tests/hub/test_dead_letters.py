@@ -248,6 +248,28 @@ class TestDisabled:
         assert sub.state is State.ACTIVE and (sub.strikes, sub.failing_since) == (0, 0.0)
         assert len(picky.denials) == 1
 
+    async def test_a_callback_down_when_disabled_gets_the_denial_once_it_answers(
+        self, hub: Hub, picky: Picky
+    ) -> None:
+        await subscribe(hub, picky)
+        port = picky.port
+        await picky.stop()  # connections refused from now on
+        await publish(hub, 1)
+
+        async def disabled() -> bool:
+            return (await record(hub, picky)).disabled
+
+        await wait_for(disabled, timeout=20)
+        assert not picky.denials
+        await picky.start(port=port)
+        await wait_for(lambda: bool(picky.denials))
+        assert "subscribe again" in picky.denials[0]["hub.reason"]
+        assert not picky.attempts  # nothing delivered while disabled
+        verifications = len(picky.verifications)
+        await publish(hub, 1, start=1)  # no more denials: it was answered
+        await wait_for(lambda: hub.app[RUNTIME].delivery.workers[("t", picky.url)].denied)
+        assert len(picky.verifications) == verifications
+
 
 class TestWaitAnswers:
     @pytest.fixture
