@@ -208,6 +208,7 @@ class DeliveryWorker:
                 events, gap = await feed.read_span(cursor, limit, timeout=min(remaining, 60.0))
                 if not events:
                     continue
+                gap = gap or sub.untold_gap  # a notice whose batch was dead-lettered
                 batch, body = self.bodies.get(sub.topic, events, gap)
                 if await self._deliver(batch, body, gap):
                     self.delivered += len(batch)
@@ -291,6 +292,7 @@ class DeliveryWorker:
                     await self._disable(error, decision)
                     return False
                 if decision.verdict is Verdict.DEAD_LETTER:
+                    sub.untold_gap = gap  # the next batch carries the notice instead
                     await self._bury(batch, error, decision)
                     return False
             finally:
@@ -316,7 +318,7 @@ class DeliveryWorker:
                 sub.callback,
                 gap,
             )
-            sub.gaps, sub.last_gap = sub.gaps + 1, gap
+            sub.gaps, sub.last_gap, sub.untold_gap = sub.gaps + 1, gap, None
         if gap is not None or sub.failures or sub.state is not State.ACTIVE:
             if sub.state is State.SUSPENDED:
                 log.info("subscription %s -> %r resumed", sub.topic, sub.callback)
@@ -599,6 +601,7 @@ class DeliveryService:
             created_at=previous.created_at if previous else time.time(),
             gaps=previous.gaps if previous else 0,
             last_gap=previous.last_gap if previous else None,
+            untold_gap=previous.untold_gap if previous else None,
         )
         await self.store.activate(sub, cursor)
         log.info("subscribed %r to %s", req.callback, req.topic)

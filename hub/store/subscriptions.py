@@ -78,6 +78,8 @@ class Subscription:
     failing_since: float = 0.0
     batch_failing_since: float = 0.0
     disabled_at: float = 0.0
+    #: A gap notice whose batch was dead-lettered: the next delivery carries it.
+    untold_gap: str | None = None
 
     def to_json(self) -> bytes:
         return orjson.dumps(asdict(self))

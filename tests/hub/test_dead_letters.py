@@ -468,3 +468,39 @@ class TestHostile:
             assert not peers(hostile.port)
         finally:
             await hostile.stop()
+
+
+async def test_a_gap_notice_whose_batch_is_dead_lettered_comes_with_the_next(
+    redis_url: str,
+) -> None:
+    """Retention trimmed r0-r1 past the hold; r2's batch carries the notice but is refused
+    past its window: r3's delivery carries it instead (signed, in the body)."""
+    import aiohttp
+
+    from tests.conftest import start_hub
+    from tests.hub.test_retention_hold import GAP_ATTRIBUTE, _down_while_published, _settings
+
+    settings = _settings(retention_hold_max_events=1, delivery_batch_max_changes=1)
+    cb = await Picky(down=True, refuse=503).start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            ids = await _down_while_published(redis_url, settings, session, cb)
+            cb.down, cb.poison, cb.refuse = False, {"http://example.org/r2"}, 500
+            # The window (from the batch's first failure, on the first hub) is spent.
+            later = settings.model_copy(update={"retry_window_seconds": 0.3})
+            runner, app = await start_hub(later, redis_url)
+            try:
+                await wait_for(lambda: cb.ids[:1] == [ids[3]], timeout=20)
+                first = cb.deliveries[0]
+                assert first.headers["X-RSHub-Gap"] == f"trimmed-through={ids[1]}"
+                assert parse(first.body).md.extra[GAP_ATTRIBUTE] == ids[1]  # type: ignore[union-attr]
+                await wait_for(lambda: cb.ids == ids[3:])
+                assert all("X-RSHub-Gap" not in d.headers for d in cb.deliveries[1:])
+                letters = await app[RUNTIME].delivery.dead_letters.read("short", cb.url, 10)
+                assert [d.event.id for d in letters] == [ids[2]]
+                sub = await app[RUNTIME].subscriptions.get("short", cb.url)
+                assert sub is not None and sub.untold_gap is None and sub.last_gap == ids[1]
+            finally:
+                await runner.cleanup()
+    finally:
+        await cb.stop()
