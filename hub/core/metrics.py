@@ -63,7 +63,7 @@ PUBLISH_SECONDS = Histogram(
 )
 DELIVERIES = Counter(
     "rshub_deliveries",
-    "WebSub delivery attempts by outcome (2xx, retry, 410, suspended).",
+    "WebSub delivery attempts by outcome (2xx, retry, 410, suspended, dead-letter, disabled).",
     ["outcome"],
 )
 DELIVERED_CHANGES = Counter("rshub_delivered_changes", "Changes delivered to callbacks (2xx).")
@@ -99,7 +99,9 @@ DELIVERY_GAPS = Counter(
 # Labelled children looked up once: ``labels()`` costs more than the ``inc()`` itself, and
 # these are called per request, per delivery and per stream message.
 _PUBLISHES = {r: PUBLISHES.labels(r) for r in ("accepted", "replayed", "4xx", "5xx")}
-_DELIVERIES = {o: DELIVERIES.labels(o) for o in ("2xx", "retry", "410", "suspended")}
+_DELIVERIES = {
+    o: DELIVERIES.labels(o) for o in ("2xx", "retry", "410", "suspended", "dead-letter", "disabled")
+}
 _STREAM_MESSAGES = {t: STREAM_MESSAGES.labels(t) for t in ("ws", "sse")}
 _STREAM_CLIENTS = {t: STREAM_CLIENTS.labels(t) for t in ("ws", "sse")}
 _HTTP_SECONDS: dict[tuple[str, str, int], Histogram] = {}
@@ -136,7 +138,7 @@ def delivered(batch: Sequence[Event], now: float | None = None) -> None:
 
 
 def delivery_outcome(outcome: str) -> None:
-    """``retry``, ``410`` or ``suspended``."""
+    """``retry``, ``410``, ``suspended``, ``dead-letter`` or ``disabled``."""
     _DELIVERIES[outcome].inc()
 
 

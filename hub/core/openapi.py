@@ -72,7 +72,7 @@ _SUBSCRIPTION: Schema = {
         "topic_url": {"type": "string"},
         "callback": {"type": "string"},
         "id": {"type": "string", "description": "the subscription's label in /metrics"},
-        "state": {"enum": ["active", "suspended"]},
+        "state": {"enum": ["active", "suspended", "disabled"]},
         "lease_seconds": {"type": "integer"},
         "expires_at": {"type": "number"},
         "created_at": {"type": "number"},
@@ -232,6 +232,70 @@ def _admin(operation: str, summary: str, what: str, *, not_found: bool = False) 
         "tags": ["admin"],
         "responses": responses,
     }
+
+
+# -- issue 21: a subscription's dead letters ------------------------------------------------
+
+_SUBSCRIPTION_ID = {
+    "name": "id",
+    "in": "path",
+    "required": True,
+    "description": "The subscription's id (12 lowercase hex digits, GET /admin/subscriptions)",
+    "schema": {"type": "string"},
+}
+
+
+def _dead_letters_operation(
+    operation: str, summary: str, what: str, *, replay: bool = False
+) -> dict[str, Any]:
+    op = _admin(operation, summary, what)
+    op["responses"]["404"] = _error("No subscription with that id")
+    if replay:
+        op["responses"]["409"] = _error("A replay of this subscription is under way")
+    op["parameters"] = [_SUBSCRIPTION_ID]
+    return op
+
+
+_DEAD_LETTER_PATHS: dict[str, Any] = {
+    "/admin/subscriptions/{id}/dead-letters": {
+        "get": {
+            **_dead_letters_operation(
+                "adminDeadLetters",
+                "A subscription's dead letters: events not delivered within the retry window",
+                "oldest dead letters (entry, id, loc, change, lastmod, dead_lettered_at, "
+                "failing_since, error) and their total",
+            ),
+            "parameters": [
+                _SUBSCRIPTION_ID,
+                {
+                    "name": "limit",
+                    "in": "query",
+                    "required": False,
+                    "description": "At most this many (1 to 1000, default 100)",
+                    "schema": {"type": "string"},
+                },
+                {
+                    "name": "after",
+                    "in": "query",
+                    "required": False,
+                    "description": "Only those after this entry (the last page's last entry)",
+                    "schema": {"type": "string"},
+                },
+            ],
+        }
+    },
+    "/admin/subscriptions/{id}/dead-letters/replay": {
+        "post": {
+            **_dead_letters_operation(
+                "adminReplayDeadLetters",
+                "Re-deliver a subscription's dead letters now (out of order, marked "
+                "X-RSHub-Replay: dead-letter), removing each once its callback took it",
+                "replayed and remaining counts, and the error that stopped the replay (or null)",
+                replay=True,
+            ),
+        }
+    },
+}
 
 
 def _optional(name: str, where: str) -> dict[str, Any]:
@@ -508,7 +572,7 @@ def spec(server_url: str = "/") -> dict[str, Any]:
                         "name": "state",
                         "in": "query",
                         "required": False,
-                        "schema": {"type": "string", "enum": ["active", "suspended"]},
+                        "schema": {"type": "string", "enum": ["active", "suspended", "disabled"]},
                     },
                 ],
             },
@@ -523,13 +587,14 @@ def spec(server_url: str = "/") -> dict[str, Any]:
             "post": {
                 **_admin(
                     "adminResumeSubscription",
-                    "Resume a suspended subscription now",
+                    "Resume a suspended or disabled subscription now",
                     "resumed",
                     not_found=True,
                 ),
                 "requestBody": _TARGET,
             },
         },
+        **_DEAD_LETTER_PATHS,
         "/admin/overview.json": {
             "get": {
                 "operationId": "overview",

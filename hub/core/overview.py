@@ -62,7 +62,7 @@ class Overview:
     notes: list[str] = field(default_factory=list)
 
     def subscriptions_by_state(self) -> dict[str, int]:
-        counts = {"active": 0, "suspended": 0}
+        counts = {"active": 0, "suspended": 0, "disabled": 0}
         for sub in self.subscriptions:
             counts[sub.state] = counts.get(sub.state, 0) + 1
         return counts

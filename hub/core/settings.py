@@ -279,6 +279,17 @@ class Settings(BaseSettings):
     #: How long a publish waits for ``redis_wait_replicas`` acknowledgements.
     redis_wait_seconds: float = Field(1.0, ge=0.001, le=60)
 
+    # -- issue 21: retry window and dead letters ------------------------------------------
+    #: How long a failing delivery batch is retried, from its first failure, before it is
+    #: moved to the subscription's dead-letter stream and the next batch is tried.
+    retry_window_seconds: float = Field(3 * 24 * 3600, gt=0)
+    #: How long a subscription may keep failing (429 and 503 do not count) from the first
+    #: failure after its last success before it is disabled (no more deliveries; the
+    #: subscriber is sent ``hub.mode=denied``) until re-subscribed or resumed.
+    disable_after_seconds: float = Field(7 * 24 * 3600, gt=0)
+    #: Dead-lettered events kept per subscription; past it the oldest are dropped.
+    dead_letter_max_events: int = Field(10_000, ge=1, le=1_000_000)
+
     @field_validator("callback_ca_file", "callback_client_cert", "callback_client_key")
     @classmethod
     def _check_readable_file(cls, value: Path | None) -> Path | None:

@@ -8,8 +8,9 @@ cursor after each 2xx, before its next POST (a fenced write, committed in groups
 process that dies re-sends at most the batch it had in flight. Failures are retried with
 exponential back-off and jitter (``Retry-After`` honoured, capped); the failure count, state
 and next retry time are saved with the subscription, so a new owner continues the back-off.
-``410 Gone`` ends the subscription; after ``suspend_after_failures`` consecutive failures
-it is marked suspended and probed at the longest back-off until its callback recovers. Each
+``410 Gone`` ends the subscription; what other failures lead to (suspension, a batch moved
+to the dead letters after ``retry_window_seconds``, disabling after ``disable_after_seconds``)
+is :mod:`hub.core.failure_policy`; a suspended one is probed at the longest back-off. Each
 worker has exactly one request in flight, so a slow or dead callback delays nobody else, and
 it sends nothing while its lease is not known to be valid.
 """
@@ -27,6 +28,7 @@ from typing import Any
 from hub.core import metrics, rendering, websub
 from hub.core.events import Event, parse_id
 from hub.core.exceptions import CallbackFailed
+from hub.core.failure_policy import Decision, FailurePolicy, Track, Verdict
 from hub.core.placement import SubscriptionKey
 from hub.core.retrying import STORE_OUTAGE, retrying
 from hub.core.settings import Settings
@@ -35,6 +37,7 @@ from hub.core.topics import HubUrls
 from hub.live.feed import FeedHub
 from hub.live.http_client import Answer, HttpClient
 from hub.live.ownership import Lease
+from hub.store.dead_letters import DeadLetterStore
 from hub.store.redis_connection import StoreError
 from hub.store.subscriptions import CursorWriter, State, Subscription, SubscriptionStore
 from rsclient.backoff import Backoff, parse_retry_after
@@ -126,6 +129,8 @@ class DeliveryWorker:
         feeds: FeedHub,
         cursors: CursorWriter,
         bodies: Bodies,
+        dead_letters: DeadLetterStore,
+        deny: Callable[[str, str, str], Awaitable[bool]] | None = None,
     ) -> None:
         self.sub = sub
         self.lease = lease
@@ -138,6 +143,17 @@ class DeliveryWorker:
         self.cursors = cursors
         self.bodies = bodies
         self.backoff = Backoff(settings.retry_base_seconds, settings.retry_max_seconds)
+        self.policy = FailurePolicy(
+            self.backoff,
+            settings.retry_window_seconds,
+            settings.disable_after_seconds,
+            settings.suspend_after_failures,
+        )
+        self.dead_letters = dead_letters
+        #: Sends a WebSub denial (``hub.mode=denied``) once disabled; True if answered.
+        self.deny = deny
+        #: The callback answered this worker's denial (a new owner sends it once more).
+        self.denied = False
         #: The headers every delivery of this subscription carries.
         self.headers = {
             "Content-Type": "application/xml",
@@ -186,13 +202,19 @@ class DeliveryWorker:
                 remaining = sub.expires_at - time.time()
                 if remaining <= 0:
                     raise _Gone("lease expired")
+                if sub.disabled:  # until re-subscribed or resumed (a new worker)
+                    await self._park(remaining)
+                    continue
                 events, gap = await feed.read_span(cursor, limit, timeout=min(remaining, 60.0))
                 if not events:
                     continue
+                gap = gap or sub.untold_gap  # a notice whose batch was dead-lettered
                 batch, body = self.bodies.get(sub.topic, events, gap)
-                await self._deliver(batch, body, gap)
+                if await self._deliver(batch, body, gap):
+                    self.delivered += len(batch)
+                if sub.disabled:  # the batch stays at the cursor
+                    continue
                 cursor = batch[-1].key
-                self.delivered += len(batch)
         except _Gone as exc:
             log.info("subscription %s -> %r ended: %r", sub.topic, sub.callback, str(exc))
             self.cursors.forget(sub.topic, sub.callback)
@@ -215,8 +237,9 @@ class DeliveryWorker:
         finally:
             self.posting = False
 
-    async def _deliver(self, batch: list[Event], body: bytes, gap: str | None = None) -> None:
-        """POST ``batch`` until a 2xx; raise :class:`_Gone` if the subscription ends."""
+    async def _deliver(self, batch: list[Event], body: bytes, gap: str | None = None) -> bool:
+        """POST ``batch`` until a 2xx (True), its dead letter or the subscription's disabling
+        (False); raise :class:`_Gone` if the subscription ends."""
         sub = self.sub
         headers = {
             **self.headers,
@@ -234,6 +257,7 @@ class DeliveryWorker:
             if sub.expired:
                 raise _Gone("lease expired")
             retry_after: float | None = None
+            status: int | None = None
             if self._stopping:  # no new attempt: the stop cancels this task at once
                 await asyncio.Event().wait()
             self._idle.clear()
@@ -256,15 +280,26 @@ class DeliveryWorker:
                         await self._succeeded(batch[-1].id, gap)
                     finally:
                         self._idle.set()
-                    return
+                    return True
+                status = answer.status
                 # Either form, seconds or an HTTP-date (a 429's or 503's); capped.
                 retry_after = parse_retry_after(answer.headers.get("retry-after"), time.time())
                 error = f"HTTP {answer.status}"
-            self._idle.set()
+            track = Track(sub.failures, sub.strikes, sub.failing_since, sub.batch_failing_since)
+            decision = self.policy.decide(track, status, time.time(), retry_after)
+            try:
+                if decision.verdict is Verdict.DISABLE:
+                    await self._disable(error, decision)
+                    return False
+                if decision.verdict is Verdict.DEAD_LETTER:
+                    sub.untold_gap = gap  # the next batch carries the notice instead
+                    await self._bury(batch, error, decision)
+                    return False
+            finally:
+                self._idle.set()
             metrics.delivery_outcome("retry")
-            delay = self.backoff.delay(sub.failures + 1, retry_after)
-            await self._failed(error, delay)
-            await asyncio.sleep(delay)
+            await self._failed(error, decision)
+            await asyncio.sleep(decision.delay)
 
     async def _save(self) -> None:
         if not await self.store.save_fenced(self.sub, self.node, self.lease.token):
@@ -283,19 +318,20 @@ class DeliveryWorker:
                 sub.callback,
                 gap,
             )
-            sub.gaps, sub.last_gap = sub.gaps + 1, gap
+            sub.gaps, sub.last_gap, sub.untold_gap = sub.gaps + 1, gap, None
         if gap is not None or sub.failures or sub.state is not State.ACTIVE:
             if sub.state is State.SUSPENDED:
                 log.info("subscription %s -> %r resumed", sub.topic, sub.callback)
-            sub.failures, sub.state, sub.last_error, sub.retry_at = 0, State.ACTIVE, None, 0.0
+            sub.recovered()
             await self._save()
 
-    async def _failed(self, error: str, delay: float) -> None:
-        sub = self.sub
-        sub.failures += 1
+    async def _failed(self, error: str, decision: Decision) -> None:
+        sub, track = self.sub, decision.track
+        sub.failures, sub.strikes = track.failures, track.strikes
+        sub.failing_since, sub.batch_failing_since = track.failing_since, track.batch_failing_since
         sub.last_error = error
-        sub.retry_at = time.time() + delay
-        if sub.failures >= self.settings.suspend_after_failures and sub.state is State.ACTIVE:
+        sub.retry_at = time.time() + decision.delay
+        if decision.suspended and sub.state is State.ACTIVE:
             sub.state = State.SUSPENDED
             metrics.delivery_outcome("suspended")
             log.warning(
@@ -306,6 +342,63 @@ class DeliveryWorker:
                 error,
             )
         await self._save()
+
+    async def _bury(self, batch: list[Event], error: str, decision: Decision) -> None:
+        """Move ``batch`` to the dead letters (its window is spent) and go on with the next."""
+        sub, now = self.sub, time.time()
+        since = sub.batch_failing_since or now
+        if not await self.dead_letters.bury(
+            sub.topic,
+            sub.callback,
+            self.node,
+            self.lease.token,
+            batch,
+            since=since,
+            now=now,
+            error=error,
+        ):
+            raise _Lost
+        metrics.delivery_outcome("dead-letter")
+        log.warning(
+            "subscription %s -> %r: events %s..%s dead-lettered after %.0fs of failures: %r",
+            sub.topic,
+            sub.callback,
+            batch[0].id,
+            batch[-1].id,
+            now - since,
+            error,
+        )
+        await self._failed(error, decision)
+
+    async def _disable(self, error: str, decision: Decision) -> None:
+        """Stop delivering (failing for ``disable_after_seconds``); :meth:`_park` says so."""
+        sub = self.sub
+        sub.state, sub.disabled_at = State.DISABLED, time.time()
+        await self._failed(error, decision)
+        metrics.delivery_outcome("disabled")
+        log.warning(
+            "subscription %s -> %r disabled after %.0fs of failures: %r",
+            sub.topic,
+            sub.callback,
+            sub.disabled_at - sub.failing_since,
+            error,
+        )
+
+    async def _park(self, remaining: float) -> None:
+        """Disabled: send the callback a WebSub denial until it answers (at the back-off's
+        pace), then wait out the lease; a re-subscription or resume starts a new worker."""
+        sub = self.sub
+        if self.denied or self.deny is None:
+            await asyncio.sleep(remaining)
+            return
+        failing = sub.disabled_at - (sub.failing_since or sub.disabled_at)
+        reason = (
+            f"deliveries failed for {failing:.0f}s (last: {(sub.last_error or '')[:100]}); "
+            "subscribe again to resume"
+        )
+        self.denied = await self.deny(sub.callback, sub.topic_url, reason)
+        if not self.denied:
+            await asyncio.sleep(min(self.backoff.delay(64), remaining))
 
 
 class DeliveryService:
@@ -341,6 +434,9 @@ class DeliveryService:
         self._requests = tasks.group("requests", peers=True)
         self._workers = tasks.group("workers", peers=True)
         self.bodies = Bodies(HubUrls(settings.public_url), settings.delivery_batch_max_bytes)
+        self.dead_letters = DeadLetterStore(
+            store.redis, store.scripts, settings.dead_letter_max_events
+        )
         self._verify_slots = asyncio.Semaphore(64)
         self.worker_ended = worker_ended
 
@@ -373,6 +469,8 @@ class DeliveryService:
             feeds=self.feeds,
             cursors=self.cursors,
             bodies=self.bodies,
+            dead_letters=self.dead_letters,
+            deny=self.tell_denied,
         )
         self.workers[key] = worker
         worker.start(self._workers, lambda _t: self._ended(key, worker))
@@ -422,12 +520,18 @@ class DeliveryService:
         self._spawn(f"deny:{callback}", self._send_denial(callback, topic_url, reason))
 
     async def _send_denial(self, callback: str, topic_url: str, reason: str) -> None:
+        await self.tell_denied(callback, topic_url, reason)
+
+    async def tell_denied(self, callback: str, topic_url: str, reason: str) -> bool:
+        """Send a WebSub denial; True if the callback answered it (any status)."""
         url = websub.denial_url(callback, topic_url, reason)
         async with self._verify_slots:
             try:
                 await self.client.get(url, 4096)
             except CallbackFailed as exc:
                 log.info("denial to %r not delivered: %r", callback, str(exc))
+                return False
+        return True
 
     async def _verify(self, req: websub.SubscriptionRequest, start: str) -> None:
         challenge = websub.new_challenge()
@@ -497,6 +601,7 @@ class DeliveryService:
             created_at=previous.created_at if previous else time.time(),
             gaps=previous.gaps if previous else 0,
             last_gap=previous.last_gap if previous else None,
+            untold_gap=previous.untold_gap if previous else None,
         )
         await self.store.activate(sub, cursor)
         log.info("subscribed %r to %s", req.callback, req.topic)

@@ -216,6 +216,12 @@ def owner_epoch(topic: str) -> str:
     return f"{PREFIX}{{{topic}}}:owner-epoch"
 
 
+def dead_letters(topic: str, sub_id: str) -> str:
+    """Stream: the events a subscription (by its ``subscription_id``) could not be
+    delivered within the retry window, one entry each (``hub.store.dead_letters``)."""
+    return f"{PREFIX}{{{topic}}}:dead:{sub_id}"
+
+
 def resourcelist_lock(topic: str) -> str:
     """String with a TTL: the process taking a Resource List snapshot of ``topic`` now."""
     return f"{PREFIX}{{{topic}}}:rl:taking"

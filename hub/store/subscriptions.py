@@ -48,6 +48,9 @@ class State(StrEnum):
     #: Kept failing; still probed at the longest back-off and resumed from its cursor when
     #: the callback answers again. Never deleted for failing (only 410 or expiry end it).
     SUSPENDED = "suspended"
+    #: Kept failing for ``disable_after_seconds`` (issue 21): nothing is delivered until it
+    #: is re-subscribed or resumed (``POST /admin/subscriptions/resume``).
+    DISABLED = "disabled"
 
 
 @dataclass(slots=True)
@@ -68,6 +71,15 @@ class Subscription:
     #: (``X-RSHub-Gap``), and the last trimmed id of the latest one.
     gaps: int = 0
     last_gap: str | None = None
+    #: Issue 21 (see :class:`hub.core.failure_policy.Track`): weighted failures toward
+    #: suspension, the first counted failure since the last success, the first failure of
+    #: the batch in flight (epoch seconds, 0 = none), and when it was disabled.
+    strikes: int = 0
+    failing_since: float = 0.0
+    batch_failing_since: float = 0.0
+    disabled_at: float = 0.0
+    #: A gap notice whose batch was dead-lettered: the next delivery carries it.
+    untold_gap: str | None = None
 
     def to_json(self) -> bytes:
         return orjson.dumps(asdict(self))
@@ -79,9 +91,19 @@ class Subscription:
         # Fields a newer hub added are left out, so processes of two versions can share Redis.
         return cls(**{k: v for k, v in raw.items() if k in _FIELDS})
 
+    def recovered(self) -> None:
+        """Back to active with no failure on record (a 2xx, or an operator's resume)."""
+        self.state, self.failures, self.last_error, self.retry_at = State.ACTIVE, 0, None, 0.0
+        self.strikes, self.failing_since, self.batch_failing_since = 0, 0.0, 0.0
+        self.disabled_at = 0.0
+
     @property
     def key(self) -> tuple[str, str]:
         return (self.topic, self.callback)
+
+    @property
+    def disabled(self) -> bool:
+        return self.state is State.DISABLED
 
     @property
     def expired(self) -> bool:
@@ -163,6 +185,7 @@ class SubscriptionStore:
                 keys.cursors(topic),
                 keys.owners(topic),
                 keys.holds(topic),
+                keys.dead_letters(topic, subscription_id(topic, callback)),
             ],
             [callback],
         )

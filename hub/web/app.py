@@ -26,12 +26,14 @@ from hub.core.forwarding import TrustedPeers
 from hub.core.health import RedisHealth
 from hub.core.settings import Settings
 from hub.core.topics import WELL_KNOWN, HubUrls, loopback_aliases
+from hub.live.dead_letter_replay import Replays
 from hub.live.runtime import Runtime
 from hub.store.embedded_redis import EmbeddedRedis
 from hub.store.redis_connection import StoreError
 from hub.web import access as web_access
 from hub.web import admin as web_admin
 from hub.web import dashboard as web_pages
+from hub.web import dead_letters as web_dead_letters
 from hub.web import documents as web_documents
 from hub.web import observe as web_observe
 from hub.web import operator as web_operator
@@ -209,6 +211,17 @@ def _lifecycle(
             runtime.subscriptions,
             runtime.stats,
         )
+        app[web_dead_letters.DEAD_LETTERING] = web_dead_letters.DeadLettering(
+            runtime.delivery.dead_letters,
+            Replays(
+                runtime.delivery.dead_letters,
+                runtime.client,
+                HubUrls(settings.public_url),
+                node=runtime.node,
+                max_changes=settings.delivery_batch_max_changes,
+                max_bytes=settings.delivery_batch_max_bytes,
+            ),
+        )
         try:
             # Not "ready" yet: the socket is bound after this; serve() says so once it is.
             log.debug("runtime started")
@@ -295,6 +308,8 @@ def create_app(
     get("/admin/subscriptions", web_operator.subscriptions)
     post("/admin/subscriptions/resume", web_operator.resume_subscription)
     app.router.add_delete("/admin/subscriptions", web_operator.delete_subscription)
+    get("/admin/subscriptions/{id}/dead-letters", web_dead_letters.list_dead_letters)
+    post("/admin/subscriptions/{id}/dead-letters/replay", web_dead_letters.replay_dead_letters)
     get("/", web_pages.dashboard)
     get("/dashboard/{file}", web_pages.dashboard_asset)
     described = web_pages.InterfaceDescription(settings.public_url)

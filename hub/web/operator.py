@@ -252,7 +252,7 @@ async def resume_subscription(request: web.Request) -> web.Response:
     """Back to active at once: the owning process restarts its worker with this record."""
     check_operator(request)
     sub = await _target(request)
-    sub.state, sub.failures, sub.retry_at, sub.last_error = State.ACTIVE, 0, 0.0, None
+    sub.recovered()
     cursor = await request.app[OPERATING].subscriptions.activate(sub, None)
     answer = sub.public()
     answer["cursor"] = cursor

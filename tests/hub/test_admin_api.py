@@ -156,7 +156,7 @@ async def test_deleting_a_topic_removes_every_key_and_ends_its_streams(
 
 
 async def test_subscriptions_lag_resume_and_delete(hub: Hub) -> None:
-    failing = await CallbackServer(statuses=[503]).start()
+    failing = await CallbackServer(statuses=[500]).start()  # 503 never suspends
     healthy = await CallbackServer().start()
     try:
         await subscribe(hub, failing, "t")
@@ -172,7 +172,7 @@ async def test_subscriptions_lag_resume_and_delete(hub: Hub) -> None:
         await wait_for(suspended)
         (row,) = await suspended()
         assert row["topic"] == "t" and row["callback"] == failing.url
-        assert row["failures"] == 1 and row["last_error"] == "HTTP 503"
+        assert row["failures"] == 1 and row["last_error"] == "HTTP 500"
         assert row["lag_events"] == 3 and row["last_id"] == ids[-1]
         assert row["lag_seconds"] >= 0 and row["expires_at"] > row["created_at"]
         assert row["retry_at"] is not None

@@ -32,7 +32,7 @@ async def test_a_new_owner_continues_the_back_off_and_suspension(redis_url: str)
     runner_a, app_a = await start_hub(a_settings, redis_url)
     runner_b, app_b = await start_hub(b_settings, redis_url)
     stopped = set()
-    callback = await CallbackServer(statuses=[503] * 8).start()
+    callback = await CallbackServer(statuses=[500] * 8).start()  # 503 never suspends
     try:
         async with aiohttp.ClientSession() as session:
             form = {

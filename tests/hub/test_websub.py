@@ -254,7 +254,7 @@ class TestSuspension:
         from hub.store.subscriptions import State, SubscriptionStore
 
         store = SubscriptionStore(hub.redis)
-        cb = await CallbackServer(statuses=[503] * 6).start()
+        cb = await CallbackServer(statuses=[500] * 6).start()  # 503 never suspends
         try:
             await subscribe(hub, cb)
             ids = (await (await hub.publish("t", notification(changes(3)))).json())["ids"]

@@ -7,7 +7,16 @@ import sys
 
 import pytest
 
-COMMANDS = ("serve", "publish", "wikipedia", "bridge", "subscribe", "sync", "completion")
+COMMANDS = (
+    "serve",
+    "publish",
+    "wikipedia",
+    "bridge",
+    "subscribe",
+    "sync",
+    "dead-letters",
+    "completion",
+)
 
 
 @pytest.mark.parametrize("shell", ["bash", "zsh"])

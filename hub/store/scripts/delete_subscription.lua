@@ -1,9 +1,11 @@
--- Remove a subscription with its cursor, its retention hold and its delivery lease,
--- atomically.
--- KEYS: 1 subscriptions hash, 2 cursors hash, 3 owners hash, 4 holds sorted set
+-- Remove a subscription with its cursor, its retention hold, its delivery lease and its
+-- dead letters, atomically.
+-- KEYS: 1 subscriptions hash, 2 cursors hash, 3 owners hash, 4 holds sorted set,
+--       5 dead-letter stream
 -- ARGV: 1 callback
 -- Returns 1 if the subscription existed.
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
+if KEYS[5] then redis.call('DEL', KEYS[5]) end
 return redis.call('HDEL', KEYS[1], ARGV[1])

@@ -41,10 +41,16 @@ def test_lag_seconds_is_never_negative_and_zero_when_nothing_pends() -> None:
     assert lag_seconds(12_000, 10_000) == 0.0
 
 
-def test_subscriptions_by_state_always_names_both_states() -> None:
-    assert _overview([], []).subscriptions_by_state() == {"active": 0, "suspended": 0}
-    subs = [_sub(0, 0), _sub(1, 0, "suspended"), _sub(2, 0, "suspended")]
-    assert _overview([], subs).subscriptions_by_state() == {"active": 1, "suspended": 2}
+def test_subscriptions_by_state_always_names_every_state() -> None:
+    counts = {"active": 0, "suspended": 0, "disabled": 0}
+    assert _overview([], []).subscriptions_by_state() == counts
+    subs = [_sub(0, 0), _sub(1, 0, "suspended"), _sub(2, 0, "suspended"), _sub(3, 0, "disabled")]
+    assert _overview([], subs).subscriptions_by_state() == {
+        **counts,
+        "active": 1,
+        "suspended": 2,
+        "disabled": 1,
+    }
 
 
 def test_series_label_sets_are_bounded_and_the_rest_folded() -> None:

@@ -1,0 +1,118 @@
+"""Re-delivering a subscription's dead letters, when an operator asks (issue 21).
+
+The process that takes ``POST /admin/subscriptions/{id}/dead-letters/replay`` POSTs them
+itself, oldest first, in batches of the usual bounds, each marked :data:`REPLAY_HEADER`:
+they arrive **out of order** relative to the events delivered after them. Each entry is
+removed from the dead-letter stream once its batch got a 2xx; the first failure stops the
+replay and leaves the rest for the next one. A replay does not go through the delivery
+worker, so it runs even while the subscription is disabled; one replay at a time per
+subscription in a process (:class:`Replays`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hub.core import rendering, websub
+from hub.core.exceptions import CallbackFailed, Conflict
+from hub.core.topics import HubUrls
+from hub.live.delivery import (
+    EVENT_COUNT_HEADER,
+    FIRST_EVENT_ID_HEADER,
+    LAST_EVENT_ID_HEADER,
+    NODE_HEADER,
+)
+from hub.live.http_client import HttpClient
+from hub.store.dead_letters import DeadLetter, DeadLetterStore
+from hub.store.subscriptions import Subscription
+
+#: Marks a replayed delivery: ``dead-letter``. Its events were dead-lettered earlier and
+#: come after events with later ids; a subscriber applies them by their own times.
+REPLAY_HEADER = "X-RSHub-Replay"
+
+
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    #: Dead letters delivered (and removed) by this replay.
+    replayed: int
+    #: Dead letters left (the failure stopped the replay, or new ones arrived).
+    remaining: int
+    #: Why the replay stopped early (``None``: it went through).
+    error: str | None
+
+
+class Replays:
+    def __init__(
+        self,
+        dead_letters: DeadLetterStore,
+        client: HttpClient,
+        urls: HubUrls,
+        *,
+        node: str,
+        max_changes: int,
+        max_bytes: int,
+    ) -> None:
+        self.dead_letters = dead_letters
+        self.client = client
+        self.urls = urls
+        self.node = node
+        self.max_changes = max_changes
+        self.max_bytes = max_bytes
+        self._running: set[tuple[str, str]] = set()
+
+    async def replay(self, sub: Subscription) -> Replayed:
+        """Re-deliver ``sub``'s dead letters; :class:`Conflict` if a replay is under way."""
+        if sub.key in self._running:
+            raise Conflict("a replay of this subscription's dead letters is under way")
+        self._running.add(sub.key)
+        try:
+            return await self._replay(sub)
+        finally:
+            self._running.discard(sub.key)
+
+    async def _replay(self, sub: Subscription) -> Replayed:
+        replayed, error, after = 0, None, None
+        while True:  # each round removes what it read, or stops
+            letters = await self.dead_letters.read(sub.topic, sub.callback, self.max_changes, after)
+            if not letters:
+                break
+            batch = self._cut(letters)
+            error = await self._post(sub, batch)
+            if error is not None:
+                break
+            await self.dead_letters.remove(sub.topic, sub.callback, [d.entry for d in batch])
+            replayed, after = replayed + len(batch), batch[-1].entry
+        remaining = await self.dead_letters.count(sub.topic, sub.callback)
+        return Replayed(replayed, remaining, error)
+
+    def _cut(self, letters: list[DeadLetter]) -> list[DeadLetter]:
+        """``letters`` cut to the byte budget (always at least one)."""
+        size = 0
+        for i, letter in enumerate(letters):
+            size += len(letter.event.xml(rendering.event_entry)) + 16
+            if size > self.max_bytes and i > 0:
+                return letters[:i]
+        return letters
+
+    async def _post(self, sub: Subscription, batch: list[DeadLetter]) -> str | None:
+        """POST one batch; the error, or ``None`` on a 2xx."""
+        events = [d.event for d in batch]
+        body = rendering.notification(events, up=self.urls.capabilitylist(sub.topic))
+        headers = {
+            "Content-Type": "application/xml",
+            "Link": self.urls.links(sub.topic_url),
+            NODE_HEADER: self.node,
+            FIRST_EVENT_ID_HEADER: events[0].id,
+            LAST_EVENT_ID_HEADER: events[-1].id,
+            EVENT_COUNT_HEADER: str(len(events)),
+            REPLAY_HEADER: "dead-letter",
+        }
+        if sub.secret:
+            headers["X-Hub-Signature"] = websub.signature(sub.secret, body)
+        try:
+            answer = await self.client.post(sub.callback, body, headers)
+        except CallbackFailed as exc:
+            return str(exc)[:300]
+        if 200 <= answer.status < 300:
+            return None
+        return f"HTTP {answer.status}"

@@ -1,0 +1,33 @@
+-- Dead-letter a batch (issue 21), fenced like a cursor write: its events are appended to
+-- the subscription's dead-letter stream (trimmed to its bound) and its cursor moves past
+-- them, in one step, only while the writer holds the lease with that token; so a process
+-- that lost the subscription neither dead-letters nor skips anything.
+-- KEYS: 1 owners hash, 2 cursors hash, 3 holds sorted set, 4 dead-letter stream
+-- ARGV: 1 node, 2 token, 3 callback, 4 cursor (the batch's last id), 5 max entries,
+--       6 dead-lettered at (ms), 7 first failure (ms), 8 last error,
+--       then pairs: event id, stored event JSON
+-- Returns 1 when done, 0 when refused (the lease is not ours).
+local owners, cursors, holds, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local cb, cursor = ARGV[3], ARGV[4]
+if redis.call('HGET', owners, cb) ~= ARGV[1] .. ' ' .. ARGV[2] then return 0 end
+for i = 9, #ARGV, 2 do
+  redis.call('XADD', dead, '*', 'id', ARGV[i], 'e', ARGV[i + 1], 'at', ARGV[6],
+             'since', ARGV[7], 'error', ARGV[8])
+end
+redis.call('XTRIM', dead, 'MAXLEN', tonumber(ARGV[5]))
+local function key(id)
+  local ms, seq = string.match(id, '^(%d+)-?(%d*)$')
+  return tonumber(ms) or 0, tonumber(seq) or 0
+end
+local old = redis.call('HGET', cursors, cb)
+local newer = true
+if old then
+  local om, os = key(old)
+  local nm, ns = key(cursor)
+  newer = nm > om or (nm == om and ns > os)
+end
+if newer then
+  redis.call('HSET', cursors, cb, cursor)
+  redis.call('ZADD', holds, string.match(cursor, '^%d+') or '0', cb)
+end
+return 1
