@@ -31,10 +31,12 @@ from hub.core.placement import SubscriptionKey
 from hub.core.retrying import STORE_OUTAGE, retrying
 from hub.core.settings import Settings
 from hub.core.tasks import Tasks, cancel_and_wait
+from hub.core.token_bucket import TokenBucket
 from hub.core.topics import HubUrls
 from hub.live.feed import FeedHub
 from hub.live.http_client import Answer, HttpClient
 from hub.live.ownership import Lease
+from hub.live.subscription_terms import Terms, apply_terms
 from hub.store.redis_connection import StoreError
 from hub.store.subscriptions import CursorWriter, State, Subscription, SubscriptionStore
 from rsclient.backoff import Backoff, parse_retry_after
@@ -78,17 +80,18 @@ class Bodies:
         self.urls = urls
         self.max_bytes = max_bytes
         self.size = size
-        self._cache: OrderedDict[tuple[str, str, int, str | None], tuple[list[Event], bytes]] = (
-            OrderedDict()
-        )
+        self._cache: OrderedDict[
+            tuple[str, str, int, str | None, object], tuple[list[Event], bytes]
+        ] = OrderedDict()
 
     def get(
-        self, topic: str, events: list[Event], gap: str | None = None
+        self, topic: str, events: list[Event], gap: str | None = None, variant: object = None
     ) -> tuple[list[Event], bytes]:
         """The batch to send from ``events`` (cut to the byte budget), and its body; ``gap``
-        is the last trimmed id the subscription missed before them, if any."""
+        is the last trimmed id the subscription missed before them, if any; ``variant``
+        names how ``events`` were picked from the stream (a subscription's filter)."""
         # A stream is append-only: its first id and length name a slice of it.
-        key = (topic, events[0].id, len(events), gap)
+        key = (topic, events[0].id, len(events), gap, variant)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
@@ -138,6 +141,11 @@ class DeliveryWorker:
         self.cursors = cursors
         self.bodies = bodies
         self.backoff = Backoff(settings.retry_base_seconds, settings.retry_max_seconds)
+        #: Its filter, rate limit and signatures (issue 21).
+        self.terms = Terms(sub, settings)
+        self.bucket = TokenBucket(self.terms.rate_limit, time.monotonic())
+        #: A gap notice due with the next delivery (its own events were all filtered out).
+        self._carried_gap: str | None = None
         #: The headers every delivery of this subscription carries.
         self.headers = {
             "Content-Type": "application/xml",
@@ -189,9 +197,23 @@ class DeliveryWorker:
                 events, gap = await feed.read_span(cursor, limit, timeout=min(remaining, 60.0))
                 if not events:
                     continue
-                batch, body = self.bodies.get(sub.topic, events, gap)
-                await self._deliver(batch, body, gap)
-                cursor = batch[-1].key
+                gap = gap or self._carried_gap
+                kept = self.terms.kept(events)
+                if not kept:  # nothing for this subscriber: advance, send nothing
+                    self._carried_gap = gap
+                    await self._advance(events[-1].id)
+                    cursor = events[-1].key
+                    continue
+                if (wait := self.bucket.delay(time.monotonic())) > 0:
+                    await asyncio.sleep(wait)  # over its rate limit: a bigger batch then
+                    continue
+                self.bucket.take(time.monotonic())
+                batch, body = self.bodies.get(sub.topic, kept, gap, self.terms.filter)
+                # The events filtered out after the last one sent are done with too.
+                through = events[-1] if len(batch) == len(kept) else batch[-1]
+                await self._deliver(batch, body, gap, through.id)
+                self._carried_gap = None
+                cursor = through.key
                 self.delivered += len(batch)
         except _Gone as exc:
             log.info("subscription %s -> %r ended: %r", sub.topic, sub.callback, str(exc))
@@ -215,8 +237,11 @@ class DeliveryWorker:
         finally:
             self.posting = False
 
-    async def _deliver(self, batch: list[Event], body: bytes, gap: str | None = None) -> None:
-        """POST ``batch`` until a 2xx; raise :class:`_Gone` if the subscription ends."""
+    async def _deliver(
+        self, batch: list[Event], body: bytes, gap: str | None = None, through: str | None = None
+    ) -> None:
+        """POST ``batch`` until a 2xx, then move the cursor to ``through`` (default: its
+        last event); raise :class:`_Gone` if the subscription ends."""
         sub = self.sub
         headers = {
             **self.headers,
@@ -228,8 +253,6 @@ class DeliveryWorker:
             headers[GAP_HEADER] = f"trimmed-through={gap}"
             resourcelist = self.urls.resourcelist(sub.topic)
             headers["Link"] = f'{headers["Link"]}, <{resourcelist}>; rel="resourcelist"'
-        if sub.secret:
-            headers["X-Hub-Signature"] = websub.signature(sub.secret, body)
         while True:
             if sub.expired:
                 raise _Gone("lease expired")
@@ -237,6 +260,7 @@ class DeliveryWorker:
             if self._stopping:  # no new attempt: the stop cancels this task at once
                 await asyncio.Event().wait()
             self._idle.clear()
+            headers.update(self.terms.signature_headers(body, batch, time.time()))
             try:
                 answer = await self._post(body, headers)
             except (_Lost, _Gone):
@@ -253,7 +277,7 @@ class DeliveryWorker:
                 if 200 <= answer.status < 300:
                     metrics.delivered(batch)
                     try:
-                        await self._succeeded(batch[-1].id, gap)
+                        await self._succeeded(through or batch[-1].id, gap)
                     finally:
                         self._idle.set()
                     return
@@ -265,6 +289,12 @@ class DeliveryWorker:
             delay = self.backoff.delay(sub.failures + 1, retry_after)
             await self._failed(error, delay)
             await asyncio.sleep(delay)
+
+    async def _advance(self, through: str) -> None:
+        """Move the cursor past events the subscription's filter left out."""
+        sub = self.sub
+        if not await self.cursors.write(sub.topic, sub.callback, self.lease.token, through):
+            raise _Lost
 
     async def _save(self) -> None:
         if not await self.store.save_fenced(self.sub, self.node, self.lease.token):
@@ -498,5 +528,6 @@ class DeliveryService:
             gaps=previous.gaps if previous else 0,
             last_gap=previous.last_gap if previous else None,
         )
+        apply_terms(sub, req, previous, self.settings.secret_overlap_seconds)
         await self.store.activate(sub, cursor)
         log.info("subscribed %r to %s", req.callback, req.topic)
