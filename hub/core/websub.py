@@ -131,7 +131,9 @@ def parse_request(
     since = form.get("hub.since") or None
     if since is not None:
         parse_id(since)
-    scheme, event_filter, rate_limit = _extensions(form, secret, prefixes or [])
+    scheme, event_filter, rate_limit = signing.Scheme.WEBSUB, None, None
+    if mode is Mode.SUBSCRIBE:  # an unsubscription ignores them
+        scheme, event_filter, rate_limit = _extensions(form, secret, prefixes or [])
     if stray is not None:
         raise stray
     return SubscriptionRequest(

@@ -138,6 +138,12 @@ async def test_a_new_secret_signs_beside_the_old_one_for_the_overlap(
     await subscribe(hub, recorder, B, **STANDARD)
     [worker] = [w for k, w in hub_workers(hub).items() if k[1] == recorder.url]
     assert worker.sub.previous_secret == A
+    # Introspection says a previous secret is in force, never what it is.
+    async with hub.session.get(f"{hub.url}/topics/t/subscriptions") as resp:
+        text = await resp.text()
+        assert resp.status == 200 and A not in text and B not in text
+        [row] = (await resp.json())["subscriptions"]
+        assert row["previous_secret"] is True and row["secret"] is True
     # A renewal with the same new secret keeps the overlap running, not restarted or ended.
     until = worker.sub.previous_until
     await subscribe(hub, recorder, B, **STANDARD)

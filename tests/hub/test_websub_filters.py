@@ -171,4 +171,4 @@ def test_rshub_subscribe_refuses_an_unknown_change_type() -> None:
         timeout=30,
         check=False,
     )
-    assert done.returncode == 2 and "--change" in done.stderr
+    assert done.returncode == 2 and "--change: change types are created" in done.stderr

@@ -163,3 +163,16 @@ def test_a_bad_new_parameter_is_a_400_naming_it(
     with pytest.raises(BadRequest) as caught:
         subscribe(prefixes, **form)
     assert named in caught.value.message
+
+
+def test_an_unsubscription_ignores_the_new_parameters() -> None:
+    form = {
+        "hub.mode": "unsubscribe",
+        "hub.topic": U.topic("news"),
+        "hub.callback": "https://sub.example/cb",
+        "hub.signature": "standard-webhooks",
+        "hub.rate_limit": "fast",
+        "hub.filter.change": "moved",
+    }
+    req = websub.parse_request(form, urls=U, **LEASES)
+    assert isinstance(req, websub.SubscriptionRequest) and req.mode is websub.Mode.UNSUBSCRIBE
