@@ -84,7 +84,7 @@ async def test_publishing_above_the_limit_delivers_everything_in_order_within_it
     posts = callback.times
     assert len(posts) < len(ids) / 3  # shaped into bigger batches
     # Within the limit: in any stretch of POSTs, at most burst + rate x its duration.
-    slack = 1 + 0.05 * TIME_SCALE * rate  # arrival jitter of one POST
+    slack = 1 + 0.2 * TIME_SCALE * rate  # one POST's arrival late by up to 0.2 s
     for first in range(len(posts)):
         for last in range(first + 1, len(posts)):
             allowed = burst + rate * (posts[last] - posts[first]) + slack
