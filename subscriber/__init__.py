@@ -21,6 +21,7 @@ from .exceptions import (
     SubscriberError,
     UnsafePathError,
 )
+from .filters import ChangeFilter
 from .follower import Follower
 from .mirror import AuditReport, Mirror, Stats
 from .poller import Discovery, Poller
@@ -31,6 +32,7 @@ __all__ = [
     "AuditReport",
     "CallbackReceiver",
     "ChangeEvent",
+    "ChangeFilter",
     "ChangesTrimmed",
     "Discovery",
     "DiscoveryError",

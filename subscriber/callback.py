@@ -3,11 +3,14 @@
 :class:`CallbackReceiver` runs a small aiohttp server (127.0.0.1 by default; give
 ``callback_url`` when the hub reaches it through another address), then:
 
-- subscribes with a random secret and ``hub.since`` (rshub extension) when resuming;
+- subscribes with a random secret and ``hub.since`` (rshub extension) when resuming, and
+  the rshub extensions it was given: ``hub.signature``, ``hub.filter.*``,
+  ``hub.rate_limit``;
 - answers verification GETs only for the topic and the modes it asked for (WebSub §5.3),
   echoing ``hub.challenge``; anything else gets 404;
-- checks ``X-Hub-Signature`` in constant time; a delivery without a valid signature is
-  acknowledged (WebSub §8 allows it, to stop probing) but dropped and counted;
+- checks the signature (``X-Hub-Signature``, or Standard Webhooks with its timestamp
+  tolerance: :mod:`subscriber.signatures`) in constant time; a delivery without a valid
+  one is acknowledged (WebSub §8 allows it, to stop probing) but dropped and counted;
 - reads each entry's event id from its ``rs:md/@rshub:id`` (or at least the delivery's
   ``X-RSHub-Last-Event-Id``), so the caller can de-duplicate and resume;
 - reads a gap notice (the hub trimmed changes before delivering them) from the signed body
@@ -36,8 +39,10 @@ from resourcesync import DocumentError, parse
 
 from .events import ChangeEvent, Gap
 from .exceptions import ChangesTrimmed, HubRefused, PushUnavailable
+from .filters import ChangeFilter
 from .refusal import error_message, refusal
-from .websub import subscription_form, verification_answer, verify_signature
+from .signatures import DEFAULT_TOLERANCE, Scheme, new_secret, verify
+from .websub import subscription_form, verification_answer
 
 __all__ = ["CallbackReceiver"]
 
@@ -64,7 +69,14 @@ class CallbackReceiver:
         verify_timeout: float = 10.0,
         queue_size: int = 100,
         max_body: int = 64 * 2**20,
+        signature: Scheme = "websub",
+        event_filter: ChangeFilter | None = None,
+        rate_limit: str | None = None,
+        tolerance: float = DEFAULT_TOLERANCE,
     ) -> None:
+        """``signature``: the scheme the hub is asked to sign with; ``tolerance``: how far
+        (seconds) a Standard Webhooks timestamp may be off; ``event_filter``: the changes
+        the hub sends (``hub.filter.*``); ``rate_limit``: ``hub.rate_limit``."""
         self.session = session
         self.hub = hub.rstrip("/")
         self.topic = topic
@@ -74,7 +86,11 @@ class CallbackReceiver:
         self._callback_url = callback_url
         self.lease_seconds = lease_seconds
         self.verify_timeout = verify_timeout
-        self.secret = secrets.token_hex(32)
+        self.signature: Scheme = signature
+        self.secret = new_secret(signature)
+        self.event_filter = event_filter
+        self.rate_limit = rate_limit
+        self.tolerance = tolerance
         self._path = f"/websub/{secrets.token_urlsafe(16)}"
         self._queue: asyncio.Queue[list[ChangeEvent] | Gap | PushUnavailable] = asyncio.Queue(
             queue_size
@@ -179,9 +195,14 @@ class CallbackReceiver:
             secret=self.secret,
             lease_seconds=self.lease_seconds,
             since=since,
+            signature=None if self.signature == "websub" else self.signature,
+            rate_limit=self.rate_limit,
         )
+        fields = list(form.items())
+        if mode == "subscribe" and self.event_filter is not None:
+            fields += self.event_filter.fields("hub.filter.change", "hub.filter.prefix")
         try:
-            async with self.session.post(f"{self.hub}/", data=form) as resp:
+            async with self.session.post(f"{self.hub}/", data=fields) as resp:
                 if refusal(resp.status):
                     # Never subscribed: nothing for close() to unsubscribe.
                     self._wanted.discard(mode)
@@ -236,9 +257,13 @@ class CallbackReceiver:
 
     async def _deliver(self, request: web.Request) -> web.Response:
         body = await request.read()
-        if not verify_signature(self.secret, request.headers.get("X-Hub-Signature"), body):
+        if not verify(
+            self.signature, (self.secret,), request.headers, body, tolerance=self.tolerance
+        ):
             self.rejected += 1
-            log.warning("dropped a delivery with a missing or wrong X-Hub-Signature")
+            log.warning(
+                "dropped a delivery with a missing, stale or wrong %s signature", self.signature
+            )
             return web.Response(status=202)
         try:
             doc = parse(body)

@@ -23,6 +23,7 @@ from rsclient.progress import add_progress_options, progress_bar
 
 from .events import Gap
 from .exceptions import DiscoveryError, HubRefused, SourceError, SubscriberError
+from .filters import MAX_PREFIXES, ChangeFilter
 from .follower import Follower, Mode
 from .mirror import Mirror
 from .poller import Poller
@@ -88,6 +89,26 @@ def _add_follow_options(parser: argparse.ArgumentParser) -> None:
         default=env_default("listen", "127.0.0.1:0"),
         help="HOST:PORT for the WebSub callback server (default %(default)s)",
     )
+    parser.add_argument(
+        "--signature",
+        choices=("websub", "standard-webhooks"),
+        default=env_default("signature", "websub"),
+        help="how the hub signs deliveries to the WebSub callback (--via webhook; "
+        "RSHUB_SIGNATURE, default %(default)s)",
+    )
+    parser.add_argument(
+        "--change",
+        default=None,
+        metavar="TYPES",
+        help="only these change types, comma-separated: created,updated,deleted",
+    )
+    parser.add_argument(
+        "--prefix",
+        action="append",
+        default=[],
+        metavar="URI",
+        help="only changes whose URI starts with URI (repeatable: any of them)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log transport switches")
 
 
@@ -151,6 +172,14 @@ def _check_target(args: argparse.Namespace) -> str | None:
         args.via = "poll"  # a plain Source: nothing to push
     if args.via != "poll" and args.topic is None:
         return "push needs --topic; use --via poll with --source alone"
+    try:
+        args.event_filter = ChangeFilter.of(
+            None if args.change is None else args.change.split(","), args.prefix
+        )
+    except ValueError as exc:
+        return f"--change: {exc}"
+    if len(args.prefix) > MAX_PREFIXES:
+        return f"--prefix: at most {MAX_PREFIXES}"
     return None
 
 
@@ -187,6 +216,8 @@ def _follower(
         on_mode=on_mode,
         start_at_end=start_at_end,
         on_gap=on_gap,
+        event_filter=args.event_filter,
+        signature=args.signature,
     )
 
 
@@ -303,7 +334,9 @@ async def _sync(args: argparse.Namespace) -> int:
                 "them; re-baselining from its Resource List"
             )
             began = time.monotonic()
-            await _baseline(mirror, documents, position, save, progress=False)
+            await _baseline(
+                mirror, documents, position, save, progress=False, prefixes=tuple(args.prefix)
+            )
             report(f"re-baseline: {mirror.stats.summary()} in {time.monotonic() - began:.1f}s")
 
         if args.once:
@@ -313,7 +346,14 @@ async def _sync(args: argparse.Namespace) -> int:
             await follower.start()
             if not position.extra.get("baseline"):
                 await _when_reachable(
-                    lambda: _baseline(mirror, documents, position, save, progress=args.progress),
+                    lambda: _baseline(
+                        mirror,
+                        documents,
+                        position,
+                        save,
+                        progress=args.progress,
+                        prefixes=tuple(args.prefix),
+                    ),
                     report,
                     None if args.once else args.interval,
                     said=follower.unreachable is not None,
@@ -321,7 +361,10 @@ async def _sync(args: argparse.Namespace) -> int:
                 report(f"baseline: {mirror.stats.summary()} in {time.monotonic() - started:.1f}s")
             if args.once:
                 batch = await follower.poller.poll(position.watermark) if follower.poller else []
-                await mirror.apply([e for e in batch if position.accept(e)])
+                wanted = args.event_filter.accepts if args.event_filter else None
+                await mirror.apply(
+                    [e for e in batch if position.accept(e) and (not wanted or wanted(e))]
+                )
                 if mirror.failed:  # a later run is a later round: retry them all
                     await mirror.retry_failed(all=True)
                 save(position)
@@ -380,14 +423,18 @@ async def _baseline(
     save: Callable[[EventCursor], None],
     *,
     progress: bool,
+    prefixes: tuple[str, ...] = (),
 ) -> None:
-    """Make the mirror equal to the Resource List (the first time, and after a gap)."""
+    """Make the mirror equal to the Resource List (the first time, and after a gap); with
+    ``prefixes`` (``--prefix``), the part of it under them."""
     before = datetime.now(UTC)
     bar = progress_bar("baseline", enabled=progress, unit="files")
 
     async def listed() -> AsyncIterator[tuple[Entry, datetime | None]]:
         # What the baseline holds need not come again from a Change List.
         async for entry, at in documents.resources():
+            if prefixes and not entry.loc.startswith(prefixes):
+                continue
             if entry.lastmod is not None:
                 position.remember(entry.loc, format_datetime(entry.lastmod))
             yield entry, at

@@ -41,9 +41,11 @@ import aiohttp
 from .callback import CallbackReceiver
 from .events import ChangeEvent, Gap
 from .exceptions import ChangesTrimmed, HubRefused, PushUnavailable, SourceError
+from .filters import ChangeFilter
 from .poller import Poller
 from .position import EventCursor
 from .refusal import error_message, refusal, unknown_topic
+from .signatures import Scheme
 from .stream import HubStream
 
 __all__ = ["Follower", "Mode", "Via"]
@@ -84,7 +86,11 @@ class Follower:
         on_mode: Callable[[Mode, str], None] | None = None,
         start_at_end: bool = False,
         on_gap: Callable[[Gap], Awaitable[None]] | None = None,
+        event_filter: ChangeFilter | None = None,
+        signature: Scheme = "websub",
     ) -> None:
+        """``event_filter``: only these changes (the hub filters what it pushes, polled
+        Change Lists are filtered here); ``signature``: what a WebSub callback asks for."""
         if via != "poll" and (hub is None or topic is None):
             raise ValueError("push needs hub and topic")
         self.session = session
@@ -99,6 +105,8 @@ class Follower:
         self._save_interval = save_interval
         self._on_mode = on_mode
         self._on_gap = on_gap
+        self.event_filter = event_filter
+        self.signature: Scheme = signature
         poll_start = source
         if poll_start is None and self.hub is not None:
             poll_start = (
@@ -346,7 +354,9 @@ class Follower:
                         self.position.record(event)
                     changes = []
                     log.info("polling from the current end (after %s)", self.position.event_id)
-            new = [e for e in changes if self.position.accept(e)]
+            # A change filtered out still moves the position on (accept() records it).
+            wanted = self.event_filter.accepts if self.event_filter else None
+            new = [e for e in changes if self.position.accept(e) and (not wanted or wanted(e))]
             if new:
                 return new
         if self.via != "poll" and time.monotonic() >= self._next_push:
@@ -398,6 +408,7 @@ class Follower:
                     transport=self.via,  # type: ignore[arg-type]
                     since=self.position.event_id,
                     token=self.token,
+                    event_filter=self.event_filter,
                 )
                 watcher = asyncio.create_task(stream.connected.wait())
                 watcher.add_done_callback(self._on_connected)
@@ -441,6 +452,8 @@ class Follower:
                 host=host,
                 port=port,
                 callback_url=url,
+                signature=self.signature,
+                event_filter=self.event_filter,
             )
             await self._receiver.start()
         receiver = self._receiver

@@ -36,6 +36,7 @@ from rsclient.sse import EventParser, event_batches
 
 from .events import ChangeEvent
 from .exceptions import HubRefused, PushUnavailable, StreamClosed
+from .filters import ChangeFilter
 from .refusal import error_message, refusal
 
 __all__ = ["RESUMABLE_CLOSE_CODES", "HubStream", "Transport"]
@@ -76,9 +77,11 @@ class HubStream:
         heartbeat: float = 10.0,
         max_backoff: float = 30.0,
         other_hubs: tuple[str, ...] = (),
+        event_filter: ChangeFilter | None = None,
     ) -> None:
         """``other_hubs``: more processes of the same hub (same Redis), tried in turn when
-        the current one shuts down or cannot be reached."""
+        the current one shuts down or cannot be reached; ``event_filter``: the changes the
+        hub sends (``?change=&prefix=``)."""
         self.session = session
         self.hub = hub.rstrip("/")
         self._hubs = (self.hub, *(h.rstrip("/") for h in other_hubs))
@@ -90,6 +93,7 @@ class HubStream:
         self.connect_timeout = connect_timeout
         self.heartbeat = heartbeat
         self.max_backoff = max_backoff
+        self.event_filter = event_filter
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         #: Set once a connection is established; cleared when it is lost.
         self.connected = asyncio.Event()
@@ -127,9 +131,13 @@ class HubStream:
         """Move on to the next hub process (a no-op with just one)."""
         self.hub = self._hubs[(self._hubs.index(self.hub) + 1) % len(self._hubs)]
 
+    def _filter_params(self) -> list[tuple[str, str]]:
+        return [] if self.event_filter is None else self.event_filter.fields("change", "prefix")
+
     async def _ws(self) -> AsyncIterator[list[ChangeEvent]]:
         url = f"{self.hub}/topics/{self.topic}/ws"
-        params = {"since": self.last_id} if self.last_id else {}
+        params = [("since", self.last_id)] if self.last_id else []
+        params += self._filter_params()
         try:
             ws = await asyncio.wait_for(
                 self.session.ws_connect(
@@ -181,7 +189,10 @@ class HubStream:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout)
         try:
             resp = await asyncio.wait_for(
-                self.session.get(url, headers=headers, timeout=timeout), self.connect_timeout
+                self.session.get(
+                    url, params=self._filter_params(), headers=headers, timeout=timeout
+                ),
+                self.connect_timeout,
             )
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise PushUnavailable(f"cannot open {url}: {exc}") from exc

@@ -25,10 +25,15 @@ def subscription_form(
     secret: str | None = None,
     lease_seconds: int | None = None,
     since: str | None = None,
+    signature: str | None = None,
+    rate_limit: str | None = None,
 ) -> dict[str, str]:
     """The form body of a (un)subscription request (WebSub §5.1).
 
-    ``hub.since`` is an rshub extension: start deliveries after that event id.
+    rshub extensions: ``hub.since`` (start deliveries after that event id),
+    ``hub.signature`` (``websub`` or ``standard-webhooks``) and ``hub.rate_limit``
+    (``<deliveries per second>[,<burst>]``); the filter's fields repeat, see
+    :meth:`subscriber.filters.ChangeFilter.fields`.
     """
     form = {"hub.mode": mode, "hub.topic": topic, "hub.callback": callback}
     if mode == "subscribe":
@@ -38,6 +43,10 @@ def subscription_form(
             form["hub.lease_seconds"] = str(lease_seconds)
         if since is not None:
             form["hub.since"] = since
+        if signature is not None:
+            form["hub.signature"] = signature
+        if rate_limit is not None:
+            form["hub.rate_limit"] = rate_limit
     return form
 
 

@@ -193,6 +193,98 @@ def _document(summary: str, extra: list[dict[str, Any]] | None = None) -> dict[s
     }
 
 
+# -- issue 21: signatures, filters, rate limit ------------------------------------------------
+
+_SUBSCRIBE_EXTENSIONS: Schema = {
+    "hub.signature": {
+        "enum": ["websub", "standard-webhooks"],
+        "description": "How deliveries are signed (with `hub.secret`): `X-Hub-Signature` "
+        "(default) or Standard Webhooks (`webhook-id`, `webhook-timestamp`, "
+        "`webhook-signature`); a `whsec_` secret is base64 after the prefix.",
+    },
+    "hub.filter.change": {
+        "type": "string",
+        "description": "Only these change types, comma-separated: created, updated, deleted.",
+    },
+    "hub.filter.prefix": {
+        "type": "array",
+        "items": {"type": "string"},
+        "maxItems": 32,
+        "description": "Only changes whose URI starts with one of these (repeatable).",
+    },
+    "hub.rate_limit": {
+        "type": "string",
+        "description": "`<deliveries per second>[,<burst>]`, e.g. `2` or `0.5,3`; 0 = none.",
+    },
+}
+
+_RATE_LIMIT_BODY = {
+    "required": True,
+    "content": {
+        JSON: {
+            "schema": {
+                "type": "object",
+                "required": ["per_second"],
+                "additionalProperties": False,
+                "properties": {
+                    "per_second": {"type": "number", "description": "deliveries per second"},
+                    "burst": {"type": "integer", "minimum": 1},
+                },
+            }
+        }
+    },
+}
+
+
+def _rate_limit(operation: str, summary: str) -> dict[str, Any]:
+    answer = _admin(operation, summary, "rate limit in force", not_found=True)
+    answer["responses"]["200"] = {
+        "description": "The rate limit in force and where it comes from",
+        "content": {
+            JSON: {
+                "schema": {
+                    "type": "object",
+                    "required": ["id", "per_second", "burst", "source"],
+                    "properties": {
+                        "id": {"type": "string"},
+                        "topic": {"type": "string"},
+                        "callback": {"type": "string"},
+                        "per_second": {"type": "number"},
+                        "burst": {"type": "integer"},
+                        "source": {"enum": ["admin", "subscriber", "default"]},
+                    },
+                }
+            }
+        },
+    }
+    return answer
+
+
+def _rate_limit_path() -> dict[str, Any]:
+    return {
+        "parameters": [
+            {
+                "name": "id",
+                "in": "path",
+                "required": True,
+                "description": "The subscription's id (as in /admin/subscriptions and /metrics)",
+                "schema": {"type": "string", "pattern": "^[0-9a-f]{12}$"},
+            }
+        ],
+        "get": _rate_limit("adminGetRateLimit", "A subscription's delivery rate limit"),
+        "put": {
+            **_rate_limit(
+                "adminSetRateLimit",
+                "Override a subscription's delivery rate limit (outlives re-subscriptions)",
+            ),
+            "requestBody": _RATE_LIMIT_BODY,
+        },
+        "delete": _rate_limit(
+            "adminDeleteRateLimit", "Remove the override: the subscriber's limit, else the default"
+        ),
+    }
+
+
 _TARGET = {
     "required": True,
     "description": "The subscription, as a form or a JSON object",
@@ -394,6 +486,7 @@ def spec(server_url: str = "/") -> dict[str, Any]:
                                     "hub.secret": {"type": "string", "maxLength": 199},
                                     "hub.since": {"type": "string"},
                                     "hub.url": {"type": "string"},
+                                    **_SUBSCRIBE_EXTENSIONS,
                                 },
                             }
                         },
@@ -583,6 +676,7 @@ def spec(server_url: str = "/") -> dict[str, Any]:
                 "requestBody": _TARGET,
             },
         },
+        "/admin/subscriptions/{id}/rate-limit": _rate_limit_path(),
         "/admin/subscriptions/resume": {
             "post": {
                 **_admin(

@@ -290,6 +290,18 @@ class Settings(BaseSettings):
     #: Dead-lettered events kept per subscription; past it the oldest are dropped.
     dead_letter_max_events: int = Field(10_000, ge=1, le=1_000_000)
 
+    # -- issue 21: signatures, filters, rate limit -----------------------------------------
+    #: After a re-subscription changes ``hub.secret``, deliveries are signed with the old
+    #: secret too for this many seconds (Standard Webhooks: both signatures; WebSub's
+    #: ``X-Hub-Signature``: the old one until then), so subscribers can roll the new one out.
+    secret_overlap_seconds: int = Field(24 * 3600, ge=0, le=30 * 24 * 3600)
+    #: Default delivery rate limit of every subscription, in deliveries (POSTs) per second
+    #: (0 = none); a subscriber's ``hub.rate_limit`` or the admin API overrides it. Events
+    #: published faster wait and go out together in bigger batches: none is dropped.
+    delivery_rate_per_second: float = Field(100.0, ge=0, le=10_000)
+    #: Deliveries sent back to back after a quiet spell, within the default rate limit.
+    delivery_rate_burst: int = Field(100, ge=1, le=10_000)
+
     @field_validator("callback_ca_file", "callback_client_cert", "callback_client_key")
     @classmethod
     def _check_readable_file(cls, value: Path | None) -> Path | None:

@@ -7,16 +7,15 @@ References are to the W3C WebSub Recommendation (2018).
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
+from hub.core import signing, token_bucket
 from hub.core.addresses import MAX_URL_LENGTH, as_uri, check_http_url
-from hub.core.events import parse_id
+from hub.core.events import EventFilter, parse_id
 from hub.core.exceptions import BadRequest, UnknownHubName
 from hub.core.topics import HubUrls
 
@@ -60,6 +59,10 @@ class SubscriptionRequest:
     secret: str | None
     #: rshub extension ``hub.since``: start delivering after this event id.
     since: str | None
+    # -- issue 21: rshub extensions ``hub.signature``, ``hub.filter.*``, ``hub.rate_limit``
+    signature: signing.Scheme = signing.Scheme.WEBSUB
+    event_filter: EventFilter | None = None
+    rate_limit: token_bucket.RateLimit | None = None
 
 
 def parse_request(
@@ -69,8 +72,11 @@ def parse_request(
     lease_default: int,
     lease_min: int,
     lease_max: int,
+    prefixes: list[str] | None = None,
 ) -> SubscriptionRequest | PublishPing:
     """Validate the form of a ``POST /``; unknown parameters are ignored (§5.1).
+
+    ``prefixes``: every ``hub.filter.prefix`` of the form (the one parameter that repeats).
 
     Raises :class:`BadRequest` naming the faulty parameter, or :class:`TopicDenied` for a
     well-formed request the hub will not serve.
@@ -125,9 +131,34 @@ def parse_request(
     since = form.get("hub.since") or None
     if since is not None:
         parse_id(since)
+    scheme, event_filter, rate_limit = signing.Scheme.WEBSUB, None, None
+    if mode is Mode.SUBSCRIBE:  # an unsubscription ignores them
+        scheme, event_filter, rate_limit = _extensions(form, secret, prefixes or [])
     if stray is not None:
         raise stray
-    return SubscriptionRequest(mode, topic_url, topic, callback, lease, secret, since)
+    return SubscriptionRequest(
+        mode, topic_url, topic, callback, lease, secret, since, scheme, event_filter, rate_limit
+    )
+
+
+def _extensions(
+    form: Mapping[str, str], secret: str | None, prefixes: list[str]
+) -> tuple[signing.Scheme, EventFilter | None, token_bucket.RateLimit | None]:
+    """``hub.signature``, ``hub.filter.change``/``prefix`` and ``hub.rate_limit``."""
+    scheme = signing.parse_scheme(form.get("hub.signature"))
+    if secret is not None:
+        signing.check_secret(secret)
+    elif scheme is signing.Scheme.STANDARD_WEBHOOKS:
+        raise BadRequest("hub.signature=standard-webhooks needs a hub.secret")
+    query = {"change": form["hub.filter.change"]} if "hub.filter.change" in form else {}
+    try:
+        event_filter = EventFilter.from_query(query, prefixes)
+    except BadRequest as exc:
+        name = "hub.filter.change" if "change" in exc.message else "hub.filter.prefix"
+        raise BadRequest(f"{name}: {exc.message}") from None
+    rate_text = form.get("hub.rate_limit")
+    rate_limit = token_bucket.parse(rate_text) if rate_text else None
+    return scheme, event_filter, rate_limit
 
 
 def check_callback_syntax(callback: str) -> str:
@@ -163,6 +194,5 @@ def _with_query(url: str, params: dict[str, str]) -> str:
     return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
 
 
-def signature(secret: str, body: bytes) -> str:
-    """§7: ``X-Hub-Signature`` value, sha256."""
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+#: §7: the ``X-Hub-Signature`` value, sha256 (schemes and rotation: :mod:`hub.core.signing`).
+signature = signing.websub_signature

@@ -33,10 +33,12 @@ from hub.core.placement import SubscriptionKey
 from hub.core.retrying import STORE_OUTAGE, retrying
 from hub.core.settings import Settings
 from hub.core.tasks import Tasks, cancel_and_wait
+from hub.core.token_bucket import TokenBucket
 from hub.core.topics import HubUrls
 from hub.live.feed import FeedHub
 from hub.live.http_client import Answer, HttpClient
 from hub.live.ownership import Lease
+from hub.live.subscription_terms import Terms, apply_terms
 from hub.store.dead_letters import DeadLetterStore
 from hub.store.redis_connection import StoreError
 from hub.store.subscriptions import CursorWriter, State, Subscription, SubscriptionStore
@@ -81,17 +83,18 @@ class Bodies:
         self.urls = urls
         self.max_bytes = max_bytes
         self.size = size
-        self._cache: OrderedDict[tuple[str, str, int, str | None], tuple[list[Event], bytes]] = (
-            OrderedDict()
-        )
+        self._cache: OrderedDict[
+            tuple[str, str, int, str | None, object], tuple[list[Event], bytes]
+        ] = OrderedDict()
 
     def get(
-        self, topic: str, events: list[Event], gap: str | None = None
+        self, topic: str, events: list[Event], gap: str | None = None, variant: object = None
     ) -> tuple[list[Event], bytes]:
         """The batch to send from ``events`` (cut to the byte budget), and its body; ``gap``
-        is the last trimmed id the subscription missed before them, if any."""
+        is the last trimmed id the subscription missed before them, if any; ``variant``
+        names how ``events`` were picked from the stream (a subscription's filter)."""
         # A stream is append-only: its first id and length name a slice of it.
-        key = (topic, events[0].id, len(events), gap)
+        key = (topic, events[0].id, len(events), gap, variant)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
@@ -154,6 +157,9 @@ class DeliveryWorker:
         self.deny = deny
         #: The callback answered this worker's denial (a new owner sends it once more).
         self.denied = False
+        #: Its filter, rate limit and signatures (issue 21).
+        self.terms = Terms(sub, settings)
+        self.bucket = TokenBucket(self.terms.rate_limit, time.monotonic())
         #: The headers every delivery of this subscription carries.
         self.headers = {
             "Content-Type": "application/xml",
@@ -208,13 +214,27 @@ class DeliveryWorker:
                 events, gap = await feed.read_span(cursor, limit, timeout=min(remaining, 60.0))
                 if not events:
                     continue
-                gap = gap or sub.untold_gap  # a notice whose batch was dead-lettered
-                batch, body = self.bodies.get(sub.topic, events, gap)
-                if await self._deliver(batch, body, gap):
+                # A notice whose batch was dead-lettered or filtered out entirely.
+                gap = gap or sub.untold_gap
+                kept = self.terms.kept(events)
+                if not kept:  # nothing for this subscriber: advance, send nothing
+                    sub.untold_gap = gap
+                    await self._advance(events[-1].id)
+                    cursor = events[-1].key
+                    continue
+                if (wait := self.bucket.delay(time.monotonic())) > 0:
+                    await asyncio.sleep(wait)  # over its rate limit: a bigger batch then
+                    continue
+                self.bucket.take(time.monotonic())
+                batch, body = self.bodies.get(sub.topic, kept, gap, self.terms.filter)
+                # The events filtered out after the last one sent are done with too.
+                through = events[-1] if len(batch) == len(kept) else batch[-1]
+                if await self._deliver(batch, body, gap, through.id):
                     self.delivered += len(batch)
                 if sub.disabled:  # the batch stays at the cursor
                     continue
-                cursor = batch[-1].key
+                # Sent or dead-lettered; the events filtered out after it need nothing.
+                cursor = through.key
         except _Gone as exc:
             log.info("subscription %s -> %r ended: %r", sub.topic, sub.callback, str(exc))
             self.cursors.forget(sub.topic, sub.callback)
@@ -237,9 +257,12 @@ class DeliveryWorker:
         finally:
             self.posting = False
 
-    async def _deliver(self, batch: list[Event], body: bytes, gap: str | None = None) -> bool:
-        """POST ``batch`` until a 2xx (True), its dead letter or the subscription's disabling
-        (False); raise :class:`_Gone` if the subscription ends."""
+    async def _deliver(
+        self, batch: list[Event], body: bytes, gap: str | None = None, through: str | None = None
+    ) -> bool:
+        """POST ``batch`` until a 2xx (True: the cursor moves to ``through``, default its
+        last event), its dead letter or the subscription's disabling (False); raise
+        :class:`_Gone` if the subscription ends."""
         sub = self.sub
         headers = {
             **self.headers,
@@ -251,8 +274,6 @@ class DeliveryWorker:
             headers[GAP_HEADER] = f"trimmed-through={gap}"
             resourcelist = self.urls.resourcelist(sub.topic)
             headers["Link"] = f'{headers["Link"]}, <{resourcelist}>; rel="resourcelist"'
-        if sub.secret:
-            headers["X-Hub-Signature"] = websub.signature(sub.secret, body)
         while True:
             if sub.expired:
                 raise _Gone("lease expired")
@@ -261,6 +282,7 @@ class DeliveryWorker:
             if self._stopping:  # no new attempt: the stop cancels this task at once
                 await asyncio.Event().wait()
             self._idle.clear()
+            headers.update(self.terms.signature_headers(body, batch, time.time()))
             try:
                 answer = await self._post(body, headers)
             except (_Lost, _Gone):
@@ -277,7 +299,7 @@ class DeliveryWorker:
                 if 200 <= answer.status < 300:
                     metrics.delivered(batch)
                     try:
-                        await self._succeeded(batch[-1].id, gap)
+                        await self._succeeded(through or batch[-1].id, gap)
                     finally:
                         self._idle.set()
                     return True
@@ -300,6 +322,12 @@ class DeliveryWorker:
             metrics.delivery_outcome("retry")
             await self._failed(error, decision)
             await asyncio.sleep(decision.delay)
+
+    async def _advance(self, through: str) -> None:
+        """Move the cursor past events the subscription's filter left out."""
+        sub = self.sub
+        if not await self.cursors.write(sub.topic, sub.callback, self.lease.token, through):
+            raise _Lost
 
     async def _save(self) -> None:
         if not await self.store.save_fenced(self.sub, self.node, self.lease.token):
@@ -603,5 +631,6 @@ class DeliveryService:
             last_gap=previous.last_gap if previous else None,
             untold_gap=previous.untold_gap if previous else None,
         )
+        apply_terms(sub, req, previous, self.settings.secret_overlap_seconds)
         await self.store.activate(sub, cursor)
         log.info("subscribed %r to %s", req.callback, req.topic)

@@ -81,6 +81,20 @@ class Subscription:
     #: A gap notice whose batch was dead-lettered: the next delivery carries it.
     untold_gap: str | None = None
 
+    # -- issue 21: signatures, filters, rate limit (hub.core.signing, events, token_bucket)
+    #: ``websub`` (``X-Hub-Signature``) or ``standard-webhooks``.
+    signature: str = "websub"
+    #: The secret a re-subscription replaced, still signing until ``previous_until``.
+    previous_secret: str | None = None
+    previous_until: float = 0.0
+    #: ``hub.filter.change`` (None: every change type) and ``hub.filter.prefix``.
+    filter_changes: list[str] | None = None
+    filter_prefixes: list[str] = field(default_factory=list)
+    #: ``hub.rate_limit`` as [per second, burst] (None: the settings' default), and the
+    #: admin API's override of it (None: none).
+    rate_limit: list[float] | None = None
+    admin_rate_limit: list[float] | None = None
+
     def to_json(self) -> bytes:
         return orjson.dumps(asdict(self))
 
@@ -113,6 +127,7 @@ class Subscription:
         """What introspection may show (no secret)."""
         out = asdict(self)
         out["secret"] = bool(self.secret)
+        out["previous_secret"] = bool(self.previous_secret)
         out["id"] = subscription_id(self.topic, self.callback)
         return out
 

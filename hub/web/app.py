@@ -38,6 +38,7 @@ from hub.web import documents as web_documents
 from hub.web import observe as web_observe
 from hub.web import operator as web_operator
 from hub.web import publish as web_publish
+from hub.web import rate_limits as web_rate_limits
 from hub.web import streams as web_streams
 from hub.web import websub as web_websub
 from hub.web.cache import Builds, ByteCache
@@ -270,6 +271,7 @@ def create_app(
         client_max_size=settings.max_body_bytes,
     )
     app[_GUARD], app[_SETTINGS] = guard, settings
+    app[web_rate_limits.SETTINGS] = settings
     aliases = [u.rstrip("/") for u in settings.alias_urls]
     aliases += [u for u in loopback_aliases(settings.host, settings.port) if u not in aliases]
     urls = HubUrls(settings.public_url, tuple(a for a in aliases if a != settings.public_url))
@@ -310,6 +312,11 @@ def create_app(
     app.router.add_delete("/admin/subscriptions", web_operator.delete_subscription)
     get("/admin/subscriptions/{id}/dead-letters", web_dead_letters.list_dead_letters)
     post("/admin/subscriptions/{id}/dead-letters/replay", web_dead_letters.replay_dead_letters)
+
+    rate_limit = "/admin/subscriptions/{id}/rate-limit"
+    get(rate_limit, web_rate_limits.get_rate_limit)
+    app.router.add_put(rate_limit, web_rate_limits.put_rate_limit)
+    app.router.add_delete(rate_limit, web_rate_limits.delete_rate_limit)
     get("/", web_pages.dashboard)
     get("/dashboard/{file}", web_pages.dashboard_asset)
     described = web_pages.InterfaceDescription(settings.public_url)

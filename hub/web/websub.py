@@ -68,6 +68,8 @@ async def _websub_request(request: web.Request) -> web.Response:
             lease_default=settings.lease_seconds_default,
             lease_min=settings.lease_seconds_min,
             lease_max=settings.lease_seconds_max,
+            # The one parameter that repeats (read_form keeps one value per name).
+            prefixes=[str(v) for v in (await request.post()).getall("hub.filter.prefix", [])],
         )
     except websub.TopicDenied as exc:
         await client.check_address(exc.callback)
