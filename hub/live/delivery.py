@@ -27,7 +27,7 @@ from typing import Any
 from hub.core import metrics, rendering, websub
 from hub.core.events import Event, parse_id
 from hub.core.exceptions import CallbackFailed
-from hub.core.placement import SubscriptionKey
+from hub.core.placement import SubscriptionKey, subscription_id
 from hub.core.retrying import STORE_OUTAGE, retrying
 from hub.core.settings import Settings
 from hub.core.tasks import Tasks, cancel_and_wait
@@ -35,6 +35,7 @@ from hub.core.topics import HubUrls
 from hub.live.feed import FeedHub
 from hub.live.http_client import Answer, HttpClient
 from hub.live.ownership import Lease
+from hub.store.attempts import Attempt, AttemptStore, AttemptWriter
 from hub.store.redis_connection import StoreError
 from hub.store.subscriptions import CursorWriter, State, Subscription, SubscriptionStore
 from rsclient.backoff import Backoff, parse_retry_after
@@ -54,6 +55,8 @@ GAP_HEADER = "X-RSHub-Gap"
 _LEASE_PATIENCE = 60.0
 #: The hub process that sent a delivery (its ``node`` in ``/healthz``), for operators.
 NODE_HEADER = "X-RSHub-Node"
+#: The subscription's stable id (``GET /admin/subscriptions/{id}``, ``rshub inspect``).
+SUBSCRIPTION_HEADER = "X-RSHub-Subscription"
 
 
 class _Gone(Exception):
@@ -126,6 +129,7 @@ class DeliveryWorker:
         feeds: FeedHub,
         cursors: CursorWriter,
         bodies: Bodies,
+        attempts: AttemptWriter | None = None,
     ) -> None:
         self.sub = sub
         self.lease = lease
@@ -143,7 +147,9 @@ class DeliveryWorker:
             "Content-Type": "application/xml",
             "Link": self.urls.links(sub.topic_url),
             NODE_HEADER: node,
+            SUBSCRIPTION_HEADER: subscription_id(sub.topic, sub.callback),
         }
+        self.attempts = attempts
         self.task: asyncio.Task[None] | None = None
         self.delivered = 0
         #: Set while a POST is in flight (a stop waits briefly for it, see stop()).
@@ -210,10 +216,20 @@ class DeliveryWorker:
         if not self.lease.valid() and not await self.lease.wait_valid(_LEASE_PATIENCE):
             raise _Lost
         self.posting = True
+        started = time.time()  # for the attempt log (queued, never waited for)
+        outcome: Answer | Exception | None = None
         try:
-            return await self.client.post(self.sub.callback, body, headers)
+            outcome = answer = await self.client.post(self.sub.callback, body, headers)
+            return answer
+        except Exception as exc:
+            outcome = exc
+            raise
         finally:
             self.posting = False
+            if outcome is not None and self.attempts is not None:
+                self.attempts.record(
+                    self.sub.topic, self.sub.callback, _attempt(started, outcome, headers)
+                )
 
     async def _deliver(self, batch: list[Event], body: bytes, gap: str | None = None) -> None:
         """POST ``batch`` until a 2xx; raise :class:`_Gone` if the subscription ends."""
@@ -308,6 +324,25 @@ class DeliveryWorker:
         await self._save()
 
 
+def _attempt(started: float, outcome: Answer | Exception, headers: Mapping[str, str]) -> Attempt:
+    status = outcome.status if isinstance(outcome, Answer) else None
+    if isinstance(outcome, CallbackFailed):
+        error: str | None = str(outcome)[:300]
+    elif isinstance(outcome, Exception):
+        error = f"{type(outcome).__name__}: {outcome}"[:300]
+    else:
+        error = None if 200 <= outcome.status < 300 else f"HTTP {outcome.status}"
+    return Attempt(
+        at=started,
+        status=status,
+        latency_ms=round((time.time() - started) * 1000, 3),
+        error=error,
+        first_event_id=headers.get(FIRST_EVENT_ID_HEADER, ""),
+        last_event_id=headers.get(LAST_EVENT_ID_HEADER, ""),
+        events=int(headers.get(EVENT_COUNT_HEADER, 0)),
+    )
+
+
 class DeliveryService:
     """Verifies intent (WebSub §5.3) and runs a worker per subscription this process owns."""
 
@@ -338,6 +373,8 @@ class DeliveryService:
         self.tasks = tasks
         # Made first, stopped last: the cursor writes of the workers stopping go out.
         self.cursors = CursorWriter(store, node, tasks.group("cursors"))
+        attempt_store = AttemptStore(store.redis, store.scripts, settings.attempt_log_size)
+        self.attempts = AttemptWriter(attempt_store, tasks.group("attempts"))
         self._requests = tasks.group("requests", peers=True)
         self._workers = tasks.group("workers", peers=True)
         self.bodies = Bodies(HubUrls(settings.public_url), settings.delivery_batch_max_bytes)
@@ -349,6 +386,7 @@ class DeliveryService:
         await self._workers.stop()
         self.workers.clear()
         await self.cursors.close()
+        await self.attempts.close()
         await self.tasks.stop()
 
     # -- driven by hub.live.ownership ------------------------------------------------------
@@ -373,6 +411,7 @@ class DeliveryService:
             feeds=self.feeds,
             cursors=self.cursors,
             bodies=self.bodies,
+            attempts=self.attempts,
         )
         self.workers[key] = worker
         worker.start(self._workers, lambda _t: self._ended(key, worker))

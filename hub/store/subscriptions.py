@@ -163,6 +163,8 @@ class SubscriptionStore:
                 keys.cursors(topic),
                 keys.owners(topic),
                 keys.holds(topic),
+                keys.attempts(topic, subscription_id(topic, callback)),
+                keys.last_successes(topic),
             ],
             [callback],
         )

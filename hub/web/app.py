@@ -37,6 +37,7 @@ from hub.web import observe as web_observe
 from hub.web import operator as web_operator
 from hub.web import publish as web_publish
 from hub.web import streams as web_streams
+from hub.web import subscription_record as web_record
 from hub.web import websub as web_websub
 from hub.web.cache import Builds, ByteCache
 from hub.web.listener import (
@@ -198,6 +199,14 @@ def _lifecycle(
             runtime.pages,
             runtime.topic_removed,
         )
+        app[web_record.RECORDS] = web_record.Records(
+            settings,
+            runtime.connections.main,
+            runtime.store,
+            runtime.subscriptions,
+            runtime.topic_admin,
+            runtime.delivery.attempts.store,
+        )
         app[web_admin.OBSERVING] = web_admin.Observing(
             health,
             runtime.connections,
@@ -294,6 +303,7 @@ def create_app(
     get("/admin/subscriptions", web_operator.subscriptions)
     post("/admin/subscriptions/resume", web_operator.resume_subscription)
     app.router.add_delete("/admin/subscriptions", web_operator.delete_subscription)
+    get("/admin/subscriptions/{id}", web_record.subscription_record)
     get("/", web_pages.dashboard)
     get("/dashboard/{file}", web_pages.dashboard_asset)
     described = web_pages.InterfaceDescription(settings.public_url)

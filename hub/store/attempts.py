@@ -1,0 +1,193 @@
+"""Each subscription's last delivery attempts and its last success, kept in Redis, bounded.
+
+For the subscriber and the operator who ask why deliveries stall
+(``GET /admin/subscriptions/{id}``): time, status, latency, error and event ids of the last
+``attempt_log_size`` POSTs, newest first, and the time and event id of the last 2xx. The
+delivery path never waits for them: :meth:`AttemptWriter.record` only queues, and a
+round of writes (one script call per topic, however many attempts) goes out in the
+background, like :class:`hub.store.subscriptions.CursorWriter`'s. A log is removed with its
+subscription (``delete_subscription.lua``) and its topic; a batch that arrives after the
+deletion adds nothing (``record_attempts.lua`` checks the subscription exists).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import orjson
+from redis.exceptions import RedisError
+
+from hub.core import metrics
+from hub.core.placement import subscription_id
+from hub.core.retrying import STORE_OUTAGE, retrying
+from hub.core.tasks import Tasks, cancel_and_wait
+from hub.store import keys, scripts
+from hub.store.redis_connection import Client
+from hub.store.script_pipe import ScriptPipe
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    #: When the POST was sent (epoch seconds).
+    at: float
+    #: The callback's HTTP status; None when no answer came (``error`` says why).
+    status: int | None
+    #: From sending the POST to its answer or failure, in milliseconds.
+    latency_ms: float
+    #: Why it did not succeed (None for a 2xx).
+    error: str | None
+    first_event_id: str
+    last_event_id: str
+    events: int
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status is not None and 200 <= self.status < 300
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+
+@dataclass(frozen=True, slots=True)
+class Success:
+    """The last 2xx: when, and the last event id it delivered."""
+
+    at: float
+    event_id: str
+
+
+class AttemptStore:
+    def __init__(self, redis: Client, script_pipe: ScriptPipe, keep: int = 50) -> None:
+        self.redis = redis
+        self.scripts = script_pipe
+        self.keep = keep
+
+    async def read(self, topic: str, callback: str) -> tuple[list[Attempt], Success | None]:
+        """The subscription's logged attempts (newest first) and its last success."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.lrange(keys.attempts(topic, subscription_id(topic, callback)), 0, self.keep - 1)
+            pipe.hget(keys.last_successes(topic), callback)
+            rows, success = await pipe.execute()
+        attempts = [_attempt(row) for row in rows or ()]
+        last = None
+        if success:
+            raw = orjson.loads(success)
+            last = Success(float(raw["at"]), str(raw["event_id"]))
+        return [a for a in attempts if a is not None], last
+
+    async def write(
+        self, topic: str, logs: dict[str, list[Attempt]], successes: dict[str, Success]
+    ) -> None:
+        """Append ``logs`` (callback -> attempts, oldest first) and note ``successes``."""
+        keys_: list[str] = [keys.subscriptions(topic), keys.last_successes(topic)]
+        args: list[Any] = [self.keep]
+        for callback, attempts in logs.items():
+            keys_.append(keys.attempts(topic, subscription_id(topic, callback)))
+            success = successes.get(callback)
+            args.extend(
+                (
+                    callback,
+                    len(attempts),
+                    orjson.dumps(asdict(success)) if success else "",
+                    *(a.to_json() for a in attempts),
+                )
+            )
+        await self.scripts.run(scripts.RECORD_ATTEMPTS, keys_, args)
+
+
+def _attempt(row: bytes | str) -> Attempt | None:
+    """A stored attempt; None for one a newer hub wrote in a shape this one cannot read."""
+    try:
+        return Attempt(**orjson.loads(row))
+    except (orjson.JSONDecodeError, TypeError):
+        return None
+
+
+class AttemptWriter:
+    """Queues attempts and writes them in rounds, off the delivery path.
+
+    What waits for a round is bounded: at most ``store.keep`` attempts per subscription
+    (older ones would be trimmed anyway). While Redis is away they stay queued and the
+    round is retried; they are dropped at shutdown if it is still away.
+    """
+
+    def __init__(self, store: AttemptStore, tasks: Tasks, gather_seconds: float = 0.05) -> None:
+        self.store = store
+        self.tasks = tasks
+        #: How long a round waits for more attempts before it goes out (a publish's
+        #: fan-out answers within milliseconds: one round for all of them).
+        self.gather_seconds = gather_seconds
+        self._logs: dict[tuple[str, str], list[Attempt]] = defaultdict(list)
+        self._successes: dict[tuple[str, str], Success] = {}
+        self._task: asyncio.Task[None] | None = None
+        #: Rounds written so far (each one script call per topic).
+        self.rounds = 0
+
+    def record(self, topic: str, callback: str, attempt: Attempt) -> None:
+        key = (topic, callback)
+        queued = self._logs[key]
+        queued.append(attempt)
+        if len(queued) > self.store.keep:
+            del queued[: len(queued) - self.store.keep]
+        if attempt.succeeded:
+            self._successes[key] = Success(attempt.at, attempt.last_event_id)
+        if self._task is None:
+            self._task = self.tasks.spawn("attempt-writer", self._commit())
+
+    async def _commit(self) -> None:
+        try:
+            while self._logs:
+                if self.gather_seconds:
+                    await asyncio.sleep(self.gather_seconds)
+                await retrying(
+                    self._write_round,
+                    STORE_OUTAGE,
+                    retry_on=RedisError,
+                    log=log,
+                    what="attempt log write",
+                    failed=lambda _error, _delay: metrics.redis_error(),
+                )
+        finally:
+            self._task = None
+
+    async def _write_round(self) -> None:
+        logs, self._logs = self._logs, defaultdict(list)
+        successes, self._successes = self._successes, {}
+        by_topic: dict[str, dict[str, list[Attempt]]] = defaultdict(dict)
+        for (topic, callback), attempts in logs.items():
+            by_topic[topic][callback] = attempts
+        done: set[str] = set()
+        self.rounds += 1
+        try:
+            for topic, topic_logs in by_topic.items():
+                topic_successes = {
+                    cb: s for (t, cb), s in successes.items() if t == topic and cb in topic_logs
+                }
+                await self.store.write(topic, topic_logs, topic_successes)
+                done.add(topic)
+        except RedisError:
+            for (topic, callback), attempts in logs.items():  # keep them, before newer ones
+                if topic not in done:
+                    newer = self._logs[(topic, callback)]
+                    self._logs[(topic, callback)] = (attempts + newer)[-self.store.keep :]
+                    if (topic, callback) in successes:
+                        self._successes.setdefault((topic, callback), successes[(topic, callback)])
+            raise
+
+    async def settle(self, timeout: float = 5.0) -> None:
+        """Wait (at most ``timeout``) until the attempts queued now are written."""
+        if self._task is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._task), timeout)
+
+    async def close(self) -> None:
+        await self.settle(2.0)
+        await cancel_and_wait([self._task])
+        await self.tasks.stop()
