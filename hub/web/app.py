@@ -35,6 +35,7 @@ from hub.web import dashboard as web_pages
 from hub.web import documents as web_documents
 from hub.web import observe as web_observe
 from hub.web import operator as web_operator
+from hub.web import presence as web_presence
 from hub.web import publish as web_publish
 from hub.web import streams as web_streams
 from hub.web import subscription_record as web_record
@@ -181,8 +182,9 @@ def _lifecycle(
             runtime.ingest,
         )
         app[web_streams.STREAMING] = web_streams.Streaming(
-            settings, urls, runtime.store, runtime.feeds
+            settings, urls, runtime.store, runtime.feeds, presence=runtime.stream_counts
         )
+        app[web_presence.PRESENCE] = runtime.presence
         app[web_documents.READING] = web_documents.Reading(
             urls,
             runtime.store,
