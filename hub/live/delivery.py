@@ -335,7 +335,7 @@ def _attempt(started: float, outcome: Answer | Exception, headers: Mapping[str, 
     return Attempt(
         at=started,
         status=status,
-        latency_ms=round((time.time() - started) * 1000, 3),
+        latency_ms=(time.time() - started) * 1000,
         error=error,
         first_event_id=headers.get(FIRST_EVENT_ID_HEADER, ""),
         last_event_id=headers.get(LAST_EVENT_ID_HEADER, ""),

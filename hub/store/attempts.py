@@ -16,8 +16,8 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from dataclasses import asdict, dataclass
-from typing import Any
+from functools import lru_cache
+from typing import Any, NamedTuple
 
 import orjson
 from redis.exceptions import RedisError
@@ -33,8 +33,10 @@ from hub.store.script_pipe import ScriptPipe
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class Attempt:
+class Attempt(NamedTuple):
+    """One POST. A tuple, stored as a JSON array: it is made and written for every POST,
+    and a dataclass's creation and ``asdict`` were most of the log's cost per POST."""
+
     #: When the POST was sent (epoch seconds).
     at: float
     #: The callback's HTTP status; None when no answer came (``error`` says why).
@@ -52,15 +54,19 @@ class Attempt:
         return self.status is not None and 200 <= self.status < 300
 
     def to_json(self) -> bytes:
-        return orjson.dumps(asdict(self))
+        return orjson.dumps(tuple(self))
 
 
-@dataclass(frozen=True, slots=True)
-class Success:
-    """The last 2xx: when, and the last event id it delivered."""
+class Success(NamedTuple):
+    """The last 2xx: when, and the last event id it delivered (stored as a JSON array)."""
 
     at: float
     event_id: str
+
+
+@lru_cache(maxsize=65_536)
+def _log_key(topic: str, callback: str) -> str:
+    return keys.attempts(topic, subscription_id(topic, callback))
 
 
 class AttemptStore:
@@ -72,14 +78,14 @@ class AttemptStore:
     async def read(self, topic: str, callback: str) -> tuple[list[Attempt], Success | None]:
         """The subscription's logged attempts (newest first) and its last success."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.lrange(keys.attempts(topic, subscription_id(topic, callback)), 0, self.keep - 1)
+            pipe.lrange(_log_key(topic, callback), 0, self.keep - 1)
             pipe.hget(keys.last_successes(topic), callback)
             rows, success = await pipe.execute()
         attempts = [_attempt(row) for row in rows or ()]
         last = None
         if success:
-            raw = orjson.loads(success)
-            last = Success(float(raw["at"]), str(raw["event_id"]))
+            at, event_id = orjson.loads(success)
+            last = Success(float(at), str(event_id))
         return [a for a in attempts if a is not None], last
 
     async def write(
@@ -89,13 +95,13 @@ class AttemptStore:
         keys_: list[str] = [keys.subscriptions(topic), keys.last_successes(topic)]
         args: list[Any] = [self.keep]
         for callback, attempts in logs.items():
-            keys_.append(keys.attempts(topic, subscription_id(topic, callback)))
+            keys_.append(_log_key(topic, callback))
             success = successes.get(callback)
             args.extend(
                 (
                     callback,
                     len(attempts),
-                    orjson.dumps(asdict(success)) if success else "",
+                    orjson.dumps(tuple(success)) if success else "",
                     *(a.to_json() for a in attempts),
                 )
             )
@@ -105,7 +111,7 @@ class AttemptStore:
 def _attempt(row: bytes | str) -> Attempt | None:
     """A stored attempt; None for one a newer hub wrote in a shape this one cannot read."""
     try:
-        return Attempt(**orjson.loads(row))
+        return Attempt(*orjson.loads(row))
     except (orjson.JSONDecodeError, TypeError):
         return None
 
@@ -131,6 +137,9 @@ class AttemptWriter:
         self.rounds = 0
 
     def record(self, topic: str, callback: str, attempt: Attempt) -> None:
+        """Queue ``attempt`` (never waits; dropped once the writer is closing)."""
+        if self.tasks.stopping.is_set():
+            return
         key = (topic, callback)
         queued = self._logs[key]
         queued.append(attempt)

@@ -231,12 +231,13 @@ def xread_fields(result: Any) -> list[tuple[str, dict[str, str]]]:
 
 
 def attempts(topic: str, sub_id: str) -> str:
-    """List, newest first: the last delivery attempts of one subscription (by its id)."""
+    """List, newest first: the last delivery attempts of one subscription (by its id), each
+    a JSON array (``hub.store.attempts.Attempt``'s fields in order)."""
     return f"{PREFIX}{{{topic}}}:attempts:{sub_id}"
 
 
 def last_successes(topic: str) -> str:
-    """Hash: callback URL -> JSON ``{"at", "event_id"}`` of its last 2xx delivery."""
+    """Hash: callback URL -> JSON ``[at, event_id]`` of its last 2xx delivery."""
     return f"{PREFIX}{{{topic}}}:last-success"
 
 

@@ -114,7 +114,7 @@ async def subscription_record(request: web.Request) -> web.Response:
                     "at": a.at,
                     "time": _iso(a.at),
                     "status": a.status,
-                    "latency_ms": a.latency_ms,
+                    "latency_ms": round(a.latency_ms, 3),
                     "error": a.error,
                     "first_event_id": a.first_event_id,
                     "last_event_id": a.last_event_id,
