@@ -27,7 +27,8 @@ class PresenceStore:
     async def reports(self) -> list[dict[tuple[str, str], int]]:
         """The reports of every live hub process (the heartbeat drops a dead one from
         ``keys.NODES`` within a tick of its lease; one that left, at once)."""
-        live = [keys.text(node) for node in await self.redis.zrange(keys.NODES, 0, -1)]
+        nodes: list[bytes | str] = await self.redis.zrange(keys.NODES, 0, -1)
+        live = [keys.text(node) for node in nodes]
         if not live:
             return []
         async with self.redis.pipeline(transaction=False) as pipe:

@@ -9,16 +9,19 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import pytest
 
 from hub.core.placement import subscription_id
+from hub.core.settings import Settings
 from hub.web.app import RUNTIME
 from rsclient.subscription_identity import signed_headers
-from tests.conftest import Hub
+from tests.conftest import Hub, start_hub
 from tests.hub.callback_server import CallbackServer
 from tests.hub.test_dropped_clients import _to_redis
 from tests.hub.test_websub import subscribe
-from tests.support import changes, notification, wait_for
+from tests.redis_cluster import RedisClusterProcesses
+from tests.support import changes, free_port, notification, wait_for
 from tests.watchdog import Watchdog
 
 ADMIN = {"Authorization": "Bearer adm"}
@@ -327,3 +330,47 @@ async def test_a_seeded_fuzz_of_signature_headers(hub: Hub, callback: CallbackSe
         # The hub's Redis pool may have grown (concurrent commands): not a leak.
         await dog.sockets_back(slack=_to_redis(hub) - redis_before)
     assert len(used) > 5 and statuses.get(403, 0) > 5, statuses
+
+
+async def test_the_record_and_presence_on_a_redis_cluster(
+    redis_cluster: RedisClusterProcesses,
+) -> None:
+    for _, port in redis_cluster.nodes:
+        node = redis_cluster.client(port)
+        node.flushall()
+        node.close()
+    host, port = redis_cluster.nodes[0]
+    settings = Settings(
+        host="127.0.0.1", port=free_port(), admin_token="adm", allow_private_callbacks=True
+    )
+    runner, app = await start_hub(settings, f"redis+cluster://{host}:{port}")
+    try:
+        async with aiohttp.ClientSession() as session:
+            hub = Hub(settings.public_url, app, settings, session)
+            others = [await CallbackServer().start(f"/cb{i}") for i in range(3)]
+            try:
+                topics = [f"topic{i}" for i in range(3)]  # spread over the three masters
+                for topic, cb in zip(topics, others, strict=True):
+                    await subscribe(hub, cb, topic=topic, **{"hub.secret": SECRET})
+                    await hub.publish(topic, notification(changes(1)))
+                for topic, cb in zip(topics, others, strict=True):
+                    await attempts_logged(hub, topic, cb.url, 1, newest=204)
+                    path = path_of(topic, cb.url)
+                    signed = signed_headers(SECRET, int(time.time()), path)
+                    assert (await get(hub, path, 200, signed))["last_success"] is not None
+                    await get(hub, path, 403, signed)  # the replay
+                async with session.ws_connect(f"{hub.url}/topics/topic1/ws"):
+
+                    async def counted() -> bool:
+                        async with session.get(
+                            f"{hub.url}/admin/topics/topic1", headers=ADMIN
+                        ) as resp:
+                            presence = (await resp.json())["presence"]
+                        return bool(presence["ws"] == 1 and presence["websub"]["active"] == 1)
+
+                    await wait_for(counted)
+            finally:
+                for cb in others:
+                    await cb.stop()
+    finally:
+        await runner.cleanup()
