@@ -8,6 +8,8 @@ lease, and its report expires soon after.
 
 from __future__ import annotations
 
+from typing import Any
+
 from hub.store import keys, scripts
 from hub.store.redis_connection import Client
 from hub.store.script_pipe import ScriptPipe
@@ -27,7 +29,7 @@ class PresenceStore:
     async def reports(self) -> list[dict[tuple[str, str], int]]:
         """The reports of every live hub process (the heartbeat drops a dead one from
         ``keys.NODES`` within a tick of its lease; one that left, at once)."""
-        nodes: list[bytes | str] = await self.redis.zrange(keys.NODES, 0, -1)
+        nodes: Any = await self.redis.zrange(keys.NODES, 0, -1)
         live = [keys.text(node) for node in nodes]
         if not live:
             return []
