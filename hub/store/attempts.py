@@ -53,12 +53,9 @@ class Attempt(NamedTuple):
     def succeeded(self) -> bool:
         return self.status is not None and 200 <= self.status < 300
 
-    def to_json(self) -> bytes:
-        return orjson.dumps(tuple(self))
-
 
 class Success(NamedTuple):
-    """The last 2xx: when, and the last event id it delivered (stored as a JSON array)."""
+    """The last 2xx: when, and the last event id it delivered."""
 
     at: float
     event_id: str
@@ -81,30 +78,25 @@ class AttemptStore:
             pipe.lrange(_log_key(topic, callback), 0, self.keep - 1)
             pipe.hget(keys.last_successes(topic), callback)
             rows, success = await pipe.execute()
-        attempts = [_attempt(row) for row in rows or ()]
-        last = None
-        if success:
-            at, event_id = orjson.loads(success)
-            last = Success(float(at), str(event_id))
-        return [a for a in attempts if a is not None], last
+        attempts = [a for a in map(_attempt, rows or ()) if a is not None]
+        last = _attempt(success) if success else None
+        return attempts, None if last is None else Success(last.at, last.last_event_id)
 
-    async def write(
-        self, topic: str, logs: dict[str, list[Attempt]], successes: dict[str, Success]
-    ) -> None:
-        """Append ``logs`` (callback -> attempts, oldest first) and note ``successes``."""
+    async def write(self, topic: str, logs: dict[str, list[Attempt]]) -> None:
+        """Append ``logs`` (callback -> attempts, oldest first); the newest 2xx of each is
+        its last success. Three script arguments per subscription, whatever it logs: the
+        arguments' encoding was most of a round's cost."""
         keys_: list[str] = [keys.subscriptions(topic), keys.last_successes(topic)]
         args: list[Any] = [self.keep]
         for callback, attempts in logs.items():
             keys_.append(_log_key(topic, callback))
-            success = successes.get(callback)
-            args.extend(
-                (
-                    callback,
-                    len(attempts),
-                    orjson.dumps(tuple(success)) if success else "",
-                    *(a.to_json() for a in attempts),
-                )
-            )
+            success = 0
+            for i in range(len(attempts), 0, -1):
+                if attempts[i - 1].succeeded:
+                    success = i
+                    break
+            blob = b"\n".join([orjson.dumps(tuple(a)) for a in attempts])
+            args.extend((callback, success, blob))
         await self.scripts.run(scripts.RECORD_ATTEMPTS, keys_, args)
 
 
@@ -130,23 +122,22 @@ class AttemptWriter:
         #: How long a round waits for more attempts before it goes out (a publish's
         #: fan-out answers within milliseconds: one round for all of them).
         self.gather_seconds = gather_seconds
-        self._logs: dict[tuple[str, str], list[Attempt]] = defaultdict(list)
-        self._successes: dict[tuple[str, str], Success] = {}
+        self._logs: dict[tuple[str, str], list[Attempt]] = {}
         self._task: asyncio.Task[None] | None = None
         #: Rounds written so far (each one script call per topic).
         self.rounds = 0
 
     def record(self, topic: str, callback: str, attempt: Attempt) -> None:
         """Queue ``attempt`` (never waits; dropped once the writer is closing)."""
-        if self.tasks.stopping.is_set():
-            return
-        key = (topic, callback)
-        queued = self._logs[key]
-        queued.append(attempt)
-        if len(queued) > self.store.keep:
-            del queued[: len(queued) - self.store.keep]
-        if attempt.succeeded:
-            self._successes[key] = Success(attempt.at, attempt.last_event_id)
+        queued = self._logs.get((topic, callback))
+        if queued is None:
+            if self.tasks.stopping.is_set():
+                return
+            self._logs[(topic, callback)] = [attempt]
+        else:
+            queued.append(attempt)
+            if len(queued) > self.store.keep:
+                del queued[0]
         if self._task is None:
             self._task = self.tasks.spawn("attempt-writer", self._commit())
 
@@ -167,8 +158,7 @@ class AttemptWriter:
             self._task = None
 
     async def _write_round(self) -> None:
-        logs, self._logs = self._logs, defaultdict(list)
-        successes, self._successes = self._successes, {}
+        logs, self._logs = self._logs, {}
         by_topic: dict[str, dict[str, list[Attempt]]] = defaultdict(dict)
         for (topic, callback), attempts in logs.items():
             by_topic[topic][callback] = attempts
@@ -176,18 +166,13 @@ class AttemptWriter:
         self.rounds += 1
         try:
             for topic, topic_logs in by_topic.items():
-                topic_successes = {
-                    cb: s for (t, cb), s in successes.items() if t == topic and cb in topic_logs
-                }
-                await self.store.write(topic, topic_logs, topic_successes)
+                await self.store.write(topic, topic_logs)
                 done.add(topic)
         except RedisError:
             for (topic, callback), attempts in logs.items():  # keep them, before newer ones
                 if topic not in done:
-                    newer = self._logs[(topic, callback)]
+                    newer = self._logs.get((topic, callback), [])
                     self._logs[(topic, callback)] = (attempts + newer)[-self.store.keep :]
-                    if (topic, callback) in successes:
-                        self._successes.setdefault((topic, callback), successes[(topic, callback)])
             raise
 
     async def settle(self, timeout: float = 5.0) -> None:

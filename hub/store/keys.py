@@ -237,7 +237,7 @@ def attempts(topic: str, sub_id: str) -> str:
 
 
 def last_successes(topic: str) -> str:
-    """Hash: callback URL -> JSON ``[at, event_id]`` of its last 2xx delivery."""
+    """Hash: callback URL -> its last 2xx delivery attempt (as in ``attempts``)."""
     return f"{PREFIX}{{{topic}}}:last-success"
 
 
