@@ -129,10 +129,10 @@ class AttemptWriter:
 
     def record(self, topic: str, callback: str, attempt: Attempt) -> None:
         """Queue ``attempt`` (never waits; dropped once the writer is closing)."""
+        if self.tasks.stopping.is_set():
+            return
         queued = self._logs.get((topic, callback))
         if queued is None:
-            if self.tasks.stopping.is_set():
-                return
             self._logs[(topic, callback)] = [attempt]
         else:
             queued.append(attempt)
