@@ -16,7 +16,13 @@ from typing import Any
 from rsclient.options import hub_url_problem
 
 #: package.cli modules that contribute sub-commands, in help order.
-_COMMAND_MODULES = ("hub.serve.cli", "publisher.cli", "subscriber.cli", "rshub.dead_letters")
+_COMMAND_MODULES = (
+    "hub.serve.cli",
+    "publisher.cli",
+    "subscriber.cli",
+    "subscriber.inspect",
+    "rshub.dead_letters",
+)
 #: ``rshub serve`` builds only its own parser: importing the client commands (and
 #: ``importlib.metadata``, ``shtab``) delayed a restarted hub's first answer.
 _SERVE_ONLY = ("hub.serve.cli",)

@@ -39,6 +39,7 @@ from prometheus_client.registry import Collector
 
 from hub.core.events import Event
 from hub.core.overview import OTHERS, Overview, SubscriptionRow, TopicRow, top
+from hub.core.presence import TopicPresence
 
 #: Topics or subscriptions labelled by name in scrape-time series; the rest are folded.
 TOP_N = 20
@@ -251,6 +252,45 @@ def overview_families(
             lag_seconds.add_metric([label, label], max(s.lag_seconds for s in folded))
     yield lag_events
     yield lag_seconds
+    yield _presence_family(overview, n, visible)
+
+
+def _presence_family(
+    overview: Overview, n: int, visible: Callable[[str], bool] | None
+) -> GaugeMetricFamily:
+    """Per topic (top ``n`` by total; the rest and unreadable private ones folded): stream
+    clients over every hub process and WebSub subscriptions by state."""
+    family = GaugeMetricFamily(
+        "rshub_topic_clients",
+        f"Per topic: live WebSocket (ws) and SSE clients over every hub process, and WebSub "
+        f"subscriptions by state (websub_<state>); top {n} topics, the rest summed, "
+        f"unreadable private topics summed under {PRIVATE}.",
+        labels=["topic", "kind"],
+    )
+    rows: list[tuple[str, TopicPresence]] = []
+    hidden: list[TopicPresence] = []
+    for topic, presence in overview.presence.items():
+        if visible is None or visible(topic):
+            rows.append((topic, presence))
+        else:
+            hidden.append(presence)
+    shown, rest = top(rows, n, key=lambda row: (row[1].total,))
+    groups = [(topic, [presence]) for topic, presence in shown]
+    groups += [
+        (label, folded)
+        for label, folded in ((OTHERS, [p for _, p in rest]), (PRIVATE, hidden))
+        if folded
+    ]
+    for label, members in groups:
+        kinds: dict[str, int] = {"ws": 0, "sse": 0}
+        for presence in members:
+            kinds["ws"] += presence.ws
+            kinds["sse"] += presence.sse
+            for state, count in presence.websub.items():
+                kinds[f"websub_{state}"] = kinds.get(f"websub_{state}", 0) + count
+        for kind, count in kinds.items():
+            family.add_metric([label, kind], count)
+    return family
 
 
 class _Families(Collector):

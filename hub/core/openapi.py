@@ -142,8 +142,87 @@ _OVERVIEW: Schema = {
         "version": {"type": "string"},
         "generated_ms": {"type": "integer"},
         "notes": {"type": "array", "items": {"type": "string"}},
+        "presence": {
+            "type": "object",
+            "additionalProperties": {"$ref": "#/components/schemas/Presence"},
+        },
     },
 }
+
+# -- issue 21: attempt log and presence --------------------------------------------------
+
+_PRESENCE: Schema = {
+    "type": "object",
+    "description": "A topic's live WebSocket (ws) and SSE clients over every hub process, "
+    "and its WebSub subscriptions by state.",
+    "required": ["ws", "sse", "websub"],
+    "properties": {
+        "ws": {"type": "integer"},
+        "sse": {"type": "integer"},
+        "websub": {"type": "object", "additionalProperties": {"type": "integer"}},
+    },
+}
+
+_ATTEMPT: Schema = {
+    "type": "object",
+    "required": ["at", "status", "latency_ms", "error", "first_event_id", "last_event_id"],
+    "properties": {
+        "at": {"type": "number", "description": "When the POST was sent (epoch seconds)"},
+        "time": {"type": ["string", "null"]},
+        "status": {"type": ["integer", "null"], "description": "null: no HTTP answer"},
+        "latency_ms": {"type": "number"},
+        "error": {"type": ["string", "null"]},
+        "first_event_id": {"type": "string"},
+        "last_event_id": {"type": "string"},
+        "events": {"type": "integer"},
+    },
+}
+
+_SUBSCRIPTION_RECORD: Schema = {
+    "type": "object",
+    "required": ["id", "topic", "callback", "state", "cursor", "lag_events", "attempts"],
+    "properties": {
+        "id": {"type": "string"},
+        "topic": {"type": "string"},
+        "topic_url": {"type": "string"},
+        "callback": {"type": "string"},
+        "state": {"type": "string"},
+        "cursor": {"type": ["string", "null"]},
+        "last_id": {"type": ["string", "null"]},
+        "lag_events": {"type": "integer"},
+        "lag_capped": {"type": "boolean"},
+        "lag_seconds": {"type": "number"},
+        "last_success": {
+            "type": ["object", "null"],
+            "properties": {
+                "at": {"type": "number"},
+                "time": {"type": ["string", "null"]},
+                "event_id": {"type": "string"},
+            },
+        },
+        "last_error": {"type": ["string", "null"]},
+        "failures": {"type": "integer"},
+        "attempts": {"type": "array", "items": _ATTEMPT, "description": "Newest first"},
+    },
+}
+
+_SIGNED_HEADERS = [
+    {
+        "name": name,
+        "in": "header",
+        "required": False,
+        "description": text,
+        "schema": {"type": "string"},
+    }
+    for name, text in (
+        ("X-RSHub-Timestamp", "Self-service: unix seconds, within the tolerance (300 s)"),
+        (
+            "X-RSHub-Signature",
+            "Self-service: sha256=<hex HMAC-SHA256 of '<timestamp>\\n<path>' keyed with the "
+            "subscription's hub.secret>",
+        ),
+    )
+]
 
 
 def _error(description: str) -> dict[str, Any]:
@@ -636,7 +715,7 @@ def spec(server_url: str = "/") -> dict[str, Any]:
             "parameters": [_TOPIC],
             "get": _admin(
                 "adminTopic",
-                "One topic, with its Change List pages and Resource List size",
+                "One topic: Change List pages, Resource List size, presence (clients by kind)",
                 "topic",
                 not_found=True,
             ),
@@ -677,6 +756,39 @@ def spec(server_url: str = "/") -> dict[str, Any]:
             },
         },
         "/admin/subscriptions/{id}/rate-limit": _rate_limit_path(),
+        "/admin/subscriptions/{id}": {
+            "get": {
+                **_admin(
+                    "adminSubscription",
+                    "One subscription: state, cursor, lag, last success and last attempts",
+                    "subscription's record",
+                    not_found=True,
+                ),
+                "description": "The admin token reads any record (without one, loopback "
+                "clients of an open hub). A subscriber reads its own without it by signing "
+                "the request with its hub.secret (X-RSHub-Timestamp, X-RSHub-Signature); each "
+                "signature is accepted once. A subscription without a secret is for the "
+                "admin only.",
+                "parameters": [
+                    {
+                        "name": "id",
+                        "in": "path",
+                        "required": True,
+                        "description": "The subscription id (X-RSHub-Subscription)",
+                        "schema": {"type": "string"},
+                    },
+                    *_SIGNED_HEADERS,
+                ],
+                "responses": {
+                    "200": _json("The subscription's record", "SubscriptionRecord"),
+                    "400": _error("Not a subscription id (12 lowercase hex digits)"),
+                    "401": _error("No token or signature, or a malformed, expired or future one"),
+                    "403": _error("Wrong token or signature, a replayed one, or no hub.secret"),
+                    "404": _error("No such subscription"),
+                    "503": _UNAVAILABLE,
+                },
+            },
+        },
         "/admin/subscriptions/resume": {
             "post": {
                 **_admin(
@@ -775,6 +887,8 @@ def spec(server_url: str = "/") -> dict[str, Any]:
                 "Subscription": _SUBSCRIPTION,
                 "Subscriptions": _SUBSCRIPTIONS,
                 "Overview": _OVERVIEW,
+                "Presence": _PRESENCE,
+                "SubscriptionRecord": _SUBSCRIPTION_RECORD,
             },
         },
     }

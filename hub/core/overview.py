@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TypeVar
 
+from hub.core.presence import TopicPresence
+
 #: The label standing for everything below the top N.
 OTHERS = "(others)"
 
@@ -60,6 +62,8 @@ class Overview:
     version: str
     generated_ms: int
     notes: list[str] = field(default_factory=list)
+    #: Per topic: stream clients over every hub process, WebSub subscriptions by state.
+    presence: dict[str, TopicPresence] = field(default_factory=dict)
 
     def subscriptions_by_state(self) -> dict[str, int]:
         counts = {"active": 0, "suspended": 0, "disabled": 0}

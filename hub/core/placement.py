@@ -13,18 +13,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 
+# One implementation, shared with the clients (``rshub inspect``): re-exported here.
+from rsclient.subscription_identity import subscription_id as subscription_id
+
 #: A subscription's identity: (topic, callback).
 SubscriptionKey = tuple[str, str]
-
-
-def subscription_id(topic: str, callback: str) -> str:
-    """A short, stable name for a subscription that does not reveal its callback URL.
-
-    For series labels and listings read by people who must not see the callback (its
-    query string often carries a key): the first 12 hex digits of SHA-256 of
-    ``topic``, NUL, ``callback``. Operators match it to a callback in the admin API.
-    """
-    return hashlib.sha256(f"{topic}\0{callback}".encode()).hexdigest()[:12]
 
 
 def _weight(node: str, key: SubscriptionKey) -> bytes:

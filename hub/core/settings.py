@@ -302,6 +302,18 @@ class Settings(BaseSettings):
     #: Deliveries sent back to back after a quiet spell, within the default rate limit.
     delivery_rate_burst: int = Field(100, ge=1, le=10_000)
 
+    # -- issue 21: attempt log and presence ----------------------------------------------
+    #: Delivery attempts kept per subscription (time, status, latency, error, event ids),
+    #: shown by ``GET /admin/subscriptions/{id}`` and ``rshub inspect``.
+    attempt_log_size: int = Field(50, ge=1, le=1000)
+    #: How far (seconds) the ``X-RSHub-Timestamp`` of a subscriber's signed request for its
+    #: own record may lie from the hub's clock, either way; older signatures are refused,
+    #: and each signature is accepted once.
+    self_service_tolerance_seconds: float = Field(300.0, ge=1, le=3600)
+    #: How soon (seconds) after a stream client connects or leaves its process reports the
+    #: new per-topic counts to Redis (they are refreshed every ownership lease anyway).
+    presence_report_seconds: float = Field(0.2, ge=0, le=60)
+
     @field_validator("callback_ca_file", "callback_client_cert", "callback_client_key")
     @classmethod
     def _check_readable_file(cls, value: Path | None) -> Path | None:

@@ -29,7 +29,7 @@ from hub.core import metrics, rendering, websub
 from hub.core.events import Event, parse_id
 from hub.core.exceptions import CallbackFailed
 from hub.core.failure_policy import Decision, FailurePolicy, Track, Verdict
-from hub.core.placement import SubscriptionKey
+from hub.core.placement import SubscriptionKey, subscription_id
 from hub.core.retrying import STORE_OUTAGE, retrying
 from hub.core.settings import Settings
 from hub.core.tasks import Tasks, cancel_and_wait
@@ -39,6 +39,7 @@ from hub.live.feed import FeedHub
 from hub.live.http_client import Answer, HttpClient
 from hub.live.ownership import Lease
 from hub.live.subscription_terms import Terms, apply_terms
+from hub.store.attempts import Attempt, AttemptStore, AttemptWriter
 from hub.store.dead_letters import DeadLetterStore
 from hub.store.redis_connection import StoreError
 from hub.store.subscriptions import CursorWriter, State, Subscription, SubscriptionStore
@@ -59,6 +60,8 @@ GAP_HEADER = "X-RSHub-Gap"
 _LEASE_PATIENCE = 60.0
 #: The hub process that sent a delivery (its ``node`` in ``/healthz``), for operators.
 NODE_HEADER = "X-RSHub-Node"
+#: The subscription's stable id (``GET /admin/subscriptions/{id}``, ``rshub inspect``).
+SUBSCRIPTION_HEADER = "X-RSHub-Subscription"
 
 
 class _Gone(Exception):
@@ -134,6 +137,7 @@ class DeliveryWorker:
         bodies: Bodies,
         dead_letters: DeadLetterStore,
         deny: Callable[[str, str, str], Awaitable[bool]] | None = None,
+        attempts: AttemptWriter | None = None,
     ) -> None:
         self.sub = sub
         self.lease = lease
@@ -165,7 +169,9 @@ class DeliveryWorker:
             "Content-Type": "application/xml",
             "Link": self.urls.links(sub.topic_url),
             NODE_HEADER: node,
+            SUBSCRIPTION_HEADER: subscription_id(sub.topic, sub.callback),
         }
+        self.attempts = attempts
         self.task: asyncio.Task[None] | None = None
         self.delivered = 0
         #: Set while a POST is in flight (a stop waits briefly for it, see stop()).
@@ -252,10 +258,20 @@ class DeliveryWorker:
         if not self.lease.valid() and not await self.lease.wait_valid(_LEASE_PATIENCE):
             raise _Lost
         self.posting = True
+        started = time.time()  # for the attempt log (queued, never waited for)
+        outcome: Answer | Exception | None = None
         try:
-            return await self.client.post(self.sub.callback, body, headers)
+            outcome = answer = await self.client.post(self.sub.callback, body, headers)
+            return answer
+        except Exception as exc:
+            outcome = exc
+            raise
         finally:
             self.posting = False
+            if outcome is not None and self.attempts is not None:
+                self.attempts.record(
+                    self.sub.topic, self.sub.callback, _attempt(started, outcome, headers)
+                )
 
     async def _deliver(
         self, batch: list[Event], body: bytes, gap: str | None = None, through: str | None = None
@@ -429,6 +445,25 @@ class DeliveryWorker:
             await asyncio.sleep(min(self.backoff.delay(64), remaining))
 
 
+def _attempt(started: float, outcome: Answer | Exception, headers: Mapping[str, str]) -> Attempt:
+    status = outcome.status if isinstance(outcome, Answer) else None
+    if isinstance(outcome, CallbackFailed):
+        error: str | None = str(outcome)[:300]
+    elif isinstance(outcome, Exception):
+        error = f"{type(outcome).__name__}: {outcome}"[:300]
+    else:
+        error = None if 200 <= outcome.status < 300 else f"HTTP {outcome.status}"
+    return Attempt(
+        at=started,
+        status=status,
+        latency_ms=(time.time() - started) * 1000,
+        error=error,
+        first_event_id=headers.get(FIRST_EVENT_ID_HEADER, ""),
+        last_event_id=headers.get(LAST_EVENT_ID_HEADER, ""),
+        events=int(headers.get(EVENT_COUNT_HEADER, 0)),
+    )
+
+
 class DeliveryService:
     """Verifies intent (WebSub §5.3) and runs a worker per subscription this process owns."""
 
@@ -459,6 +494,8 @@ class DeliveryService:
         self.tasks = tasks
         # Made first, stopped last: the cursor writes of the workers stopping go out.
         self.cursors = CursorWriter(store, node, tasks.group("cursors"))
+        attempt_store = AttemptStore(store.redis, store.scripts, settings.attempt_log_size)
+        self.attempts = AttemptWriter(attempt_store, tasks.group("attempts"))
         self._requests = tasks.group("requests", peers=True)
         self._workers = tasks.group("workers", peers=True)
         self.bodies = Bodies(HubUrls(settings.public_url), settings.delivery_batch_max_bytes)
@@ -473,6 +510,7 @@ class DeliveryService:
         await self._workers.stop()
         self.workers.clear()
         await self.cursors.close()
+        await self.attempts.close()
         await self.tasks.stop()
 
     # -- driven by hub.live.ownership ------------------------------------------------------
@@ -499,6 +537,7 @@ class DeliveryService:
             bodies=self.bodies,
             dead_letters=self.dead_letters,
             deny=self.tell_denied,
+            attempts=self.attempts,
         )
         self.workers[key] = worker
         worker.start(self._workers, lambda _t: self._ended(key, worker))

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 
 from hub.core import metrics
 from hub.core.health import PING_TIMEOUT, RedisHealth
+from hub.core.presence import StreamCounts
 from hub.core.settings import Settings
 from hub.core.tasks import Tasks
 from hub.live.delivery import DeliveryService
@@ -26,10 +27,12 @@ from hub.live.http_client import HttpClient
 from hub.live.ingest import Ingest
 from hub.live.ownership import Ownership
 from hub.live.parsing import DocumentParser
+from hub.live.presence import PresenceReporter
 from hub.store.embedded_redis import EmbeddedRedis
 from hub.store.event_store import EventStore, Retention
 from hub.store.leases import Leases
 from hub.store.pages import PageChain
+from hub.store.presence import PresenceStore
 from hub.store.redis_connection import Connections, StoreError
 from hub.store.snapshots import ResourceSnapshots
 from hub.store.stream_stats import StreamStats
@@ -132,6 +135,17 @@ class Runtime:
             offload=self.parser.run,
         )
         self.background = self.tasks.group("background")
+        #: Live stream clients per topic: counted here, reported for every process to sum.
+        self.stream_counts = StreamCounts()
+        self.presence = PresenceStore(connections.main, self.store.scripts)
+        self.presence_reporter = PresenceReporter(
+            self.stream_counts,
+            self.presence,
+            self.node,
+            self.tasks.group("presence"),
+            every=settings.ownership_lease_seconds,
+            delay=settings.presence_report_seconds,
+        )
 
     @classmethod
     async def open(
@@ -187,6 +201,7 @@ class Runtime:
             jobs.spawn("redis-supervisor", self.embedded.supervise())
         jobs.spawn("tls-context", self.client.connections.prepare_tls())
         await self.ownership.start()
+        self.presence_reporter.start()
 
     async def hand_over(self) -> None:
         """Give this process's deliveries up (at shutdown, before the rest closes): the
@@ -199,6 +214,7 @@ class Runtime:
     async def close(self) -> None:
         """Stop everything, in reverse dependency order; every wait is bounded."""
         await self.hand_over()
+        await self.presence_reporter.close()
         await self.parser.close()
         await self.delivery.close()
         await self.feeds.close()

@@ -231,3 +231,27 @@ def xread_fields(result: Any) -> list[tuple[str, dict[str, str]]]:
     """The entries of an XREAD reply for one stream, with their fields as text."""
     rows = result[0][1] if result else ()
     return [(text(eid), {text(k): text(v) for k, v in fields.items()}) for eid, fields in rows]
+
+
+# -- attempt log and presence (issue 21) ----------------------------------------------------
+
+
+def attempts(topic: str, sub_id: str) -> str:
+    """List, newest first: the last delivery attempts of one subscription (by its id), each
+    a JSON array (``hub.store.attempts.Attempt``'s fields in order)."""
+    return f"{PREFIX}{{{topic}}}:attempts:{sub_id}"
+
+
+def last_successes(topic: str) -> str:
+    """Hash: callback URL -> its last 2xx delivery attempt (as in ``attempts``)."""
+    return f"{PREFIX}{{{topic}}}:last-success"
+
+
+def presence(node: str) -> str:
+    """Hash with a TTL: ``<transport> <topic>`` -> live stream clients of one hub process."""
+    return f"{PREFIX}presence:{node}"
+
+
+def used_signature(digest: str) -> str:
+    """String with a TTL: a self-service request signature already accepted (no replays)."""
+    return f"{PREFIX}used-signature:{digest}"

@@ -201,6 +201,8 @@ class SubscriptionStore:
                 keys.owners(topic),
                 keys.holds(topic),
                 keys.dead_letters(topic, subscription_id(topic, callback)),
+                keys.attempts(topic, subscription_id(topic, callback)),
+                keys.last_successes(topic),
             ],
             [callback],
         )

@@ -56,6 +56,7 @@ def fixed_keys(topic: str) -> list[str]:
         keys.resourcelist_lock(topic),
         keys.topic_meta(topic),
         keys.pinged(topic),
+        keys.last_successes(topic),
     ]
 
 

@@ -38,6 +38,7 @@ from hub.store.event_store import EventStore
 from hub.store.redis_connection import Connections, StoreError
 from hub.store.stream_stats import StreamStats, backlog_cap
 from hub.store.subscriptions import Subscription, SubscriptionStore
+from hub.web import presence as web_presence
 from hub.web.access import check_operator, check_read, is_admin, sight
 
 
@@ -179,7 +180,9 @@ async def gather_overview(app: web.Application) -> Overview:
                     gaps=sub.gaps,
                 )
             )
+    presence = await web_presence.of_topics(app, by_topic)
     return Overview(
+        presence=presence,
         topics=topics,
         subscriptions=rows,
         clients=metrics.live_clients(),
@@ -219,6 +222,7 @@ async def overview_json(request: web.Request) -> web.Response:
         overview,
         topics=[t for t in overview.topics if visible(t.name)],
         subscriptions=[s for s in overview.subscriptions if visible(s.topic)],
+        presence={t: p for t, p in overview.presence.items() if visible(t)},
     )
     return web.Response(
         body=orjson.dumps(shown.to_json()),

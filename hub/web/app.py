@@ -37,9 +37,11 @@ from hub.web import dead_letters as web_dead_letters
 from hub.web import documents as web_documents
 from hub.web import observe as web_observe
 from hub.web import operator as web_operator
+from hub.web import presence as web_presence
 from hub.web import publish as web_publish
 from hub.web import rate_limits as web_rate_limits
 from hub.web import streams as web_streams
+from hub.web import subscription_record as web_record
 from hub.web import websub as web_websub
 from hub.web.cache import Builds, ByteCache
 from hub.web.listener import (
@@ -183,8 +185,9 @@ def _lifecycle(
             runtime.ingest,
         )
         app[web_streams.STREAMING] = web_streams.Streaming(
-            settings, urls, runtime.store, runtime.feeds
+            settings, urls, runtime.store, runtime.feeds, presence=runtime.stream_counts
         )
+        app[web_presence.PRESENCE] = runtime.presence
         app[web_documents.READING] = web_documents.Reading(
             urls,
             runtime.store,
@@ -200,6 +203,14 @@ def _lifecycle(
             runtime.topic_admin,
             runtime.pages,
             runtime.topic_removed,
+        )
+        app[web_record.RECORDS] = web_record.Records(
+            settings,
+            runtime.connections.main,
+            runtime.store,
+            runtime.subscriptions,
+            runtime.topic_admin,
+            runtime.delivery.attempts.store,
         )
         app[web_admin.OBSERVING] = web_admin.Observing(
             health,
@@ -317,6 +328,8 @@ def create_app(
     get(rate_limit, web_rate_limits.get_rate_limit)
     app.router.add_put(rate_limit, web_rate_limits.put_rate_limit)
     app.router.add_delete(rate_limit, web_rate_limits.delete_rate_limit)
+
+    get("/admin/subscriptions/{id}", web_record.subscription_record)
     get("/", web_pages.dashboard)
     get("/dashboard/{file}", web_pages.dashboard_asset)
     described = web_pages.InterfaceDescription(settings.public_url)

@@ -35,6 +35,7 @@ from hub.store.event_store import EventStore
 from hub.store.pages import PageChain
 from hub.store.subscriptions import State, Subscription, SubscriptionStore
 from hub.store.topic_admin import LAG_CAP, TopicAdmin, TopicSummary
+from hub.web import presence as web_presence
 from hub.web.access import check_operator, request_urls
 
 
@@ -108,6 +109,8 @@ async def topic(request: web.Request) -> web.Response:
     else:
         answer["changelist_pages"] = 0
     answer["resourcelist_size"] = await admin.resources(row.name)
+    subs = await request.app[OPERATING].subscriptions.for_topic(row.name)
+    answer["presence"] = await web_presence.of_topic(request.app, row.name, subs)
     return web.json_response(answer)
 
 

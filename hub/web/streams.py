@@ -35,6 +35,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from hub.core import metrics
 from hub.core.events import Event, EventFilter, EventKey, format_id, parse_id
 from hub.core.exceptions import BadRequest, Gone
+from hub.core.presence import StreamCounts
 from hub.core.settings import Settings
 from hub.core.tasks import cancel_and_wait
 from hub.core.topics import HubUrls, check_name
@@ -82,6 +83,8 @@ class Streaming:
     store: EventStore
     feeds: FeedHub
     closing: Closing = field(default_factory=Closing)
+    #: Live clients per topic, counted at connect and disconnect (hub.core.presence).
+    presence: StreamCounts = field(default_factory=StreamCounts)
 
 
 STREAMING = web.AppKey("streaming", Streaming)
@@ -182,11 +185,13 @@ async def _following(
     capacity = ctx.settings.client_buffer_events
     client = ClientStream(feed, _start_cursor(request, feed), capacity, event_filter)
     metrics.client_connected(transport)
+    ctx.presence.connected(topic, transport)
     ctx.closing.opened()
     try:
         yield topic, client
     finally:
         ctx.closing.closed()
+        ctx.presence.disconnected(topic, transport)
         metrics.client_disconnected(transport)
         client.close()
         _abort_if_stuck(request.transport, ctx.settings.stream_close_seconds)

@@ -98,6 +98,11 @@ async def test_dashboard_shows_topics_subscriptions_and_a_live_tail(
         await page.click("#tail-form button[type=submit]")
         await expect(page.locator("#tail-state")).to_have_text("tailing wiki")
         await expect(page.locator("#clients")).to_contain_text("1 SSE", timeout=5000)
+        # Presence per topic: the tail's SSE client and the WebSub subscription.
+        wiki_clients = page.locator("#topics tbody tr", has_text="wiki").locator("td").nth(5)
+        await expect(wiki_clients).to_have_text("0 WS · 1 SSE · 1 WebSub", timeout=5000)
+        news_clients = page.locator("#topics tbody tr", has_text="news").locator("td").nth(5)
+        await expect(news_clients).to_contain_text("1 WebSub")
 
         loc = "http://en.example.org/wiki/Live_tail_check"
         await hub.publish("wiki", notification([{"loc": loc, "change": "created"}]))

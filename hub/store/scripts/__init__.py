@@ -56,3 +56,6 @@ RESOURCELIST_PROBE = load("resourcelist_probe")
 BACKLOG = load("backlog")
 RANGE_TRIMMED = load("range_trimmed")
 DEAD_LETTER = load("dead_letter")
+
+RECORD_ATTEMPTS = load("record_attempts")
+REPORT_PRESENCE = load("report_presence")

@@ -47,7 +47,16 @@ function fillRows(tbody, rows, columns, emptyText) {
   }
 }
 
-function renderTopics(topics, now) {
+// Per topic, over every hub process: "2 WS · 1 SSE · 3 WebSub (1 suspended)".
+function presenceText(p) {
+  if (!p) return "";
+  const websub = Object.values(p.websub || {}).reduce((a, b) => a + b, 0);
+  const parked = Object.entries(p.websub || {}).filter(([s, n]) => s !== "active" && n > 0);
+  const notes = parked.map(([s, n]) => n + " " + s).join(", ");
+  return p.ws + " WS · " + p.sse + " SSE · " + websub + " WebSub" + (notes ? " (" + notes + ")" : "");
+}
+
+function renderTopics(topics, now, presence) {
   const names = $("topic-names");
   names.replaceChildren(...topics.map((t) => { const o = el("option"); o.value = t.name; return o; }));
   const rows = topics.map((t) => {
@@ -61,9 +70,10 @@ function renderTopics(topics, now) {
     const action = el("td");
     action.append(button);
     return [el("td", t.name), el("td", rate, "num"), el("td", t.length, "num"),
-      el("td", t.published, "num"), el("td", ago(t.last_publish_ms)), action];
+      el("td", t.published, "num"), el("td", ago(t.last_publish_ms)),
+      el("td", presenceText(presence[t.name])), action];
   });
-  fillRows($("topics").tBodies[0], rows, 6, "no topics yet");
+  fillRows($("topics").tBodies[0], rows, 7, "no topics yet");
 }
 
 function renderSubscriptions(subs) {
@@ -113,7 +123,7 @@ async function refreshOverview() {
   $("login").hidden = true;
   const data = await resp.json();
   const now = Date.now();
-  renderTopics(data.topics, now);
+  renderTopics(data.topics, now, data.presence || {});
   renderSubscriptions(data.subscriptions);
   const c = data.clients || {};
   $("clients").textContent = "clients: " + (c.ws || 0) + " WebSocket, " + (c.sse || 0) + " SSE";

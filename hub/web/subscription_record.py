@@ -1,0 +1,127 @@
+"""``GET /admin/subscriptions/{id}``: one subscription's record, for its operator or itself.
+
+State, cursor, lag, last success, last error and the last delivery attempts
+(:mod:`hub.store.attempts`), by the stable id every delivery carries
+(``X-RSHub-Subscription``). The admin token reads any record (on an open hub without one,
+a direct loopback client does); a subscriber reads its own by signing the request with
+its ``hub.secret`` (:mod:`hub.core.self_service`), each signature accepted once.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from aiohttp import web
+
+from hub.core import self_service
+from hub.core.exceptions import Forbidden, Unauthorized
+from hub.core.placement import subscription_id
+from hub.core.settings import Settings
+from hub.store.attempts import AttemptStore
+from hub.store.event_store import EventStore
+from hub.store.redis_connection import Client
+from hub.store.subscriptions import Subscription, SubscriptionStore
+from hub.store.topic_admin import LAG_CAP, TopicAdmin
+from hub.store.used_signatures import first_use
+from hub.web.access import check_operator, is_admin
+from hub.web.operator import _lag_seconds, subscription_by_id
+
+
+@dataclass(frozen=True, slots=True)
+class Records:
+    """What a subscription's record is read from."""
+
+    settings: Settings
+    redis: Client
+    store: EventStore
+    subscriptions: SubscriptionStore
+    topic_admin: TopicAdmin
+    attempts: AttemptStore
+
+
+RECORDS = web.AppKey("subscription_records", Records)
+
+
+def _iso(seconds: float | None) -> str | None:
+    if not seconds:
+        return None
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")
+
+
+async def _authorize(request: web.Request) -> Subscription:
+    """The subscription, once the request proved it may read it (see the module doc)."""
+    if is_admin(request):
+        return await subscription_by_id(request)
+    timestamp = request.headers.get(self_service.TIMESTAMP_HEADER)
+    signature = request.headers.get(self_service.SIGNATURE_HEADER)
+    if not self_service.signed(timestamp, signature):
+        try:
+            check_operator(request)
+        except (Unauthorized, Forbidden) as exc:
+            raise type(exc)(
+                f"{exc.message}; a subscriber may instead sign the request with its "
+                f"hub.secret ({self_service.TIMESTAMP_HEADER}, {self_service.SIGNATURE_HEADER})"
+            ) from None
+        return await subscription_by_id(request)
+    sub = await subscription_by_id(request)
+    ctx = request.app[RECORDS]
+    tolerance = ctx.settings.self_service_tolerance_seconds
+    digest = self_service.check(
+        sub.secret, request.path, timestamp, signature, now=time.time(), tolerance=tolerance
+    )
+    if not await first_use(ctx.redis, digest, tolerance):
+        raise Forbidden("this signature was used before: sign each request anew")
+    return sub
+
+
+async def subscription_record(request: web.Request) -> web.Response:
+    sub = await _authorize(request)
+    ctx = request.app[RECORDS]
+    topic, callback = sub.topic, sub.callback
+    cursor = await ctx.subscriptions.cursor(topic, callback)
+    first, last = await ctx.store.first_id(topic), await ctx.store.last_id(topic)
+    lag = await ctx.topic_admin.count_after(topic, cursor)
+    attempts, success = await ctx.attempts.read(topic, callback)
+    return web.json_response(
+        {
+            "id": subscription_id(topic, callback),
+            "topic": topic,
+            "topic_url": sub.topic_url,
+            "callback": callback,
+            "state": sub.state.value,
+            "cursor": cursor,
+            "last_id": last,
+            "lag_events": lag,
+            "lag_capped": lag >= LAG_CAP,
+            "lag_seconds": _lag_seconds(cursor, first, last),
+            "last_success": None
+            if success is None
+            else {"at": success.at, "time": _iso(success.at), "event_id": success.event_id},
+            "last_error": sub.last_error,
+            "failures": sub.failures,
+            "retry_at": sub.retry_at or None,
+            "gaps": sub.gaps,
+            "last_gap": sub.last_gap,
+            "expires_at": sub.expires_at,
+            "expires": _iso(sub.expires_at),
+            "lease_seconds": sub.lease_seconds,
+            "created_at": sub.created_at,
+            "secret": bool(sub.secret),
+            "attempts": [
+                {
+                    "at": a.at,
+                    "time": _iso(a.at),
+                    "status": a.status,
+                    "latency_ms": round(a.latency_ms, 3),
+                    "error": a.error,
+                    "first_event_id": a.first_event_id,
+                    "last_event_id": a.last_event_id,
+                    "events": a.events,
+                }
+                for a in attempts
+            ],
+        },
+        headers={"Cache-Control": "no-store"},
+    )
