@@ -19,7 +19,7 @@ import shtab
 from rsclient.options import hub_url_problem
 
 #: package.cli modules that contribute sub-commands, in help order.
-_COMMAND_MODULES = ("hub.serve.cli", "publisher.cli", "subscriber.cli")
+_COMMAND_MODULES = ("hub.serve.cli", "hub.serve.token_cli", "publisher.cli", "subscriber.cli")
 
 
 def package_version() -> str:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from hub.core.access import OperatorAccess, ReadAccess
-from hub.core.forwarding import TrustedPeers, forwarded_base
+from hub.core.forwarding import TrustedPeers, forwarded_base, forwarded_client
 from hub.core.topics import HubUrls
 
 
@@ -56,8 +56,8 @@ def check_read(request: web.Request, topic: str, *, query_token: bool = False) -
 def readable(request: web.Request, topics: list[str]) -> list[str]:
     """The ``topics`` this request may read (for listings: no error for the others)."""
     readers = request.app[ACCESS].readers
-    authorization = request.headers.get("Authorization")
-    shown = [t for t in topics if readers.readable(t, authorization)]
+    sees = readers.sight(request.headers.get("Authorization"))  # one token check in all
+    shown = [t for t in topics if sees(t)]
     if any(not readers.is_open(t) for t in shown):
         request[_PRIVATE] = True
     return shown
@@ -83,6 +83,14 @@ def request_urls(request: web.Request) -> HubUrls:
         return urls
     base = forwarded_base(request.headers, request.scheme, urls.base)
     return urls if base is None else urls.with_alias(base)
+
+
+def client_address(request: web.Request) -> str:
+    """Who sent the request, for rate limits: the peer, or the client a trusted proxy names."""
+    peer = request.remote or ""
+    if _via_trusted_proxy(request):
+        return forwarded_client(request.headers) or peer
+    return peer
 
 
 #: Headers a reverse proxy adds: a request carrying one came through a proxy.

@@ -1,0 +1,76 @@
+"""Token buckets: a rate with a burst, as pure arithmetic on a clock the caller passes.
+
+:class:`TokenBucket` is one bucket; :class:`TokenBuckets` keeps one per key (a client
+address) in bounded memory: a bucket that has refilled completely is the same as no bucket,
+so idle keys are dropped, and past ``max_keys`` the least recently used one goes too.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+
+class TokenBucket:
+    """``burst`` tokens at most, refilled at ``rate`` per second; each take costs one."""
+
+    __slots__ = ("burst", "rate", "stamp", "tokens")
+
+    def __init__(self, rate: float, burst: float, now: float = 0.0) -> None:
+        if rate <= 0 or burst < 1:
+            raise ValueError("a token bucket needs rate > 0 and burst >= 1")
+        self.rate = rate
+        self.burst = float(burst)
+        self.tokens = float(burst)
+        self.stamp = now
+
+    def _refill(self, now: float) -> None:
+        if now > self.stamp:
+            self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = max(self.stamp, now)  # a clock that steps back grants nothing
+
+    def take(self, now: float) -> float:
+        """Take a token: 0 when granted, else the seconds until one is available (nothing
+        is taken then)."""
+        self._refill(now)
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return 0.0
+        return (1 - self.tokens) / self.rate
+
+    def full(self, now: float) -> bool:
+        """Refilled to its burst by ``now``: forgetting it changes nothing."""
+        return self.tokens + max(0.0, now - self.stamp) * self.rate >= self.burst
+
+
+class TokenBuckets:
+    """One :class:`TokenBucket` per key, at most ``max_keys`` of them."""
+
+    def __init__(self, rate: float, burst: float, *, max_keys: int = 100_000) -> None:
+        self.rate, self.burst, self.max_keys = rate, burst, max_keys
+        self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()
+        #: A bucket refills completely within this many seconds of its last take.
+        self._idle_after = burst / rate
+        self._swept = 0.0
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+    def take(self, key: str, now: float) -> float:
+        """:meth:`TokenBucket.take` on ``key``'s bucket (a new key starts full)."""
+        self._sweep(now)
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = TokenBucket(self.rate, self.burst, now)
+            while len(self._buckets) > self.max_keys:
+                self._buckets.popitem(last=False)
+        else:
+            self._buckets.move_to_end(key)
+        return bucket.take(now)
+
+    def _sweep(self, now: float) -> None:
+        """Drop full buckets, oldest first, at most once per refill period (amortised)."""
+        if now - self._swept < self._idle_after:
+            return
+        self._swept = now
+        for key in [k for k, b in self._buckets.items() if b.full(now)]:
+            del self._buckets[key]
