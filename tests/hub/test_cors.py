@@ -26,6 +26,7 @@ SHARED = [
     "/topics/t/changelist.xml",
     "/topics/t/resourcelist.xml",
     "/.well-known/resourcesync",
+    "/openapi.json",
 ]
 
 
