@@ -14,6 +14,8 @@ from hub.core.settings import Settings
 
 KEY = "k" * 40
 OTHER = "o" * 40
+#: An expiry the tests never reach (parameters are built when the module is imported).
+LATER = time.time() + 86400
 
 
 def _decode_problem(token: str) -> str:
@@ -33,13 +35,18 @@ def test_a_minted_token_reads_its_topics() -> None:
     ("claims", "key", "algorithm", "problem"),
     [
         ({"topics": ["t"], "exp": time.time() - 3600}, KEY, "HS256", "expired"),
-        ({"topics": ["t"], "exp": time.time() + 60}, OTHER, "HS256", "signature"),
-        ({"topics": ["t"], "exp": time.time() + 60}, KEY + KEY, "HS512", "HS256"),
-        ({"topics": ["t"], "exp": time.time() + 60}, None, "none", "HS256"),
+        ({"topics": ["t"], "exp": LATER}, OTHER, "HS256", "signature"),
+        ({"topics": ["t"], "exp": LATER}, KEY + KEY, "HS512", "HS256"),
+        ({"topics": ["t"], "exp": LATER}, None, "none", "HS256"),
         ({"topics": ["t"]}, KEY, "HS256", "'exp'"),
-        ({"exp": time.time() + 60}, KEY, "HS256", "'topics'"),
-        ({"topics": "t", "exp": time.time() + 60}, KEY, "HS256", "'topics'"),
-        ({"topics": ["t"], "exp": time.time() + 60, "nbf": time.time() + 600}, KEY, "HS256", "yet"),
+        ({"exp": LATER}, KEY, "HS256", "'topics'"),
+        ({"topics": "t", "exp": LATER}, KEY, "HS256", "'topics'"),
+        (
+            {"topics": ["t"], "exp": LATER, "nbf": LATER * 2},
+            KEY,
+            "HS256",
+            "yet",
+        ),
     ],
     ids=["expired", "wrong-key", "hs512", "alg-none", "no-exp", "no-topics", "topics-str", "nbf"],
 )
