@@ -12,7 +12,9 @@ import re
 import sys
 from typing import Any
 
+from hub.core.exceptions import BadRequest
 from hub.core.read_tokens import mint
+from hub.core.topics import check_name
 
 _TTL = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd]?)")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -51,8 +53,10 @@ def run_token(args: argparse.Namespace) -> int:
         print("rshub token: no key: pass --key or set RSHUB_JWT_KEY", file=sys.stderr)
         return 2
     try:
+        for name in args.topic:
+            check_name(name)
         print(mint(key, args.topic, args.ttl))
-    except ValueError as exc:
+    except (ValueError, BadRequest) as exc:
         print(f"rshub token: {exc}", file=sys.stderr)
         return 2
     return 0

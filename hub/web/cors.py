@@ -74,6 +74,8 @@ def _preflight(request: web.Request, policy: CorsPolicy, origin: str) -> web.Res
         raise exc  # 404: no such URL
     else:
         allowed = {request.method}
+    if request.path == "/":
+        allowed = {"POST"} & set(allowed)  # GET / is the dashboard: not shared
     headers = policy.preflight(
         origin,
         request.headers.get("Access-Control-Request-Method", ""),

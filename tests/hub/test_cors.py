@@ -64,7 +64,9 @@ async def test_preflights_are_granted_for_documents_streams_and_publish(publishe
     for path in ("/topics/t", "/"):
         resp = await preflight(hub, path, APP, "POST", "authorization,content-type,link")
         assert resp.status == 204 and "POST" in resp.headers["Access-Control-Allow-Methods"]
-    # A method the URL does not answer is not promised.
+    # A method the URL does not answer is not promised (GET / is the dashboard: not shared).
+    resp = await preflight(hub, "/", APP, "GET")
+    assert resp.status == 403 and ACAO not in resp.headers
     resp = await preflight(hub, "/topics/t/changelist.xml", APP, "POST")
     assert resp.status == 403 and ACAO not in resp.headers
 

@@ -160,7 +160,11 @@ def test_rshub_token_without_a_usable_key_says_so(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("RSHUB_JWT_KEY", raising=False)
-    for argv, said in [([], "RSHUB_JWT_KEY"), (["--key", "tiny-key"], "32 bytes")]:
+    for argv, said in [
+        ([], "RSHUB_JWT_KEY"),
+        (["--key", "tiny-key"], "32 bytes"),
+        (["--key", KEY, "--topic", "no/such name"], "topic name"),
+    ]:
         assert main(["token", "--topic", "t", *argv]) == 2
         out, err = capsys.readouterr()
         assert said in err and "tiny-key" not in err and not out

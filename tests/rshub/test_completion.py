@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-COMMANDS = ("serve", "publish", "wikipedia", "bridge", "subscribe", "sync", "completion")
+COMMANDS = ("serve", "publish", "wikipedia", "bridge", "subscribe", "sync", "token", "completion")
 
 
 @pytest.mark.parametrize("shell", ["bash", "zsh"])
