@@ -10,6 +10,7 @@ accepted (never ``none``, never an algorithm the token picks), and every refusal
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 
 import jwt
@@ -49,17 +50,26 @@ def mint(key: str, topics: Iterable[str], ttl_seconds: float, now: float | None 
     return jwt.encode(claims, check_key(key), algorithm=ALGORITHM)
 
 
+#: Verified tokens remembered (until they expire): decoding one costs ~100x a plain token
+#: comparison, and a browser presents the same one on every request.
+_REMEMBERED = 1024
+
+
 class SignedReadTokens:
     """Verifies signed read tokens with the hub's key."""
 
     def __init__(self, key: str) -> None:
         self._key = check_key(key)
+        self._verified: OrderedDict[bytes, tuple[frozenset[str], float]] = OrderedDict()
 
     def __repr__(self) -> str:  # never the key
         return "SignedReadTokens(<key>)"
 
     def topics(self, token: bytes) -> frozenset[str]:
         """The topics a valid token reads; 401 naming what is wrong with any other."""
+        known = self._verified.get(token)
+        if known is not None and time.time() <= known[1]:
+            return known[0]
         try:
             claims = jwt.decode(
                 token,
@@ -73,7 +83,12 @@ class SignedReadTokens:
         names = claims.get("topics")
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise Unauthorized("this read token has no 'topics' claim (a list of topic names)")
-        return frozenset(names)
+        topics = frozenset(names)
+        if isinstance(claims["exp"], int | float):
+            self._verified[token] = (topics, claims["exp"] + LEEWAY_SECONDS)
+            if len(self._verified) > _REMEMBERED:
+                self._verified.popitem(last=False)
+        return topics
 
 
 def _problem(exc: jwt.PyJWTError) -> str:

@@ -84,3 +84,17 @@ def test_read_access_takes_a_signed_token_for_its_topics_only() -> None:
     # Without a configured key a JWT is just a token that matches nothing.
     with pytest.raises(Forbidden):
         ReadAccess(Settings(read_tokens=["r"])).check("news", f"Bearer {token}")
+
+
+def test_verified_tokens_are_remembered_in_bounded_memory_until_they_expire() -> None:
+    tokens = SignedReadTokens(KEY)
+    minted = [mint(KEY, [f"t{i}"], 60).encode() for i in range(1100)]
+    for token in minted:
+        assert tokens.topics(token) == {f"t{minted.index(token)}"}
+    assert len(tokens._verified) == 1024
+    # Remembered only as long as the token is valid: past its exp, it is decoded again.
+    last = minted[-1]
+    names, until = tokens._verified[last]
+    assert names == {"t1099"} and time.time() + 50 < until <= time.time() + 60 + 10
+    tokens._verified[last] = (frozenset({"forged"}), time.time() - 1)
+    assert tokens.topics(last) == {"t1099"}
