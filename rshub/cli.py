@@ -18,6 +18,7 @@ from rsclient.options import hub_url_problem
 #: package.cli modules that contribute sub-commands, in help order.
 _COMMAND_MODULES = (
     "hub.serve.cli",
+    "hub.serve.token_cli",
     "publisher.cli",
     "subscriber.cli",
     "subscriber.inspect",

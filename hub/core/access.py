@@ -2,9 +2,10 @@
 
 Reading is open by default. Global read tokens make every topic private; per-topic read
 tokens make that topic private. A private topic is readable with a global read token, one
-of its own read tokens, or a token that may publish to it (a publisher reads what it
-writes). The admin API has a token of its own; without one, only loopback clients of an
-open hub may use it (the web layer knows the peer; :meth:`OperatorAccess.check` is told).
+of its own read tokens, a token that may publish to it (a publisher reads what it writes),
+or a signed read token naming it (:mod:`hub.core.read_tokens`). The admin API has a token of
+its own; without one, only loopback clients of an open hub may use it (the web layer knows
+the peer; :meth:`OperatorAccess.check` is told).
 ``/metrics`` may have a token of its own too (:class:`MetricsAccess`).
 """
 
@@ -14,6 +15,7 @@ import hmac
 from collections.abc import Callable
 
 from hub.core.exceptions import Forbidden, Unauthorized
+from hub.core.read_tokens import SignedReadTokens, looks_signed
 from hub.core.settings import Settings
 
 
@@ -60,6 +62,8 @@ class ReadAccess:
             self.topic_tokens[name] = _encoded(
                 settings.topic_read_tokens.get(name, []) + settings.topic_tokens.get(name, [])
             )
+        key = settings.jwt_key
+        self.signed = SignedReadTokens(key.get_secret_value()) if key is not None else None
 
     def is_open(self, topic: str) -> bool:
         """True when ``topic`` is readable without a token."""
@@ -70,8 +74,15 @@ class ReadAccess:
         if self.is_open(topic):
             return
         given = bearer(authorization, f"topic {topic!r} is private: reading it")
-        if not matches(given, self.global_tokens + self.topic_tokens.get(topic, [])):
-            raise Forbidden(f"this token may not read topic {topic!r}")
+        if matches(given, self.global_tokens + self.topic_tokens.get(topic, [])):
+            return
+        if self.signed is not None and looks_signed(given):
+            names = self.signed.topics(given)  # 401 naming what is wrong with it
+            if topic in names:
+                return
+            shown = ", ".join(repr(n) for n in sorted(names)[:10])
+            raise Forbidden(f"this read token is for topics {shown}, not {topic!r}")
+        raise Forbidden(f"this token may not read topic {topic!r}")
 
     def sight(self, authorization: str | None) -> Callable[[str], bool]:
         """Which topics ``authorization`` may read, decided once for a whole listing.
@@ -86,8 +97,16 @@ class ReadAccess:
             name
             for name, tokens in self.topic_tokens.items()
             if given is not None and matches(given, tokens)
-        )
+        ) | self._signed_topics(given)
         return lambda topic: topic in mine or self.is_open(topic)
+
+    def _signed_topics(self, given: bytes | None) -> frozenset[str]:
+        if self.signed is None or given is None or not looks_signed(given):
+            return frozenset()
+        try:
+            return self.signed.topics(given)
+        except Unauthorized:
+            return frozenset()
 
     def readable(self, topic: str, authorization: str | None) -> bool:
         """Whether ``authorization`` may read ``topic`` (no error: for listings)."""

@@ -20,6 +20,7 @@
         ├── Gone                    410  (e.g. a resume id older than retention)
         ├── PayloadTooLarge         413
         ├── UnsupportedMediaType    415
+        ├── TooManyRequests         429  (with Retry-After: e.g. publish pings too fast)
         ├── BadGateway              502  (a fetched topic URL failed)
         └── ServiceUnavailable      503  (e.g. a parser worker died)
 
@@ -29,6 +30,8 @@ and the store layer's :data:`hub.store.redis_connection.StoreError` (503).
 """
 
 from __future__ import annotations
+
+import math
 
 
 class HubError(Exception):
@@ -126,6 +129,16 @@ class PayloadTooLarge(RequestError):
 
 class UnsupportedMediaType(RequestError):
     http_status = 415
+
+
+class TooManyRequests(RequestError):
+    """Over a rate limit; ``retry_after``: whole seconds until a retry can succeed."""
+
+    http_status = 429
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        self.retry_after = max(1, math.ceil(retry_after))
+        super().__init__(message, retry_after=self.retry_after)
 
 
 class BadGateway(RequestError):

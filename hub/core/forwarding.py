@@ -5,7 +5,8 @@ A reverse proxy that reaches the hub under another name tells it the client's vi
 Anyone can send those headers, so they are believed only from the configured peers. The
 proxy closest to the hub writes the last element of a list, so that one is used. The base
 it names is accepted as one more name of this hub for that request (its topic URLs are
-this hub's topics); links are still built from the public base URL.
+this hub's topics); links are still built from the public base URL. The client address it
+names (``for=``, ``X-Forwarded-For``) is the one rate limits count (:func:`forwarded_client`).
 """
 
 from __future__ import annotations
@@ -88,3 +89,22 @@ def forwarded_base(headers: Mapping[str, str], scheme: str, public_base: str) ->
         return None
     prefix = urlsplit(public_base).path.rstrip("/")
     return f"{proto}://{host}{prefix}"
+
+
+def forwarded_client(headers: Mapping[str, str]) -> str | None:
+    """The client address the closest trusted proxy names (``Forwarded: for=``, else the
+    last ``X-Forwarded-For``), or None when it names no IP address."""
+    named = _forwarded_pairs(headers.get("Forwarded")).get("for") or _last(
+        headers.get("X-Forwarded-For")
+    )
+    if not named or len(named) > 64:
+        return None
+    text = named.strip()
+    if text.startswith("["):  # [v6]:port
+        text = text[1:].split("]", 1)[0]
+    elif text.count(":") == 1:  # v4:port
+        text = text.split(":", 1)[0]
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return None

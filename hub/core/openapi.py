@@ -249,6 +249,19 @@ _BAD_NAME = _error("Invalid topic name or request")
 _UNAVAILABLE = _error("Redis unavailable")
 _NOT_FOUND = _error("Unknown topic (nothing was ever published to it) or page")
 _NOT_MODIFIED = {"description": "Not modified (If-None-Match / If-Modified-Since)"}
+#: Reading a private topic (documents, streams): read tokens, signed read tokens (JWT).
+_READ_REFUSED = {
+    "401": _error(
+        "A private topic and no token, or a signed read token that is expired, signed with "
+        "another key or algorithm, without exp or not a JWT (the message says which)"
+    ),
+    "403": _error("The token may not read this topic (a signed one names other topics)"),
+}
+_ACCESS_TOKEN = {
+    **{"name": "access_token", "in": "query", "required": False, "schema": {"type": "string"}},
+    "description": "A read token or signed read token, for clients that cannot set "
+    "`Authorization` (browsers' WebSocket and EventSource).",
+}
 _CONDITIONAL = [
     {"name": "If-None-Match", "in": "header", "required": False, "schema": {"type": "string"}},
 ]
@@ -264,6 +277,7 @@ def _document(summary: str, extra: list[dict[str, Any]] | None = None) -> dict[s
                 "200": _xml("The document"),
                 "304": _NOT_MODIFIED,
                 "400": _BAD_NAME,
+                **_READ_REFUSED,
                 "404": _NOT_FOUND,
                 "410": _error("The page was trimmed by retention"),
                 "503": _UNAVAILABLE,
@@ -489,7 +503,7 @@ def _stream_parameters(*, last_event_id: bool) -> list[dict[str, Any]]:
     resume = [_event_id("since", "query")]
     if last_event_id:
         resume.append(_event_id("Last-Event-ID", "header"))
-    return [*resume, _optional("change", "query"), _optional("prefix", "query")]
+    return [*resume, _optional("change", "query"), _optional("prefix", "query"), _ACCESS_TOKEN]
 
 
 def _publish_responses() -> dict[str, Any]:
@@ -582,6 +596,15 @@ def spec(server_url: str = "/") -> dict[str, Any]:
                         },
                     },
                     **{k: v for k, v in _publish_responses().items() if k != "202"},
+                    "429": {
+                        **_error("Too many publish pings from this client address"),
+                        "headers": {
+                            "Retry-After": {
+                                "description": "Seconds until a ping can succeed",
+                                "schema": {"type": "integer", "minimum": 1},
+                            }
+                        },
+                    },
                     "502": _error("Fetching the pinged URL failed"),
                 },
             },
@@ -610,6 +633,7 @@ def spec(server_url: str = "/") -> dict[str, Any]:
                         "content": {"text/event-stream": {"schema": {"type": "string"}}},
                     },
                     "400": _error("Bad topic name, resume id or filter"),
+                    **_READ_REFUSED,
                     "410": _error("Events after the resume id are no longer retained"),
                     "503": _UNAVAILABLE,
                 },
@@ -625,6 +649,11 @@ def spec(server_url: str = "/") -> dict[str, Any]:
                 "responses": {
                     "101": {"description": "Switching to the WebSocket protocol"},
                     "400": _error("Not a WebSocket upgrade, or a bad name, resume id or filter"),
+                    **_READ_REFUSED,
+                    "403": _error(
+                        "The token may not read this topic, or (with RSHUB_CORS_ORIGINS set) a "
+                        "browser page's Origin is neither listed nor the hub's own"
+                    ),
                     "410": _error("Events after the resume id are no longer retained"),
                     "503": _UNAVAILABLE,
                 },
@@ -865,12 +894,25 @@ def spec(server_url: str = "/") -> dict[str, Any]:
             "version": __version__,
             "description": "A ResourceSync change-notification hub: publish change "
             "notifications, follow them over WebSub, WebSocket or server-sent events, or poll "
-            "the materialized Change Lists and Resource Lists.",
+            "the materialized Change Lists and Resource Lists. Browser pages on the origins "
+            "in RSHUB_CORS_ORIGINS may use `/topics/...`, `/.well-known/resourcesync`, "
+            "`POST /` and this document across origins (CORS, preflight `OPTIONS` included); "
+            "private topics take signed read tokens (JWT, HS256, claims `topics` and `exp`) "
+            "wherever they take a read token.",
         },
         "servers": [{"url": server_url}],
         "paths": paths,
         "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "signedReadToken": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "bearerFormat": "JWT",
+                    "description": "HS256 with RSHUB_JWT_KEY; `topics`: the names it reads; "
+                    "`exp` required (`rshub token --topic T --ttl 1h`)",
+                },
+            },
             "parameters": {
                 "topic": {
                     "name": "name",

@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from hub.core import sentinel_url
+from hub.core.cors import origin_of
+from hub.core.read_tokens import check_key
 
 
 def describe_error(exc: Exception) -> str:
@@ -39,7 +41,10 @@ def describe_error(exc: Exception) -> str:
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="RSHUB_", extra="ignore")
+    #: Errors never echo a value: some are secrets (tokens, ``jwt_key``).
+    model_config = SettingsConfigDict(
+        env_prefix="RSHUB_", extra="ignore", hide_input_in_errors=True
+    )
 
     # -- network -----------------------------------------------------------------------
     #: Address to listen on (a non-loopback bind needs tokens or ``open``).
@@ -314,6 +319,20 @@ class Settings(BaseSettings):
     #: new per-topic counts to Redis (they are refreshed every ownership lease anyway).
     presence_report_seconds: float = Field(0.2, ge=0, le=60)
 
+    # -- issue 21: browser clients and ping limits -------------------------------------
+    #: Origins (``https://app.example``, or ``*`` for any) whose pages may read topics and
+    #: publish from a browser (CORS), and open WebSockets to the hub. Empty: no CORS
+    #: headers at all. Comma-separated or a JSON list in ``RSHUB_CORS_ORIGINS``.
+    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    #: Key (at least 32 bytes) that signs short-lived read tokens (JWT, HS256; ``rshub
+    #: token``). Unset: no signed read token is accepted. A secret: never logged or shown.
+    jwt_key: SecretStr | None = None
+    #: Publish pings (``hub.mode=publish``) one client address may send per second on
+    #: average, after a burst of ``ping_burst``; beyond, 429 with ``Retry-After``. 0 = no
+    #: limit. The address is the peer's, or what a trusted proxy says it is.
+    ping_rate_per_second: float = Field(10.0, ge=0)
+    ping_burst: int = Field(100, ge=1)
+
     @field_validator("callback_ca_file", "callback_client_cert", "callback_client_key")
     @classmethod
     def _check_readable_file(cls, value: Path | None) -> Path | None:
@@ -328,7 +347,7 @@ class Settings(BaseSettings):
             raise ValueError("workers must be at least 1, or auto")
         return value
 
-    @field_validator("alias_urls", "forwarded_allow_ips", mode="before")
+    @field_validator("alias_urls", "forwarded_allow_ips", "cors_origins", mode="before")
     @classmethod
     def _split_list(cls, value: object) -> object:
         """``a,b`` or ``["a", "b"]`` from the environment; a list from flags."""
@@ -337,6 +356,18 @@ class Settings(BaseSettings):
             if text.startswith("["):
                 return json.loads(text)
             return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _check_origins(cls, value: list[str]) -> list[str]:
+        return [origin_of(item) for item in value]
+
+    @field_validator("jwt_key")
+    @classmethod
+    def _check_jwt_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            check_key(value.get_secret_value())
         return value
 
     @field_validator("redis_url")

@@ -1,7 +1,10 @@
-"""A per-subscription delivery rate limit: a token bucket, sans I/O.
+"""Token buckets: a rate with a burst, as pure arithmetic on a clock the caller passes.
 
-A limit is *deliveries (POSTs) per second* plus a *burst* (the most POSTs sent back to back
-after a quiet spell). A worker that has no token waits for one, and the events published
+:class:`TokenBucket` is one bucket; :class:`TokenBuckets` keeps one per key (a client
+address: publish pings) in bounded memory: a bucket that has refilled completely is the same
+as no bucket, so idle keys are dropped, and past ``max_keys`` the least recently used one
+goes too. :class:`RateLimit` is a subscription's delivery limit: *deliveries (POSTs) per
+second* plus a *burst*; a worker that has no token waits for one, and the events published
 meanwhile go out together in its next, bigger batch: the limit shapes deliveries, it never
 drops a change.
 """
@@ -9,11 +12,12 @@ drops a change.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from hub.core.exceptions import BadRequest
 
-#: Bounds of a limit (a rate of 0 means none): a tenth of a POST per minute to 10,000/s.
+#: Bounds of a delivery limit (a rate of 0 means none): a POST per 10 minutes to 10,000/s.
 MIN_RATE = 1 / 600
 MAX_RATE = 10_000.0
 MAX_BURST = 10_000
@@ -27,6 +31,10 @@ class RateLimit:
     @property
     def unlimited(self) -> bool:
         return self.per_second <= 0
+
+    def bucket(self, now: float) -> TokenBucket | None:
+        """A full bucket for this limit, or None when there is no limit."""
+        return None if self.unlimited else TokenBucket(self.per_second, self.burst, now)
 
 
 def check(per_second: float, burst: int, what: str) -> RateLimit:
@@ -58,34 +66,66 @@ def parse(text: str, what: str = "hub.rate_limit") -> RateLimit:
 
 
 class TokenBucket:
-    """Tokens refill at ``limit.per_second`` up to ``limit.burst``; each POST takes one.
+    """``burst`` tokens at most, refilled at ``rate`` per second; each take costs one."""
 
-    Times are the caller's monotonic clock, so the bucket is pure and testable.
-    """
+    __slots__ = ("burst", "rate", "stamp", "tokens")
 
-    def __init__(self, limit: RateLimit, now: float) -> None:
-        self.limit = limit
-        self.tokens = float(limit.burst)
-        self.at = now
+    def __init__(self, rate: float, burst: float, now: float = 0.0) -> None:
+        if rate <= 0 or burst < 1:
+            raise ValueError("a token bucket needs rate > 0 and burst >= 1")
+        self.rate = rate
+        self.burst = float(burst)
+        self.tokens = float(burst)
+        self.stamp = now
 
     def _refill(self, now: float) -> None:
-        if now > self.at:
-            gained = (now - self.at) * self.limit.per_second
-            self.tokens = min(float(self.limit.burst), self.tokens + gained)
-        self.at = max(self.at, now)
+        if now > self.stamp:
+            self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = max(self.stamp, now)  # a clock that steps back grants nothing
 
-    def delay(self, now: float) -> float:
-        """Seconds until a token is available (0: one is)."""
-        if self.limit.unlimited:
-            return 0.0
+    def take(self, now: float) -> float:
+        """Take a token: 0 when granted, else the seconds until one is available (nothing
+        is taken then)."""
         self._refill(now)
         if self.tokens >= 1:
+            self.tokens -= 1
             return 0.0
-        return (1 - self.tokens) / self.limit.per_second
+        return (1 - self.tokens) / self.rate
 
-    def take(self, now: float) -> None:
-        """Spend a token (the caller waited :meth:`delay` first)."""
-        if self.limit.unlimited:
+    def full(self, now: float) -> bool:
+        """Refilled to its burst by ``now``: forgetting it changes nothing."""
+        return self.tokens + max(0.0, now - self.stamp) * self.rate >= self.burst
+
+
+class TokenBuckets:
+    """One :class:`TokenBucket` per key, at most ``max_keys`` of them."""
+
+    def __init__(self, rate: float, burst: float, *, max_keys: int = 100_000) -> None:
+        self.rate, self.burst, self.max_keys = rate, burst, max_keys
+        self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()
+        #: A bucket refills completely within this many seconds of its last take.
+        self._idle_after = burst / rate
+        self._swept = 0.0
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+    def take(self, key: str, now: float) -> float:
+        """:meth:`TokenBucket.take` on ``key``'s bucket (a new key starts full)."""
+        self._sweep(now)
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = TokenBucket(self.rate, self.burst, now)
+            while len(self._buckets) > self.max_keys:
+                self._buckets.popitem(last=False)
+        else:
+            self._buckets.move_to_end(key)
+        return bucket.take(now)
+
+    def _sweep(self, now: float) -> None:
+        """Drop full buckets, oldest first, at most once per refill period (amortised)."""
+        if now - self._swept < self._idle_after:
             return
-        self._refill(now)
-        self.tokens = max(0.0, self.tokens - 1)
+        self._swept = now
+        for key in [k for k, b in self._buckets.items() if b.full(now)]:
+            del self._buckets[key]

@@ -33,7 +33,6 @@ from hub.core.placement import SubscriptionKey, subscription_id
 from hub.core.retrying import STORE_OUTAGE, retrying
 from hub.core.settings import Settings
 from hub.core.tasks import Tasks, cancel_and_wait
-from hub.core.token_bucket import TokenBucket
 from hub.core.topics import HubUrls
 from hub.live.feed import FeedHub
 from hub.live.http_client import Answer, HttpClient
@@ -163,7 +162,7 @@ class DeliveryWorker:
         self.denied = False
         #: Its filter, rate limit and signatures (issue 21).
         self.terms = Terms(sub, settings)
-        self.bucket = TokenBucket(self.terms.rate_limit, time.monotonic())
+        self.bucket = self.terms.rate_limit.bucket(time.monotonic())
         #: The headers every delivery of this subscription carries.
         self.headers = {
             "Content-Type": "application/xml",
@@ -228,10 +227,9 @@ class DeliveryWorker:
                     await self._advance(events[-1].id)
                     cursor = events[-1].key
                     continue
-                if (wait := self.bucket.delay(time.monotonic())) > 0:
+                if self.bucket and (wait := self.bucket.take(time.monotonic())) > 0:
                     await asyncio.sleep(wait)  # over its rate limit: a bigger batch then
                     continue
-                self.bucket.take(time.monotonic())
                 batch, body = self.bodies.get(sub.topic, kept, gap, self.terms.filter)
                 # The events filtered out after the last one sent are done with too.
                 through = events[-1] if len(batch) == len(kept) else batch[-1]

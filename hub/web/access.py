@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from hub.core.access import OperatorAccess, ReadAccess
-from hub.core.forwarding import TrustedPeers, forwarded_base
+from hub.core.forwarding import TrustedPeers, forwarded_base, forwarded_client
 from hub.core.topics import HubUrls
 
 
@@ -59,8 +59,8 @@ def check_read(request: web.Request, topic: str, *, query_token: bool = False) -
 def readable(request: web.Request, topics: list[str]) -> list[str]:
     """The ``topics`` this request may read (for listings: no error for the others)."""
     readers = request.app[ACCESS].readers
-    authorization = request.headers.get("Authorization")
-    shown = [t for t in topics if readers.readable(t, authorization)]
+    sees = readers.sight(request.headers.get("Authorization"))  # one token check in all
+    shown = [t for t in topics if sees(t)]
     if any(not readers.is_open(t) for t in shown):
         request[_PRIVATE] = True
     return shown
@@ -101,6 +101,14 @@ def link_urls(request: web.Request) -> HubUrls:
     if not access.alias_links or not urls.aliases or not host or _proxied(request):
         return urls
     return urls.addressed_as(f"{request.scheme}://{host.lower()}")
+
+
+def client_address(request: web.Request) -> str:
+    """Who sent the request, for rate limits: the peer, or the client a trusted proxy names."""
+    peer = request.remote or ""
+    if _via_trusted_proxy(request):
+        return forwarded_client(request.headers) or peer
+    return peer
 
 
 #: Headers a reverse proxy adds: a request carrying one came through a proxy.

@@ -21,7 +21,8 @@ from aiohttp.web_protocol import RequestPayloadError
 from hub.core import collector, metrics
 from hub.core.access import MetricsAccess, OperatorAccess, ReadAccess
 from hub.core.auth import PublisherAuth
-from hub.core.exceptions import RequestError, RequestTimeout
+from hub.core.cors import CorsPolicy
+from hub.core.exceptions import RequestError, RequestTimeout, TooManyRequests
 from hub.core.forwarding import TrustedPeers
 from hub.core.health import RedisHealth
 from hub.core.settings import Settings
@@ -32,6 +33,7 @@ from hub.store.embedded_redis import EmbeddedRedis
 from hub.store.redis_connection import StoreError
 from hub.web import access as web_access
 from hub.web import admin as web_admin
+from hub.web import cors as web_cors
 from hub.web import dashboard as web_pages
 from hub.web import dead_letters as web_dead_letters
 from hub.web import documents as web_documents
@@ -113,7 +115,10 @@ async def _answer(
         # The rest of a body that is this slow is not worth waiting for: answer and close.
         return await _answer_and_close(request, error_response(exc.http_status, exc.message))
     except RequestError as exc:
-        return error_response(exc.http_status, exc.message, **exc.detail)
+        response = error_response(exc.http_status, exc.message, **exc.detail)
+        if isinstance(exc, TooManyRequests):
+            response.headers["Retry-After"] = str(exc.retry_after)
+        return response
     except DocumentError as exc:
         detail = {
             "rule": getattr(exc, "rule", None),
@@ -183,6 +188,7 @@ def _lifecycle(
             runtime.client,
             runtime.parser,
             runtime.ingest,
+            web_websub.ping_limit(settings),
         )
         app[web_streams.STREAMING] = web_streams.Streaming(
             settings, urls, runtime.store, runtime.feeds, presence=runtime.stream_counts
@@ -273,14 +279,18 @@ def create_app(
     install_client_fault_filter()
     guard = ConnectionGuard(settings.max_connections, settings.header_timeout_seconds)
     health, auth = RedisHealth(), PublisherAuth(settings)
+    cors = CorsPolicy(settings.cors_origins)
     app = web.Application(
         middlewares=[
             started_middleware(guard),
             web_observe.observe_middleware(access_log_on=settings.access_log),
             error_middleware(health),
+            *([web_cors.cors_middleware(cors)] if cors else []),
         ],
         client_max_size=settings.max_body_bytes,
     )
+    if cors:
+        app.on_response_prepare.append(web_cors.grant_signal(cors))
     app[_GUARD], app[_SETTINGS] = guard, settings
     app[web_rate_limits.SETTINGS] = settings
     aliases = [u.rstrip("/") for u in settings.alias_urls]

@@ -11,19 +11,21 @@ notifications are POSTed to it); a ping for one is acknowledged and stores nothi
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from aiohttp import web
 
 from hub.core import metrics, websub
 from hub.core.auth import PublisherAuth
-from hub.core.exceptions import BadRequest
+from hub.core.exceptions import BadRequest, TooManyRequests
 from hub.core.settings import Settings
+from hub.core.token_bucket import TokenBuckets
 from hub.live.delivery import DeliveryService
 from hub.live.http_client import HttpClient
 from hub.live.ingest import Ingest
 from hub.live.parsing import DocumentParser
-from hub.web.access import check_read, request_urls
+from hub.web.access import check_read, client_address, request_urls
 from hub.web.listener import read_form
 from hub.web.publish import accepted, publish_to_self_link
 from hub.web.streams import check_since
@@ -40,6 +42,15 @@ class Subscribing:
     client: HttpClient
     parser: DocumentParser
     ingest: Ingest
+    #: Publish pings per client address (None: no limit).
+    pings: TokenBuckets | None = None
+
+
+def ping_limit(settings: Settings) -> TokenBuckets | None:
+    """The publish-ping buckets ``settings`` ask for (None when unlimited)."""
+    if settings.ping_rate_per_second <= 0:
+        return None
+    return TokenBuckets(settings.ping_rate_per_second, settings.ping_burst, max_keys=10_000)
 
 
 SUBSCRIBING = web.AppKey("subscribing", Subscribing)
@@ -91,6 +102,15 @@ async def _websub_request(request: web.Request) -> web.Response:
 
 async def _publish_ping(request: web.Request, ping: websub.PublishPing) -> web.Response:
     ctx = request.app[SUBSCRIBING]
+    if ctx.pings is not None:
+        wait = ctx.pings.take(client_address(request), time.monotonic())
+        if wait:
+            raise TooManyRequests(
+                f"too many publish pings from this address (over "
+                f"{ctx.settings.ping_rate_per_second:g}/s after a burst of "
+                f"{ctx.settings.ping_burst}): retry after the Retry-After seconds",
+                retry_after=wait,
+            )
     urls = request_urls(request)
     topic = urls.name_from_url(ping.url)
     ctx.auth.check(topic, request.headers.get("Authorization"))

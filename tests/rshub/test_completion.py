@@ -15,6 +15,8 @@ COMMANDS = (
     "subscribe",
     "sync",
     "dead-letters",
+    "inspect",
+    "token",
     "completion",
 )
 

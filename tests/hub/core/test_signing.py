@@ -94,20 +94,20 @@ def test_the_subscriber_refuses_a_stale_or_wrong_standard_signature(
 
 
 def test_the_token_bucket_allows_a_burst_then_the_rate() -> None:
-    bucket = TokenBucket(RateLimit(4.0, 2), now=100.0)
+    bucket = RateLimit(4.0, 2).bucket(now=100.0)
+    assert isinstance(bucket, TokenBucket)
     sent = []
     now = 100.0
     while now < 103.0:  # a caller that always wants to send, stepping its clock
-        wait = bucket.delay(now)
+        wait = bucket.take(now)
         if wait == 0:
-            bucket.take(now)
             sent.append(now)
         else:
             now += wait
     # 2 at once, then one every 0.25 s: at most burst + rate * elapsed in any window.
     assert sent[:2] == [100.0, 100.0] and len(sent) == 2 + 11  # 100.25 ... 102.75
     assert all(b - a == pytest.approx(0.25) for a, b in itertools.pairwise(sent[1:]))
-    assert TokenBucket(RateLimit(0, 1), now=0).delay(0) == 0  # 0 = no limit
+    assert RateLimit(0, 1).bucket(now=0) is None  # 0 = no limit
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,107 @@
+"""Signed read tokens: short-lived JWTs (HS256) that read the topics they name.
+
+A site that serves browsers mints one per visitor (``rshub token``, or any JWT library with
+the hub's ``RSHUB_JWT_KEY``) instead of handing out a long-lived read token: it names its
+topics (claim ``topics``, a list of names) and must expire (claim ``exp``). The hub accepts
+one wherever it accepts a read token (:class:`hub.core.access.ReadAccess`). Only HS256 is
+accepted (never ``none``, never an algorithm the token picks), and every refusal says why.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Iterable
+
+import jwt
+
+from hub.core.exceptions import Unauthorized
+
+ALGORITHM = "HS256"
+#: HS256 keys shorter than its hash (32 bytes) are weak (RFC 7518 §3.2).
+MIN_KEY_BYTES = 32
+#: Seconds of clock difference tolerated between the minting host and the hub.
+LEEWAY_SECONDS = 10
+#: Longest token the hub looks at (a JWT naming many topics stays far below).
+MAX_TOKEN_BYTES = 8192
+
+
+def check_key(key: str) -> str:
+    """``key`` if it is long enough to sign with (the message never shows the key)."""
+    if len(key.encode()) < MIN_KEY_BYTES:
+        raise ValueError(f"a JWT key must be at least {MIN_KEY_BYTES} bytes long")
+    return key
+
+
+def looks_signed(token: bytes) -> bool:
+    """Shaped like a JWT (three dot-separated parts), so worth decoding."""
+    return token.count(b".") == 2 and len(token) <= MAX_TOKEN_BYTES
+
+
+def mint(key: str, topics: Iterable[str], ttl_seconds: float, now: float | None = None) -> str:
+    """A read token for ``topics`` that expires ``ttl_seconds`` from ``now``."""
+    if ttl_seconds <= 0:
+        raise ValueError("a read token's lifetime must be positive")
+    names = sorted(set(topics))
+    if not names:
+        raise ValueError("a read token must name at least one topic")
+    issued = int(time.time() if now is None else now)
+    claims = {"topics": names, "iat": issued, "exp": issued + max(1, round(ttl_seconds))}
+    return jwt.encode(claims, check_key(key), algorithm=ALGORITHM)
+
+
+#: Verified tokens remembered (until they expire): decoding one costs ~100x a plain token
+#: comparison, and a browser presents the same one on every request.
+_REMEMBERED = 1024
+
+
+class SignedReadTokens:
+    """Verifies signed read tokens with the hub's key."""
+
+    def __init__(self, key: str) -> None:
+        self._key = check_key(key)
+        self._verified: OrderedDict[bytes, tuple[frozenset[str], float]] = OrderedDict()
+
+    def __repr__(self) -> str:  # never the key
+        return "SignedReadTokens(<key>)"
+
+    def topics(self, token: bytes) -> frozenset[str]:
+        """The topics a valid token reads; 401 naming what is wrong with any other."""
+        known = self._verified.get(token)
+        if known is not None and time.time() <= known[1]:
+            return known[0]
+        try:
+            claims = jwt.decode(
+                token,
+                self._key,
+                algorithms=[ALGORITHM],
+                options={"require": ["exp"]},
+                leeway=LEEWAY_SECONDS,
+            )
+        except jwt.PyJWTError as exc:
+            raise Unauthorized(_problem(exc)) from None
+        names = claims.get("topics")
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise Unauthorized("this read token has no 'topics' claim (a list of topic names)")
+        topics = frozenset(names)
+        if isinstance(claims["exp"], int | float):
+            self._verified[token] = (topics, claims["exp"] + LEEWAY_SECONDS)
+            if len(self._verified) > _REMEMBERED:
+                self._verified.popitem(last=False)
+        return topics
+
+
+def _problem(exc: jwt.PyJWTError) -> str:
+    """What is wrong with a token, for the client that sent it."""
+    if isinstance(exc, jwt.ExpiredSignatureError):
+        return "this read token has expired (its exp is past): get a new one"
+    if isinstance(exc, jwt.MissingRequiredClaimError):
+        return f"this read token has no {exc.claim!r} claim: a signed read token must expire"
+    if isinstance(exc, jwt.InvalidAlgorithmError):
+        return f"this read token is not signed with {ALGORITHM} (the only algorithm accepted)"
+    if isinstance(exc, jwt.InvalidSignatureError):
+        return "this read token's signature does not match the hub's key"
+    if isinstance(exc, jwt.ImmatureSignatureError):
+        return "this read token is not valid yet (nbf or iat in the future)"
+    reason = " ".join(str(exc).split())[:120]
+    return f"this read token is not a valid JWT ({reason})"
