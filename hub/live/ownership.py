@@ -5,9 +5,10 @@ Every ``tick`` (a third of the lease) a task of its own heartbeats, and the
 
 1. the heartbeat learns the live nodes (:meth:`hub.store.leases.Leases.heartbeat`). A successful
    heartbeat keeps every lease this node holds valid for 0.9 of a lease from the moment it
-   was *sent*; a worker sends nothing once that has passed. After a gap longer than that
-   (the process was paused, or Redis was away), the node first checks which leases are
-   still its own, and stops the workers of the others, before any worker sends again;
+   was *sent*; a worker sends nothing once that has passed. A heartbeat answered after that
+   (the process was paused, Redis was away, or a partition delivered it late, after a peer
+   took the leases) vouches for nothing until the node has checked which leases are still
+   its own, and stopped the workers of the others;
 2. works out which subscriptions this node should deliver (:mod:`hub.core.placement`);
 3. releases the leases it should no longer hold, after stopping their workers (whose
    cursors are written after every delivery), so the new owner can take them at once;
@@ -186,7 +187,10 @@ class Ownership:
         """One heartbeat; True when the set of live nodes changed."""
         sent = time.monotonic()
         membership = await self.leases.heartbeat({topic for topic, _ in self.held})
-        if sent - self._last_heartbeat > self.lease_seconds * _TRUSTED and self.held:
+        # Answered after our leases stopped being vouched for, it may have *run* after they
+        # lapsed and a peer took them (not only after a pause of ours: across a partition
+        # it is delivered late, and judged by when it was sent, it renewed them).
+        if time.monotonic() > self.validity.until and self.held:
             await self._check_after_gap()
         self._last_heartbeat = sent
         self.validity.renewed(sent + self.lease_seconds * _TRUSTED)
@@ -290,15 +294,24 @@ class Ownership:
                     await self.workers.start_worker(key, lease)
 
     async def _check_after_gap(self) -> None:
-        """After a pause longer than our heartbeat's trust, keep only what is still ours."""
-        log.warning("no heartbeat for more than %.1fs: checking leases", self.lease_seconds)
+        """After a gap in our heartbeats' trust, keep only what is still ours."""
         snapshot = [(k, lease.token) for k, lease in self.held.items()]
+        lost = 0
         for topic, held in _by_topic(snapshot).items():
             for callback in await self.leases.check(topic, held):
-                log.info("lease of %s -> %s lost while paused", topic, callback)
+                log.info("lease of %s -> %s taken over while unconfirmed", topic, callback)
                 key = (topic, callback)
                 self._drop(key)
                 await self.workers.stop_worker(key, planned=False)
+                lost += 1
+        if lost:
+            log.warning(
+                "%d of %d leases taken over while this node's heartbeat was unconfirmed "
+                "for more than %.1fs (paused, or cut off from Redis); their workers stopped",
+                lost,
+                len(snapshot),
+                self.lease_seconds * _TRUSTED,
+            )
 
     def _drop(self, key: SubscriptionKey) -> None:
         lease = self.held.pop(key, None)

@@ -1,0 +1,248 @@
+"""A rolling restart of ``rshub serve --workers 3`` under load costs nothing.
+
+The supervisor runs three workers on one port (``SO_REUSEPORT``) and one Redis (the
+session's, so the test can see the live nodes and leases). Changes are published at 200/s
+(10 per request, every 50 ms, each request retried with its Idempotency-Key when the worker
+that got it goes away) to 20 WebSub subscribers, 5 WebSocket and 5 SSE clients
+(:class:`subscriber.stream.HubStream`, which reconnects at once on 1001 or ``event:
+shutdown``, to whichever worker the kernel picks). Each worker in turn gets SIGTERM, as an
+operator restarting them one by one would send it; the supervisor starts a new one in its
+slot, and the next is restarted once the new one has taken up its share of deliveries.
+
+Every subscriber must get every change once, in order: 0 lost, 0 duplicates. The test
+prints the longest gap between two deliveries to one subscriber while publishing went on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import pytest
+import redis
+
+from hub.core import placement
+from hub.store import keys
+from subscriber.stream import HubStream
+from tests.hub.test_scale_out import (
+    TOPIC,
+    Callbacks,
+    _children,
+    order_key,
+    subscribe_all,
+)
+from tests.support import TIME_SCALE, HubProcess, changes, notification, wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+LEASE = 1.5
+WORKERS = 3
+SUBSCRIBERS = 20
+STREAMS = 5  # of each transport
+PER_REQUEST = 10
+PACE = 0.05  # 10 changes every 50 ms: 200 changes/s
+#: The longest a subscriber may wait between two deliveries while changes flow.
+GAP_BOUND = 2 * LEASE
+
+
+class Publisher:
+    """Publishes PER_REQUEST changes every PACE seconds, whatever the answers take; a
+    request that fails (its worker went away) is retried with its Idempotency-Key."""
+
+    def __init__(self, session: aiohttp.ClientSession, url: str) -> None:
+        self.session = session
+        self.url = url
+        self.ids: list[str] = []
+        self.retries = 0
+        self._stop = asyncio.Event()
+        self._sent: list[asyncio.Task[None]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        started = time.monotonic()
+        k = 0
+        while not self._stop.is_set():
+            self._sent.append(asyncio.create_task(self._one(k)))
+            k += 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._stop.wait(), max(0.0, started + k * PACE - time.monotonic())
+                )
+
+    async def _one(self, k: int) -> None:
+        body = notification(changes(PER_REQUEST, prefix="http://example.org/roll", start=k * 10))
+        headers = {"Content-Type": "application/xml", "Idempotency-Key": f"roll-{k}"}
+        for _attempt in range(200):
+            try:
+                async with self.session.post(
+                    f"{self.url}/topics/{TOPIC}", data=body, headers=headers
+                ) as resp:
+                    if resp.status == 202:
+                        self.ids += (await resp.json())["ids"]
+                        return
+                    assert resp.status == 503, await resp.text()
+            except (aiohttp.ClientError, OSError):
+                pass
+            self.retries += 1
+            await asyncio.sleep(PACE)  # the publisher's back-off while its worker goes away
+        raise AssertionError(f"request {k} never stored")
+
+    async def stop(self) -> list[str]:
+        self._stop.set()
+        assert self._task is not None
+        await self._task
+        await asyncio.gather(*self._sent)
+        return sorted(self.ids, key=order_key)
+
+
+@dataclass
+class Follower:
+    transport: str
+    ids: list[str] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    task: asyncio.Task[None] | None = None
+
+
+async def follow(session: aiohttp.ClientSession, url: str, since: str, f: Follower) -> None:
+    stream = HubStream(
+        session,
+        url,
+        TOPIC,
+        transport=f.transport,
+        since=since,
+        persistent=True,  # type: ignore[arg-type]
+    )
+    async for batch in stream.batches():
+        f.ids.extend(str(e.id) for e in batch)
+        f.times.append(time.monotonic())
+
+
+def longest_gap(times: list[float], start: float, end: float) -> float:
+    inside = [start, *(t for t in times if start < t < end), end]
+    return max(b - a for a, b in itertools.pairwise(inside))
+
+
+@pytest.mark.timeout(120)
+async def test_a_rolling_restart_of_three_workers_loses_and_repeats_nothing(
+    redis_url: str, tmp_path: Path
+) -> None:
+    env = {
+        "RSHUB_ALLOW_PRIVATE_CALLBACKS": "true",
+        "RSHUB_CHANGELIST_SCAN_SECONDS": "0",
+        "RSHUB_OWNERSHIP_LEASE_SECONDS": str(LEASE),
+    }
+    hub = HubProcess(
+        str(tmp_path), None, "--workers", str(WORKERS), "--redis-url", redis_url, env=env
+    )
+    await asyncio.to_thread(hub.start)
+    assert hub.proc is not None
+    supervisor = hub.proc.pid
+    plain = redis.Redis.from_url(redis_url)
+
+    def live_nodes() -> list[str]:
+        now_ms = int(time.time() * 1000)
+        return [n.decode() for n in plain.zrangebyscore(keys.NODES, now_ms, "+inf")]
+
+    def placed(callbacks: Callbacks) -> Callable[[], bool]:
+        """Every subscription is held by the node placement picks among the live ones."""
+
+        def check() -> bool:
+            nodes = live_nodes()
+            owners = {k.decode(): v.decode() for k, v in plain.hgetall(keys.owners(TOPIC)).items()}
+            return len(nodes) == WORKERS and all(
+                owners.get(url, "").split(" ")[0] == placement.owner((TOPIC, url), nodes)
+                for url in map(callbacks.url, range(SUBSCRIBERS))
+            )
+
+        return check
+
+    followers = [Follower(t) for t in ("ws", "sse") for _ in range(STREAMS)]
+    try:
+        await wait_for(lambda: len(_children(supervisor)) == WORKERS, timeout=20)
+        await wait_for(lambda: len(live_nodes()) == WORKERS, timeout=20)
+        async with aiohttp.ClientSession() as session, Callbacks(SUBSCRIBERS) as callbacks:
+            await subscribe_all(session, [hub], callbacks)
+            await wait_for(placed(callbacks), timeout=20)
+            received = callbacks.received
+            start = {i: len(r.ids) for i, r in enumerate(received)}
+            async with session.post(
+                f"{hub.url}/topics/{TOPIC}",
+                data=notification(changes(1, prefix="http://example.org/mark")),
+                headers={"Content-Type": "application/xml"},
+            ) as resp:
+                mark = (await resp.json())["ids"][0]
+            for f in followers:
+                f.task = asyncio.create_task(follow(session, hub.url, mark, f))
+            publisher = Publisher(session, hub.url)
+            began = time.monotonic()
+            publisher.start()
+            restarts = []
+            for doomed in sorted(_children(supervisor)):
+                await wait_for(lambda: len(publisher.ids) >= 200, timeout=10)  # load is on
+                left = time.monotonic()
+                os.kill(doomed, signal.SIGTERM)
+                await wait_for(
+                    lambda d=doomed: (  # type: ignore[misc]
+                        d not in (kids := _children(supervisor)) and len(kids) == WORKERS
+                    ),
+                    timeout=30,
+                )
+                await wait_for(placed(callbacks), timeout=30)
+                restarts.append(time.monotonic() - left)
+            await wait_for(lambda: len(publisher.ids) >= 200, timeout=10)
+            ended = time.monotonic()
+            published = await publisher.stop()
+
+            def complete() -> bool:
+                return all(published[-1] in r.ids for r in received) and all(
+                    published[-1] in f.ids for f in followers
+                )
+
+            await wait_for(complete, timeout=30)
+    finally:
+        for f in followers:
+            if f.task is not None:
+                f.task.cancel()
+        await asyncio.gather(*(f.task for f in followers if f.task), return_exceptions=True)
+        plain.close()
+        await asyncio.to_thread(hub.stop)
+
+    mine = set(published)
+    gaps = {"websub": 0.0, "ws": 0.0, "sse": 0.0}
+    lost = duplicates = 0
+    for i, r in enumerate(received):
+        ids = [e for e in r.ids[start[i] :] if e in mine]
+        lost += len(mine - set(ids))
+        duplicates += len(ids) - len(set(ids))
+        assert ids == published, f"callback {i}: not every change once, in order"
+        times = [t for t, _, batch in r.deliveries if mine & set(batch)]
+        gaps["websub"] = max(gaps["websub"], longest_gap(times, began, ended))
+    for f in followers:
+        lost += len(mine - set(f.ids))
+        duplicates += len(f.ids) - len(set(f.ids))
+        assert f.ids == published, f"{f.transport}: not every change once, in order"
+        gaps[f.transport] = max(gaps[f.transport], longest_gap(f.times, began, ended))
+    print(
+        f"\nrolling restart of {WORKERS} workers (lease {LEASE}s) under {len(published)} "
+        f"changes at 200/s: lost {lost}, duplicates {duplicates}, publish retries "
+        f"{publisher.retries}; each restart took "
+        f"{', '.join(f'{s:.2f}' for s in restarts)}s; longest delivery gap: "
+        + ", ".join(f"{k} {v:.2f}s" for k, v in gaps.items())
+    )
+    log = (tmp_path / "hub.log").read_text(errors="replace")
+    assert log.count("stopped; starting a new one") == WORKERS, "a clean exit is no crash"
+    for bad in (" WARNING rshub:", " ERROR ", "Traceback"):
+        assert bad not in log, f"{bad.strip()} in the log of a rolling restart"
+    worst = max(gaps.values())
+    assert worst <= GAP_BOUND * TIME_SCALE, f"a subscriber waited {worst:.2f}s"
