@@ -11,7 +11,9 @@ Every ``tick`` (a third of the lease) a task of its own heartbeats, and the
    its own, and stopped the workers of the others;
 2. works out which subscriptions this node should deliver (:mod:`hub.core.placement`);
 3. releases the leases it should no longer hold, after stopping their workers (whose
-   cursors are written after every delivery), so the new owner can take them at once;
+   cursors are written after every delivery), and says so on the change stream, so the
+   new owner takes them at once (a node that starts says so too, so the others release
+   its share at once, rather than on their next tick);
 4. claims the leases it should hold and starts their workers; a lease is taken over only
    when its holder's heartbeat has expired as Redis sees it at the claim (at most one lease
    after it died), never because this node's view of the live nodes (a tick old) lacks it.
@@ -41,7 +43,15 @@ from hub.core.retrying import STORE_OUTAGE, retrying
 from hub.core.tasks import Tasks
 from hub.store.leases import GONE, HELD_ELSEWHERE, Leases
 from hub.store.redis_connection import StoreError
-from hub.store.subscriptions import NODE_LEFT, REMOVED, TOPIC_REMOVED, SubscriptionStore
+from hub.store.subscriptions import (
+    NODE_JOINED,
+    NODE_KINDS,
+    NODE_LEFT,
+    RELEASED,
+    REMOVED,
+    TOPIC_REMOVED,
+    SubscriptionStore,
+)
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +159,7 @@ class Ownership:
         self._changes_from = await self.subscriptions.last_change_id()
         await self._heartbeat()
         await self._reconcile(full=True)
+        await self.subscriptions.node_changed(self.node, NODE_JOINED)  # the others: now
         self.tasks.spawn("heartbeat", self._beat())
         self.tasks.spawn("ownership", self._run())
         self.tasks.spawn("subscription-changes", self._follow_changes())
@@ -227,8 +238,8 @@ class Ownership:
             for change in changes:
                 self._changes_from = change.id
                 key = (change.topic, change.callback)
-                if change.kind == NODE_LEFT:
-                    await self._node_left(change.callback)
+                if change.kind in NODE_KINDS:
+                    await self._node_changed(change.callback, change.kind)
                     continue
                 if change.kind == TOPIC_REMOVED:
                     await self.topic_removed(change.topic)
@@ -244,10 +255,13 @@ class Ownership:
             if changes:
                 self._wake.set()
 
-    async def _node_left(self, node: str) -> None:
-        """A node shut down and released its leases: learn the live nodes now, so its
-        subscriptions are claimed at once rather than on the next tick."""
-        if node == self.node or node not in self.nodes:
+    async def _node_changed(self, node: str, kind: str) -> None:
+        """Another node left (its leases released) or joined: learn the live nodes now, so
+        its subscriptions are claimed, or its share released to it, at once rather than on
+        the next tick. One released leases: the round the change wakes claims them."""
+        if node == self.node or kind == RELEASED:
+            return
+        if (node in self.nodes) != (kind == NODE_LEFT):  # nothing new to us
             return
         try:
             await self._heartbeat()
@@ -280,6 +294,8 @@ class Ownership:
         await self._release(moving)
         for key in moving:
             self._drop(key)
+        if moving:  # their new owners claim them now, not on their next tick
+            await self.subscriptions.node_changed(self.node, RELEASED)
 
         missing = [k for k in wanted if k not in self.held]
         for topic, callbacks in _by_topic((k, 0) for k in missing).items():

@@ -30,8 +30,12 @@ import pytest
 import redis
 
 from hub.core import placement
+from hub.core.settings import Settings
 from hub.store import keys
+from hub.web.app import RUNTIME
 from subscriber.stream import HubStream
+from tests.conftest import start_hub
+from tests.hub.callback_server import CallbackServer
 from tests.hub.test_scale_out import (
     TOPIC,
     Callbacks,
@@ -39,7 +43,7 @@ from tests.hub.test_scale_out import (
     order_key,
     subscribe_all,
 )
-from tests.support import TIME_SCALE, HubProcess, changes, notification, wait_for
+from tests.support import TIME_SCALE, HubProcess, changes, free_port, notification, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -128,9 +132,17 @@ async def follow(session: aiohttp.ClientSession, url: str, since: str, f: Follow
         f.times.append(time.monotonic())
 
 
-def longest_gap(times: list[float], start: float, end: float) -> float:
+def longest_gap(times: list[float], start: float, end: float) -> tuple[float, float]:
+    """The longest stretch without a delivery between ``start`` and ``end``, and when it
+    began."""
     inside = [start, *(t for t in times if start < t < end), end]
-    return max(b - a for a, b in itertools.pairwise(inside))
+    return max((b - a, a) for a, b in itertools.pairwise(inside))
+
+
+def when(at: float, sigterms: list[float]) -> str:
+    """``at`` relative to the last SIGTERM before it."""
+    before = [t for t in sigterms if t <= at]
+    return f"{at - before[-1]:+.2f}s after SIGTERM {len(before)}" if before else "before any"
 
 
 @pytest.mark.timeout(120)
@@ -188,9 +200,11 @@ async def test_a_rolling_restart_of_three_workers_loses_and_repeats_nothing(
             began = time.monotonic()
             publisher.start()
             restarts = []
+            sigterms: list[float] = []
             for doomed in sorted(_children(supervisor)):
                 await wait_for(lambda: len(publisher.ids) >= 200, timeout=10)  # load is on
                 left = time.monotonic()
+                sigterms.append(left)
                 os.kill(doomed, signal.SIGTERM)
                 await wait_for(
                     lambda d=doomed: (  # type: ignore[misc]
@@ -219,7 +233,7 @@ async def test_a_rolling_restart_of_three_workers_loses_and_repeats_nothing(
         await asyncio.to_thread(hub.stop)
 
     mine = set(published)
-    gaps = {"websub": 0.0, "ws": 0.0, "sse": 0.0}
+    gaps = {"websub": (0.0, 0.0), "ws": (0.0, 0.0), "sse": (0.0, 0.0)}
     lost = duplicates = 0
     for i, r in enumerate(received):
         ids = [e for e in r.ids[start[i] :] if e in mine]
@@ -238,11 +252,87 @@ async def test_a_rolling_restart_of_three_workers_loses_and_repeats_nothing(
         f"changes at 200/s: lost {lost}, duplicates {duplicates}, publish retries "
         f"{publisher.retries}; each restart took "
         f"{', '.join(f'{s:.2f}' for s in restarts)}s; longest delivery gap: "
-        + ", ".join(f"{k} {v:.2f}s" for k, v in gaps.items())
+        + ", ".join(f"{k} {v:.2f}s" for k, (v, _) in gaps.items())
+        + " (began "
+        + ", ".join(f"{k} {when(at, sigterms)}" for k, (_, at) in gaps.items())
+        + ")"
     )
     log = (tmp_path / "hub.log").read_text(errors="replace")
     assert log.count("stopped; starting a new one") == WORKERS, "a clean exit is no crash"
     for bad in (" WARNING rshub:", " ERROR ", "Traceback"):
         assert bad not in log, f"{bad.strip()} in the log of a rolling restart"
-    worst = max(gaps.values())
+    worst = max(v for v, _ in gaps.values())
     assert worst <= GAP_BOUND * TIME_SCALE, f"a subscriber waited {worst:.2f}s"
+
+
+async def test_a_process_that_joins_gets_its_share_at_once_not_on_a_tick(redis_url: str) -> None:
+    """A restarted worker (any process that starts) gets its share of the subscriptions as
+    soon as their POSTs in flight finish: it says it joined, the others release its share
+    and say so, and it claims. Before, each side waited for its next tick: up to two ticks
+    (2 s with the default lease) without deliveries for the subscriptions that moved."""
+    lease = 9.0  # a 3 s tick: long enough to tell "at once" from "on a tick"
+    a_settings = Settings(
+        host="127.0.0.1",
+        port=free_port(),
+        allow_private_callbacks=True,
+        changelist_scan_seconds=0,
+        ownership_lease_seconds=lease,
+    )
+    runner_a, app_a = await start_hub(a_settings, redis_url)
+    runners = [runner_a]
+    callbacks = [await CallbackServer(delay=0.05).start() for _ in range(12)]
+    topic = "joining"
+    url = a_settings.public_url
+    published: list[str] = []
+    stop = asyncio.Event()
+    try:
+        async with aiohttp.ClientSession() as session:
+            for cb in callbacks:
+                form = {
+                    "hub.mode": "subscribe",
+                    "hub.topic": f"{url}/topics/{topic}",
+                    "hub.callback": cb.url,
+                }
+                async with session.post(url + "/", data=form) as resp:
+                    assert resp.status == 202
+            every = {(topic, cb.url) for cb in callbacks}
+            await wait_for(lambda: set(app_a[RUNTIME].delivery.workers) == every, timeout=10)
+
+            async def publish_all_along() -> None:
+                n = 0
+                while not stop.is_set():
+                    async with session.post(
+                        f"{url}/topics/{topic}",
+                        data=notification(changes(3, start=3 * n)),
+                        headers={"Content-Type": "application/xml"},
+                    ) as resp:
+                        assert resp.status == 202
+                        published.extend((await resp.json())["ids"])
+                    n += 1
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), 0.05)
+
+            publisher = asyncio.create_task(publish_all_along())
+            await wait_for(lambda: all(cb.ids for cb in callbacks), timeout=10)
+            b_settings = a_settings.model_copy(update={"port": free_port()})
+            runner_b, app_b = await start_hub(b_settings, redis_url)
+            runners.append(runner_b)
+            joined = time.monotonic()
+            b = app_b[RUNTIME]
+            share = b.ownership._placement()
+            assert share, "the new process should get a share of 12 subscriptions"
+            await wait_for(lambda: share <= set(b.delivery.workers), timeout=3 * lease)
+            took = time.monotonic() - joined
+            stop.set()
+            await publisher
+            await wait_for(lambda: all(set(published) <= set(cb.ids) for cb in callbacks), 10)
+        for cb in callbacks:
+            assert cb.ids == published, "every change once, in order, across the move"
+        print(f"\na joining process held its share ({len(share)}/12) {took:.2f}s after start")
+        assert took < 1.0 * TIME_SCALE, f"its share reached it {took:.2f}s after it started"
+    finally:
+        stop.set()
+        for cb in callbacks:
+            await cb.stop()
+        for runner in runners:
+            await runner.cleanup()
