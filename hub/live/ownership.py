@@ -321,6 +321,9 @@ class Ownership:
                 await self.workers.stop_worker(key, planned=False)
                 lost += 1
         if lost:
+            # The peers that took them dropped this node from their live nodes: tell them
+            # it is back, so they hand its share back now rather than on their next tick.
+            await self.subscriptions.node_changed(self.node, NODE_JOINED)
             log.warning(
                 "%d of %d leases taken over while this node's heartbeat was unconfirmed "
                 "for more than %.1fs (paused, or cut off from Redis); their workers stopped",
