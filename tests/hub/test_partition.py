@@ -11,6 +11,9 @@ heals) or by SIGSTOP, for longer than the lease, and brought back.
   writes, and no cursor moves back.
 - A's share returns to it (the same node id, so the same placement): nothing twice.
 - 0 lost. Duplicates: at most the batch A had in flight, per moved subscription.
+
+A last test, with both hubs in this process, ends the partition just after the peer took
+over, so that the heartbeat A sent into it is answered late: it must renew nothing.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ slot, and the next is restarted once the new one has taken up its share of deliv
 
 Every subscriber must get every change once, in order: 0 lost, 0 duplicates. The test
 prints the longest gap between two deliveries to one subscriber while publishing went on.
+A second test checks the part of it that used to wait on ticks: a process that joins gets
+its share at once.
 """
 
 from __future__ import annotations
