@@ -148,6 +148,8 @@ class Ownership:
         self._wanted_for: tuple[tuple[str, ...], int] | None = None
         self._known_version = 0
         self._last_heartbeat = 0.0
+        #: The last heartbeat came back after the validity it gave (see _beat()).
+        self._answered_late = False
         self._wake = wake
         self.tasks = tasks
         self._last_full = 0.0
@@ -187,7 +189,10 @@ class Ownership:
         """Heartbeat every tick, in a task of its own: a reconcile round that starts many
         workers must not delay it past the lease (the others would take over)."""
         while not self.tasks.stopping.is_set():
-            await asyncio.sleep(self.tick)
+            # One answered too late to vouch for anything (a partition held it up) is
+            # followed at once: until then, no worker of this node may send.
+            await asyncio.sleep(0 if self._answered_late else self.tick)
+            self._answered_late = False
             try:
                 if await self._heartbeat():
                     self._wake.set()  # the live nodes changed: placement moves
@@ -205,6 +210,7 @@ class Ownership:
             await self._check_after_gap()
         self._last_heartbeat = sent
         self.validity.renewed(sent + self.lease_seconds * _TRUSTED)
+        self._answered_late = time.monotonic() > self.validity.until
         changed = membership.nodes != self.nodes
         self.nodes, self.leader = membership.nodes, membership.leader
         return changed
