@@ -227,6 +227,7 @@ async def test_a_cut_off_owner_stops_its_subscriptions_move_and_it_sends_nothing
     assert set(duplicates) <= set(owned), "only moved subscriptions may get a duplicate"
     assert stopped <= LEASE * TIME_SCALE, f"A delivered {stopped:.2f}s into the partition"
     assert took_over <= (2 * LEASE + 0.5) * TIME_SCALE, f"taken over after {took_over:.2f}s"
+    assert back - healed <= LEASE * TIME_SCALE, f"handed back after {back - healed:.2f}s"
 
 
 async def test_a_heartbeat_answered_after_a_takeover_revives_no_stale_worker(
