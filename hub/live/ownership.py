@@ -5,12 +5,15 @@ Every ``tick`` (a third of the lease) a task of its own heartbeats, and the
 
 1. the heartbeat learns the live nodes (:meth:`hub.store.leases.Leases.heartbeat`). A successful
    heartbeat keeps every lease this node holds valid for 0.9 of a lease from the moment it
-   was *sent*; a worker sends nothing once that has passed. After a gap longer than that
-   (the process was paused, or Redis was away), the node first checks which leases are
-   still its own, and stops the workers of the others, before any worker sends again;
+   was *sent*; a worker sends nothing once that has passed. A heartbeat answered after that
+   (the process was paused, Redis was away, or a partition delivered it late, after a peer
+   took the leases) vouches for nothing until the node has checked which leases are still
+   its own, and stopped the workers of the others;
 2. works out which subscriptions this node should deliver (:mod:`hub.core.placement`);
 3. releases the leases it should no longer hold, after stopping their workers (whose
-   cursors are written after every delivery), so the new owner can take them at once;
+   cursors are written after every delivery), and says so on the change stream, so the
+   new owner takes them at once (a node that starts says so too, so the others release
+   its share at once, rather than on their next tick);
 4. claims the leases it should hold and starts their workers; a lease is taken over only
    when its holder's heartbeat has expired as Redis sees it at the claim (at most one lease
    after it died), never because this node's view of the live nodes (a tick old) lacks it.
@@ -41,7 +44,15 @@ from hub.core.retrying import STORE_OUTAGE, retrying
 from hub.core.tasks import Tasks
 from hub.store.leases import GONE, HELD_ELSEWHERE, Leases
 from hub.store.redis_connection import StoreError
-from hub.store.subscriptions import NODE_LEFT, REMOVED, TOPIC_REMOVED, SubscriptionStore
+from hub.store.subscriptions import (
+    NODE_JOINED,
+    NODE_KINDS,
+    NODE_LEFT,
+    RELEASED,
+    REMOVED,
+    TOPIC_REMOVED,
+    SubscriptionStore,
+)
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +149,8 @@ class Ownership:
         self._wanted_for: tuple[tuple[str, ...], int] | None = None
         self._known_version = 0
         self._last_heartbeat = 0.0
+        #: The last heartbeat came back after the validity it gave (see _beat()).
+        self._answered_late = False
         self._wake = wake
         self.tasks = tasks
         self._last_full = -math.inf  # the first round reads every subscription
@@ -154,6 +167,8 @@ class Ownership:
         self._changes_from = await self.subscriptions.last_change_id()
         await self._heartbeat()
         self._wake.set()
+        # The others release this node's share at once (their releases wake its round).
+        await self.subscriptions.node_changed(self.node, NODE_JOINED)
         self.tasks.spawn("heartbeat", self._beat())
         self.tasks.spawn("ownership", self._run())
         self.tasks.spawn("subscription-changes", self._follow_changes())
@@ -181,7 +196,10 @@ class Ownership:
         """Heartbeat every tick, in a task of its own: a reconcile round that starts many
         workers must not delay it past the lease (the others would take over)."""
         while not self.tasks.stopping.is_set():
-            await asyncio.sleep(self.tick)
+            # One answered too late to vouch for anything (a partition held it up) is
+            # followed at once: until then, no worker of this node may send.
+            await asyncio.sleep(0 if self._answered_late else self.tick)
+            self._answered_late = False
             try:
                 if await self._heartbeat():
                     self._wake.set()  # the live nodes changed: placement moves
@@ -192,10 +210,14 @@ class Ownership:
         """One heartbeat; True when the set of live nodes changed."""
         sent = time.monotonic()
         membership = await self.leases.heartbeat({topic for topic, _ in self.held})
-        if sent - self._last_heartbeat > self.lease_seconds * _TRUSTED and self.held:
+        # Answered after our leases stopped being vouched for, it may have *run* after they
+        # lapsed and a peer took them (not only after a pause of ours: across a partition
+        # it is delivered late, and judged by when it was sent, it renewed them).
+        if time.monotonic() > self.validity.until and self.held:
             await self._check_after_gap()
         self._last_heartbeat = sent
         self.validity.renewed(sent + self.lease_seconds * _TRUSTED)
+        self._answered_late = time.monotonic() > self.validity.until
         changed = membership.nodes != self.nodes
         self.nodes, self.leader = membership.nodes, membership.leader
         return changed
@@ -229,8 +251,8 @@ class Ownership:
             for change in changes:
                 self._changes_from = change.id
                 key = (change.topic, change.callback)
-                if change.kind == NODE_LEFT:
-                    await self._node_left(change.callback)
+                if change.kind in NODE_KINDS:
+                    await self._node_changed(change.callback, change.kind)
                     continue
                 if change.kind == TOPIC_REMOVED:
                     await self.topic_removed(change.topic)
@@ -246,10 +268,13 @@ class Ownership:
             if changes:
                 self._wake.set()
 
-    async def _node_left(self, node: str) -> None:
-        """A node shut down and released its leases: learn the live nodes now, so its
-        subscriptions are claimed at once rather than on the next tick."""
-        if node == self.node or node not in self.nodes:
+    async def _node_changed(self, node: str, kind: str) -> None:
+        """Another node left (its leases released) or joined: learn the live nodes now, so
+        its subscriptions are claimed, or its share released to it, at once rather than on
+        the next tick. One released leases: the round the change wakes claims them."""
+        if node == self.node or kind == RELEASED:
+            return
+        if (node in self.nodes) != (kind == NODE_LEFT):  # nothing new to us
             return
         try:
             await self._heartbeat()
@@ -283,6 +308,8 @@ class Ownership:
         await self._release(moving)
         for key in moving:
             self._drop(key)
+        if moving:  # their new owners claim them now, not on their next tick
+            await self.subscriptions.node_changed(self.node, RELEASED)
 
         missing = [k for k in wanted if k not in self.held]
         for topic, callbacks in _by_topic((k, 0) for k in missing).items():
@@ -297,15 +324,27 @@ class Ownership:
                     await self.workers.start_worker(key, lease)
 
     async def _check_after_gap(self) -> None:
-        """After a pause longer than our heartbeat's trust, keep only what is still ours."""
-        log.warning("no heartbeat for more than %.1fs: checking leases", self.lease_seconds)
+        """After a gap in our heartbeats' trust, keep only what is still ours."""
         snapshot = [(k, lease.token) for k, lease in self.held.items()]
+        lost = 0
         for topic, held in _by_topic(snapshot).items():
             for callback in await self.leases.check(topic, held):
-                log.info("lease of %s -> %s lost while paused", topic, callback)
+                log.info("lease of %s -> %s taken over while unconfirmed", topic, callback)
                 key = (topic, callback)
                 self._drop(key)
                 await self.workers.stop_worker(key, planned=False)
+                lost += 1
+        if lost:
+            # The peers that took them dropped this node from their live nodes: tell them
+            # it is back, so they hand its share back now rather than on their next tick.
+            await self.subscriptions.node_changed(self.node, NODE_JOINED)
+            log.warning(
+                "%d of %d leases taken over while this node's heartbeat was unconfirmed "
+                "for more than %.1fs (paused, or cut off from Redis); their workers stopped",
+                lost,
+                len(snapshot),
+                self.lease_seconds * _TRUSTED,
+            )
 
     def _drop(self, key: SubscriptionKey) -> None:
         lease = self.held.pop(key, None)

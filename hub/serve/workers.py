@@ -4,8 +4,9 @@ The parent starts the embedded Redis once (unless ``--redis-url`` names one), su
 it, and runs N copies of ``rshub serve --workers 1`` on the same port with
 ``SO_REUSEPORT``, so the kernel spreads connections across them. Every copy serves every
 route; WebSub deliveries are spread across them by :mod:`hub.live.ownership`. A copy that dies
-is restarted (with back-off if it keeps dying); SIGTERM or SIGINT stops them all, then the
-Redis. Children get ``PR_SET_PDEATHSIG``, so they never outlive the parent.
+is restarted (with back-off if it keeps dying), one that stopped cleanly (SIGTERM to that
+worker alone: a rolling restart) at once; SIGTERM or SIGINT to the parent stops them all, then
+the Redis. Children get ``PR_SET_PDEATHSIG``, so they never outlive the parent.
 """
 
 from __future__ import annotations
@@ -115,6 +116,12 @@ class WorkerPool:
             if self._stopping.is_set():
                 return
             self.restarts += 1
+            if code == 0:
+                # A clean exit: an operator's SIGTERM to this worker alone (a rolling
+                # restart, docs/scaling.md), not a crash. Its replacement starts at once.
+                log.info("worker %d (pid %d) stopped; starting a new one", slot, proc.pid)
+                retry.succeeded()
+                continue
             log.warning("worker %d (pid %d) exited with %s; restarting", slot, proc.pid, code)
             if time.monotonic() - started >= _STABLE_SECONDS:
                 retry.succeeded()  # restart at once, and back off from the start next time

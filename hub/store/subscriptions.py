@@ -40,6 +40,14 @@ ACTIVATED, REMOVED, TOPIC_REMOVED = "activated", "removed", "topic-removed"
 #: A hub process left (shut down) after releasing its leases; its id is the ``callback``.
 #: The others heartbeat at once to take its subscriptions over, rather than on their tick.
 NODE_LEFT = "node-left"
+#: A hub process started (its id is the ``callback``): the others heartbeat at once to learn
+#: it, and hand it its share now rather than on their next tick.
+NODE_JOINED = "node-joined"
+#: A hub process released leases it should no longer hold (its id is the ``callback``): the
+#: node that should hold them claims them now rather than on its next tick.
+RELEASED = "leases-released"
+#: The kinds that name a hub process, not a subscription.
+NODE_KINDS = frozenset({NODE_LEFT, NODE_JOINED, RELEASED})
 
 
 class State(StrEnum):
@@ -140,8 +148,8 @@ class SubscriptionChange:
     id: str
     topic: str
     callback: str
-    #: ``activated``, ``removed``, ``topic-removed`` (see :data:`TOPIC_REMOVED`) or
-    #: ``node-left`` (see :data:`NODE_LEFT`).
+    #: ``activated``, ``removed``, ``topic-removed`` (see :data:`TOPIC_REMOVED`), or one
+    #: naming a hub process: :data:`NODE_LEFT`, :data:`NODE_JOINED`, :data:`RELEASED`.
     kind: str
 
 
@@ -215,6 +223,10 @@ class SubscriptionStore:
     async def node_left(self, node: str) -> None:
         """Tell every hub process that ``node`` left and released its leases."""
         await self._changed("", node, NODE_LEFT)
+
+    async def node_changed(self, node: str, kind: str) -> None:
+        """Tell every hub process that ``node`` joined or released leases (``kind``)."""
+        await self._changed("", node, kind)
 
     async def cursor(self, topic: str, callback: str) -> str | None:
         return keys.optional_text(await self.redis.hget(keys.cursors(topic), callback))
