@@ -90,6 +90,8 @@ class TopicFeed:
         self._encodings: OrderedDict[tuple[str, str], _Encoding] = OrderedDict()
         #: Set when the topic was deleted: its streams end (see :meth:`FeedHub.end`).
         self.ended = asyncio.Event()
+        #: The client streams on this feed, stopped when it ends.
+        self.streams: set[ClientStream] = set()
 
     def ws_message(self, events: list[Event]) -> bytes:
         """A JSON array of ``events`` (UTF-8), cached: live clients get identical batches."""
@@ -313,6 +315,8 @@ class FeedHub:
             feed = self._feeds.pop(topic, None)
         if feed is not None:
             feed.ended.set()
+            for stream in list(feed.streams):
+                stream.stop()
             await feed.stop()
 
     async def close(self) -> None:
@@ -333,7 +337,25 @@ class ClientStream:
     a publish costs time per *active* client only. A batch the connection cannot take yet
     is queued (bounded by ``capacity``) for the sender task, which waits for the
     connection to drain; later batches queue behind it, so order is kept.
+
+    Slots, and bare futures rather than events and tasks: every connected client holds one,
+    idle ones included (issue 22: RSS per idle SSE connection).
     """
+
+    __slots__ = (
+        "_count",
+        "_pending",
+        "_waiter",
+        "capacity",
+        "cursor",
+        "feed",
+        "filter",
+        "last_sent",
+        "live",
+        "overflowed",
+        "stopped",
+        "writer",
+    )
 
     def __init__(
         self,
@@ -351,11 +373,27 @@ class ClientStream:
         self.live = False
         self._pending: deque[list[Event]] = deque()
         self._count = 0
-        self._wakeup = asyncio.Event()
+        #: What :meth:`next` waits on while nothing is queued.
+        self._waiter: asyncio.Future[bool] | None = None
         #: Set when the client fell too far behind the live stream.
-        self.overflowed = asyncio.Event()
+        self.overflowed = False
+        #: Done when the stream must end: the client overflowed, the topic was deleted
+        #: (:meth:`FeedHub.end`), or :meth:`stop` was called (the process shuts down).
+        self.stopped: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         #: Id of the last event handed to the transport.
         self.last_sent: str | None = None
+        feed.streams.add(self)
+        if feed.ended.is_set():
+            self.stop()
+
+    def stop(self) -> None:
+        if not self.stopped.done():
+            self.stopped.set_result(None)
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(True)
 
     def offer(self, events: list[Event]) -> None:
         """Called by the feed for each new batch while the client is live."""
@@ -372,13 +410,14 @@ class ClientStream:
                 return
         if self._count and self._count + len(events) > self.capacity:
             self.feed.unfollow(self)
-            self.overflowed.set()
-            self._wakeup.set()
+            self.overflowed = True
+            self.stop()
+            self._wake()
             return
         self._pending.append(events)
         self._count += len(events)
         self.cursor = events[-1].key
-        self._wakeup.set()
+        self._wake()
 
     async def next(self, timeout: float) -> list[Event] | None:
         """The next events, or ``None`` when ``timeout`` passes first (heartbeat time).
@@ -419,11 +458,15 @@ class ClientStream:
                 self.live = True
                 self.feed.follow(self)
         if not self._pending:
-            self._wakeup.clear()
+            # A bare future and one timer: ``asyncio.wait_for`` made a task per wait.
+            loop = asyncio.get_running_loop()
+            waiter = self._waiter = loop.create_future()
+            timer = loop.call_later(timeout, _expire, waiter)
             try:
-                await asyncio.wait_for(self._wakeup.wait(), timeout)
-            except TimeoutError:
-                return None
+                await waiter
+            finally:
+                self._waiter = None
+                timer.cancel()
             if not self._pending:
                 return None
         if len(self._pending) == 1:
@@ -437,6 +480,7 @@ class ClientStream:
     def close(self) -> None:
         if self.live:
             self.feed.unfollow(self)
+        self.feed.streams.discard(self)
         # The writer is a closure over this stream and its connection: a reference cycle
         # that would keep the whole connection alive until a full GC pass.
         self.writer = None

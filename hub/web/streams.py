@@ -53,22 +53,30 @@ class Closing:
 
     def __init__(self) -> None:
         self.started = asyncio.Event()
-        self.open = 0
+        self._streams: set[ClientStream] = set()
         self._none_open = asyncio.Event()
         self._none_open.set()
 
-    def opened(self) -> None:
-        self.open += 1
-        self._none_open.clear()
+    @property
+    def open(self) -> int:
+        return len(self._streams)
 
-    def closed(self) -> None:
-        self.open -= 1
-        if not self.open:
+    def opened(self, stream: ClientStream) -> None:
+        self._streams.add(stream)
+        self._none_open.clear()
+        if self.started.is_set():
+            stream.stop()
+
+    def closed(self, stream: ClientStream) -> None:
+        self._streams.discard(stream)
+        if not self._streams:
             self._none_open.set()
 
     async def close_all(self, within: float) -> None:
         """End every open stream (each with its resume point); wait up to ``within``."""
         self.started.set()
+        for stream in list(self._streams):
+            stream.stop()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._none_open.wait(), within)
 
@@ -101,20 +109,19 @@ async def _until_overflow_or_done(
 ) -> str | None:
     """Wait until one task ends, the pump overflows, the topic is deleted or the process
     shuts down; cancel the rest. Returns :data:`TOO_SLOW`, :data:`DELETED`,
-    :data:`SHUTDOWN` or None (a task ended)."""
-    overflow = asyncio.create_task(pump.overflowed.wait())
-    deleted = asyncio.create_task(pump.feed.ended.wait())
-    shutdown = asyncio.create_task(closing.started.wait())
+    :data:`SHUTDOWN` or None (a task ended).
+
+    All three ends resolve the pump's one ``stopped`` future: no waiter task per stream
+    (issue 22: three tasks per idle connection were most of its memory and accept time).
+    """
     try:
-        await asyncio.wait(
-            {overflow, deleted, shutdown, *tasks}, return_when=asyncio.FIRST_COMPLETED
-        )
+        await asyncio.wait({pump.stopped, *tasks}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        await cancel_and_wait([overflow, deleted, shutdown, *tasks])
+        await cancel_and_wait(list(tasks))
     pump.writer = None  # nothing more is written behind the last event id we name
     if pump.feed.ended.is_set():
         return DELETED
-    if pump.overflowed.is_set():
+    if pump.overflowed:
         return TOO_SLOW
     return SHUTDOWN if closing.started.is_set() else None
 
@@ -182,11 +189,11 @@ async def _following(
     capacity = ctx.settings.client_buffer_events
     client = ClientStream(feed, _start_cursor(request, feed), capacity, event_filter)
     metrics.client_connected(transport)
-    ctx.closing.opened()
+    ctx.closing.opened(client)
     try:
         yield topic, client
     finally:
-        ctx.closing.closed()
+        ctx.closing.closed(client)
         metrics.client_disconnected(transport)
         client.close()
         _abort_if_stuck(request.transport, ctx.settings.stream_close_seconds)

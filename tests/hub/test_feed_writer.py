@@ -74,7 +74,7 @@ async def test_a_queue_past_capacity_overflows() -> None:
     client = live_client(lambda batch: False)
     client.offer(events(1, 6))
     client.offer(events(7, 6))
-    assert client.overflowed.is_set()
+    assert client.overflowed and client.stopped.done()
 
 
 async def test_a_filtered_client_is_written_only_what_it_asked_for() -> None:
@@ -112,3 +112,16 @@ async def test_a_stopped_feed_lets_go_of_its_ring() -> None:
     feed.ws_frame(feed._events[:10])
     await feed.stop()
     assert not feed._events and not feed._keys and not feed._encodings and not feed._followers
+
+
+async def test_a_stream_on_an_ended_topic_is_stopped_at_once() -> None:
+    feed = TopicFeed(cast(EventStore, None), "t")
+    feed.base = (0, 0)
+    client = ClientStream(feed, (0, 0), capacity=10)
+    assert not client.stopped.done() and feed.streams == {client}
+    feed.ended.set()
+    late = ClientStream(feed, (0, 0), capacity=10)  # opened as the topic was deleted
+    assert late.stopped.done()
+    client.close()
+    late.close()
+    assert not feed.streams
