@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
-from hub.core import frames, metrics
+from hub.core import frames, metrics, sse
 from hub.core.events import Event, EventFilter, EventKey, format_id, parse_id
 from hub.core.retrying import STORE_OUTAGE, retrying
 from hub.core.tasks import Tasks, cancel_and_wait
@@ -41,10 +41,13 @@ def _expire(waiter: asyncio.Future[bool]) -> None:
 @dataclass(slots=True)
 class _Encoding:
     """One batch as every unfiltered live client gets it: the message, and (once a client
-    is written to directly) the same message as a WebSocket frame."""
+    is written to directly) the same message as a WebSocket frame, and as SSE events (plain
+    and as an HTTP chunk)."""
 
     message: bytes
     frame: bytes | None = None
+    sse: bytes | None = None
+    sse_chunk: bytes | None = None
 
 
 class Span(NamedTuple):
@@ -103,6 +106,18 @@ class TopicFeed:
         if encoding.frame is None:
             encoding.frame = frames.text_frame(encoding.message)
         return encoding.frame
+
+    def sse_events(self, events: list[Event], *, chunked: bool) -> bytes:
+        """``events`` as SSE ``id:``/``data:`` events (``chunked``: as one HTTP chunk),
+        cached with the WebSocket encodings: live clients get identical batches."""
+        encoding = self._encoding(events)
+        if encoding.sse is None:
+            encoding.sse = sse.event_lines((e.id, e.json(self.topic)) for e in events)
+        if not chunked:
+            return encoding.sse
+        if encoding.sse_chunk is None:
+            encoding.sse_chunk = sse.http_chunk(encoding.sse)
+        return encoding.sse_chunk
 
     def _encoding(self, events: list[Event]) -> _Encoding:
         key = (events[0].id, events[-1].id)
@@ -444,6 +459,14 @@ class ClientStream:
         if self.filter is None:
             return self.feed.ws_frame(events)
         return frames.text_frame(self.message(events))
+
+    def sse_events(self, events: list[Event], *, chunked: bool = False) -> bytes:
+        """``events`` as SSE events (``chunked``: one HTTP chunk): shared by every
+        unfiltered client."""
+        if self.filter is None:
+            return self.feed.sse_events(events, chunked=chunked)
+        text = sse.event_lines((e.id, e.json(self.feed.topic)) for e in events)
+        return sse.http_chunk(text) if chunked else text
 
     async def _next(self, timeout: float) -> list[Event] | None:
         if not self.live:

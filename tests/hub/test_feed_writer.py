@@ -114,6 +114,22 @@ async def test_a_stopped_feed_lets_go_of_its_ring() -> None:
     assert not feed._events and not feed._keys and not feed._encodings and not feed._followers
 
 
+async def test_sse_encodings_are_shared_by_unfiltered_clients_and_framed_as_chunks() -> None:
+    feed = TopicFeed(cast(EventStore, None), "t")
+    feed.base = (0, 0)
+    one = ClientStream(feed, (0, 0), capacity=10)
+    two = ClientStream(feed, (0, 0), capacity=10)
+    filtered = ClientStream(feed, (0, 0), 10, EventFilter.from_query({"change": "updated"}, []))
+    batch = events(1, 2)
+    plain = b"".join(b"id: %s\ndata: %s\n\n" % (e.id.encode(), e.json("t")) for e in batch)
+    assert one.sse_events(batch) == plain
+    assert one.sse_events(batch, chunked=True) == b"%x\r\n%s\r\n" % (len(plain), plain)
+    # Encoded once per batch: the very same bytes object for every unfiltered client.
+    assert one.sse_events(batch, chunked=True) is two.sse_events(batch, chunked=True)
+    assert filtered.sse_events(batch, chunked=True) == one.sse_events(batch, chunked=True)
+    assert filtered.sse_events(batch, chunked=True) is not one.sse_events(batch, chunked=True)
+
+
 async def test_a_stream_on_an_ended_topic_is_stopped_at_once() -> None:
     feed = TopicFeed(cast(EventStore, None), "t")
     feed.base = (0, 0)
