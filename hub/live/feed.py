@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
@@ -386,7 +386,8 @@ class ClientStream:
         self.filter = event_filter
         self.writer = writer
         self.live = False
-        self._pending: deque[list[Event]] = deque()
+        #: Batches for the sender task (a list: a deque's block is ~600 bytes per client).
+        self._pending: list[list[Event]] = []
         self._count = 0
         #: What :meth:`next` waits on while nothing is queued.
         self._waiter: asyncio.Future[bool] | None = None
@@ -493,7 +494,7 @@ class ClientStream:
             if not self._pending:
                 return None
         if len(self._pending) == 1:
-            events = self._pending.popleft()
+            events = self._pending.pop()
         else:
             events = [e for batch in self._pending for e in batch]
             self._pending.clear()

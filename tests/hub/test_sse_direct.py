@@ -208,3 +208,19 @@ async def test_an_http10_reader_gets_plain_events_written_directly(hub: Hub) -> 
         assert reader.text.startswith(b"retry: 1000\n\nid: ")  # no chunk-size lines
     finally:
         sock.close()
+
+
+async def test_headers_go_out_with_the_first_bytes_and_head_gets_no_body(hub: Hub) -> None:
+    port = int(hub.url.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(b"GET /topics/t/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        async with asyncio.timeout(10 * TIME_SCALE):
+            # One write carries the head and the first chunk: a single read returns both.
+            first = await reader.read(65536)
+        assert first.startswith(b"HTTP/1.1 200") and first.endswith(b"\r\nretry: 1000\n\n\r\n")
+    finally:
+        writer.close()
+    async with hub.session.head(f"{hub.url}/topics/t/events") as head:
+        assert head.status == 200 and head.headers["Content-Type"] == "text/event-stream"
+        assert await head.read() == b""
