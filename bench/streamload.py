@@ -10,8 +10,9 @@ alternating the checkouts so that a busy machine slows each alike, and measures:
   Publish-to-receive p50/p99 per transport (the send time travels in each ``loc``), the
   publish round trip p50/p99, and the hub's CPU milliseconds per 1,000 deliveries (utime +
   stime from ``/proc``, publishes included);
-* ``idle``: ``--idle`` SSE connections opened at once: seconds until every one has its
-  response headers, and the hub's RSS growth per connection (``VmRSS``, KiB).
+* ``idle``: ``--idle`` SSE (``--idle-kind ws``: WebSocket) connections opened at once:
+  seconds until every one has its response headers, and the hub's RSS growth per
+  connection (``VmRSS``, KiB).
 
 ``--profile DIR`` runs ``py-spy record`` (root) on the hub through the live window and the
 idle accept, and prints the top 20 functions by own time.
@@ -286,7 +287,8 @@ async def idle(args: argparse.Namespace, hub: HubProcess, tag: str) -> dict[str,
     rss0 = rss_kib(pid)
     spy = profile(pid, Path(args.profile) / f"{tag}-idle.txt", 15) if args.profile else None
     cpu0 = cpu_seconds(pid)
-    cl = spawn_clients(hub.port, args.idle, 0, 0)
+    ws = args.idle_kind == "ws"
+    cl = spawn_clients(hub.port, 0 if ws else args.idle, args.idle if ws else 0, 0)
     assert cl.stdout is not None and cl.stdin is not None
     ready = json.loads(await asyncio.to_thread(cl.stdout.readline))["ready"]
     cpu = cpu_seconds(pid) - cpu0
@@ -357,6 +359,7 @@ def main() -> None:
     p.add_argument("--rate", type=float, default=200.0)
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--idle", type=int, default=5000)
+    p.add_argument("--idle-kind", choices=("sse", "ws"), default="sse", help="idle clients' kind")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--profile", metavar="DIR")
     p.add_argument("--role", choices=("clients",), help=argparse.SUPPRESS)

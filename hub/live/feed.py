@@ -435,8 +435,9 @@ class ClientStream:
         self.cursor = events[-1].key
         self._wake()
 
-    async def next(self, timeout: float) -> list[Event] | None:
-        """The next events, or ``None`` when ``timeout`` passes first (heartbeat time).
+    async def next(self, timeout: float | None) -> list[Event] | None:
+        """The next events, or ``None`` when ``timeout`` passes first (heartbeat time;
+        ``None``: no timeout, no timer).
 
         With a filter, a batch may come back empty: everything in it was filtered out.
         """
@@ -469,7 +470,7 @@ class ClientStream:
         text = sse.event_lines((e.id, e.json(self.feed.topic)) for e in events)
         return sse.http_chunk(text) if chunked else text
 
-    async def _next(self, timeout: float) -> list[Event] | None:
+    async def _next(self, timeout: float | None) -> list[Event] | None:
         if not self.live:
             if self.cursor < self.feed.last_key:
                 events = await self.feed.read_after(
@@ -485,12 +486,13 @@ class ClientStream:
             # A bare future and one timer: ``asyncio.wait_for`` made a task per wait.
             loop = asyncio.get_running_loop()
             waiter = self._waiter = loop.create_future()
-            timer = loop.call_later(timeout, _expire, waiter)
+            timer = None if timeout is None else loop.call_later(timeout, _expire, waiter)
             try:
                 await waiter
             finally:
                 self._waiter = None
-                timer.cancel()
+                if timer is not None:
+                    timer.cancel()
             if not self._pending:
                 return None
         if len(self._pending) == 1:

@@ -276,8 +276,11 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
         async def send() -> None:
             with contextlib.suppress(ConnectionError):  # the client went away: just end
                 while not ws.closed:
-                    events = await pump.next(settings.heartbeat_seconds)
-                    if events:  # None: idle; aiohttp's heartbeat pings keep the line alive
+                    # No timeout: aiohttp's heartbeat pings keep the line alive, and a closed
+                    # socket ends _drain_incoming, hence the stream (issue 22: a timer and a
+                    # wake-up per idle WebSocket per heartbeat interval, for nothing).
+                    events = await pump.next(None)
+                    if events:  # [] when a filter took everything
                         # A shared message: no per-client re-encoding. send_frame writes before
                         # it waits for the connection to drain, so batches stay in order.
                         await ws.send_frame(pump.message(events), WSMsgType.TEXT)

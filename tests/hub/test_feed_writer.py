@@ -5,6 +5,7 @@ In-memory: a :class:`TopicFeed` whose ring is filled by hand (no Redis is read).
 
 from __future__ import annotations
 
+import asyncio
 from typing import cast
 
 from hub.core.events import Event, EventFilter, format_id
@@ -141,3 +142,14 @@ async def test_a_stream_on_an_ended_topic_is_stopped_at_once() -> None:
     client.close()
     late.close()
     assert not feed.streams
+
+
+async def test_next_without_a_timeout_arms_no_timer_and_wakes_for_a_batch() -> None:
+    client = live_client(None)  # no writer: every batch queues for the sender
+    waiting = asyncio.create_task(client.next(None))
+    await asyncio.sleep(0)
+    assert client._waiter is not None and not waiting.done()
+    batch = events(1, 2)
+    client.offer(batch)
+    assert await asyncio.wait_for(waiting, 5) == batch
+    assert client._waiter is None
