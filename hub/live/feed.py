@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
-from hub.core import frames, metrics
+from hub.core import frames, metrics, sse
 from hub.core.events import Event, EventFilter, EventKey, format_id, parse_id
 from hub.core.retrying import STORE_OUTAGE, retrying
 from hub.core.tasks import Tasks, cancel_and_wait
@@ -41,10 +41,13 @@ def _expire(waiter: asyncio.Future[bool]) -> None:
 @dataclass(slots=True)
 class _Encoding:
     """One batch as every unfiltered live client gets it: the message, and (once a client
-    is written to directly) the same message as a WebSocket frame."""
+    is written to directly) the same message as a WebSocket frame, and as SSE events (plain
+    and as an HTTP chunk)."""
 
     message: bytes
     frame: bytes | None = None
+    sse: bytes | None = None
+    sse_chunk: bytes | None = None
 
 
 class Span(NamedTuple):
@@ -90,6 +93,8 @@ class TopicFeed:
         self._encodings: OrderedDict[tuple[str, str], _Encoding] = OrderedDict()
         #: Set when the topic was deleted: its streams end (see :meth:`FeedHub.end`).
         self.ended = asyncio.Event()
+        #: The client streams on this feed, stopped when it ends.
+        self.streams: set[ClientStream] = set()
 
     def ws_message(self, events: list[Event]) -> bytes:
         """A JSON array of ``events`` (UTF-8), cached: live clients get identical batches."""
@@ -101,6 +106,18 @@ class TopicFeed:
         if encoding.frame is None:
             encoding.frame = frames.text_frame(encoding.message)
         return encoding.frame
+
+    def sse_events(self, events: list[Event], *, chunked: bool) -> bytes:
+        """``events`` as SSE ``id:``/``data:`` events (``chunked``: as one HTTP chunk),
+        cached with the WebSocket encodings: live clients get identical batches."""
+        encoding = self._encoding(events)
+        if encoding.sse is None:
+            encoding.sse = sse.event_lines((e.id, e.json(self.topic)) for e in events)
+        if not chunked:
+            return encoding.sse
+        if encoding.sse_chunk is None:
+            encoding.sse_chunk = sse.http_chunk(encoding.sse)
+        return encoding.sse_chunk
 
     def _encoding(self, events: list[Event]) -> _Encoding:
         key = (events[0].id, events[-1].id)
@@ -313,6 +330,8 @@ class FeedHub:
             feed = self._feeds.pop(topic, None)
         if feed is not None:
             feed.ended.set()
+            for stream in list(feed.streams):
+                stream.stop()
             await feed.stop()
 
     async def close(self) -> None:
@@ -333,7 +352,25 @@ class ClientStream:
     a publish costs time per *active* client only. A batch the connection cannot take yet
     is queued (bounded by ``capacity``) for the sender task, which waits for the
     connection to drain; later batches queue behind it, so order is kept.
+
+    Slots, and bare futures rather than events and tasks: every connected client holds one,
+    idle ones included (issue 22: RSS per idle SSE connection).
     """
+
+    __slots__ = (
+        "_count",
+        "_pending",
+        "_waiter",
+        "capacity",
+        "cursor",
+        "feed",
+        "filter",
+        "last_sent",
+        "live",
+        "overflowed",
+        "stopped",
+        "writer",
+    )
 
     def __init__(
         self,
@@ -349,13 +386,30 @@ class ClientStream:
         self.filter = event_filter
         self.writer = writer
         self.live = False
-        self._pending: deque[list[Event]] = deque()
+        #: Batches for the sender task (a list: a deque's block is ~600 bytes per client).
+        self._pending: list[list[Event]] = []
         self._count = 0
-        self._wakeup = asyncio.Event()
+        #: What :meth:`next` waits on while nothing is queued.
+        self._waiter: asyncio.Future[bool] | None = None
         #: Set when the client fell too far behind the live stream.
-        self.overflowed = asyncio.Event()
+        self.overflowed = False
+        #: Done when the stream must end: the client overflowed, the topic was deleted
+        #: (:meth:`FeedHub.end`), or :meth:`stop` was called (the process shuts down).
+        self.stopped: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         #: Id of the last event handed to the transport.
         self.last_sent: str | None = None
+        feed.streams.add(self)
+        if feed.ended.is_set():
+            self.stop()
+
+    def stop(self) -> None:
+        if not self.stopped.done():
+            self.stopped.set_result(None)
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(True)
 
     def offer(self, events: list[Event]) -> None:
         """Called by the feed for each new batch while the client is live."""
@@ -372,16 +426,18 @@ class ClientStream:
                 return
         if self._count and self._count + len(events) > self.capacity:
             self.feed.unfollow(self)
-            self.overflowed.set()
-            self._wakeup.set()
+            self.overflowed = True
+            self.stop()
+            self._wake()
             return
         self._pending.append(events)
         self._count += len(events)
         self.cursor = events[-1].key
-        self._wakeup.set()
+        self._wake()
 
-    async def next(self, timeout: float) -> list[Event] | None:
-        """The next events, or ``None`` when ``timeout`` passes first (heartbeat time).
+    async def next(self, timeout: float | None) -> list[Event] | None:
+        """The next events, or ``None`` when ``timeout`` passes first (heartbeat time;
+        ``None``: no timeout, no timer).
 
         With a filter, a batch may come back empty: everything in it was filtered out.
         """
@@ -406,7 +462,15 @@ class ClientStream:
             return self.feed.ws_frame(events)
         return frames.text_frame(self.message(events))
 
-    async def _next(self, timeout: float) -> list[Event] | None:
+    def sse_events(self, events: list[Event], *, chunked: bool = False) -> bytes:
+        """``events`` as SSE events (``chunked``: one HTTP chunk): shared by every
+        unfiltered client."""
+        if self.filter is None:
+            return self.feed.sse_events(events, chunked=chunked)
+        text = sse.event_lines((e.id, e.json(self.feed.topic)) for e in events)
+        return sse.http_chunk(text) if chunked else text
+
+    async def _next(self, timeout: float | None) -> list[Event] | None:
         if not self.live:
             if self.cursor < self.feed.last_key:
                 events = await self.feed.read_after(
@@ -419,15 +483,20 @@ class ClientStream:
                 self.live = True
                 self.feed.follow(self)
         if not self._pending:
-            self._wakeup.clear()
+            # A bare future and one timer: ``asyncio.wait_for`` made a task per wait.
+            loop = asyncio.get_running_loop()
+            waiter = self._waiter = loop.create_future()
+            timer = None if timeout is None else loop.call_later(timeout, _expire, waiter)
             try:
-                await asyncio.wait_for(self._wakeup.wait(), timeout)
-            except TimeoutError:
-                return None
+                await waiter
+            finally:
+                self._waiter = None
+                if timer is not None:
+                    timer.cancel()
             if not self._pending:
                 return None
         if len(self._pending) == 1:
-            events = self._pending.popleft()
+            events = self._pending.pop()
         else:
             events = [e for batch in self._pending for e in batch]
             self._pending.clear()
@@ -437,6 +506,7 @@ class ClientStream:
     def close(self) -> None:
         if self.live:
             self.feed.unfollow(self)
+        self.feed.streams.discard(self)
         # The writer is a closure over this stream and its connection: a reference cycle
         # that would keep the whole connection alive until a full GC pass.
         self.writer = None

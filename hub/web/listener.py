@@ -59,10 +59,12 @@ class ConnectionGuard:
         loop = asyncio.get_running_loop()
 
         def accept() -> asyncio.Protocol:
-            # ``server.connections`` counts a connection once its connection_made has run,
+            # The server counts a connection once its connection_made has run,
             # which the loop schedules after the accept: a burst accepted in one go would
             # all pass a check on it alone. ``_accepting`` counts those still on their way.
-            if len(server.connections) + self._accepting >= self.max_connections:
+            # (``_connections``: the ``connections`` property copies it into a list, per
+            # accept: quadratic in the connections held; issue 22.)
+            if len(server._connections) + self._accepting >= self.max_connections:
                 self.refused += 1
                 return _Refuse()
             self._accepting += 1

@@ -5,6 +5,7 @@ In-memory: a :class:`TopicFeed` whose ring is filled by hand (no Redis is read).
 
 from __future__ import annotations
 
+import asyncio
 from typing import cast
 
 from hub.core.events import Event, EventFilter, format_id
@@ -74,7 +75,7 @@ async def test_a_queue_past_capacity_overflows() -> None:
     client = live_client(lambda batch: False)
     client.offer(events(1, 6))
     client.offer(events(7, 6))
-    assert client.overflowed.is_set()
+    assert client.overflowed and client.stopped.done()
 
 
 async def test_a_filtered_client_is_written_only_what_it_asked_for() -> None:
@@ -112,3 +113,43 @@ async def test_a_stopped_feed_lets_go_of_its_ring() -> None:
     feed.ws_frame(feed._events[:10])
     await feed.stop()
     assert not feed._events and not feed._keys and not feed._encodings and not feed._followers
+
+
+async def test_sse_encodings_are_shared_by_unfiltered_clients_and_framed_as_chunks() -> None:
+    feed = TopicFeed(cast(EventStore, None), "t")
+    feed.base = (0, 0)
+    one = ClientStream(feed, (0, 0), capacity=10)
+    two = ClientStream(feed, (0, 0), capacity=10)
+    filtered = ClientStream(feed, (0, 0), 10, EventFilter.from_query({"change": "updated"}, []))
+    batch = events(1, 2)
+    plain = b"".join(b"id: %s\ndata: %s\n\n" % (e.id.encode(), e.json("t")) for e in batch)
+    assert one.sse_events(batch) == plain
+    assert one.sse_events(batch, chunked=True) == b"%x\r\n%s\r\n" % (len(plain), plain)
+    # Encoded once per batch: the very same bytes object for every unfiltered client.
+    assert one.sse_events(batch, chunked=True) is two.sse_events(batch, chunked=True)
+    assert filtered.sse_events(batch, chunked=True) == one.sse_events(batch, chunked=True)
+    assert filtered.sse_events(batch, chunked=True) is not one.sse_events(batch, chunked=True)
+
+
+async def test_a_stream_on_an_ended_topic_is_stopped_at_once() -> None:
+    feed = TopicFeed(cast(EventStore, None), "t")
+    feed.base = (0, 0)
+    client = ClientStream(feed, (0, 0), capacity=10)
+    assert not client.stopped.done() and feed.streams == {client}
+    feed.ended.set()
+    late = ClientStream(feed, (0, 0), capacity=10)  # opened as the topic was deleted
+    assert late.stopped.done()
+    client.close()
+    late.close()
+    assert not feed.streams
+
+
+async def test_next_without_a_timeout_arms_no_timer_and_wakes_for_a_batch() -> None:
+    client = live_client(None)  # no writer: every batch queues for the sender
+    waiting = asyncio.create_task(client.next(None))
+    await asyncio.sleep(0)
+    assert client._waiter is not None and not waiting.done()
+    batch = events(1, 2)
+    client.offer(batch)
+    assert await asyncio.wait_for(waiting, 5) == batch
+    assert client._waiter is None
