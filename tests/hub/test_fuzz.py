@@ -440,6 +440,8 @@ def route_paths(hub: Hub) -> list[tuple[str, str]]:
         "name": ["t", "secret", "nothing", "%00", "a" * 300],
         "page": ["1", "2", "0-00000", "x", "99999999999999999999"],
         "file": ["index.html", "dashboard.js", "nope", ".."],
+        # a subscription id: well-formed but unknown, malformed, NUL, overlong
+        "id": ["0123456789ab", "ZZZZ", "%00", "f" * 300, "0" * 12],
     }
     out = []
     for route in hub.app.router.routes():

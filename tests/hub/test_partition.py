@@ -275,6 +275,7 @@ async def test_a_heartbeat_answered_after_a_takeover_revives_no_stale_worker(
                     and held_a | held_b == every
                     and not held_a & held_b
                     and held_a == a.ownership._placement()
+                    and held_b == b.ownership._placement()  # both views complete
                 )
 
             await wait_for(settled, timeout=20)
