@@ -43,6 +43,17 @@ def is_publish(request: web.Request, route: str) -> bool:
     return route == "/topics/{name}" or (route == "/" and request.content_type != _FORM)
 
 
+#: Query parameters whose values are credentials (``?access_token=``: browsers' streams).
+_SECRET_QUERY = re.compile(r"(?<=[?&])(access_token=)[^&]*", re.IGNORECASE)
+
+
+def logged_path(request: web.Request) -> str:
+    """The path and query for the access log, with token values replaced by ``***``: an
+    access log is read by more people than may read private topics."""
+    path = request.path_qs
+    return _SECRET_QUERY.sub(r"\1***", path) if "token=" in path.lower() else path
+
+
 def observe_middleware(*, access_log_on: bool) -> Middleware:
     """Request ids, request metrics, and (``access_log_on``) one access-log line each."""
 
@@ -70,16 +81,17 @@ def observe_middleware(*, access_log_on: bool) -> Middleware:
                 if status >= 400:
                     metrics.publish_failed(status)
             if access_log_on:
+                logged = logged_path(request)
                 access_log.info(
                     "%s %s %s %.1fms",
                     request.method,
-                    request.path_qs,
+                    logged,
                     status,
                     elapsed * 1000,
                     extra={
                         "method": request.method,
                         "route": route,
-                        "path": request.path_qs,
+                        "path": logged,
                         "status": status,
                         "duration_ms": round(elapsed * 1000, 2),
                         "remote": request.remote,

@@ -9,6 +9,7 @@ import logging
 import os
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -46,6 +47,30 @@ def test_json_logs_with_request_ids_access_log_and_shutdown_lines(tmp_path: Path
     assert messages.index("shutdown complete") > next(
         i for i, m in enumerate(messages) if m.startswith("shutdown started")
     )
+
+
+def test_the_access_log_never_shows_a_query_token(tmp_path: Path) -> None:
+    """Browsers pass read tokens as ``?access_token=`` (EventSource cannot set headers)."""
+    hub = HubProcess(str(tmp_path), None, "--log-format", "json", "--access-log").start()
+    paths = [
+        "/topics/t/events?access_token=SECRET-ONE",
+        "/topics/t/events?since=0&ACCESS_TOKEN=SECRET-TWO&x=1",
+        "/healthz?a=1&access_token=SECRET-THREE",
+    ]
+    try:
+        for path in paths:
+            try:
+                urllib.request.urlopen(f"{hub.url}{path}", timeout=5).close()
+            except urllib.error.HTTPError:
+                pass  # an unknown topic is a 404: logged all the same
+    finally:
+        hub.stop()
+    log = hub.log()
+    assert "SECRET" not in log
+    logged = [r["path"] for r in _json_lines(log) if r["logger"] == "rshub.access"]
+    assert "/topics/t/events?access_token=***" in logged
+    assert "/topics/t/events?since=0&ACCESS_TOKEN=***&x=1" in logged
+    assert "/healthz?a=1&access_token=***" in logged
 
 
 def test_log_level_from_the_environment_and_no_access_log_by_default(tmp_path: Path) -> None:
