@@ -88,6 +88,74 @@ _SUBSCRIPTION: Schema = {
     },
 }
 
+# -- issue 21: a subscription's delivery terms, as GET /admin/subscriptions shows them -----
+
+_RATE_LIMIT_IN_FORCE: Schema = {
+    "type": "object",
+    "required": ["per_second", "burst", "source"],
+    "properties": {
+        "per_second": {"type": "number", "description": "deliveries per second (0: none)"},
+        "burst": {"type": "integer"},
+        "source": {"enum": ["admin", "subscriber", "default"]},
+    },
+}
+
+_ADMIN_SUBSCRIPTION: Schema = {
+    "type": "object",
+    "required": (
+        "id topic callback state signature previous_secret filter rate_limit strikes "
+        "disabled_at last_success"
+    ).split(),
+    "properties": {
+        **_SUBSCRIPTION["properties"],
+        "last_id": {"type": ["string", "null"]},
+        "lag_events": {"type": "integer"},
+        "lag_capped": {"type": "boolean"},
+        "lag_seconds": {"type": "number"},
+        "retry_at": {"type": ["number", "null"]},
+        "expires": {"type": ["string", "null"]},
+        "signature": {"enum": ["websub", "standard-webhooks"]},
+        "previous_secret": {
+            "type": "boolean",
+            "description": "whether a rotated-out secret still signs (never its value)",
+        },
+        "previous_secret_until": {
+            "type": ["number", "null"],
+            "description": "when it stops signing (epoch seconds)",
+        },
+        "filter": {
+            "type": ["object", "null"],
+            "description": "hub.filter.*: null for every change",
+            "properties": {
+                "changes": {"type": ["array", "null"], "items": {"type": "string"}},
+                "prefixes": {"type": "array", "items": {"type": "string"}},
+            },
+        },
+        "rate_limit": {**_RATE_LIMIT_IN_FORCE, "description": "the rate limit in force"},
+        "strikes": {"type": "integer", "description": "weighted failures toward suspension"},
+        "disabled_at": {"type": ["number", "null"]},
+        "last_success": {
+            "type": ["object", "null"],
+            "properties": {
+                "at": {"type": "number"},
+                "time": {"type": ["string", "null"]},
+                "event_id": {"type": "string"},
+            },
+        },
+    },
+}
+
+_ADMIN_SUBSCRIPTIONS: Schema = {
+    "type": "object",
+    "required": ["subscriptions"],
+    "properties": {
+        "subscriptions": {
+            "type": "array",
+            "items": {"$ref": "#/components/schemas/AdminSubscription"},
+        }
+    },
+}
+
 _SUBSCRIPTIONS: Schema = {
     "type": "object",
     "required": ["topic", "last_id", "subscriptions"],
@@ -342,9 +410,7 @@ def _rate_limit(operation: str, summary: str) -> dict[str, Any]:
                         "id": {"type": "string"},
                         "topic": {"type": "string"},
                         "callback": {"type": "string"},
-                        "per_second": {"type": "number"},
-                        "burst": {"type": "integer"},
-                        "source": {"enum": ["admin", "subscriber", "default"]},
+                        **_RATE_LIMIT_IN_FORCE["properties"],
                     },
                 }
             }
@@ -394,13 +460,13 @@ _TARGET = {
 }
 
 
-def _admin(operation: str, summary: str, what: str, *, not_found: bool = False) -> dict[str, Any]:
+def _admin(
+    operation: str, summary: str, what: str, *, not_found: bool = False, schema: str = ""
+) -> dict[str, Any]:
     """An operation of the /admin API: JSON answers, the operator token, errors as JSON."""
+    answer = {"$ref": f"#/components/schemas/{schema}"} if schema else {"type": "object"}
     responses: dict[str, Any] = {
-        "200": {
-            "description": f"The {what}",
-            "content": {JSON: {"schema": {"type": "object"}}},
-        },
+        "200": {"description": f"The {what}", "content": {JSON: {"schema": answer}}},
         "400": _error("Bad topic name, field or body"),
         "401": _error("No or malformed bearer token"),
         "403": _error("Not the operator (or not loopback on an open hub)"),
@@ -759,8 +825,9 @@ def spec(server_url: str = "/") -> dict[str, Any]:
             "get": {
                 **_admin(
                     "adminSubscriptions",
-                    "Subscriptions with state, cursor and lag",
+                    "Subscriptions with state, cursor, lag, last success and delivery terms",
                     "subscriptions",
+                    schema="AdminSubscriptions",
                 ),
                 "parameters": [
                     {
@@ -931,6 +998,8 @@ def spec(server_url: str = "/") -> dict[str, Any]:
                 "Overview": _OVERVIEW,
                 "Presence": _PRESENCE,
                 "SubscriptionRecord": _SUBSCRIPTION_RECORD,
+                "AdminSubscription": _ADMIN_SUBSCRIPTION,
+                "AdminSubscriptions": _ADMIN_SUBSCRIPTIONS,
             },
         },
     }
