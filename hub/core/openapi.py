@@ -315,6 +315,13 @@ _TOPIC = {"$ref": "#/components/parameters/topic"}
 _AUTH_NOTE = "Needs `Authorization: Bearer <token>` when the hub has publisher tokens."
 _BAD_NAME = _error("Invalid topic name or request")
 _UNAVAILABLE = _error("Redis unavailable")
+_PUBLISH_UNAVAILABLE = _error(
+    "Redis unavailable; or, with RSHUB_REDIS_WAIT_REPLICAS, fewer replicas than asked "
+    "acknowledged the changes in time: they are stored on the Redis primary but may or may "
+    "not survive a failover (the message says how many acknowledged); or the document "
+    "parser failed. Retry with the same Idempotency-Key: a stored publish is replayed "
+    "(and waited for again), never stored twice."
+)
 _NOT_FOUND = _error("Unknown topic (nothing was ever published to it) or page")
 _NOT_MODIFIED = {"description": "Not modified (If-None-Match / If-Modified-Since)"}
 #: Reading a private topic (documents, streams): read tokens, signed read tokens (JWT).
@@ -581,7 +588,7 @@ def _publish_responses() -> dict[str, Any]:
         "409": _error("Idempotency-Key reused for a different body"),
         "413": _error("Body larger than the hub's limit"),
         "415": _error("Not XML"),
-        "503": _UNAVAILABLE,
+        "503": _PUBLISH_UNAVAILABLE,
     }
 
 
