@@ -205,7 +205,11 @@ _OVERVIEW: Schema = {
                 },
             },
         },
-        "clients": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "clients": {
+            "type": "object",
+            "description": "live WebSocket (ws) and SSE clients over every hub process",
+            "additionalProperties": {"type": "integer"},
+        },
         "redis_ok": {"type": "boolean"},
         "version": {"type": "string"},
         "generated_ms": {"type": "integer"},
