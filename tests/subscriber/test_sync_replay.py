@@ -11,6 +11,7 @@ a small forwarding server that can refuse deliveries (the callback "down").
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -24,6 +25,7 @@ from tests.support import free_port, wait_for
 
 from .helpers import Child, expected_files, mirror_files, publish
 from .source import TestSource
+from .test_sync_gap import _body, _post, _queued, receiver  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -183,3 +185,82 @@ async def test_a_replayed_deletion_removes_only_what_the_source_no_longer_has(
         await mirror.apply([replayed("kept"), replayed("gone")])
     assert mirror_files(tmp_path) == expected_files(source.url, {"kept": b"k"})
     assert (mirror.stats.deleted, mirror.stats.gone, mirror.stats.problems) == (0, 1, [])
+
+
+# -- the replay header: not signed, where another party's bytes enter the subscriber ------
+
+
+async def test_the_unsigned_replay_header_only_makes_an_event_considered(
+    receiver: Any,  # noqa: F811  (the fixture imported above)
+) -> None:
+    """``X-RSHub-Replay`` is outside the signature: with it, a signed body's events are
+    judged per resource (so a forged header can replay nothing stale); any other value
+    is no replay; an unsigned or wrongly signed body is dropped whatever the header."""
+    from subscriber.position import EventCursor
+    from tests.watchdog import Watchdog
+
+    rx, session = receiver
+    replay = {"X-RSHub-Replay": "dead-letter"}
+    async with Watchdog() as dog:
+        assert await _post(session, rx, _body(None, entries=2), **replay) == 204
+        assert await _post(session, rx, _body(None, entries=1), **{"X-RSHub-Replay": "x"}) == 204
+        assert await _post(session, rx, _body(None, entries=1), sign=False, **replay) == 202
+        assert rx.rejected == 1
+        first, second = _queued(rx)
+        assert [(e.id, e.replayed) for e in first] == [("9-0", True), ("9-1", True)]
+        assert [(e.id, e.replayed) for e in second] == [("9-0", False)]
+        # The cursor already handed over r0 at 9-0 (and is past 9-1): the replay of r0 is
+        # refused by its resource, r1 (never handed over) is taken; the plain one is old.
+        cursor = EventCursor()
+        cursor.accept(replace(second[0], id="9-0"))
+        cursor.accept(replace(second[0], loc="http://example.org/other", id="10-0"))
+        assert [cursor.accept(e) for e in first] == [False, True]
+        assert not cursor.accept(second[0]) and cursor.event_id == "10-0"
+    await dog.sockets_back()
+
+
+def test_a_seeded_fuzz_of_live_and_replayed_events_keeps_each_resource_newest() -> None:
+    """Live events in id order, replays of any older id in between, duplicates of both:
+    a resource's events are handed over in increasing id order, every live one newer than
+    the position is, and a replay exactly when it is newer than its resource's last."""
+    import random
+
+    from subscriber.events import ChangeEvent
+    from subscriber.position import EventCursor
+
+    rng = random.Random(20261124)
+    replays_taken = replays_refused = 0
+    for _round in range(50):
+        cursor = EventCursor()
+        last: dict[str, int] = {}  # the model: per resource, the newest id handed over
+        delivered: list[ChangeEvent] = []
+        letters: list[ChangeEvent] = []  # dead-lettered: never delivered live
+        for n in range(1, 300):
+            loc = f"r{rng.randrange(8)}"
+            change = rng.choice(("created", "updated", "deleted"))
+            when = f"2026-01-01T{n // 3600:02d}:{n // 60 % 60:02d}:{n % 60:02d}Z"
+            event = ChangeEvent(loc, when, change, f"{n}-0")
+            roll = rng.random()
+            if roll < 0.15:
+                letters.append(event)
+                continue
+            if roll < 0.65 or not (letters or delivered):
+                pick, want = event, True
+                delivered.append(event)
+            elif roll < 0.9:
+                pick = replace(rng.choice(letters or delivered), replayed=True)
+                want = _order(pick) > last.get(pick.loc, 0)
+                replays_taken += want
+                replays_refused += not want
+            elif delivered:
+                pick, want = rng.choice(delivered), False  # a live duplicate
+            else:
+                continue
+            assert cursor.accept(pick) is want, (pick, last.get(pick.loc))
+            if want:
+                last[pick.loc] = _order(pick)
+    assert replays_taken > 100 and replays_refused > 100, (replays_taken, replays_refused)
+
+
+def _order(event: Any) -> int:
+    return int(event.id.split("-")[0])
