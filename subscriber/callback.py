@@ -12,7 +12,8 @@
   tolerance: :mod:`subscriber.signatures`) in constant time; a delivery without a valid
   one is acknowledged (WebSub §8 allows it, to stop probing) but dropped and counted;
 - reads each entry's event id from its ``rs:md/@rshub:id`` (or at least the delivery's
-  ``X-RSHub-Last-Event-Id``), so the caller can de-duplicate and resume;
+  ``X-RSHub-Last-Event-Id``), so the caller can de-duplicate and resume; marks the events
+  of a dead-letter replay (``X-RSHub-Replay: dead-letter``) ``replayed``;
 - reads a gap notice (the hub trimmed changes before delivering them) from the signed body
   (``rs:md/@rshub:trimmed-through``, ``rs:ln rel="resourcelist"``), never from the
   unsigned ``X-RSHub-Gap`` header alone: :meth:`CallbackReceiver.deliveries` yields it as a
@@ -31,6 +32,7 @@ import contextlib
 import logging
 import secrets
 from collections.abc import AsyncGenerator
+from dataclasses import replace
 
 import aiohttp
 from aiohttp import web
@@ -49,6 +51,8 @@ __all__ = ["CallbackReceiver"]
 log = logging.getLogger(__name__)
 
 LAST_ID_HEADER = "X-RSHub-Last-Event-Id"
+#: Marks an operator's replay of dead letters: older events, judged per resource.
+REPLAY_HEADER = "X-RSHub-Replay"
 #: The hub's per-entry event id: an extension attribute of ``rs:md``.
 ID_ATTRIBUTE = "{urn:rshub:1}id"
 #: A delivery's gap notice: an extension attribute of the root ``rs:md``.
@@ -281,6 +285,9 @@ class CallbackReceiver:
             ChangeEvent.from_entry(entry, id=event_id, topic=self.topic)
             for entry, event_id in zip(doc.entries, ids, strict=True)
         ]
+        if request.headers.get(REPLAY_HEADER) == "dead-letter":
+            # Not signed: at worst an old event is considered, and judged per resource.
+            batch = [replace(e, replayed=True) for e in batch]
         trimmed = doc.md.extra.get(TRIMMED_ATTRIBUTE)
         if trimmed:
             resourcelist = next((ln.href for ln in doc.links if ln.rel == "resourcelist"), None)

@@ -39,6 +39,10 @@ class ChangeEvent:
     type: str | None = None
     links: tuple[dict[str, Any], ...] = ()
     time: datetime | None = field(default=None, compare=False)
+    #: Re-sent by an operator's replay of dead letters (``X-RSHub-Replay``): older than
+    #: changes already handed over, so judged per resource
+    #: (:meth:`subscriber.position.EventCursor.seen`).
+    replayed: bool = field(default=False, compare=False)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -121,6 +125,8 @@ class ChangeEvent:
                 out[name] = value
         if self.links:
             out["links"] = list(self.links)
+        if self.replayed:
+            out["replayed"] = True
         return out
 
     def dumps(self) -> bytes:

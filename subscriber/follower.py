@@ -12,7 +12,8 @@ Guarantees to the caller of :meth:`Follower.batches`:
 - nothing lost across switches: push resumes from the last event id, polling re-reads from
   the watermark minus ``overlap``;
 - nothing twice: every change passes :meth:`EventCursor.accept` (event id, else
-  ``(loc, lastmod)``) before it is handed over;
+  ``(loc, lastmod)``) before it is handed over; a replayed dead letter (WebSub
+  ``X-RSHub-Replay``) comes out of order, handed over only if newer than its resource's last;
 - start: from the position's event id or watermark; with neither and ``start_at_end``,
   at the current end, whichever transport comes first (a first poll only records);
 - a hub refusal (4xx: bad topic name, bad ``since``) ends :meth:`batches` with

@@ -127,7 +127,8 @@ class Mirror:
             log.warning("%s", text)
 
     async def apply(self, batch: Iterable[ChangeEvent]) -> None:
-        """Apply changes: fetch created/updated, remove deleted."""
+        """Apply changes: fetch created/updated, remove deleted (a replayed deletion
+        only when the Source no longer has the resource)."""
         latest: dict[str, ChangeEvent] = {}
         for event in batch:
             latest.pop(event.loc, None)
@@ -147,9 +148,14 @@ class Mirror:
             self.stats.rejected += 1
             self._problem(f"rejected {exc}")
             return
-        if event.change == "deleted":
+        if event.change == "deleted" and not event.replayed:
             if self._remove(path):
                 self.stats.deleted += 1
+            return
+        if event.change == "deleted":
+            # A replayed deletion may be older than a creation the position no longer
+            # remembers: the Source says whether the resource is gone (404/410 removes it).
+            await self._fetch(event.loc, path, length=None, hash=None)
             return
         await self._fetch(event.loc, path, length=event.length, hash=event.hash)
 

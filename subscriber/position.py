@@ -7,6 +7,10 @@ An :class:`EventCursor` holds three things:
 - ``recent``: the ``(loc, lastmod)`` keys of the latest deliveries (bounded), which is how
   a change that arrives twice by different transports, or from a plain Source that has no
   event ids, is recognised.
+- ``applied``: the last event id handed over per resource (the latest resources, bounded),
+  which judges a dead letter an operator replays (``X-RSHub-Replay``): its id is older than
+  ``event_id``, so it is handed over only when newer than what was handed over for *its*
+  resource; an old deletion never undoes a later creation.
 
 It is saved as JSON by :class:`EventCursorFile`, atomically and durably
 (:mod:`rsclient.statefile`), so a restart resumes where the last save stopped. Saves
@@ -52,11 +56,26 @@ class EventCursor:
     event_id: str | None = None
     watermark: datetime | None = None
     recent: OrderedDict[Key, None] = field(default_factory=OrderedDict)
+    #: loc -> the last event id handed over for it (at most :data:`MAX_RECENT`, latest kept).
+    applied: OrderedDict[str, str] = field(default_factory=OrderedDict)
     #: Free-form facts the caller keeps with the position (e.g. "baseline done").
     extra: dict[str, Any] = field(default_factory=dict)
 
     def seen(self, event: ChangeEvent) -> bool:
-        """Whether ``event`` was already delivered (by id, else by its :attr:`key`)."""
+        """Whether ``event`` was already delivered (by id, else by its :attr:`key`).
+
+        A replayed dead letter is judged by its resource's last id instead of the topic's:
+        stale when not newer than it. A resource not remembered (never handed over, or
+        forgotten past :data:`MAX_RECENT`) takes it; a mirror checks a replayed deletion at
+        the Source (:meth:`subscriber.mirror.Mirror.apply`).
+        """
+        if event.replayed and event.id is not None:
+            order = event_order(event.id)
+            known = self.applied.get(event.loc)
+            held = None if known is None else event_order(known)
+            if order is not None and held is not None and order <= held:
+                return True
+            return event.key in self.recent
         if event.id is not None and self.event_id is not None:
             new, last = event_order(event.id), event_order(self.event_id)
             if new is not None and last is not None:
@@ -78,6 +97,12 @@ class EventCursor:
                 last = event_order(self.event_id)
             if last is None or new is None or new > last:
                 self.event_id = event.id
+            held = self.applied.get(event.loc)
+            if held is None or new is None or (event_order(held) or (0, 0)) < new:
+                self.applied[event.loc] = event.id
+                self.applied.move_to_end(event.loc)
+                while len(self.applied) > MAX_RECENT:
+                    self.applied.popitem(last=False)
         self._note(event.key)
         when = min(event.when, now or datetime.now(UTC))
         if self.watermark is None or when > self.watermark:
@@ -107,6 +132,7 @@ class EventCursor:
             "event_id": self.event_id,
             "watermark": None if self.watermark is None else format_datetime(self.watermark),
             "recent": [list(key) for key in self.recent],
+            "applied": [[loc, event_id] for loc, event_id in self.applied.items()],
             "extra": self.extra,
         }
 
@@ -121,6 +147,9 @@ class EventCursor:
             recent=OrderedDict(
                 ((str(loc), str(lastmod), str(change)), None)
                 for loc, lastmod, change in obj.get("recent", [])
+            ),
+            applied=OrderedDict(
+                (str(loc), str(event_id)) for loc, event_id in obj.get("applied", [])
             ),
             extra=dict(obj.get("extra") or {}),
         )

@@ -88,6 +88,74 @@ _SUBSCRIPTION: Schema = {
     },
 }
 
+# -- issue 21: a subscription's delivery terms, as GET /admin/subscriptions shows them -----
+
+_RATE_LIMIT_IN_FORCE: Schema = {
+    "type": "object",
+    "required": ["per_second", "burst", "source"],
+    "properties": {
+        "per_second": {"type": "number", "description": "deliveries per second (0: none)"},
+        "burst": {"type": "integer"},
+        "source": {"enum": ["admin", "subscriber", "default"]},
+    },
+}
+
+_ADMIN_SUBSCRIPTION: Schema = {
+    "type": "object",
+    "required": (
+        "id topic callback state signature previous_secret filter rate_limit strikes "
+        "disabled_at last_success"
+    ).split(),
+    "properties": {
+        **_SUBSCRIPTION["properties"],
+        "last_id": {"type": ["string", "null"]},
+        "lag_events": {"type": "integer"},
+        "lag_capped": {"type": "boolean"},
+        "lag_seconds": {"type": "number"},
+        "retry_at": {"type": ["number", "null"]},
+        "expires": {"type": ["string", "null"]},
+        "signature": {"enum": ["websub", "standard-webhooks"]},
+        "previous_secret": {
+            "type": "boolean",
+            "description": "whether a rotated-out secret still signs (never its value)",
+        },
+        "previous_secret_until": {
+            "type": ["number", "null"],
+            "description": "when it stops signing (epoch seconds)",
+        },
+        "filter": {
+            "type": ["object", "null"],
+            "description": "hub.filter.*: null for every change",
+            "properties": {
+                "changes": {"type": ["array", "null"], "items": {"type": "string"}},
+                "prefixes": {"type": "array", "items": {"type": "string"}},
+            },
+        },
+        "rate_limit": {**_RATE_LIMIT_IN_FORCE, "description": "the rate limit in force"},
+        "strikes": {"type": "integer", "description": "weighted failures toward suspension"},
+        "disabled_at": {"type": ["number", "null"]},
+        "last_success": {
+            "type": ["object", "null"],
+            "properties": {
+                "at": {"type": "number"},
+                "time": {"type": ["string", "null"]},
+                "event_id": {"type": "string"},
+            },
+        },
+    },
+}
+
+_ADMIN_SUBSCRIPTIONS: Schema = {
+    "type": "object",
+    "required": ["subscriptions"],
+    "properties": {
+        "subscriptions": {
+            "type": "array",
+            "items": {"$ref": "#/components/schemas/AdminSubscription"},
+        }
+    },
+}
+
 _SUBSCRIPTIONS: Schema = {
     "type": "object",
     "required": ["topic", "last_id", "subscriptions"],
@@ -137,7 +205,11 @@ _OVERVIEW: Schema = {
                 },
             },
         },
-        "clients": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "clients": {
+            "type": "object",
+            "description": "live WebSocket (ws) and SSE clients over every hub process",
+            "additionalProperties": {"type": "integer"},
+        },
         "redis_ok": {"type": "boolean"},
         "version": {"type": "string"},
         "generated_ms": {"type": "integer"},
@@ -247,6 +319,13 @@ _TOPIC = {"$ref": "#/components/parameters/topic"}
 _AUTH_NOTE = "Needs `Authorization: Bearer <token>` when the hub has publisher tokens."
 _BAD_NAME = _error("Invalid topic name or request")
 _UNAVAILABLE = _error("Redis unavailable")
+_PUBLISH_UNAVAILABLE = _error(
+    "Redis unavailable; or, with RSHUB_REDIS_WAIT_REPLICAS, fewer replicas than asked "
+    "acknowledged the changes in time: they are stored on the Redis primary but may or may "
+    "not survive a failover (the message says how many acknowledged); or the document "
+    "parser failed. Retry with the same Idempotency-Key: a stored publish is replayed "
+    "(and waited for again), never stored twice."
+)
 _NOT_FOUND = _error("Unknown topic (nothing was ever published to it) or page")
 _NOT_MODIFIED = {"description": "Not modified (If-None-Match / If-Modified-Since)"}
 #: Reading a private topic (documents, streams): read tokens, signed read tokens (JWT).
@@ -342,9 +421,7 @@ def _rate_limit(operation: str, summary: str) -> dict[str, Any]:
                         "id": {"type": "string"},
                         "topic": {"type": "string"},
                         "callback": {"type": "string"},
-                        "per_second": {"type": "number"},
-                        "burst": {"type": "integer"},
-                        "source": {"enum": ["admin", "subscriber", "default"]},
+                        **_RATE_LIMIT_IN_FORCE["properties"],
                     },
                 }
             }
@@ -394,13 +471,13 @@ _TARGET = {
 }
 
 
-def _admin(operation: str, summary: str, what: str, *, not_found: bool = False) -> dict[str, Any]:
+def _admin(
+    operation: str, summary: str, what: str, *, not_found: bool = False, schema: str = ""
+) -> dict[str, Any]:
     """An operation of the /admin API: JSON answers, the operator token, errors as JSON."""
+    answer = {"$ref": f"#/components/schemas/{schema}"} if schema else {"type": "object"}
     responses: dict[str, Any] = {
-        "200": {
-            "description": f"The {what}",
-            "content": {JSON: {"schema": {"type": "object"}}},
-        },
+        "200": {"description": f"The {what}", "content": {JSON: {"schema": answer}}},
         "400": _error("Bad topic name, field or body"),
         "401": _error("No or malformed bearer token"),
         "403": _error("Not the operator (or not loopback on an open hub)"),
@@ -515,7 +592,7 @@ def _publish_responses() -> dict[str, Any]:
         "409": _error("Idempotency-Key reused for a different body"),
         "413": _error("Body larger than the hub's limit"),
         "415": _error("Not XML"),
-        "503": _UNAVAILABLE,
+        "503": _PUBLISH_UNAVAILABLE,
     }
 
 
@@ -759,8 +836,9 @@ def spec(server_url: str = "/") -> dict[str, Any]:
             "get": {
                 **_admin(
                     "adminSubscriptions",
-                    "Subscriptions with state, cursor and lag",
+                    "Subscriptions with state, cursor, lag, last success and delivery terms",
                     "subscriptions",
+                    schema="AdminSubscriptions",
                 ),
                 "parameters": [
                     {
@@ -931,6 +1009,8 @@ def spec(server_url: str = "/") -> dict[str, Any]:
                 "Overview": _OVERVIEW,
                 "Presence": _PRESENCE,
                 "SubscriptionRecord": _SUBSCRIPTION_RECORD,
+                "AdminSubscription": _ADMIN_SUBSCRIPTION,
+                "AdminSubscriptions": _ADMIN_SUBSCRIPTIONS,
             },
         },
     }

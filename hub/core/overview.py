@@ -1,7 +1,7 @@
 """What an operator looks at: the hub's state at one moment, as plain data.
 
-Built by :mod:`hub.web.admin` from Redis (so every hub process reports the same topics and
-subscriptions) plus this process's live clients, then shown two ways: as Prometheus series
+Built by :mod:`hub.web.admin` from Redis (so every hub process reports the same topics,
+subscriptions and live clients), then shown two ways: as Prometheus series
 (:mod:`hub.core.metrics`) and as the dashboard's JSON. Both need bounded size on a hub with
 thousands of topics or subscriptions, so the ranking and folding lives here, once.
 """
@@ -56,7 +56,8 @@ class SubscriptionRow:
 class Overview:
     topics: list[TopicRow]
     subscriptions: list[SubscriptionRow]
-    #: Live stream clients of *this* process, by transport (``ws``, ``sse``).
+    #: Live stream clients over every hub process, by transport (``ws``, ``sse``): the
+    #: sum of ``presence`` (:func:`hub.core.presence.stream_totals`).
     clients: dict[str, int]
     redis_ok: bool
     version: str

@@ -10,7 +10,7 @@ are read from their records. Plain data here; shown by the admin API, the dashbo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 #: Stream transports counted.
@@ -81,3 +81,11 @@ def summed(
         states = websub.get(topic) or websub_by_state(())
         out[topic] = TopicPresence(per.get("ws", 0), per.get("sse", 0), states)
     return out
+
+
+def stream_totals(presence: Mapping[str, TopicPresence]) -> dict[str, int]:
+    """Live stream clients by transport over every topic of ``presence`` (so over every hub
+    process): the dashboard's header badge."""
+    return {
+        transport: sum(getattr(p, transport) for p in presence.values()) for transport in TRANSPORTS
+    }

@@ -11,9 +11,10 @@ subscription in a process (:class:`Replays`).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
-from hub.core import rendering, websub
+from hub.core import rendering
 from hub.core.exceptions import CallbackFailed, Conflict
 from hub.core.topics import HubUrls
 from hub.live.delivery import (
@@ -23,6 +24,7 @@ from hub.live.delivery import (
     NODE_HEADER,
 )
 from hub.live.http_client import HttpClient
+from hub.live.subscription_terms import signature_headers
 from hub.store.dead_letters import DeadLetter, DeadLetterStore
 from hub.store.subscriptions import Subscription
 
@@ -107,8 +109,9 @@ class Replays:
             EVENT_COUNT_HEADER: str(len(events)),
             REPLAY_HEADER: "dead-letter",
         }
-        if sub.secret:
-            headers["X-Hub-Signature"] = websub.signature(sub.secret, body)
+        # Signed as its deliveries are (scheme, secrets in force): a Standard Webhooks
+        # subscriber would drop, yet acknowledge, a replay signed otherwise.
+        headers.update(signature_headers(sub, body, events, time.time()))
         try:
             answer = await self.client.post(sub.callback, body, headers)
         except CallbackFailed as exc:

@@ -34,14 +34,24 @@ class Terms:
 
     def signature_headers(self, body: bytes, batch: list[Event], now: float) -> dict[str, str]:
         """The signature headers of one attempt to deliver ``batch`` as ``body``."""
-        sub = self.sub
-        if not sub.secret:
-            return {}
-        secrets = [sub.secret]
-        if sub.previous_secret and now < sub.previous_until:
-            secrets.append(sub.previous_secret)
-        msg_id = signing.message_id(self.id, batch[0].id, batch[-1].id)
-        return signing.headers(self.scheme, secrets, body, msg_id=msg_id, timestamp=int(now))
+        return signature_headers(self.sub, body, batch, now, sub_id=self.id)
+
+
+def signature_headers(
+    sub: Subscription, body: bytes, batch: list[Event], now: float, *, sub_id: str | None = None
+) -> dict[str, str]:
+    """``sub``'s signature headers (its scheme, its secrets in force) for ``batch`` as
+    ``body``: a delivery's, and a dead-letter replay's."""
+    if not sub.secret:
+        return {}
+    secrets = [sub.secret]
+    if sub.previous_secret and now < sub.previous_until:
+        secrets.append(sub.previous_secret)
+    msg_id = signing.message_id(
+        sub_id or subscription_id(sub.topic, sub.callback), batch[0].id, batch[-1].id
+    )
+    scheme = signing.Scheme(sub.signature)
+    return signing.headers(scheme, secrets, body, msg_id=msg_id, timestamp=int(now))
 
 
 def event_filter(sub: Subscription) -> EventFilter | None:

@@ -82,6 +82,17 @@ class AttemptStore:
         last = _attempt(success) if success else None
         return attempts, None if last is None else Success(last.at, last.last_event_id)
 
+    async def last_successes(self, topic: str) -> dict[str, Success]:
+        """Callback -> its last success, for every subscription of ``topic`` (one read)."""
+        rows: dict[Any, Any] = await self.redis.hgetall(keys.last_successes(topic))
+        out: dict[str, Success] = {}
+        for callback, row in rows.items():
+            last = _attempt(row)
+            if last is not None:
+                name = callback.decode() if isinstance(callback, bytes) else str(callback)
+                out[name] = Success(last.at, last.last_event_id)
+        return out
+
     async def write(self, topic: str, logs: dict[str, list[Attempt]]) -> None:
         """Append ``logs`` (callback -> attempts, oldest first); the newest 2xx of each is
         its last success. Three script arguments per subscription, whatever it logs: the

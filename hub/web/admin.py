@@ -31,6 +31,7 @@ from hub.core.exceptions import Forbidden, Unauthorized
 from hub.core.health import RedisHealth
 from hub.core.overview import Overview, SubscriptionRow, lag_seconds
 from hub.core.placement import subscription_id
+from hub.core.presence import stream_totals
 from hub.core.topics import check_name
 from hub.live.ownership import Ownership
 from hub.store.embedded_redis import EmbeddedRedis
@@ -185,7 +186,7 @@ async def gather_overview(app: web.Application) -> Overview:
         presence=presence,
         topics=topics,
         subscriptions=rows,
-        clients=metrics.live_clients(),
+        clients=stream_totals(presence),
         redis_ok=True,
         version=__version__,
         generated_ms=now_ms,
@@ -218,11 +219,13 @@ async def overview_json(request: web.Request) -> web.Response:
     _check_any_operator(request)
     overview = await gather_overview(request.app)
     visible = sight(request)
+    presence = {t: p for t, p in overview.presence.items() if visible(t)}
     shown = replace(
         overview,
         topics=[t for t in overview.topics if visible(t.name)],
         subscriptions=[s for s in overview.subscriptions if visible(s.topic)],
-        presence={t: p for t, p in overview.presence.items() if visible(t)},
+        presence=presence,
+        clients=stream_totals(presence),
     )
     return web.Response(
         body=orjson.dumps(shown.to_json()),

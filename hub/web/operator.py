@@ -8,7 +8,8 @@
 ``DELETE /admin/topics/{name}``            the topic with every key, subscription and
                                            live stream of it
 ``GET /admin/subscriptions``               subscriptions (``?topic=``, ``?state=``) with
-                                           cursor and lag
+                                           cursor, lag, last success and their terms
+                                           (:mod:`hub.web.subscription_terms`)
 ``POST /admin/subscriptions/resume``       a subscription back to active, now
 ``DELETE /admin/subscriptions``            one subscription
 =========================================  ================================================
@@ -20,6 +21,7 @@ use them (:mod:`hub.core.access`). Answers are JSON; errors the hub's JSON error
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,11 +33,13 @@ from hub.core.events import id_ms, parse_id
 from hub.core.exceptions import BadRequest, NotFound, UnsupportedMediaType
 from hub.core.placement import subscription_id
 from hub.core.topics import check_name
+from hub.store.attempts import Success
 from hub.store.event_store import EventStore
 from hub.store.pages import PageChain
 from hub.store.subscriptions import State, Subscription, SubscriptionStore
 from hub.store.topic_admin import LAG_CAP, TopicAdmin, TopicSummary
 from hub.web import presence as web_presence
+from hub.web import subscription_terms
 from hub.web.access import check_operator, request_urls
 
 
@@ -157,6 +161,10 @@ async def subscriptions(request: web.Request) -> web.Response:
     app = request.app
     ctx = app[OPERATING]
     subs, store, admin = ctx.subscriptions, ctx.store, ctx.topic_admin
+    # Imported here: the record's module imports this one (its lag and lookup).
+    from hub.web.subscription_record import RECORDS
+
+    settings, now = app[subscription_terms.SETTINGS], time.time()
     names = [_topic_name(request, wanted)] if wanted else await subs.subscribed_topics()
     out: list[dict[str, object]] = []
     for name in names:
@@ -164,6 +172,7 @@ async def subscriptions(request: web.Request) -> web.Response:
         if not found:
             continue
         cursors = await subs.cursors(name)
+        successes = await app[RECORDS].attempts.last_successes(name)
         first, last = await store.first_id(name), await store.last_id(name)
         for sub in sorted(found, key=lambda s: s.callback):
             cursor = cursors.get(sub.callback)
@@ -190,9 +199,17 @@ async def subscriptions(request: web.Request) -> web.Response:
                     "lease_seconds": sub.lease_seconds,
                     "created_at": sub.created_at,
                     "secret": bool(sub.secret),
+                    **subscription_terms.terms(sub, settings, now),
+                    "last_success": _success(successes.get(sub.callback)),
                 }
             )
     return web.json_response({"subscriptions": out})
+
+
+def _success(success: Success | None) -> dict[str, object] | None:
+    if success is None:
+        return None
+    return {"at": success.at, "time": _iso(int(success.at * 1000)), "event_id": success.event_id}
 
 
 def _topic_name(request: web.Request, value: str) -> str:

@@ -20,27 +20,19 @@ from hub.core.settings import Settings
 from hub.store.subscriptions import Subscription
 from hub.web.access import check_operator
 from hub.web.operator import OPERATING, subscription_by_id
+from hub.web.subscription_terms import SETTINGS, rate_limit_in_force
 
-SETTINGS = web.AppKey("rate_limit_settings", Settings)
+__all__ = ["SETTINGS", "delete_rate_limit", "get_rate_limit", "put_rate_limit"]
 _MAX_BODY = 4096
 
 
 def _answer(sub: Subscription, settings: Settings) -> web.Response:
-    source = "admin" if sub.admin_rate_limit else "subscriber" if sub.rate_limit else "default"
-    chosen = sub.admin_rate_limit or sub.rate_limit
-    per_second, burst = (
-        (float(chosen[0]), int(chosen[1]))
-        if chosen
-        else (settings.delivery_rate_per_second, settings.delivery_rate_burst)
-    )
     return web.json_response(
         {
             "id": subscription_id(sub.topic, sub.callback),
             "topic": sub.topic,
             "callback": sub.callback,
-            "per_second": per_second,
-            "burst": burst,
-            "source": source,
+            **rate_limit_in_force(sub, settings),
         }
     )
 

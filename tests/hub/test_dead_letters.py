@@ -504,3 +504,36 @@ async def test_a_gap_notice_whose_batch_is_dead_lettered_comes_with_the_next(
                 await runner.cleanup()
     finally:
         await cb.stop()
+
+
+class TestReplaySignatures:
+    @pytest.fixture
+    def hub_settings(self) -> dict[str, Any]:
+        return {**FAST, "retry_window_seconds": 0.3}
+
+    async def test_a_replay_is_signed_with_the_subscriptions_scheme(
+        self, hub: Hub, picky: Picky
+    ) -> None:
+        """A Standard Webhooks subscriber drops (but acknowledges) a delivery signed
+        otherwise: a replay signed with ``X-Hub-Signature`` would be lost for it."""
+        import base64
+
+        from subscriber.signatures import verify
+
+        secret = "whsec_" + base64.b64encode(b"r" * 32).decode()
+        await subscribe(hub, picky, **{"hub.signature": "standard-webhooks", "hub.secret": secret})
+        picky.down = True
+        ids = await publish(hub, 2)
+        sub_id = subscription_id("t", picky.url)
+
+        async def lettered() -> bool:
+            return bool((await dead_letters(hub, sub_id))["total"] == 2)
+
+        await wait_for(lettered, timeout=20)
+        picky.down = False
+        done = await replay(hub, sub_id)
+        assert (done["replayed"], done["remaining"]) == (2, 0), done
+        (replayed,) = picky.deliveries
+        assert replayed.ids == ids and replayed.headers["X-RSHub-Replay"] == "dead-letter"
+        assert "X-Hub-Signature" not in replayed.headers
+        assert verify("standard-webhooks", (secret,), replayed.headers, replayed.body)

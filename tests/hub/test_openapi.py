@@ -188,3 +188,21 @@ def test_docs_page_lists_every_operation() -> None:
     for method, path, _ in openapi.operations(document):
         assert f"<code>{path}</code>" in page and method.upper() in page
     assert "<script" not in page and "http" not in page.split("<body>", 1)[0]
+
+
+def test_publishing_documents_its_503s_and_the_ping_429() -> None:
+    """A publish's 503 is also RSHUB_REDIS_WAIT_REPLICAS's (hub.store.replicas); a publish
+    ping's 429 comes with Retry-After."""
+    document = openapi.spec()
+    publishing = [
+        (method, path, op)
+        for method, path, op in openapi.operations(document)
+        if "publishing" in op.get("tags", ())
+    ]
+    assert {(m, p) for m, p, _ in publishing} == {("post", "/topics/{name}"), ("post", "/")}
+    for _method, _path, op in publishing:
+        text = op["responses"]["503"]["description"]
+        for needed in ("Redis unavailable", "RSHUB_REDIS_WAIT_REPLICAS", "Idempotency-Key"):
+            assert needed in text, (op["operationId"], needed)
+    ping = document["paths"]["/"]["post"]["responses"]["429"]
+    assert "ping" in ping["description"] and "Retry-After" in ping["headers"]

@@ -124,3 +124,34 @@ async def callback() -> AsyncIterator[CallbackServer]:
     server = await CallbackServer().start()
     yield server
     await server.stop()
+
+
+async def test_the_dashboard_badge_counts_the_clients_of_every_hub_process(
+    hub: Hub, redis_url: str, tmp_path: Any
+) -> None:
+    """The header badge ("clients: N WebSocket, N SSE") reads ``clients`` of the overview:
+    the clients of another hub *process* (``rshub serve``, its own metrics) count too."""
+    import asyncio
+
+    from tests.support import HubProcess
+
+    assert (await hub.publish("t", notification(changes(1)))).status == 202
+    child = HubProcess(str(tmp_path), None, "--redis-url", redis_url)
+    await asyncio.to_thread(child.start)
+    seen: dict[str, Any] = {}
+
+    async def badge(want: dict[str, int]) -> bool:
+        async with hub.session.get(f"{hub.url}/admin/overview.json", headers=ADMIN) as resp:
+            seen.update(clients=(await resp.json())["clients"])
+        return bool(seen["clients"] == want)
+
+    try:
+        async with aiohttp.ClientSession() as session, contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(session.get(f"{child.url}/topics/t/events"))
+            await stack.enter_async_context(session.ws_connect(f"{child.url}/topics/t/ws"))
+            await stack.enter_async_context(hub.session.ws_connect(f"{hub.url}/topics/t/ws"))
+            await wait_for(lambda: badge({"ws": 2, "sse": 1}))
+    finally:
+        await asyncio.to_thread(child.stop)
+    # The other process left: its clients (and ours, gone too) no longer count.
+    await wait_for(lambda: badge({"ws": 0, "sse": 0}))

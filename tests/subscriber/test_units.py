@@ -141,3 +141,47 @@ def test_baseline_state_makes_a_matching_update_a_duplicate() -> None:
     pos.remember("a", "2026-01-01T00:00:00Z")
     assert not pos.accept(_ev("a"))
     assert pos.accept(ChangeEvent(loc="a", lastmod="2026-01-01T00:00:00Z", change="deleted"))
+
+
+def _replayed(
+    loc: str, id: str, change: str = "deleted", lastmod: str = "2026-01-01"
+) -> ChangeEvent:
+    return ChangeEvent(loc=loc, lastmod=lastmod + "T00:00:00Z", change=change, id=id, replayed=True)
+
+
+def test_a_replayed_dead_letter_is_judged_by_its_resource_not_the_topic() -> None:
+    pos = EventCursor()
+    assert pos.accept(_ev("b", "2026-01-02T00:00:00Z", id="20-0"))
+    assert pos.accept(_ev("a", "2026-01-03T00:00:00Z", id="30-0"))  # "a" changed later
+    assert pos.accept(_ev("c", "2026-01-04T00:00:00Z", id="40-0"))
+    # Older than the position, newer than what "b" got: taken; older than "a"'s: refused;
+    # a resource never handed over: taken (nothing dropped that could be new).
+    assert not pos.accept(_replayed("a", "25-0"))
+    assert pos.accept(_replayed("b", "25-1"))
+    assert pos.accept(_replayed("d", "1-0", change="created"))
+    # The same replay again (a forged or repeated X-RSHub-Replay): refused, by resource.
+    assert not pos.accept(_replayed("b", "25-1"))
+    assert not pos.accept(_ev("b", id="25-1"))  # not replayed: older than the position
+    # The topic's position never goes back; a later live change of "b" still comes.
+    assert pos.event_id == "40-0"
+    assert pos.accept(_ev("b", "2026-01-05T00:00:00Z", id="41-0"))
+    assert not pos.accept(_replayed("b", "25-1", lastmod="2026-01-06"))
+    # Kept across a restart.
+    again = EventCursor.from_json(pos.to_json())
+    assert again.applied == pos.applied and again.applied["b"] == "41-0"
+    assert not again.accept(_replayed("a", "29-9", lastmod="2026-01-07"))
+    assert _replayed("a", "1-0").to_json()["replayed"] is True
+    assert "replayed" not in _ev("a", id="1-0").to_json()
+
+
+def test_the_per_resource_ids_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import subscriber.position
+
+    monkeypatch.setattr(subscriber.position, "MAX_RECENT", 3)
+    pos = EventCursor()
+    for i in range(5):
+        pos.accept(_ev(f"r{i}", id=f"{i + 1}-0"))
+    assert list(pos.applied) == ["r2", "r3", "r4"]
+    # A position file of the previous shape (no "applied") still loads.
+    old = {k: v for k, v in pos.to_json().items() if k != "applied"}
+    assert EventCursor.from_json(old).applied == {}
