@@ -31,6 +31,7 @@ from hub.live.dead_letter_replay import Replays
 from hub.live.runtime import Runtime
 from hub.store.embedded_redis import EmbeddedRedis
 from hub.store.redis_connection import StoreError
+from hub.store.replicas import NotReplicated
 from hub.web import access as web_access
 from hub.web import admin as web_admin
 from hub.web import cors as web_cors
@@ -126,6 +127,12 @@ async def _answer(
             "index": getattr(exc, "index", None),
         }
         return error_response(getattr(exc, "http_status", 400), str(exc), **detail)
+    except NotReplicated as exc:
+        # Redis answered: a replication shortfall, not a store outage (/healthz stays ok).
+        log.warning("publish not replicated on %s %r: %s", request.method, request.path, exc)
+        return error_response(
+            503, f"storage unavailable ({exc}); retry it with the same Idempotency-Key"
+        )
     except StoreError as exc:
         metrics.redis_error()
         health.failed(str(exc))
@@ -209,6 +216,7 @@ def _lifecycle(
             runtime.topic_admin,
             runtime.pages,
             runtime.topic_removed,
+            runtime.delivery.attempts.store,
         )
         app[web_record.RECORDS] = web_record.Records(
             settings,

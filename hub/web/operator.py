@@ -33,7 +33,7 @@ from hub.core.events import id_ms, parse_id
 from hub.core.exceptions import BadRequest, NotFound, UnsupportedMediaType
 from hub.core.placement import subscription_id
 from hub.core.topics import check_name
-from hub.store.attempts import Success
+from hub.store.attempts import AttemptStore, Success
 from hub.store.event_store import EventStore
 from hub.store.pages import PageChain
 from hub.store.subscriptions import State, Subscription, SubscriptionStore
@@ -53,6 +53,8 @@ class Operating:
     topic_admin: TopicAdmin
     pages: PageChain
     topic_removed: Callable[[str], Awaitable[None]]
+    #: Each subscription's last success (the attempt log's).
+    attempts: AttemptStore
 
 
 OPERATING = web.AppKey("operating", Operating)
@@ -161,9 +163,6 @@ async def subscriptions(request: web.Request) -> web.Response:
     app = request.app
     ctx = app[OPERATING]
     subs, store, admin = ctx.subscriptions, ctx.store, ctx.topic_admin
-    # Imported here: the record's module imports this one (its lag and lookup).
-    from hub.web.subscription_record import RECORDS
-
     settings, now = app[subscription_terms.SETTINGS], time.time()
     names = [_topic_name(request, wanted)] if wanted else await subs.subscribed_topics()
     out: list[dict[str, object]] = []
@@ -172,7 +171,7 @@ async def subscriptions(request: web.Request) -> web.Response:
         if not found:
             continue
         cursors = await subs.cursors(name)
-        successes = await app[RECORDS].attempts.last_successes(name)
+        successes = await ctx.attempts.last_successes(name)
         first, last = await store.first_id(name), await store.last_id(name)
         for sub in sorted(found, key=lambda s: s.callback):
             cursor = cursors.get(sub.callback)

@@ -128,6 +128,9 @@ async def test_a_publish_no_replica_acknowledges_is_503_and_says_so(redis_url: s
                         error = json.loads(await resp.read())["error"]
                     assert "0 of 1 replicas (RSHUB_REDIS_WAIT_REPLICAS)" in error
                     assert "may or may not survive a failover" in error
+                # Redis answered: a replication shortfall is not an outage.
+                async with session.get(f"{settings.public_url}/healthz") as resp:
+                    assert resp.status == 200, await resp.text()
         finally:
             await runner.cleanup()
         await dog.sockets_back()
