@@ -14,19 +14,18 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 import signal
 import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import TracebackType
 
 import pytest
 import redis
 
 from hub.store.embedded_redis import _die_with_parent, _ping, find_redis_server
+from tests.redis_processes import RedisProcesses
 from tests.support import TIME_SCALE
 
 #: Each master's slots, inclusive.
@@ -51,7 +50,7 @@ def _cluster_port() -> int:
     raise RuntimeError("no free port pair for a cluster node")
 
 
-class RedisClusterProcesses:
+class RedisClusterProcesses(RedisProcesses):
     """Start, await and tear down a three-master cluster under ``root``; a context manager.
 
     ``nodes`` are the masters' ``(host, port)`` in slot order; ``url`` is a startup node.
@@ -60,7 +59,7 @@ class RedisClusterProcesses:
     def __init__(
         self, root: Path, *, timeout: float = 20.0, replicas: int = 1, node_timeout_ms: int = 5000
     ) -> None:
-        self.root = root
+        super().__init__(root)
         self.timeout = timeout * TIME_SCALE
         self.replicas = replicas
         self.node_timeout_ms = node_timeout_ms
@@ -69,7 +68,6 @@ class RedisClusterProcesses:
         #: Replica ports, per master port.
         self.replica_ports: dict[int, list[int]] = {}
         self.startup_seconds = 0.0
-        self._procs: list[subprocess.Popen[bytes]] = []
         self._by_port: dict[int, subprocess.Popen[bytes]] = {}
         self._killed: set[int] = set()
 
@@ -216,26 +214,6 @@ class RedisClusterProcesses:
 
         self._await("a replica promoted", promoted)
         return time.monotonic() - started
-
-    def stop(self) -> None:
-        for proc in self._procs:
-            if proc.poll() is None:
-                proc.kill()
-        for proc in self._procs:
-            proc.wait(10)
-        self._procs.clear()
-        shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> RedisClusterProcesses:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 @pytest.fixture(scope="session")

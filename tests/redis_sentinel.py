@@ -11,36 +11,34 @@ the Sentinels name a promoted replica and it answers as a master.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 
 import redis
 
 from hub.store.embedded_redis import _die_with_parent, _ping, find_redis_server
+from tests.redis_processes import RedisProcesses
 from tests.support import TIME_SCALE, free_port
 
 SERVICE = "rshub"
 
 
-class RedisSentinelProcesses:
+class RedisSentinelProcesses(RedisProcesses):
     """Start, await and tear down a master, ``replicas`` replicas and three Sentinels."""
 
     def __init__(
         self, root: Path, *, replicas: int = 1, sentinels: int = 3, timeout: float = 20.0
     ) -> None:
-        self.root = root
+        super().__init__(root)
         self.replicas = replicas
         self.sentinels = sentinels
         self.timeout = timeout * TIME_SCALE
         #: redis-server processes by port (master and replicas).
         self.servers: dict[int, subprocess.Popen[bytes]] = {}
         self.sentinel_ports: list[int] = []
-        self._procs: list[subprocess.Popen[bytes]] = []
         self.first_master = 0
 
     @property
@@ -189,23 +187,3 @@ class RedisSentinelProcesses:
             return port != old and self._role(port) == "master"
 
         return self.await_condition("a replica promoted", promoted)
-
-    def stop(self) -> None:
-        for proc in self._procs:
-            if proc.poll() is None:
-                proc.kill()
-        for proc in self._procs:
-            proc.wait(10)
-        self._procs.clear()
-        shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> RedisSentinelProcesses:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -252,28 +252,9 @@ _ATTEMPT: Schema = {
 
 _SUBSCRIPTION_RECORD: Schema = {
     "type": "object",
-    "required": ["id", "topic", "callback", "state", "cursor", "lag_events", "attempts"],
+    "required": [*_ADMIN_SUBSCRIPTION["required"], "cursor", "lag_events", "attempts"],
     "properties": {
-        "id": {"type": "string"},
-        "topic": {"type": "string"},
-        "topic_url": {"type": "string"},
-        "callback": {"type": "string"},
-        "state": {"type": "string"},
-        "cursor": {"type": ["string", "null"]},
-        "last_id": {"type": ["string", "null"]},
-        "lag_events": {"type": "integer"},
-        "lag_capped": {"type": "boolean"},
-        "lag_seconds": {"type": "number"},
-        "last_success": {
-            "type": ["object", "null"],
-            "properties": {
-                "at": {"type": "number"},
-                "time": {"type": ["string", "null"]},
-                "event_id": {"type": "string"},
-            },
-        },
-        "last_error": {"type": ["string", "null"]},
-        "failures": {"type": "integer"},
+        **_ADMIN_SUBSCRIPTION["properties"],
         "attempts": {"type": "array", "items": _ATTEMPT, "description": "Newest first"},
     },
 }

@@ -32,6 +32,7 @@ from aiohttp import web
 from hub.core.events import id_ms, parse_id
 from hub.core.exceptions import BadRequest, NotFound, UnsupportedMediaType
 from hub.core.placement import subscription_id
+from hub.core.settings import Settings
 from hub.core.topics import check_name
 from hub.store.attempts import AttemptStore, Success
 from hub.store.event_store import EventStore
@@ -176,33 +177,47 @@ async def subscriptions(request: web.Request) -> web.Response:
         for sub in sorted(found, key=lambda s: s.callback):
             cursor = cursors.get(sub.callback)
             lag = await admin.count_after(name, cursor)
-            out.append(
-                {
-                    "topic": sub.topic,
-                    "topic_url": sub.topic_url,
-                    "callback": sub.callback,
-                    "id": subscription_id(sub.topic, sub.callback),
-                    "state": sub.state.value,
-                    "cursor": cursor,
-                    "last_id": last,
-                    "lag_events": lag,
-                    "lag_capped": lag >= LAG_CAP,
-                    "lag_seconds": _lag_seconds(cursor, first, last),
-                    "failures": sub.failures,
-                    "last_error": sub.last_error,
-                    "gaps": sub.gaps,
-                    "last_gap": sub.last_gap,
-                    "retry_at": sub.retry_at or None,
-                    "expires_at": sub.expires_at,
-                    "expires": _iso(int(sub.expires_at * 1000)),
-                    "lease_seconds": sub.lease_seconds,
-                    "created_at": sub.created_at,
-                    "secret": bool(sub.secret),
-                    **subscription_terms.terms(sub, settings, now),
-                    "last_success": _success(successes.get(sub.callback)),
-                }
-            )
+            success = successes.get(sub.callback)
+            out.append(subscription_row(sub, cursor, first, last, lag, success, settings, now))
     return web.json_response({"subscriptions": out})
+
+
+def subscription_row(
+    sub: Subscription,
+    cursor: str | None,
+    first: str | None,
+    last: str | None,
+    lag: int,
+    success: Success | None,
+    settings: Settings,
+    now: float,
+) -> dict[str, object]:
+    """A subscription as operators see it (never its secrets): the admin list's rows and
+    the base of a subscription's record (:mod:`hub.web.subscription_record`)."""
+    return {
+        "topic": sub.topic,
+        "topic_url": sub.topic_url,
+        "callback": sub.callback,
+        "id": subscription_id(sub.topic, sub.callback),
+        "state": sub.state.value,
+        "cursor": cursor,
+        "last_id": last,
+        "lag_events": lag,
+        "lag_capped": lag >= LAG_CAP,
+        "lag_seconds": _lag_seconds(cursor, first, last),
+        "failures": sub.failures,
+        "last_error": sub.last_error,
+        "gaps": sub.gaps,
+        "last_gap": sub.last_gap,
+        "retry_at": sub.retry_at or None,
+        "expires_at": sub.expires_at,
+        "expires": _iso(int(sub.expires_at * 1000)),
+        "lease_seconds": sub.lease_seconds,
+        "created_at": sub.created_at,
+        "secret": bool(sub.secret),
+        **subscription_terms.terms(sub, settings, now),
+        "last_success": _success(success),
+    }
 
 
 def _success(success: Success | None) -> dict[str, object] | None:

@@ -17,16 +17,15 @@ from aiohttp import web
 
 from hub.core import self_service
 from hub.core.exceptions import Forbidden, Unauthorized
-from hub.core.placement import subscription_id
 from hub.core.settings import Settings
 from hub.store.attempts import AttemptStore
 from hub.store.event_store import EventStore
 from hub.store.redis_connection import Client
 from hub.store.subscriptions import Subscription, SubscriptionStore
-from hub.store.topic_admin import LAG_CAP, TopicAdmin
+from hub.store.topic_admin import TopicAdmin
 from hub.store.used_signatures import first_use
 from hub.web.access import check_operator, is_admin
-from hub.web.operator import _lag_seconds, subscription_by_id
+from hub.web.operator import subscription_by_id, subscription_row
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,31 +83,10 @@ async def subscription_record(request: web.Request) -> web.Response:
     first, last = await ctx.store.first_id(topic), await ctx.store.last_id(topic)
     lag = await ctx.topic_admin.count_after(topic, cursor)
     attempts, success = await ctx.attempts.read(topic, callback)
+    row = subscription_row(sub, cursor, first, last, lag, success, ctx.settings, time.time())
     return web.json_response(
         {
-            "id": subscription_id(topic, callback),
-            "topic": topic,
-            "topic_url": sub.topic_url,
-            "callback": callback,
-            "state": sub.state.value,
-            "cursor": cursor,
-            "last_id": last,
-            "lag_events": lag,
-            "lag_capped": lag >= LAG_CAP,
-            "lag_seconds": _lag_seconds(cursor, first, last),
-            "last_success": None
-            if success is None
-            else {"at": success.at, "time": _iso(success.at), "event_id": success.event_id},
-            "last_error": sub.last_error,
-            "failures": sub.failures,
-            "retry_at": sub.retry_at or None,
-            "gaps": sub.gaps,
-            "last_gap": sub.last_gap,
-            "expires_at": sub.expires_at,
-            "expires": _iso(sub.expires_at),
-            "lease_seconds": sub.lease_seconds,
-            "created_at": sub.created_at,
-            "secret": bool(sub.secret),
+            **row,
             "attempts": [
                 {
                     "at": a.at,
