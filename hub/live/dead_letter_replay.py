@@ -6,7 +6,8 @@ they arrive **out of order** relative to the events delivered after them. Each e
 removed from the dead-letter stream once its batch got a 2xx; the first failure stops the
 replay and leaves the rest for the next one. A replay does not go through the delivery
 worker, so it runs even while the subscription is disabled; one replay at a time per
-subscription in a process (:class:`Replays`).
+subscription over every process (a lock in Redis that expires after :data:`REPLAY_LOCK_SECONDS`,
+should its process die mid-replay).
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from dataclasses import dataclass
 
 from hub.core import rendering
 from hub.core.exceptions import CallbackFailed, Conflict
+from hub.core.placement import subscription_id
 from hub.core.topics import HubUrls
 from hub.live.delivery import (
     EVENT_COUNT_HEADER,
     FIRST_EVENT_ID_HEADER,
     LAST_EVENT_ID_HEADER,
     NODE_HEADER,
+    SUBSCRIPTION_HEADER,
 )
 from hub.live.http_client import HttpClient
 from hub.live.subscription_terms import signature_headers
@@ -31,6 +34,8 @@ from hub.store.subscriptions import Subscription
 #: Marks a replayed delivery: ``dead-letter``. Its events were dead-lettered earlier and
 #: come after events with later ids; a subscriber applies them by their own times.
 REPLAY_HEADER = "X-RSHub-Replay"
+#: How long a replay may hold its subscription's lock (a dead process's lock lapses).
+REPLAY_LOCK_SECONDS = 300
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,11 +69,19 @@ class Replays:
 
     async def replay(self, sub: Subscription) -> Replayed:
         """Re-deliver ``sub``'s dead letters; :class:`Conflict` if a replay is under way."""
+        busy = Conflict("a replay of this subscription's dead letters is under way")
         if sub.key in self._running:
-            raise Conflict("a replay of this subscription's dead letters is under way")
+            raise busy
         self._running.add(sub.key)
         try:
-            return await self._replay(sub)
+            if not await self.dead_letters.claim_replay(
+                sub.topic, sub.callback, self.node, REPLAY_LOCK_SECONDS
+            ):
+                raise busy
+            try:
+                return await self._replay(sub)
+            finally:
+                await self.dead_letters.release_replay(sub.topic, sub.callback)
         finally:
             self._running.discard(sub.key)
 
@@ -104,6 +117,7 @@ class Replays:
             "Content-Type": "application/xml",
             "Link": self.urls.links(sub.topic_url),
             NODE_HEADER: self.node,
+            SUBSCRIPTION_HEADER: subscription_id(sub.topic, sub.callback),
             FIRST_EVENT_ID_HEADER: events[0].id,
             LAST_EVENT_ID_HEADER: events[-1].id,
             EVENT_COUNT_HEADER: str(len(events)),

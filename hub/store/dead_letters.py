@@ -125,6 +125,16 @@ class DeadLetterStore:
     async def count(self, topic: str, callback: str) -> int:
         return int(await self.redis.xlen(self.key(topic, callback)))
 
+    async def claim_replay(self, topic: str, callback: str, node: str, seconds: int) -> bool:
+        """Take the subscription's replay for ``seconds`` (False: a process has it): a
+        replay's POSTs go beside the delivery worker's, and two replays would send the
+        same dead letters twice."""
+        lock = keys.dead_letter_replay(topic, subscription_id(topic, callback))
+        return bool(await self.redis.set(lock, node, nx=True, ex=seconds))
+
+    async def release_replay(self, topic: str, callback: str) -> None:
+        await self.redis.delete(keys.dead_letter_replay(topic, subscription_id(topic, callback)))
+
     async def remove(self, topic: str, callback: str, entries: list[str]) -> int:
         """Remove these entries (delivered by a replay); how many were still there."""
         if not entries:

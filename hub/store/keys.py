@@ -222,6 +222,12 @@ def dead_letters(topic: str, sub_id: str) -> str:
     return f"{PREFIX}{{{topic}}}:dead:{sub_id}"
 
 
+def dead_letter_replay(topic: str, sub_id: str) -> str:
+    """String with a TTL: the hub process replaying a subscription's dead letters now, so
+    that no other process replays them at the same time (``hub.store.dead_letters``)."""
+    return f"{PREFIX}{{{topic}}}:dead-replay:{sub_id}"
+
+
 def resourcelist_lock(topic: str) -> str:
     """String with a TTL: the process taking a Resource List snapshot of ``topic`` now."""
     return f"{PREFIX}{{{topic}}}:rl:taking"

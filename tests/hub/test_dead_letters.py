@@ -21,6 +21,7 @@ from aiohttp import web
 
 from hub.core.events import Event, parse_id
 from hub.core.placement import subscription_id
+from hub.store import keys
 from hub.store.subscriptions import State, Subscription
 from hub.web.app import RUNTIME
 from resourcesync import parse
@@ -537,3 +538,30 @@ class TestReplaySignatures:
         assert replayed.ids == ids and replayed.headers["X-RSHub-Replay"] == "dead-letter"
         assert "X-Hub-Signature" not in replayed.headers
         assert verify("standard-webhooks", (secret,), replayed.headers, replayed.body)
+
+    async def test_one_replay_at_a_time_over_every_process(self, hub: Hub, picky: Picky) -> None:
+        """A replay's POSTs go beside the worker's: a second replay, from any process, would
+        send the same dead letters twice. Another process's replay holds a lock in Redis."""
+        await subscribe(hub, picky)
+        picky.down = True
+        await publish(hub, 1)
+        sub_id = subscription_id("t", picky.url)
+
+        async def lettered() -> bool:
+            return bool((await dead_letters(hub, sub_id))["total"] == 1)
+
+        await wait_for(lettered, timeout=20)
+        picky.down = False
+        lock = keys.dead_letter_replay("t", sub_id)
+        await hub.redis.set(lock, "another-node", ex=60)  # as a replay on another process
+        url = f"{hub.url}/admin/subscriptions/{sub_id}/dead-letters/replay"
+        async with hub.session.post(url) as resp:
+            assert resp.status == 409, await resp.text()
+            assert "under way" in (await resp.json())["error"]
+        assert picky.deliveries == [] and (await dead_letters(hub, sub_id))["total"] == 1
+        await hub.redis.delete(lock)
+        done = await replay(hub, sub_id)
+        assert (done["replayed"], done["remaining"]) == (1, 0), done
+        (replayed,) = picky.deliveries
+        assert replayed.headers["X-RSHub-Subscription"] == sub_id
+        assert not await hub.redis.exists(lock)  # released once done

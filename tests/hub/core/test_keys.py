@@ -21,6 +21,7 @@ def test_a_topic_keys_share_one_hash_tag() -> None:
         keys.topic_meta("t"),
         keys.pinged("t"),
         keys.dead_letters("t", "0123456789ab"),
+        keys.dead_letter_replay("t", "0123456789ab"),
     ]
     assert len(set(made)) == len(made)
     assert {re.search(r"\{([^}]*)\}", k).group(1) for k in made} == {"t"}  # type: ignore[union-attr]
