@@ -10,6 +10,9 @@ that rotates from round to round:
   exec → a fresh SSE subscriber received a publish made after it subscribed (the
   ``restart`` figure of ``bench/peer_nchan.py``, whose probe this uses).
 
+Both checkouts are byte-compiled first, as ``bench/peer_nchan.py`` does (``--no-compile``:
+not, so that with ``PYTHONDONTWRITEBYTECODE`` set each start compiles them again).
+
 ``--hub-src DIR`` adds the same rows for another checkout (e.g. a worktree of main), in the
 same rounds. Prints medians (and min/max) in milliseconds of wall time and of the child's
 CPU time (user + system; the hub's at 10 ms resolution), the steadier figure on a busy machine.
@@ -33,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from peer_nchan import HOST, Redis, Rshub, cpu_of, http_conn, serving_probe
+from peer_nchan import HOST, ROOT, Redis, Rshub, compile_hub, cpu_of, http_conn, serving_probe
 
 SERVE_IMPORTS = "import rshub.cli, hub.serve.cli, hub.web.app"
 
@@ -146,9 +149,13 @@ def main() -> int:
     )
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--hub-src", metavar="DIR", help="also start rshub from this checkout")
+    parser.add_argument("--no-compile", action="store_true", help="do not byte-compile")
     args = parser.parse_args()
     if args.hub_src:
         args.hub_src = str(Path(args.hub_src).resolve())
+    if not args.no_compile:
+        for checkout in (ROOT, *([Path(args.hub_src)] if args.hub_src else [])):
+            compile_hub(checkout)
     asyncio.run(main_async(args))
     return 0
 
