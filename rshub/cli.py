@@ -101,7 +101,20 @@ def _print_completion(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     given = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(_SERVE_ONLY if given[:1] == ["serve"] else _COMMAND_MODULES)
+    serving = given[:1] == ["serve"]
+    if serving:  # until the hub's imports are done (hub.serve.cli tunes and resumes it)
+        from hub.core import collector
+
+        collector.pause()
+    try:
+        return _run(given, serving)
+    finally:
+        if serving:
+            collector.resume()
+
+
+def _run(given: list[str], serving: bool) -> int:
+    parser = build_parser(_SERVE_ONLY if serving else _COMMAND_MODULES)
     args = parser.parse_args(given)
     hub = getattr(args, "hub", None)
     problem = hub_url_problem(hub) if isinstance(hub, str) else None

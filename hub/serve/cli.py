@@ -198,12 +198,12 @@ def run_serve(args: argparse.Namespace) -> int:
                 embedded.data_dir,
             )
         workers = worker_count(settings.workers)
+        collector.tune(settings.gc_young_threshold)  # imports done: the GC back on (rshub.cli)
         if workers > 1:
             log.info("rshub hub at %s, %d workers", settings.public_url, workers)
             argv, secrets = _worker_launch(args)
             pool = WorkerPool(workers, argv, redis_url, embedded, secrets=secrets)
             return asyncio.run(pool.run())
-        collector.tune(settings.gc_young_threshold)
         web_app.run(settings, redis_url, embedded, use_uvloop=settings.uvloop)
     except HubError as exc:
         print(f"rshub serve: {exc}", file=sys.stderr)
