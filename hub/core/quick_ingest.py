@@ -8,7 +8,10 @@ checks were half of the parse. Most publishes are one plain shape: a
 ``length``, ``type``, and ``<rs:ln rel href>`` links. :func:`quick_rows` reads that shape
 straight from the tree, checking the same rules and limits, and returns exactly the rows
 the full path would store; on anything else it declines (``None``), and the full path
-decides, so every error, and its message, still comes from one place.
+decides, so every error, and its message, still comes from one place. Like the full path,
+it reads only the text of ``<loc>`` and ``<lastmod>`` and the attributes of ``<rs:md>`` and
+``<rs:ln>``, and ignores attributes of ``<urlset>``, ``<url>``, ``<loc>``, ``<lastmod>``
+and the children of those leaf elements (libxml2 bounds their nesting).
 ``tests/hub/core/test_quick_ingest.py`` holds the two paths together on a seeded fuzz.
 """
 
@@ -45,7 +48,7 @@ def packed_from_document(body: bytes, max_bytes: int, limits: Limits = DEFAULT_L
 
 def _link(element: Any, max_chars: int, max_attributes: int) -> dict[str, str] | None:
     """``{"rel", "href"}`` of an ``<rs:ln>`` with exactly those two, non-empty; else None."""
-    if len(element) or len(element.attrib) != 2 or max_attributes < 2:
+    if len(element.attrib) != 2 or max_attributes < 2:
         return None
     rel = element.get("rel")
     href = element.get("href")
@@ -70,7 +73,7 @@ def _lastmod(element: Any, max_chars: int) -> datetime | None:
 def _md(element: Any, max_chars: int, max_attributes: int) -> dict[str, Any] | None:
     """``change`` and the optional ``hash``, ``length``, ``type`` of an entry's ``<rs:md>``."""
     attrib = element.attrib
-    if len(element) or len(attrib) > min(4, max_attributes):
+    if len(attrib) > min(4, max_attributes):
         return None
     fields: dict[str, Any] = {}
     for key, value in attrib.items():
@@ -100,7 +103,7 @@ def quick_rows(root: Any, limits: Limits = DEFAULT_LIMITS) -> list[Row] | None:
         limits.max_links,
         limits.max_attributes,
     )
-    if root.tag != URLSET or len(root.attrib):
+    if root.tag != URLSET:
         return None
     has_md = False
     root_links = 0
@@ -110,7 +113,7 @@ def quick_rows(root: Any, limits: Limits = DEFAULT_LIMITS) -> list[Row] | None:
         if tag == URL:
             entries.append(child)
         elif tag == RS_MD:
-            if has_md or len(child) or max_attributes < 1 or max_chars < len(_NOTIFICATION[0][1]):
+            if has_md or max_attributes < 1 or max_chars < len(_NOTIFICATION[0][1]):
                 return None
             if child.items() != _NOTIFICATION:
                 return None
@@ -126,8 +129,6 @@ def quick_rows(root: Any, limits: Limits = DEFAULT_LIMITS) -> list[Row] | None:
     rows: list[Row] = []
     previous: datetime | None = None
     for entry in entries:
-        if len(entry.attrib):
-            return None
         loc: str | None = None
         lastmod: datetime | None = None
         md: dict[str, Any] | None = None
@@ -136,11 +137,11 @@ def quick_rows(root: Any, limits: Limits = DEFAULT_LIMITS) -> list[Row] | None:
             tag = child.tag
             if tag == LOC_TAG:
                 text = child.text or ""
-                if loc is not None or len(child) or len(child.attrib) or len(text) > max_chars:
+                if loc is not None or len(text) > max_chars:
                     return None
                 loc = text.strip()
             elif tag == LASTMOD:
-                if lastmod is not None or len(child) or len(child.attrib):
+                if lastmod is not None:
                     return None
                 lastmod = _lastmod(child, max_chars)
                 if lastmod is None:

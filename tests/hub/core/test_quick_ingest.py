@@ -74,6 +74,16 @@ def test_the_plain_shape_takes_the_fast_path() -> None:
     assert same(body)
 
 
+def test_what_the_full_path_ignores_the_fast_path_ignores_too() -> None:
+    """Attributes of url/loc/lastmod/urlset and elements inside loc or rs:md."""
+    odd = (
+        '<url xmlns:o="urn:o" o:a="1"><loc o:b="2">http://example.com/a<o:i/>/x</loc>'
+        '<lastmod o:c="3">2013-01-02T00:00:00Z</lastmod>'
+        '<rs:md change="deleted"><o:x><o:y/></o:x></rs:md></url>'
+    )
+    assert same(doc([odd], root_attrs=' xmlns:o="urn:o" o:r="1"'))
+
+
 @pytest.mark.parametrize(
     ("body", "limits"),
     [
