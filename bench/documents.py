@@ -10,7 +10,8 @@ publish) and reports for each, best of N rounds, entries/s and documents/s of:
   (the two streaming alternatives to building the tree first);
 * parse+validate: :func:`resourcesync.parse` with validation, returning models;
 * hub ingest: :func:`hub.core.events.packed_from_document`, parse and validate down to the
-  bytes the hub's append script takes (what a publish costs before Redis);
+  bytes the hub's append script takes, through the models (the full path), and through
+  :func:`hub.core.quick_ingest.packed_from_document` (what a publish costs before Redis);
 * their ratio to bare lxml (targets: parse+validate >= 0.5);
 * serialize: :func:`resourcesync.serialize` of the parsed 1,000-entry document.
 """
@@ -30,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from lxml import etree
 
 from hub.core.events import packed_from_document
+from hub.core.quick_ingest import packed_from_document as quick_packed
 from resourcesync import (
     Change,
     ChangeListNotification,
@@ -136,7 +138,8 @@ def report(label: str, data: bytes, entries: int) -> None:
         "lxml iterparse",
         "lxml XMLPullParser",
         "parse+validate",
-        "hub ingest (packed)",
+        "hub ingest, full path",
+        "hub ingest (quick_ingest)",
     ]
     times = best_of(
         [
@@ -145,6 +148,7 @@ def report(label: str, data: bytes, entries: int) -> None:
             pull_parser(data),
             lambda: parse(data),
             lambda: packed_from_document(data, len(data)),
+            lambda: quick_packed(data, len(data)),
         ]
     )
     baseline = times[0]

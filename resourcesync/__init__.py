@@ -40,7 +40,7 @@ from .models import (
     SourceDescription,
     SourceDescriptionIndex,
 )
-from .parse import parse
+from .parse import parse, parse_root, parse_tree
 from .serialize import serialize
 from .validate import validate
 
@@ -82,6 +82,8 @@ __all__ = [
     # functions
     "parse",
     "parse_datetime",
+    "parse_root",
+    "parse_tree",
     "serialize",
     "validate",
 ]

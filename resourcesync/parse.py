@@ -64,7 +64,7 @@ from .namespaces import (
 )
 from .validate import check_document
 
-__all__ = ["parse"]
+__all__ = ["parse", "parse_root", "parse_tree"]
 
 _local = threading.local()
 
@@ -242,6 +242,13 @@ def parse(
         ParseError: not well-formed XML, or not a Sitemap ``urlset``/``sitemapindex``.
         ValidationError: a ResourceSync rule is broken.
     """
+    return parse_tree(parse_root(data, max_bytes=max_bytes), validate=validate, limits=limits)
+
+
+def parse_root(data: bytes | bytearray | memoryview, *, max_bytes: int = MAX_BYTES) -> Any:
+    """The root element of ``data``, parsed safely: :func:`parse`'s first step, whose
+    errors it raises (size, DOCTYPE, well-formedness). For callers with a fast path of
+    their own (the hub's one-change publishes) that fall back to :func:`parse_tree`."""
     size = data.nbytes if isinstance(data, memoryview) else len(data)
     if size > max_bytes:
         raise DocumentTooLargeError(size, max_bytes)
@@ -264,7 +271,11 @@ def parse(
     docinfo = root.getroottree().docinfo
     if docinfo.internalDTD is not None or docinfo.doctype:
         raise UnsafeDocumentError("DOCTYPE declarations (DTDs, entities) are not allowed")
+    return root
 
+
+def parse_tree(root: Any, *, validate: bool = True, limits: Limits = DEFAULT_LIMITS) -> Document:
+    """:func:`parse` of the root element :func:`parse_root` returned."""
     tag = root.tag
     if tag == URLSET:
         is_index, entry_tag, root_name = False, URL, "urlset"

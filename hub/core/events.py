@@ -24,11 +24,13 @@ from resourcesync import (
     DEFAULT_LIMITS,
     ChangeList,
     ChangeListNotification,
+    Document,
     Entry,
     Limits,
     Link,
     format_datetime,
     parse,
+    parse_tree,
 )
 
 #: An event id as a comparable tuple: ``(ms, seq)``.
@@ -43,9 +45,11 @@ ID_RULE = (
     "an event id is <ms>-<seq> or <ms>: unsigned 64-bit decimal integers "
     "(digits 0-9 only, no sign, no spaces)"
 )
+#: What a publish with no body gets (400).
+EMPTY_BODY = "empty body: expected a changelist-notification XML document"
 #: What a published ``<loc>`` must be: an absolute http(s) URL with a host, and no spaces
 #: or control characters (subscribers fetch it; a relative or bare word means nothing).
-_LOC = re.compile(r"(?i:https?)://[^\x00-\x20\x7f-\x9f/?#]+(?:[/?#][^\x00-\x20\x7f-\x9f]*)?")
+LOC = re.compile(r"(?i:https?)://[^\x00-\x20\x7f-\x9f/?#]+(?:[/?#][^\x00-\x20\x7f-\x9f]*)?")
 
 
 def parse_id(value: str) -> EventKey:
@@ -127,7 +131,7 @@ def _link(link: Link) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=4096)
-def _w3c(moment: datetime) -> str:
+def w3c(moment: datetime) -> str:
     # Publishers' batches share timestamps; formatting is most of the per-change cost.
     return format_datetime(moment)
 
@@ -140,14 +144,14 @@ def _stored(entry: Entry, index: int) -> tuple[str, str, bytes]:
     if change is None or when is None:  # the parser's validation makes this unreachable
         raise BadRequest(f"entry {index}: a change needs rs:md change and lastmod")
     loc = entry.loc
-    if _LOC.fullmatch(loc) is None:
+    if LOC.fullmatch(loc) is None:
         raise BadRequest(
             f"entry {index}: loc must be an absolute http(s) URL, got {loc[:200]!r}",
             rule="entry.loc-absolute-http",
             index=index,
         )
     kind = str(change)  # the value, without the enum's Python-level property
-    event: dict[str, Any] = {"loc": loc, "lastmod": _w3c(when), "change": kind}
+    event: dict[str, Any] = {"loc": loc, "lastmod": w3c(when), "change": kind}
     if md is not None:
         if md.hash is not None:
             event["hash"] = md.hash
@@ -183,11 +187,21 @@ def changes_from_document(
     return [make(_stored(e, i)) for i, e in enumerate(_change_entries(body, max_bytes, limits))]
 
 
+def packed_from_root(root: Any, limits: Limits = DEFAULT_LIMITS) -> Packed:
+    """:func:`packed_from_document` of a body already parsed by :func:`resourcesync.parse_root`."""
+    doc = parse_tree(root, limits=limits)
+    stored = _stored
+    return pack(stored(e, i) for i, e in enumerate(_notification_entries(doc)))
+
+
 def _change_entries(body: bytes, max_bytes: int, limits: Limits) -> tuple[Entry, ...]:
     """The validated entries of a notification or Change List; 4xx for any other body."""
     if not body:
-        raise BadRequest("empty body: expected a changelist-notification XML document")
-    doc = parse(body, max_bytes=max_bytes, limits=limits)
+        raise BadRequest(EMPTY_BODY)
+    return _notification_entries(parse(body, max_bytes=max_bytes, limits=limits))
+
+
+def _notification_entries(doc: Document) -> tuple[Entry, ...]:
     if not isinstance(doc, ChangeListNotification | ChangeList) or doc.is_index:
         raise BadRequest(
             "expected a changelist-notification (or Change List) document, "

@@ -26,9 +26,10 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Literal, TypeVar
 
 from hub.core import collector
-from hub.core.events import Change, changes_from_document, packed_from_document
+from hub.core.events import Change, changes_from_document
 from hub.core.exceptions import ServiceUnavailable
 from hub.core.packed import Packed
+from hub.core.quick_ingest import packed_from_document
 from resourcesync import Limits
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ class DocumentParser:
             else:
                 # forkserver, not fork: forking a process that runs threads can deadlock.
                 context = multiprocessing.get_context("forkserver")
-                context.set_forkserver_preload(["hub.core.events", "hub.core.rendering"])
+                context.set_forkserver_preload(["hub.core.quick_ingest", "hub.core.rendering"])
                 self._pool = ProcessPoolExecutor(
                     self.workers,
                     mp_context=context,

@@ -150,6 +150,8 @@ class GuardedSite(web.BaseSite):
 
 async def read_body(request: web.Request, settings: Settings) -> bytes:
     """The request body, or 408 when it takes longer than ``body_timeout_seconds``."""
+    if request.content.is_eof():  # all received (a small publish): nothing to wait for
+        return await request.read()
     try:
         async with asyncio.timeout(settings.body_timeout_seconds):
             return await request.read()

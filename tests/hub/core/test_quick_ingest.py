@@ -1,0 +1,243 @@
+"""hub.core.quick_ingest: the fast path stores what the full path stores, or declines.
+
+Every document here goes through both :func:`hub.core.events.packed_from_document` (models
+and the ResourceSync rules) and :func:`hub.core.quick_ingest.packed_from_document`; the
+outcome (the packed bytes, or the exception's type and message) must be the same.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from hub.core import events, quick_ingest
+from resourcesync import Limits, parse_root
+from tests.support import TIME_SCALE
+
+NS = (
+    'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
+    'xmlns:rs="http://www.openarchives.org/rs/terms/"'
+)
+HASH = "md5:" + "0" * 32
+
+
+def outcome(func: object, body: bytes, limits: Limits) -> object:
+    try:
+        return func(body, 1 << 20, limits)  # type: ignore[operator]
+    except Exception as exc:  # the verdict is what is compared
+        return (type(exc).__name__, str(exc))
+
+
+def doc(
+    entries: list[str],
+    root_md: str = '<rs:md capability="changelist-notification"/>',
+    root_extra: str = "",
+    root_attrs: str = "",
+) -> bytes:
+    body = "".join(entries)
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?><urlset {NS}{root_attrs}>'
+        f"{root_extra}{root_md}{body}</urlset>"
+    ).encode()
+
+
+def entry(
+    loc: str = "http://example.com/a",
+    lastmod: str | None = "2013-01-02T00:00:00Z",
+    md: str = 'change="created"',
+    links: str = "",
+    extra: str = "",
+) -> str:
+    stamp = "" if lastmod is None else f"<lastmod>{lastmod}</lastmod>"
+    return f"<url><loc>{loc}</loc>{stamp}<rs:md {md}/>{links}{extra}</url>"
+
+
+def same(body: bytes, limits: Limits = Limits()) -> bool:
+    """Assert both paths agree on ``body``; whether the fast path took it."""
+    full = outcome(events.packed_from_document, body, limits)
+    quick = outcome(quick_ingest.packed_from_document, body, limits)
+    assert quick == full, body
+    try:
+        root = parse_root(body, max_bytes=1 << 20)
+    except Exception:  # unparseable: the full path's error, compared above
+        return False
+    return quick_ingest.quick_rows(root, limits) is not None
+
+
+def test_the_plain_shape_takes_the_fast_path() -> None:
+    links = '<rs:ln rel="alternate" href="http://example.com/a.pdf"/>'
+    md = f'change="updated" hash="{HASH}" length="12" type="text/html"'
+    body = doc(
+        [entry(md=md, links=links), entry("http://example.com/b", "2013-01-02T00:00:01Z")],
+        root_extra='<rs:ln rel="up" href="http://example.com/caps.xml"/>',
+    )
+    assert same(body)
+
+
+def test_what_the_full_path_ignores_the_fast_path_ignores_too() -> None:
+    """Attributes of url/loc/lastmod/urlset and elements inside loc or rs:md."""
+    odd = (
+        '<url xmlns:o="urn:o" o:a="1"><loc o:b="2">http://example.com/a<o:i/>/x</loc>'
+        '<lastmod o:c="3">2013-01-02T00:00:00Z</lastmod>'
+        '<rs:md change="deleted"><o:x><o:y/></o:x></rs:md></url>'
+    )
+    assert same(doc([odd], root_attrs=' xmlns:o="urn:o" o:r="1"'))
+
+
+@pytest.mark.parametrize(
+    ("body", "limits"),
+    [
+        (doc([entry("relative/path")]), Limits()),
+        (doc([entry(" http://example.com/a ")]), Limits()),
+        (doc([entry(lastmod="2013-01-02T01:00:00+01:00")]), Limits()),
+        (doc([entry(lastmod="2013-02-30T00:00:00Z")]), Limits()),
+        (doc([entry(lastmod=None)]), Limits()),
+        (
+            doc([entry(lastmod=None, md='change="created" datetime="2013-01-02T00:00:00Z"')]),
+            Limits(),
+        ),
+        (doc([entry(md='change="moved"')]), Limits()),
+        (doc([entry(md='hash="md5:00"')]), Limits()),
+        (doc([entry(md='change="created" hash="md5:zz"')]), Limits()),
+        (doc([entry(md='change="created" length="-1"')]), Limits()),
+        (doc([entry(md='change="created" x="1"')]), Limits()),
+        (doc([entry(links='<rs:ln rel="alternate"/>')]), Limits()),
+        (doc([entry(extra="<changefreq>daily</changefreq>")]), Limits()),
+        (doc([entry(lastmod="2013-01-03T00:00:00Z"), entry()]), Limits()),
+        (doc([]), Limits()),
+        (doc([entry()], root_md='<rs:md capability="changelist"/>'), Limits()),
+        (doc([entry()], root_md=""), Limits()),
+        (doc([entry()], root_extra='<rs:ln rel="up"/>'), Limits()),
+        (doc([entry(), entry()]), Limits(max_entries=1)),
+        (doc([entry()]), Limits(max_value_chars=10)),
+        (doc([entry(md=f'change="created" hash="{HASH}"')]), Limits(max_attributes=1)),
+        (doc([entry(links='<rs:ln rel="a" href="http://x/"/>' * 2)]), Limits(max_links=1)),
+        (b"", Limits()),
+        (b"<urlset", Limits()),
+    ],
+)
+def test_other_shapes_get_the_full_paths_verdict(body: bytes, limits: Limits) -> None:
+    same(body, limits)
+
+
+_LOCS = [
+    "http://example.com/a",
+    "https://e.org/x?q=1#f",
+    "relative",
+    "",
+    " http://e.com/ ",
+    "http://",
+    "ftp://e.com/",
+    "http://e.com/a b",
+    "http://e.com/&amp;x",
+]
+_TIMES = [
+    "2013-01-02T00:00:00Z",
+    "2013-01-02T00:00:05Z",
+    "2012-12-31T23:59:59Z",
+    "2013-01-02",
+    "2013-01-02T00:00:00+00:00",
+    "2013-13-02T00:00:00Z",
+    " 2013-01-02T00:00:07Z ",
+    "2013-01-02T00:00:00.5Z",
+    "yesterday",
+    None,
+]
+_MD = [
+    'change="created"',
+    'change="updated"',
+    'change="deleted"',
+    'change="gone"',
+    "",
+    f'hash="{HASH}"',
+    'hash="md5:1"',
+    f'hash=" {HASH} "',
+    'length="7"',
+    'length="x"',
+    'length="007"',
+    'type="text/plain"',
+    'datetime="2013-01-02T00:00:09Z"',
+    'xmlns:o="urn:o" o:x="1"',
+    'capability="resourcelist"',
+]
+_LINKS = [
+    '<rs:ln rel="alternate" href="http://e.com/b"/>',
+    '<rs:ln rel="" href="http://e/"/>',
+    '<rs:ln href="http://e/"/>',
+    '<rs:ln rel="a" href="h" pri="1"/>',
+    "",
+]
+_EXTRA = [
+    "",
+    "",
+    "",
+    "<changefreq>daily</changefreq>",
+    "<foo/>",
+    "<loc>http://e.com/2</loc>",
+    "<lastmod>2013-01-02T00:00:00Z</lastmod>",
+    '<rs:md change="created"/>',
+]
+_ROOT_MD = ['<rs:md capability="changelist-notification"/>'] * 6 + [
+    '<rs:md capability="changelist" from="2013-01-01T00:00:00Z"/>',
+    '<rs:md capability="changelist-notification" at="2013-01-01T00:00:00Z"/>',
+    '<rs:md capability="resourcelist"/>',
+    "",
+]
+
+
+def _random_entry(rng: random.Random) -> str:
+    md_attrs: list[str] = []
+    if rng.random() < 0.9:
+        md_attrs.append(rng.choice(_MD[:3]))
+    for choice in rng.sample(_MD, rng.randint(0, 3)):
+        if choice.split("=")[0] not in " ".join(md_attrs):
+            md_attrs.append(choice)
+    links = "".join(rng.choice(_LINKS) for _ in range(rng.randint(0, 2)))
+    return entry(
+        rng.choice(_LOCS), rng.choice(_TIMES), " ".join(md_attrs), links, rng.choice(_EXTRA)
+    )
+
+
+def test_seeded_fuzz_gives_equal_verdicts() -> None:
+    rng = random.Random(22)
+    taken = declined = 0
+    for _ in range(3000):
+        entries = [_random_entry(rng) for _ in range(rng.choice([1, 1, 1, 2, 3]))]
+        if rng.random() < 0.5:  # the common, plain shape, some of it made wrong below
+            entries = [entry(rng.choice(_LOCS[:2]), rng.choice(_TIMES[:2]), rng.choice(_MD[:3]))]
+        root_extra = rng.choice(["", "", '<rs:ln rel="up" href="http://e.com/c"/>', "<x/>"])
+        limits = rng.choice(
+            [Limits()] * 6
+            + [
+                Limits(max_value_chars=20),
+                Limits(max_links=0),
+                Limits(max_attributes=1),
+                Limits(max_entries=1),
+            ]
+        )
+        body = doc(entries, rng.choice(_ROOT_MD), root_extra)
+        if same(body, limits):
+            taken += 1
+        else:
+            declined += 1
+    # Both branches are exercised, the fast one on most plain documents.
+    assert taken > 400 and declined > 400, (taken, declined)
+
+
+@pytest.mark.parametrize("where", ["root", "entry", "link"])
+def test_thousands_of_attributes_are_counted_not_listed(where: str) -> None:
+    """lxml lists attributes in quadratic time: 20,000 on one element took the fast path
+    a second before it counted them first."""
+    attrs = " ".join(f'a{i}="1"' for i in range(20_000))
+    root_md = f'<rs:md capability="changelist-notification" {attrs if where == "root" else ""}/>'
+    md = f'change="created" {attrs}' if where == "entry" else 'change="created"'
+    links = f'<rs:ln rel="a" href="http://e/" {attrs}/>' if where == "link" else ""
+    body = doc([entry(md=md, links=links)], root_md=root_md)
+    root = parse_root(body, max_bytes=1 << 22)
+    limits = Limits(max_attributes=100_000)
+    started = time.process_time()
+    assert quick_ingest.quick_rows(root, limits) is None
+    assert quick_ingest.quick_rows(root) is None
+    assert time.process_time() - started < 0.1 * TIME_SCALE
