@@ -28,6 +28,11 @@ async def test_receiver_renews_its_lease(hub: Hub) -> None:
         try:
             await receiver.subscribe()
             assert receiver.granted_lease == 2
+
+            async def stored() -> bool:  # the hub stores it after its verification GET
+                return await store.get("lease", receiver.callback_url) is not None
+
+            await wait_for(stored, timeout=10)
             sub = await store.get("lease", receiver.callback_url)
             assert sub is not None
             first_expiry = sub.expires_at
