@@ -363,10 +363,10 @@ class LeanStream(asyncio.Protocol):
 def _head(request_id: str) -> bytes:
     """The response head aiohttp sends for an SSE subscribe (tests compare them)."""
     lines = [f"{name}: {value}" for name, value in SSE_HEADERS.items()]
-    lines.append(f"{REQUEST_ID_HEADER}: {request_id}")
+    lines.append("Transfer-Encoding: chunked")
     lines.append(f"Date: {rfc822_formatted_time()}")
     lines.append(f"Server: {SERVER_SOFTWARE}")
-    lines.append("Transfer-Encoding: chunked")
+    lines.append(f"{REQUEST_ID_HEADER}: {request_id}")
     return ("HTTP/1.1 200 OK\r\n" + "\r\n".join(lines) + "\r\n\r\n").encode()
 
 
