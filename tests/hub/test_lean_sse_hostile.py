@@ -25,7 +25,9 @@ from tests.hub.test_dropped_clients import _to_redis
 from tests.support import TIME_SCALE, changes, notification, wait_for
 from tests.watchdog import Watchdog
 
-_SUBSCRIBE = b"GET /topics/t/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n"
+_SUBSCRIBE = (
+    b"GET /topics/t/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n"
+)
 _HEADER_TIMEOUT = 1.0
 
 
