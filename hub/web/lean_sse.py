@@ -129,6 +129,7 @@ class FirstRequest(asyncio.Protocol):
         "_parser",
         "_topic",
         "_url",
+        "_waiting",
         "transport",
     )
 
@@ -143,6 +144,8 @@ class FirstRequest(asyncio.Protocol):
         #: The topic once the headers make it a plain subscribe; "" once they do not.
         self._topic: str | None = None
         self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
+        #: Waiting for the topic's feed to start (its first subscriber in this process).
+        self._waiting = False
         self.transport: asyncio.Transport | None = None
 
     # -- llhttp callbacks
@@ -172,7 +175,10 @@ class FirstRequest(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         parser = self._parser
-        if parser is None:  # decided already (serving)
+        if parser is None:
+            if self._waiting:  # a pipelined request: aiohttp's then
+                self._buffer += data
+                self._messages += 1
             return
         self._buffer += data
         try:
@@ -185,13 +191,40 @@ class FirstRequest(asyncio.Protocol):
         elif self._complete and self._topic:
             if self._messages > 1:  # pipelined: aiohttp queues the next request
                 self._hand_over()
-            else:
-                self._serve(self._topic)
+                return
+            feed = self._lean.ctx.feeds.acquire_nowait(self._topic)
+            if feed is not None:
+                self._serve(feed)
+            else:  # the topic's first subscriber in this process: its feed starts
+                self._parser = None
+                self._waiting = True
+                task = asyncio.ensure_future(self._lean.ctx.feeds.acquire(self._topic))
+                _STARTING.add(task)
+                task.add_done_callback(self._feed_started)
+
+    def _feed_started(self, task: asyncio.Future[TopicFeed]) -> None:
+        _STARTING.discard(task)
+        self._waiting = False
+        transport = self.transport
+        gone = transport is None or transport.is_closing()
+        if task.cancelled() or task.exception() is not None:
+            # Its store is out, say: aiohttp's path tries again and answers the error.
+            if not gone:
+                self._hand_over()
+            return
+        feed = task.result()
+        if gone or self._messages > 1:
+            self._lean.ctx.feeds.release_soon(feed)
+            if not gone:
+                self._hand_over()
+        else:
+            self._serve(feed)
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        if self._parser is not None:
+        if self._parser is not None or self._waiting:
             self._parser = None
             self._guard.released(self)
+        self.transport = None
 
     def force_close(self) -> None:
         """The header deadline passed."""
@@ -210,7 +243,7 @@ class FirstRequest(asyncio.Protocol):
         if not transport.is_closing():
             handler.data_received(buffered)
 
-    def _serve(self, topic: str) -> None:
+    def _serve(self, feed: TopicFeed) -> None:
         transport = self.transport
         assert transport is not None
         self._parser = None
@@ -218,15 +251,11 @@ class FirstRequest(asyncio.Protocol):
         self._guard.request_started(self)
         stream = LeanStream(self._lean, self._guard, transport)
         transport.set_protocol(stream)
-        feed = self._lean.ctx.feeds.acquire_nowait(topic)
-        if feed is not None:
-            stream.begin(feed)
-        else:  # the topic's first subscriber in this process starts its feed
-            stream.begin_later(topic)
+        stream.begin(feed)
 
 
-#: Feeds being started for a lean stream (a reference keeps each task alive).
-_STARTING: set[asyncio.Task[None]] = set()
+#: Feeds being started for a first request (a reference keeps each task alive).
+_STARTING: set[asyncio.Future[TopicFeed]] = set()
 
 
 class LeanStream(asyncio.Protocol):
@@ -256,19 +285,6 @@ class LeanStream(asyncio.Protocol):
         self._ended = False
         #: Kept for the access log line only.
         self._request_id: str | None = None
-
-    def begin_later(self, topic: str) -> None:
-        async def acquire() -> None:
-            feed = await self._lean.ctx.feeds.acquire(topic)
-            if self._ended:  # the client left meanwhile
-                await self._lean.ctx.feeds.release(feed)
-                self._finish(None)
-            else:
-                self.begin(feed)
-
-        task = asyncio.create_task(acquire())
-        _STARTING.add(task)
-        task.add_done_callback(_STARTING.discard)
 
     def begin(self, feed: TopicFeed) -> None:
         lean, transport = self._lean, self._transport
@@ -343,23 +359,18 @@ class LeanStream(asyncio.Protocol):
             transport.close()
             if last:  # it gets ``within`` to take it
                 abort_if_stuck(transport, within)
-        self._finish(pump)
-
-    def _finish(self, pump: ClientStream | None) -> None:
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             self._heartbeat = None
-        ctx = self._lean.ctx
-        if pump is not None:
-            closed(ctx, pump, "sse", self._transport)
-            ctx.feeds.release_soon(pump.feed)
+        closed(ctx, pump, "sse", transport)
+        ctx.feeds.release_soon(pump.feed)
         elapsed = time.perf_counter() - self._started
         metrics.http_request("GET", _ROUTE, 200, elapsed)
         if self._lean.access_log:
             peer = self._transport.get_extra_info("peername")
             token = REQUEST_ID.set(self._request_id or "-")
             try:
-                path = f"/topics/{pump.feed.topic}/events" if pump is not None else "?"
+                path = f"/topics/{pump.feed.topic}/events"
                 log_access("GET", path, _ROUTE, 200, elapsed, peer[0] if peer else None)
             finally:
                 REQUEST_ID.reset(token)

@@ -9,11 +9,14 @@ lean path does not take, ``DNT``, sends the same request through aiohttp).
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from typing import Any
 
 import pytest
 
+from hub.core import metrics
+from hub.core.log_format import ACCESS_LOGGER
 from hub.web.lean_sse import LeanStream
 from hub.web.streams import STREAMING
 from tests.conftest import Hub
@@ -225,3 +228,41 @@ class TestOff:
             assert not _lean(_streams(hub)[0])
         finally:
             client.close()
+
+
+class TestAccessLog:
+    @pytest.fixture
+    def hub_settings(self) -> dict[str, Any]:
+        return {"access_log": True}
+
+    async def test_a_lean_stream_is_logged_and_timed_as_aiohttps(
+        self, hub: Hub, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
+        timed = metrics.HTTP_SECONDS.labels("GET", "/topics/{name}/events", "200")
+        before = _observed(timed)
+        for extra in ("", "DNT: 1\r\n"):  # lean, then aiohttp
+            client = await Raw.get(hub, extra=extra)
+            await client.head()
+            await wait_for(lambda: len(_streams(hub)) == 1)
+            assert _lean(_streams(hub)[0]) is not bool(extra)
+            client.close()
+            await hub.publish("t", notification(changes(1)))  # aiohttp's path learns by it
+            await wait_for(lambda: not _streams(hub))
+
+        def logged() -> list[dict[str, Any]]:
+            return [
+                {k: getattr(r, k) for k in ("method", "route", "path", "status", "remote")}
+                for r in caplog.records
+                if r.name == ACCESS_LOGGER and r.method == "GET"
+            ]
+
+        await wait_for(lambda: len(logged()) == 2)
+        lean, via_aiohttp = logged()
+        assert lean == via_aiohttp
+        assert lean["path"] == "/topics/t/events" and lean["status"] == 200
+        assert _observed(timed) == before + 2
+
+
+def _observed(histogram: Any) -> float:
+    return next(s.value for s in histogram.collect()[0].samples if s.name.endswith("_count"))
