@@ -19,8 +19,10 @@ docs/benchmarks-nchan-profiles.md): accepting 5,000 SSE subscribers was 3.2x Nch
 and each idle one held 16.7 KiB (1.76x). Of the Python heap per idle stream, ~6 KiB were
 aiohttp's and uvloop's per-connection objects (RequestHandler, its parser and payload
 reader, BaseRequest/web.Request, StreamResponse, StreamWriter) and the rest the handler task
-with its coroutine frames (handler, three middlewares, the stream's sender). See
-docs/benchmarks.md "Lean SSE subscribe" for the figures before and after.
+with its coroutine frames (handler, three middlewares, the stream's sender). With this
+path, same runs alternating with main: RSS per idle SSE 18.4 -> 2.9 KiB (Nchan 10.0), and
+5,000 accepts 3.29x -> 1.38x Nchan's time (medians of 5; docs/benchmarks.md "Lean SSE
+subscribe"). Live delivery is unchanged (the same fan-out writes both paths).
 """
 
 from __future__ import annotations
