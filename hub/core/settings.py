@@ -333,6 +333,13 @@ class Settings(BaseSettings):
     ping_rate_per_second: float = Field(10.0, ge=0)
     ping_burst: int = Field(100, ge=1)
 
+    # -- issue 22: lean SSE subscribe ------------------------------------------------------
+    #: Serve a plain SSE subscribe (``GET /topics/{name}/events`` of an open topic, no
+    #: resume point, query or unusual header) without aiohttp's per-request machinery: the
+    #: same bytes and behaviour in a fraction of the memory (hub.web.lean_sse). Off: every
+    #: request goes through aiohttp.
+    lean_sse: bool = True
+
     @field_validator("callback_ca_file", "callback_client_cert", "callback_client_key")
     @classmethod
     def _check_readable_file(cls, value: Path | None) -> Path | None:

@@ -304,6 +304,27 @@ class FeedHub:
             feed.consumers += 1
             return feed
 
+    def acquire_nowait(self, topic: str) -> TopicFeed | None:
+        """:meth:`acquire` without a wait: the topic's running feed, or None when it has
+        none yet (or one is being started or stopped): then :meth:`acquire` it."""
+        if self._lock.locked():
+            return None
+        feed = self._feeds.get(topic)
+        if feed is not None:
+            feed.consumers += 1
+        return feed
+
+    def release_soon(self, feed: TopicFeed) -> None:
+        """:meth:`release` without a wait: at once unless the feed is to stop (then in a
+        task of the feeds group)."""
+        if feed.consumers > 1 and not self._lock.locked():
+            feed.consumers -= 1
+            return
+        try:
+            self.tasks.spawn(f"release:{feed.topic}", self.release(feed))
+        except RuntimeError:  # shutting down: close() stops every feed
+            feed.consumers -= 1
+
     async def release(self, feed: TopicFeed) -> None:
         async with self._lock:
             feed.consumers -= 1
@@ -502,6 +523,21 @@ class ClientStream:
             self._pending.clear()
         self._count -= len(events)
         return events
+
+    def go_live(self) -> None:
+        """Follow the feed now: for a client that starts at its live end (nothing to read)."""
+        assert self.cursor >= self.feed.last_key
+        self.live = True
+        self.feed.follow(self)
+
+    def take_pending(self) -> list[Event]:
+        """Everything queued (filtered), without a wait: for a connection that drained."""
+        if not self._pending:
+            return []
+        events = [e for batch in self._pending for e in batch]
+        self._pending.clear()
+        self._count = 0
+        return self._filtered(events)
 
     def close(self) -> None:
         if self.live:

@@ -371,7 +371,12 @@ async def start(
     )
     await runner.setup()
     site = GuardedSite(
-        runner, app[_GUARD], settings.host, settings.port, reuse_port=settings.reuse_port
+        runner,
+        app[_GUARD],
+        settings.host,
+        settings.port,
+        reuse_port=settings.reuse_port,
+        lean_sse=settings.lean_sse and not settings.cors_origins,
     )
     try:
         await site.start()

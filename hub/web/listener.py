@@ -23,6 +23,7 @@ from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 
 from hub.core.exceptions import BadRequest, RequestTimeout
 from hub.core.settings import Settings
+from hub.web.lean_sse import FirstRequest, LeanSse
 
 log = logging.getLogger(__name__)
 
@@ -52,46 +53,74 @@ class ConnectionGuard:
         #: Connections still owing their first request's headers, with their deadline.
         #: (Request handlers take no weak references; an entry lives until its deadline at
         #: most.)
-        self._pending: dict[RequestHandler, asyncio.TimerHandle] = {}
-        self._accepting = 0
+        self._pending: dict[object, asyncio.TimerHandle] = {}
+        #: Connections that aiohttp's server does not count: accepted but not yet made, or
+        #: held by the lean SSE path (its first-request parsers and its streams).
+        self._held = 0
 
-    def protocol_factory(self, server: web.Server) -> Callable[[], asyncio.Protocol]:
+    def protocol_factory(
+        self, server: web.Server, lean: LeanSse | None = None
+    ) -> Callable[[], asyncio.Protocol]:
+        """Each accepted connection's protocol: aiohttp's request handler, or with ``lean``,
+        a :class:`hub.web.lean_sse.FirstRequest` (which hands it to aiohttp unless its first
+        request is a plain SSE subscribe)."""
         loop = asyncio.get_running_loop()
 
         def accept() -> asyncio.Protocol:
             # The server counts a connection once its connection_made has run,
             # which the loop schedules after the accept: a burst accepted in one go would
-            # all pass a check on it alone. ``_accepting`` counts those still on their way.
+            # all pass a check on it alone. ``_held`` counts those still on their way.
             # (``_connections``: the ``connections`` property copies it into a list, per
             # accept: quadratic in the connections held; issue 22.)
-            if len(server._connections) + self._accepting >= self.max_connections:
+            if len(server._connections) + self._held >= self.max_connections:
                 self.refused += 1
                 return _Refuse()
-            self._accepting += 1
-            loop.call_soon(self._made)  # runs just before the handler's connection_made
-            handler = server()
-            self._pending[handler] = loop.call_later(self.header_timeout, self._deadline, handler)
-            return handler
+            self._held += 1
+            conn: RequestHandler | FirstRequest
+            if lean is None:
+                loop.call_soon(self._made)  # runs just before the handler's connection_made
+                conn = server()
+            else:
+                conn = FirstRequest(lean, self)
+            self._pending[conn] = loop.call_later(self.header_timeout, self._deadline, conn)
+            return conn
 
         return accept
 
     def _made(self) -> None:
-        self._accepting -= 1
+        self._held -= 1
+
+    def released(self, conn: object) -> None:
+        """A lean-path connection (first request or stream) ended."""
+        self._held -= 1
+        self.request_started(conn)
+
+    def handed_over(self, first: FirstRequest, handler: RequestHandler) -> None:
+        """``first`` is now ``handler``'s (counted by aiohttp from its connection_made on),
+        with the header deadline it had."""
+        self._held -= 1
+        timer = self._pending.pop(first, None)
+        if timer is not None:
+            timer.cancel()
+            loop = asyncio.get_running_loop()
+            self._pending[handler] = loop.call_at(timer.when(), self._deadline, handler)
 
     def request_started(self, handler: object) -> None:
-        timer = self._pending.pop(handler, None)  # type: ignore[call-overload]
+        timer = self._pending.pop(handler, None)
         if timer is not None:
             timer.cancel()
 
-    def _deadline(self, handler: RequestHandler) -> None:
-        if self._pending.pop(handler, None) is None or handler.transport is None:
+    def _deadline(self, conn: RequestHandler | FirstRequest) -> None:
+        if self._pending.pop(conn, None) is None or conn.transport is None:
             return
         log.debug("closing a connection that sent no complete request headers in time")
-        handler.force_close()
+        conn.force_close()
 
     def close(self) -> None:
-        for timer in self._pending.values():
+        for conn, timer in self._pending.items():
             timer.cancel()
+            if isinstance(conn, FirstRequest):  # aiohttp's shutdown closes its own
+                conn.force_close()
         self._pending.clear()
 
 
@@ -119,8 +148,11 @@ class GuardedSite(web.BaseSite):
         port: int,
         *,
         reuse_port: bool = False,
+        lean_sse: bool = False,
     ) -> None:
         super().__init__(runner, backlog=1024)
+        #: Serve plain SSE subscribes on the lean path (hub.web.lean_sse).
+        self._lean_sse = lean_sse
         self._guard = guard
         self._host = host
         self._port = port
@@ -137,8 +169,11 @@ class GuardedSite(web.BaseSite):
         server = self._runner.server
         assert server is not None
         loop = asyncio.get_running_loop()
+        runner = self._runner
+        assert isinstance(runner, web.AppRunner)
+        lean = LeanSse(runner.app, server) if self._lean_sse else None
         self._server = await loop.create_server(
-            self._guard.protocol_factory(server),
+            self._guard.protocol_factory(server, lean),
             self._host,
             self._port,
             backlog=self._backlog,

@@ -54,15 +54,40 @@ def logged_path(request: web.Request) -> str:
     return _SECRET_QUERY.sub(r"\1***", path) if "token=" in path.lower() else path
 
 
+def request_id(given: str) -> str:
+    """The request's id: the client's ``X-Request-Id`` when sane, else a new one."""
+    return given if _SANE_ID.match(given) else os.urandom(8).hex()
+
+
+def log_access(
+    method: str, path: str, route: str, status: int, elapsed: float, remote: str | None
+) -> None:
+    """The access log line of one request (``path``: as :func:`logged_path` gives it)."""
+    access_log.info(
+        "%s %s %s %.1fms",
+        method,
+        path,
+        status,
+        elapsed * 1000,
+        extra={
+            "method": method,
+            "route": route,
+            "path": path,
+            "status": status,
+            "duration_ms": round(elapsed * 1000, 2),
+            "remote": remote,
+        },
+    )
+
+
 def observe_middleware(*, access_log_on: bool) -> Middleware:
     """Request ids, request metrics, and (``access_log_on``) one access-log line each."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        given = request.headers.get(REQUEST_ID_HEADER, "")
-        request_id = given if _SANE_ID.match(given) else os.urandom(8).hex()
-        request[_REQUEST_ID_KEY] = request_id
-        token = REQUEST_ID.set(request_id)
+        given = request_id(request.headers.get(REQUEST_ID_HEADER, ""))
+        request[_REQUEST_ID_KEY] = given
+        token = REQUEST_ID.set(given)
         started = time.perf_counter()
         status = 500
         try:
@@ -81,21 +106,8 @@ def observe_middleware(*, access_log_on: bool) -> Middleware:
                 if status >= 400:
                     metrics.publish_failed(status)
             if access_log_on:
-                logged = logged_path(request)
-                access_log.info(
-                    "%s %s %s %.1fms",
-                    request.method,
-                    logged,
-                    status,
-                    elapsed * 1000,
-                    extra={
-                        "method": request.method,
-                        "route": route,
-                        "path": logged,
-                        "status": status,
-                        "duration_ms": round(elapsed * 1000, 2),
-                        "remote": request.remote,
-                    },
+                log_access(
+                    request.method, logged_path(request), route, status, elapsed, request.remote
                 )
             REQUEST_ID.reset(token)
 

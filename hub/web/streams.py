@@ -28,83 +28,38 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 
 from aiohttp import WSCloseCode, WSMsgType, hdrs, web
 
 from hub.core import metrics
-from hub.core.events import Event, EventFilter, EventKey, format_id, parse_id
+from hub.core.events import Event, EventFilter, EventKey, parse_id
 from hub.core.exceptions import BadRequest, Gone
-from hub.core.presence import StreamCounts
-from hub.core.settings import Settings
 from hub.core.tasks import cancel_and_wait
-from hub.core.topics import HubUrls, check_name
-from hub.live.feed import ClientStream, FeedHub, TopicFeed, Writer
-from hub.store.event_store import EventStore
+from hub.core.topics import check_name
+from hub.live.client_streams import (
+    DELETED,
+    DIRECT_WRITE_LIMIT,
+    SHUTDOWN,
+    SSE_HEADERS,
+    SSE_HEARTBEAT,
+    SSE_RETRY,
+    TOO_SLOW,
+    Closing,
+    Streaming,
+    closed,
+    ending,
+    opened,
+    resume_point,
+    sse_last_event,
+)
+from hub.live.feed import ClientStream, TopicFeed, Writer
 from hub.web.access import check_read
 
-
-class Closing:
-    """The open streams, and the signal that ends them all at shutdown.
-
-    Without it, a SIGTERM left streams to aiohttp's shutdown timeout, which cancelled
-    their handlers: WebSocket clients saw 1006 (abnormal) after seconds, SSE clients no
-    final event, and neither knew where to resume.
-    """
-
-    def __init__(self) -> None:
-        self.started = asyncio.Event()
-        self._streams: set[ClientStream] = set()
-        self._none_open = asyncio.Event()
-        self._none_open.set()
-
-    @property
-    def open(self) -> int:
-        return len(self._streams)
-
-    def opened(self, stream: ClientStream) -> None:
-        self._streams.add(stream)
-        self._none_open.clear()
-        if self.started.is_set():
-            stream.stop()
-
-    def closed(self, stream: ClientStream) -> None:
-        self._streams.discard(stream)
-        if not self._streams:
-            self._none_open.set()
-
-    async def close_all(self, within: float) -> None:
-        """End every open stream (each with its resume point); wait up to ``within``."""
-        self.started.set()
-        for stream in list(self._streams):
-            stream.stop()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._none_open.wait(), within)
-
-
-@dataclass(frozen=True, slots=True)
-class Streaming:
-    """What WebSocket and SSE streams need: the live feeds, and the store for resume checks."""
-
-    settings: Settings
-    urls: HubUrls
-    store: EventStore
-    feeds: FeedHub
-    closing: Closing = field(default_factory=Closing)
-    #: Live clients per topic, counted at connect and disconnect (hub.core.presence).
-    presence: StreamCounts = field(default_factory=StreamCounts)
-
+__all__ = ["STREAMING", "Closing", "Streaming", "check_since", "server_sent_events", "websocket"]
 
 STREAMING = web.AppKey("streaming", Streaming)
 
-#: Why a stream ended early: its client was too slow, its topic was deleted, or the process
-#: is shutting down.
-TOO_SLOW, DELETED, SHUTDOWN = "too slow", "topic deleted", "shutdown"
-#: The ``retry:`` of an SSE ``shutdown`` event: reconnect (elsewhere) almost at once.
-SHUTDOWN_RETRY_MS = 100
-#: A live WebSocket batch is written straight to the connection while less than this is
-#: waiting in its send buffer (aiohttp's own writer limit); beyond it, batches queue.
-_DIRECT_WRITE_LIMIT = 64 * 1024
+_DIRECT_WRITE_LIMIT = DIRECT_WRITE_LIMIT
 
 
 async def _until_overflow_or_done(
@@ -126,16 +81,7 @@ async def _until_overflow_or_done(
     finally:
         await cancel_and_wait(list(tasks))
     pump.writer = None  # nothing more is written behind the last event id we name
-    if pump.feed.ended.is_set():
-        return DELETED
-    if pump.overflowed:
-        return TOO_SLOW
-    return SHUTDOWN if closing.started.is_set() else None
-
-
-def _resume_point(pump: ClientStream) -> str:
-    """The id a client resumes from: the last event it was sent, else where it started."""
-    return pump.last_sent or format_id(pump.cursor)
+    return ending(pump, closing)
 
 
 def _since(request: web.Request) -> str | None:
@@ -191,41 +137,13 @@ async def _following(
         await check_since(request, topic, since)  # 400/410 before any upgrade
     event_filter = EventFilter.from_query(request.query, request.query.getall("prefix", []))
     ctx = request.app[STREAMING]
-    feeds = ctx.feeds
-    feed = await feeds.acquire(topic)
-    capacity = ctx.settings.client_buffer_events
-    client = ClientStream(feed, _start_cursor(request, feed), capacity, event_filter)
-    metrics.client_connected(transport)
-    ctx.presence.connected(topic, transport)
-    ctx.closing.opened(client)
+    feed = await ctx.feeds.acquire(topic)
+    client = opened(ctx, feed, _start_cursor(request, feed), event_filter, transport)
     try:
         yield topic, client
     finally:
-        ctx.closing.closed(client)
-        ctx.presence.disconnected(topic, transport)
-        metrics.client_disconnected(transport)
-        client.close()
-        _abort_if_stuck(request.transport, ctx.settings.stream_close_seconds)
-        await feeds.release(feed)
-
-
-def _abort_if_stuck(transport: asyncio.Transport | None, within: float) -> None:
-    """Abort ``transport`` in ``within`` seconds if it still holds bytes its client has not
-    taken.
-
-    A stream that ended closes its connection gracefully (aiohttp's ``transport.close()``
-    after a close handshake or a failed heartbeat, or once an SSE response is finished),
-    and a graceful close first waits for the send buffer to drain: for a dropped client
-    that stopped reading, forever, with the connection ESTABLISHED and its buffer held.
-    """
-    if transport is None:
-        return
-
-    def cut_off() -> None:
-        if transport.get_write_buffer_size() > 0:
-            transport.abort()
-
-    asyncio.get_running_loop().call_later(within, cut_off)
+        closed(ctx, client, transport, request.transport)
+        await ctx.feeds.release(feed)
 
 
 async def _close_within(
@@ -299,7 +217,7 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
             asyncio.create_task(_drain_incoming(ws)),
         )
         if ended == SHUTDOWN:
-            reason = f"shutdown; resume with since={_resume_point(pump)}"
+            reason = f"shutdown; resume with since={resume_point(pump)}"
             await _close_within(
                 ws,
                 request,
@@ -363,19 +281,13 @@ class _EventStream(web.StreamResponse):
 async def server_sent_events(request: web.Request) -> web.StreamResponse:
     ctx = request.app[STREAMING]
     settings = ctx.settings
-    async with _following(request, "sse") as (topic, pump):
-        resp = _EventStream(
-            headers={
-                "Content-Type": "text/event-stream",
-                "Cache-Control": "no-cache",
-                "X-Accel-Buffering": "no",
-            }
-        )
+    async with _following(request, "sse") as (_topic, pump):
+        resp = _EventStream(headers=SSE_HEADERS)
         await resp.prepare(request)
         if request.method == "HEAD":  # the headers only: a body would break the connection
             await resp.write_eof()
             return resp
-        await resp.write(b"retry: 1000\n\n")  # also sends the headers
+        await resp.write(SSE_RETRY)  # also sends the headers
         pump.writer = _sse_writer(resp, request.transport, pump)
 
         async def send() -> None:
@@ -391,7 +303,7 @@ async def server_sent_events(request: web.Request) -> web.StreamResponse:
                 events = await pump.next(settings.heartbeat_seconds)
                 if not events:  # idle, or everything filtered out
                     if loop.time() - written >= settings.heartbeat_seconds:
-                        await resp.write(b": heartbeat\n\n")
+                        await resp.write(SSE_HEARTBEAT)
                         written = loop.time()
                     continue
                 written = loop.time()
@@ -401,20 +313,7 @@ async def server_sent_events(request: web.Request) -> web.StreamResponse:
 
         ended = await _until_overflow_or_done(pump, ctx.closing, asyncio.create_task(send()))
         resp.force_close()  # a stream that ended ends its connection too
-        last = b""
-        within = settings.stream_close_seconds
-        if ended == SHUTDOWN:  # reconnect at once (to another process), from this id
-            resume = _resume_point(pump)
-            last = (
-                f"event: shutdown\nretry: {SHUTDOWN_RETRY_MS}\nid: {resume}\n"
-                f"data: shutdown; resume with Last-Event-ID: {resume}\n\n"
-            ).encode()
-            within = min(within, settings.shutdown_streams_seconds)
-        elif ended == DELETED:
-            last = f"event: deleted\ndata: {topic}\n\n".encode()
-        elif ended == TOO_SLOW:
-            message = f"too slow; resume with Last-Event-ID: {pump.resume_hint()}"
-            last = b"event: error\ndata: " + message.encode() + b"\n\n"
+        last, within = sse_last_event(ended, pump, settings)
         if last:
             try:
                 await asyncio.wait_for(resp.write(last), within)

@@ -1,0 +1,175 @@
+"""A live client stream's life, the same whichever connection code carries it.
+
+SSE is served on two paths: aiohttp's (:mod:`hub.web.streams`, every SSE request that is
+not a plain subscribe, and WebSockets) and the lean one (:mod:`hub.web.lean_sse`, a plain
+subscribe without a task per connection). What a stream does at its start and end is here,
+once, so the paths cannot drift: the feed and the client's cursor, the counts (metrics,
+presence), the registration that ends it at shutdown (:class:`Closing`), why it ended, and
+what an SSE client is told last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+
+from hub.core import metrics
+from hub.core.events import EventFilter, EventKey, format_id
+from hub.core.presence import StreamCounts
+from hub.core.settings import Settings
+from hub.core.topics import HubUrls
+from hub.live.feed import ClientStream, FeedHub, TopicFeed
+from hub.store.event_store import EventStore
+
+#: Why a stream ended early: its client was too slow, its topic was deleted, or the process
+#: is shutting down.
+TOO_SLOW, DELETED, SHUTDOWN = "too slow", "topic deleted", "shutdown"
+#: The ``retry:`` of an SSE ``shutdown`` event: reconnect (elsewhere) almost at once.
+SHUTDOWN_RETRY_MS = 100
+#: An SSE response's own headers (aiohttp adds Date, Server and the framing; so does the
+#: lean path, byte for byte).
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",
+}
+#: A live batch is written straight to the connection while less than this is waiting in
+#: its send buffer (aiohttp's own writer limit); beyond it, batches queue.
+DIRECT_WRITE_LIMIT = 64 * 1024
+#: The first bytes of every SSE body.
+SSE_RETRY = b"retry: 1000\n\n"
+#: What an idle SSE stream is sent every ``heartbeat_seconds``.
+SSE_HEARTBEAT = b": heartbeat\n\n"
+
+
+class Closing:
+    """The open streams, and the signal that ends them all at shutdown.
+
+    Without it, a SIGTERM left streams to aiohttp's shutdown timeout, which cancelled
+    their handlers: WebSocket clients saw 1006 (abnormal) after seconds, SSE clients no
+    final event, and neither knew where to resume.
+    """
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self._streams: set[ClientStream] = set()
+        self._none_open = asyncio.Event()
+        self._none_open.set()
+
+    @property
+    def open(self) -> int:
+        return len(self._streams)
+
+    def opened(self, stream: ClientStream) -> None:
+        self._streams.add(stream)
+        self._none_open.clear()
+        if self.started.is_set():
+            stream.stop()
+
+    def closed(self, stream: ClientStream) -> None:
+        self._streams.discard(stream)
+        if not self._streams:
+            self._none_open.set()
+
+    async def close_all(self, within: float) -> None:
+        """End every open stream (each with its resume point); wait up to ``within``."""
+        self.started.set()
+        for stream in list(self._streams):
+            stream.stop()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._none_open.wait(), within)
+
+
+@dataclass(frozen=True, slots=True)
+class Streaming:
+    """What WebSocket and SSE streams need: the live feeds, and the store for resume checks."""
+
+    settings: Settings
+    urls: HubUrls
+    store: EventStore
+    feeds: FeedHub
+    closing: Closing = field(default_factory=Closing)
+    #: Live clients per topic, counted at connect and disconnect (hub.core.presence).
+    presence: StreamCounts = field(default_factory=StreamCounts)
+
+
+def opened(
+    ctx: Streaming,
+    feed: TopicFeed,
+    cursor: EventKey,
+    event_filter: EventFilter | None,
+    transport: str,
+) -> ClientStream:
+    """A client's stream on ``feed`` (acquired for it), counted and registered for shutdown."""
+    client = ClientStream(feed, cursor, ctx.settings.client_buffer_events, event_filter)
+    metrics.client_connected(transport)
+    ctx.presence.connected(feed.topic, transport)
+    ctx.closing.opened(client)
+    return client
+
+
+def closed(
+    ctx: Streaming, client: ClientStream, transport: str, connection: asyncio.Transport | None
+) -> None:
+    """The end of :func:`opened` (the caller then releases the feed)."""
+    ctx.closing.closed(client)
+    ctx.presence.disconnected(client.feed.topic, transport)
+    metrics.client_disconnected(transport)
+    client.close()
+    abort_if_stuck(connection, ctx.settings.stream_close_seconds)
+
+
+def abort_if_stuck(transport: asyncio.Transport | None, within: float) -> None:
+    """Abort ``transport`` in ``within`` seconds if it still holds bytes its client has not
+    taken.
+
+    A stream that ended closes its connection gracefully (after a close handshake or a
+    failed heartbeat, or once an SSE response is finished), and a graceful close first
+    waits for the send buffer to drain: for a dropped client that stopped reading,
+    forever, with the connection ESTABLISHED and its buffer held.
+    """
+    if transport is None:
+        return
+
+    def cut_off() -> None:
+        if transport.get_write_buffer_size() > 0:
+            transport.abort()
+
+    asyncio.get_running_loop().call_later(within, cut_off)
+
+
+def ending(pump: ClientStream, closing: Closing) -> str | None:
+    """Why ``pump`` stopped: :data:`DELETED`, :data:`TOO_SLOW`, :data:`SHUTDOWN`, or None
+    (its connection ended)."""
+    if pump.feed.ended.is_set():
+        return DELETED
+    if pump.overflowed:
+        return TOO_SLOW
+    return SHUTDOWN if closing.started.is_set() else None
+
+
+def resume_point(pump: ClientStream) -> str:
+    """The id a client resumes from: the last event it was sent, else where it started."""
+    return pump.last_sent or format_id(pump.cursor)
+
+
+def sse_last_event(
+    ended: str | None, pump: ClientStream, settings: Settings
+) -> tuple[bytes, float]:
+    """The SSE event that tells a client why its stream ended (b"" when it just ended), and
+    how long it gets to take it before its connection is cut off."""
+    within = settings.stream_close_seconds
+    if ended == SHUTDOWN:  # reconnect at once (to another process), from this id
+        resume = resume_point(pump)
+        last = (
+            f"event: shutdown\nretry: {SHUTDOWN_RETRY_MS}\nid: {resume}\n"
+            f"data: shutdown; resume with Last-Event-ID: {resume}\n\n"
+        ).encode()
+        return last, min(within, settings.shutdown_streams_seconds)
+    if ended == DELETED:
+        return f"event: deleted\ndata: {pump.feed.topic}\n\n".encode(), within
+    if ended == TOO_SLOW:
+        message = f"too slow; resume with Last-Event-ID: {pump.resume_hint()}"
+        return b"event: error\ndata: " + message.encode() + b"\n\n", within
+    return b"", within

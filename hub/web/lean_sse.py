@@ -1,0 +1,401 @@
+"""A plain SSE subscribe without aiohttp's per-request machinery (issue 22).
+
+Each accepted connection first gets a :class:`FirstRequest`, which parses its first request
+with llhttp (``httptools``; never by hand). A plain subscribe, ``GET
+/topics/{name}/events`` over HTTP/1.1 to an open topic, with no query, no resume point, no
+body, no upgrade and only headers that change nothing in the answer (:data:`_IGNORED`), is
+served by a :class:`LeanStream`: a protocol object with slots, written to by the topic
+feed's fan-out, with one heartbeat timer and no task. Anything else, including every
+request the hub answers with an error, is handed to aiohttp's ``RequestHandler`` on the same
+transport with the bytes received so far, and served exactly as before: the lean path
+declines whatever it would have to do differently.
+
+What a stream does at its start and end (feed, counts, shutdown, last event) is
+:mod:`hub.live.client_streams`, shared with :mod:`hub.web.streams`; the response head is
+aiohttp's, byte for byte (tests/hub/test_lean_sse.py compares them).
+
+Why (``bench/peer_nchan.py --only idle``; py-spy profile "run1-idle" in
+docs/benchmarks-nchan-profiles.md): accepting 5,000 SSE subscribers was 3.2x Nchan's time
+and each idle one held 16.7 KiB (1.76x). Of the Python heap per idle stream, ~6 KiB were
+aiohttp's and uvloop's per-connection objects (RequestHandler, its parser and payload
+reader, BaseRequest/web.Request, StreamResponse, StreamWriter) and the rest the handler task
+with its coroutine frames (handler, three middlewares, the stream's sender). With this
+path, same runs alternating with main: RSS per idle SSE 18.4 -> 2.9 KiB (Nchan 10.0), and
+5,000 accepts 3.29x -> 1.38x Nchan's time (medians of 5; docs/benchmarks.md "Lean SSE
+subscribe"). Live delivery is unchanged (the same fan-out writes both paths).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Protocol, cast
+
+import httptools
+from aiohttp import web
+from aiohttp.helpers import rfc822_formatted_time
+from aiohttp.http import SERVER_SOFTWARE
+from aiohttp.tcp_helpers import tcp_keepalive
+from aiohttp.web_protocol import RequestHandler
+
+from hub.core import metrics, sse
+from hub.core.events import Event
+from hub.core.exceptions import RequestError
+from hub.core.log_format import REQUEST_ID
+from hub.core.topics import check_name
+from hub.live.client_streams import (
+    DIRECT_WRITE_LIMIT,
+    SSE_HEADERS,
+    SSE_HEARTBEAT,
+    SSE_RETRY,
+    Streaming,
+    abort_if_stuck,
+    closed,
+    ending,
+    opened,
+    sse_last_event,
+)
+from hub.live.feed import ClientStream, TopicFeed
+from hub.web.access import ACCESS
+from hub.web.observe import REQUEST_ID_HEADER, log_access, request_id
+from hub.web.streams import STREAMING
+
+log = logging.getLogger(__name__)
+
+#: Request headers that change nothing in an SSE answer: a request with any other (an
+#: ``Authorization``, ``Origin``, ``Last-Event-ID``, ``X-Request-Id``, ``Connection``, a
+#: body's...) goes to aiohttp.
+_IGNORED = frozenset(
+    {
+        b"host",
+        b"accept",
+        b"user-agent",
+        b"cache-control",
+        b"pragma",
+        b"accept-encoding",
+        b"accept-language",
+    }
+)
+#: Header bytes the lean path waits for before it leaves the request to aiohttp (which
+#: answers an over-long request line or header itself).
+_MAX_HEAD = 8192
+_ROUTE = "/topics/{name}/events"
+_PREFIX, _SUFFIX = b"/topics/", b"/events"
+_HEARTBEAT_CHUNK = sse.http_chunk(SSE_HEARTBEAT)
+_LAST_CHUNK = b"0\r\n\r\n"
+
+
+class LeanSse:
+    """What the lean path needs of the app, looked up once."""
+
+    __slots__ = ("access_log", "ctx", "readers", "server")
+
+    def __init__(self, app: web.Application, server: web.Server) -> None:
+        self.ctx: Streaming = app[STREAMING]
+        self.readers = app[ACCESS].readers
+        self.access_log = self.ctx.settings.access_log
+        self.server = server
+
+    def topic(self, method: bytes, url: bytes, headers: list[tuple[bytes, bytes]]) -> str | None:
+        """The topic of a plain subscribe the lean path serves as aiohttp would, else None."""
+        if method != b"GET" or not url.startswith(_PREFIX) or not url.endswith(_SUFFIX):
+            return None
+        name = url[len(_PREFIX) : -len(_SUFFIX)]  # check_name refuses "/", "%", "?"...
+        seen: set[bytes] = set()
+        for key, value in headers:
+            name_ = key.lower()
+            if name_ not in _IGNORED or name_ in seen or not value.isascii():
+                return None
+            seen.add(name_)
+        try:
+            topic = check_name(name.decode("ascii"))
+        except (RequestError, UnicodeDecodeError):
+            return None  # aiohttp answers it (400)
+        return topic if self.readers.is_open(topic) else None
+
+
+class FirstRequest(asyncio.Protocol):
+    """A new connection until its first request is known: served lean, or handed to
+    aiohttp with the bytes received so far."""
+
+    __slots__ = (
+        "_buffer",
+        "_complete",
+        "_guard",
+        "_headers",
+        "_lean",
+        "_messages",
+        "_parser",
+        "_topic",
+        "_url",
+        "_waiting",
+        "transport",
+    )
+
+    def __init__(self, lean: LeanSse, guard: Guard) -> None:
+        self._lean = lean
+        self._guard = guard
+        self._buffer = b""
+        self._url = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._messages = 0
+        self._complete = False
+        #: The topic once the headers make it a plain subscribe; "" once they do not.
+        self._topic: str | None = None
+        self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
+        #: Waiting for the topic's feed to start (its first subscriber in this process).
+        self._waiting = False
+        self.transport: asyncio.Transport | None = None
+
+    # -- llhttp callbacks
+    def on_message_begin(self) -> None:
+        self._messages += 1
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        parser = self._parser
+        assert parser is not None
+        topic = None
+        if parser.get_http_version() == "1.1" and not parser.should_upgrade():
+            topic = self._lean.topic(parser.get_method(), self._url, self._headers)
+        self._topic = topic or ""
+
+    def on_message_complete(self) -> None:
+        self._complete = True
+
+    # -- protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        parser = self._parser
+        if parser is None:
+            if self._waiting:  # a pipelined request: aiohttp's then
+                self._buffer += data
+                self._messages += 1
+            return
+        self._buffer += data
+        try:
+            parser.feed_data(data)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade):
+            self._hand_over()
+            return
+        if self._topic == "" or len(self._buffer) > _MAX_HEAD:
+            self._hand_over()
+        elif self._complete and self._topic:
+            if self._messages > 1:  # pipelined: aiohttp queues the next request
+                self._hand_over()
+                return
+            feed = self._lean.ctx.feeds.acquire_nowait(self._topic)
+            if feed is not None:
+                self._serve(feed)
+            else:  # the topic's first subscriber in this process: its feed starts
+                self._parser = None
+                self._waiting = True
+                task = asyncio.ensure_future(self._lean.ctx.feeds.acquire(self._topic))
+                _STARTING.add(task)
+                task.add_done_callback(self._feed_started)
+
+    def _feed_started(self, task: asyncio.Future[TopicFeed]) -> None:
+        _STARTING.discard(task)
+        self._waiting = False
+        transport = self.transport
+        gone = transport is None or transport.is_closing()
+        if task.cancelled() or task.exception() is not None:
+            # Its store is out, say: aiohttp's path tries again and answers the error.
+            if not gone:
+                self._hand_over()
+            return
+        feed = task.result()
+        if gone or self._messages > 1:
+            self._lean.ctx.feeds.release_soon(feed)
+            if not gone:
+                self._hand_over()
+        else:
+            self._serve(feed)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._parser is not None or self._waiting:
+            self._parser = None
+            self._guard.released(self)
+        self.transport = None
+
+    def force_close(self) -> None:
+        """The header deadline passed."""
+        if self.transport is not None:
+            self.transport.close()
+
+    def _hand_over(self) -> None:
+        transport, buffered = self.transport, self._buffer
+        assert transport is not None
+        self._parser = None
+        self._buffer = b""
+        handler = self._lean.server()
+        self._guard.handed_over(self, handler)
+        transport.set_protocol(handler)
+        handler.connection_made(transport)
+        if not transport.is_closing():
+            handler.data_received(buffered)
+
+    def _serve(self, feed: TopicFeed) -> None:
+        transport = self.transport
+        assert transport is not None
+        self._parser = None
+        self._buffer = b""
+        self._guard.request_started(self)
+        stream = LeanStream(self._lean, self._guard, transport)
+        transport.set_protocol(stream)
+        stream.begin(feed)
+
+
+#: Feeds being started for a first request (a reference keeps each task alive).
+_STARTING: set[asyncio.Future[TopicFeed]] = set()
+
+
+class LeanStream(asyncio.Protocol):
+    """One plain SSE subscriber: the feed's fan-out writes to its transport; a batch the
+    connection cannot take waits in its :class:`ClientStream` until ``resume_writing``."""
+
+    __slots__ = (
+        "_ended",
+        "_guard",
+        "_heartbeat",
+        "_lean",
+        "_paused",
+        "_pump",
+        "_request_id",
+        "_started",
+        "_transport",
+    )
+
+    def __init__(self, lean: LeanSse, guard: Guard, transport: asyncio.Transport) -> None:
+        self._lean = lean
+        self._guard = guard
+        self._transport = transport
+        self._started = time.perf_counter()
+        self._pump: ClientStream | None = None
+        self._heartbeat: asyncio.TimerHandle | None = None
+        self._paused = False
+        self._ended = False
+        #: Kept for the access log line only.
+        self._request_id: str | None = None
+
+    def begin(self, feed: TopicFeed) -> None:
+        lean, transport = self._lean, self._transport
+        pump = self._pump = opened(lean.ctx, feed, feed.last_key, None, "sse")
+        pump.go_live()
+        pump.writer = self._write_now
+        pump.stopped.add_done_callback(self._stopped)
+        # As aiohttp's connections (TCP_NODELAY: asyncio and uvloop set it on every TCP
+        # transport already; aiohttp setting it again cost 8% of the accept, py-spy).
+        tcp_keepalive(transport)
+        transport.set_write_buffer_limits(high=DIRECT_WRITE_LIMIT)
+        rid = request_id("")
+        if lean.access_log:
+            self._request_id = rid
+        transport.write(_head(rid) + sse.http_chunk(SSE_RETRY))
+        settings = lean.ctx.settings
+        self._heartbeat = asyncio.get_running_loop().call_later(
+            settings.heartbeat_seconds, self._beat
+        )
+
+    def _write_now(self, events: list[Event]) -> bool:
+        if self._paused or self._transport.is_closing():
+            return False
+        assert self._pump is not None
+        self._transport.write(self._pump.sse_events(events, chunked=True))
+        metrics.stream_messages("sse")
+        return True
+
+    def _beat(self) -> None:
+        transport = self._transport
+        if not self._paused and not transport.is_closing():
+            transport.write(_HEARTBEAT_CHUNK)
+        self._heartbeat = asyncio.get_running_loop().call_later(
+            self._lean.ctx.settings.heartbeat_seconds, self._beat
+        )
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        pump = self._pump
+        if pump is None or self._transport.is_closing():
+            return
+        events = pump.take_pending()
+        if events:
+            self._transport.write(pump.sse_events(events, chunked=True))
+            metrics.stream_messages("sse")
+            pump.last_sent = events[-1].id
+
+    def data_received(self, data: bytes) -> None:
+        """What a subscriber sends after its request is never read, as on aiohttp's path
+        (a stream's response ends its connection)."""
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        if self._pump is not None:
+            self._pump.stop()  # ends in _stopped
+        self._guard.released(self)
+
+    def _stopped(self, _future: asyncio.Future[None]) -> None:
+        pump = self._pump
+        assert pump is not None
+        ctx = self._lean.ctx
+        pump.writer = None  # nothing more is written behind the last event id we name
+        transport = self._transport
+        if not transport.is_closing():
+            last, within = sse_last_event(ending(pump, ctx.closing), pump, ctx.settings)
+            transport.write((sse.http_chunk(last) if last else b"") + _LAST_CHUNK)
+            transport.close()
+            if last:  # it gets ``within`` to take it
+                abort_if_stuck(transport, within)
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            self._heartbeat = None
+        closed(ctx, pump, "sse", transport)
+        ctx.feeds.release_soon(pump.feed)
+        elapsed = time.perf_counter() - self._started
+        metrics.http_request("GET", _ROUTE, 200, elapsed)
+        if self._lean.access_log:
+            peer = self._transport.get_extra_info("peername")
+            token = REQUEST_ID.set(self._request_id or "-")
+            try:
+                path = f"/topics/{pump.feed.topic}/events"
+                log_access("GET", path, _ROUTE, 200, elapsed, peer[0] if peer else None)
+            finally:
+                REQUEST_ID.reset(token)
+
+
+#: The head aiohttp sends for an SSE subscribe, up to its Date (tests compare them).
+_HEAD_START = (
+    "HTTP/1.1 200 OK\r\n"
+    + "".join(f"{name}: {value}\r\n" for name, value in SSE_HEADERS.items())
+    + "Transfer-Encoding: chunked\r\nDate: "
+)
+
+
+def _head(request_id: str) -> bytes:
+    date = rfc822_formatted_time()  # cached by aiohttp for the second
+    return (
+        f"{_HEAD_START}{date}\r\nServer: {SERVER_SOFTWARE}\r\n{REQUEST_ID_HEADER}: {request_id}"
+        "\r\n\r\n"
+    ).encode()
+
+
+class Guard(Protocol):
+    """What :class:`FirstRequest` and :class:`LeanStream` report to the connection guard
+    (:class:`hub.web.listener.ConnectionGuard`)."""
+
+    def released(self, conn: object) -> None: ...
+    def handed_over(self, first: FirstRequest, handler: RequestHandler) -> None: ...
+    def request_started(self, handler: object) -> None: ...
