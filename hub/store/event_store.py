@@ -23,6 +23,9 @@ from hub.store.script_pipe import ScriptPipe
 #: Events one XRANGE reads at most while a consumer catches up.
 READ_COUNT = 1000
 
+#: Topics whose append keys :class:`EventStore` keeps built.
+_APPEND_KEYS_CACHED = 4096
+
 
 class Appended:
     """What one append stored: its events (ids and stored JSON), or, when the publish was
@@ -113,6 +116,8 @@ class EventStore:
         wait = ReplicaWait(wait_replicas, max(1, round(wait_seconds * 1000)))
         self.scripts = ScriptPipe(redis, wait=wait if wait_replicas else None)
         self._known_topics: set[str] = set()
+        #: Each topic's five append keys, built once (a bounded cache: cleared when full).
+        self._append_keys: dict[str, tuple[str, ...]] = {}
 
     async def append(
         self,
@@ -126,17 +131,21 @@ class EventStore:
         now_ms = int(time.time() * 1000)
         max_age, max_events = self.retention.for_topic(topic)
         minid = f"{now_ms - max_age * 1000}-0" if max_age else ""
-        script_keys = [
-            keys.events(topic),
-            keys.resources(topic),
-            keys.topic_meta(topic),
-            keys.holds(topic),
-            keys.cursors(topic),
-        ]
+        script_keys = self._append_keys.get(topic)
+        if script_keys is None:
+            if len(self._append_keys) >= _APPEND_KEYS_CACHED:
+                self._append_keys.clear()
+            script_keys = self._append_keys[topic] = (
+                keys.events(topic),
+                keys.resources(topic),
+                keys.topic_meta(topic),
+                keys.holds(topic),
+                keys.cursors(topic),
+            )
         hold = self.retention.hold_max_events if self.retention.hold_seconds else 0
         hold_floor_ms = now_ms - self.retention.hold_seconds * 1000
         if idempotency_key is not None:
-            script_keys.append(keys.idempotency(topic, idempotency_key))
+            script_keys = (*script_keys, keys.idempotency(topic, idempotency_key))
         packed = changes if isinstance(changes, Packed) else pack(changes)
         if packed.changes and topic not in self._known_topics:
             await self.redis.sadd(keys.TOPICS, topic)

@@ -8,9 +8,10 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from hub.store.script_pipe import ScriptPipe
-from tests.support import wait_for
+from tests.support import TIME_SCALE, wait_for
 
 
 async def test_concurrent_calls_share_round_trips_and_keep_order(redis_url: str) -> None:
@@ -73,6 +74,25 @@ async def test_a_batch_cut_off_after_it_was_written_fails_and_is_not_sent_again(
             with pytest.raises(RedisConnectionError):
                 await call
         assert await pipe.call("GET", "runs") == b"1"
+    finally:
+        await pipe.close()
+        await redis.aclose()
+
+
+async def test_a_batch_redis_does_not_answer_in_time_fails_and_its_connection_is_replaced(
+    redis_url: str,
+) -> None:
+    """The batch's own timer (the protocol link has no reader task to time out): the call
+    fails with a timeout, and the next batch goes out on a fresh connection, since a late
+    reply on the old one would be taken for the next batch's."""
+    redis = Redis.from_url(redis_url)
+    pipe = ScriptPipe(redis, timeout=0.3 * TIME_SCALE)
+    try:
+        await pipe.call("CLIENT", "SETNAME", "slow")
+        with pytest.raises(RedisTimeoutError):
+            await pipe.call("BLPOP", "nothing-ever", 5 * TIME_SCALE)
+        assert await pipe.call("PING") == b"PONG"
+        assert await pipe.call("CLIENT", "GETNAME") is None  # not the timed-out connection
     finally:
         await pipe.close()
         await redis.aclose()
