@@ -24,6 +24,7 @@ from hub.core.retrying import STORE_OUTAGE, retrying
 from hub.core.tasks import Tasks, cancel_and_wait
 from hub.store.event_store import Appended, EventStore
 from hub.store.redis_connection import StoreError
+from hub.store.stream_tail import StreamTail
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,8 @@ class TopicFeed:
         self.base: EventKey | None = None
         self._waiters: set[asyncio.Future[bool]] = set()
         self._task: asyncio.Task[None] | None = None
+        #: The blocked XREAD's own connection (hub.store.stream_tail).
+        self._reader: StreamTail | None = None
         self.consumers = 0
         self._followers: set[Follower] = set()
         self._encodings: OrderedDict[tuple[str, str], _Encoding] = OrderedDict()
@@ -142,10 +145,13 @@ class TopicFeed:
         """Start tailing, in a task of ``tasks`` (the hub's feeds group)."""
         last = await self.store.last_id(self.topic)
         self.base = parse_id(last) if last else (0, 0)
+        self._reader = self.store.tail(self.topic)
         self._task = tasks.spawn(f"feed:{self.topic}", self._tail())
 
     async def stop(self) -> None:
         await cancel_and_wait([self._task])
+        if self._reader is not None:
+            self._reader.close()
         # Drop the ring now: a stopped feed can sit in reference cycles (its task, its
         # waiters) until a full GC pass, which then had tens of thousands of events to free
         # at once (a 30-80 ms pause, bench/hub.py with gc.callbacks).
@@ -161,10 +167,11 @@ class TopicFeed:
         return self._keys[-1] if self._keys else self.base
 
     async def _tail(self) -> None:
+        reader = self._reader
+        assert reader is not None
+
         async def read() -> list[tuple[str, bytes]]:
-            return await self.store.wait_after(
-                self.topic, format_id(self.last_key), 5000, _BLOCK_MS
-            )
+            return await reader.after(format_id(self.last_key), 5000, _BLOCK_MS)
 
         while True:
             rows = await retrying(

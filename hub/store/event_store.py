@@ -19,6 +19,7 @@ from hub.store import keys, scripts
 from hub.store.redis_connection import Client
 from hub.store.replicas import ReplicaWait
 from hub.store.script_pipe import ScriptPipe
+from hub.store.stream_tail import StreamTail
 
 #: Events one XRANGE reads at most while a consumer catches up.
 READ_COUNT = 1000
@@ -197,6 +198,11 @@ class EventStore:
             [start, end, count],
         )
         return keys.script_event_rows(rows), keys.text(trimmed) or None
+
+    def tail(self, topic: str) -> StreamTail:
+        """A blocked read of ``topic``'s new events on a connection of its own (the live
+        feed's; :mod:`hub.store.stream_tail`)."""
+        return StreamTail(self.scripts, self.blocking, topic)
 
     async def wait_after(
         self, topic: str, after: str, count: int, block_ms: int
