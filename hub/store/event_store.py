@@ -204,13 +204,6 @@ class EventStore:
         feed's; :mod:`hub.store.stream_tail`)."""
         return StreamTail(self.scripts, self.blocking, topic)
 
-    async def wait_after(
-        self, topic: str, after: str, count: int, block_ms: int
-    ) -> list[tuple[str, bytes]]:
-        """Events with id > ``after``, waiting up to ``block_ms`` for the first one."""
-        result = await self.blocking.xread({keys.events(topic): after}, count=count, block=block_ms)
-        return keys.xread_rows(result)
-
     async def contains(self, topic: str, event_id: str) -> bool:
         return bool(await self.redis.xrange(keys.events(topic), event_id, event_id, count=1))
 
