@@ -102,7 +102,9 @@ def opened(
     transport: str,
 ) -> ClientStream:
     """A client's stream on ``feed`` (acquired for it), counted and registered for shutdown."""
-    client = ClientStream(feed, cursor, ctx.settings.client_buffer_events, event_filter)
+    client = ClientStream(
+        feed, cursor, ctx.settings.client_buffer_events, event_filter, transport=transport
+    )
     metrics.client_connected(transport)
     ctx.presence.connected(feed.topic, transport)
     ctx.closing.opened(client)

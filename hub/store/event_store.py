@@ -19,6 +19,7 @@ from hub.store import keys, scripts
 from hub.store.redis_connection import Client
 from hub.store.replicas import ReplicaWait
 from hub.store.script_pipe import ScriptPipe
+from hub.store.stream_tail import StreamTail
 
 #: Events one XRANGE reads at most while a consumer catches up.
 READ_COUNT = 1000
@@ -207,12 +208,10 @@ class EventStore:
         )
         return keys.script_event_rows(rows), keys.text(trimmed) or None
 
-    async def wait_after(
-        self, topic: str, after: str, count: int, block_ms: int
-    ) -> list[tuple[str, bytes]]:
-        """Events with id > ``after``, waiting up to ``block_ms`` for the first one."""
-        result = await self.blocking.xread({keys.events(topic): after}, count=count, block=block_ms)
-        return keys.xread_rows(result)
+    def tail(self, topic: str) -> StreamTail:
+        """A blocked read of ``topic``'s new events on a connection of its own (the live
+        feed's; :mod:`hub.store.stream_tail`)."""
+        return StreamTail(self.scripts, self.blocking, topic)
 
     async def contains(self, topic: str, event_id: str) -> bool:
         return bool(await self.redis.xrange(keys.events(topic), event_id, event_id, count=1))

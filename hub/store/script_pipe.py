@@ -202,6 +202,18 @@ class ScriptPipe:
         self._pending: list[tuple[tuple[Any, ...], asyncio.Future[Any], bool]] = []
         self._task: asyncio.Task[None] | None = None
 
+    async def open_link(self, timeout: float) -> _Link | None:
+        """A new connection of the same kind, for a caller's own use (a blocking read:
+        :mod:`hub.store.stream_tail`); None where calls go through redis-py (TLS, unix
+        sockets, a Cluster)."""
+        if not self._raw or isinstance(self.redis, RedisCluster):
+            return None
+        options = self._options
+        if self._master is not None:
+            host, port = await self._master()
+            options = {**options, "host": host, "port": port}
+        return await _Link.open(options, timeout)
+
     async def run(
         self, script: Script, keys: Sequence[str], args: list[Any], *, replicated: bool = False
     ) -> Any:

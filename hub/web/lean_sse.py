@@ -310,8 +310,7 @@ class LeanStream(asyncio.Protocol):
             return False
         assert self._pump is not None
         self._transport.write(self._pump.sse_events(events, chunked=True))
-        metrics.stream_messages("sse")
-        return True
+        return True  # the feed counts the message
 
     def _beat(self) -> None:
         transport = self._transport

@@ -178,23 +178,8 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
             timeout=within,  # how long a close waits for the client's close frame
         )
         await ws.prepare(request)
-        transport = request.transport
-
-        def write_now(events: list[Event]) -> bool:
-            # The feed's fan-out loop calls this for every live client: one transport write
-            # of the shared frame, or False to leave the batch to send() below.
-            if (
-                ws.closed
-                or transport is None
-                or transport.is_closing()
-                or transport.get_write_buffer_size() > _DIRECT_WRITE_LIMIT
-            ):
-                return False
-            transport.write(pump.frame(events))
-            metrics.stream_messages("ws")
-            return True
-
-        pump.writer = write_now
+        if request.transport is not None:
+            pump.writer = _ws_writer(ws, request.transport, pump)
 
         async def send() -> None:
             with contextlib.suppress(ConnectionError):  # the client went away: just end
@@ -236,8 +221,28 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
     return ws
 
 
+def _ws_writer(
+    ws: web.WebSocketResponse, transport: asyncio.Transport, pump: ClientStream
+) -> Writer:
+    """The feed's fan-out loop calls this for every live WebSocket client: one transport
+    write of the shared frame, or False to leave the batch to the sender task. The feed
+    counts the message, once per batch for all clients."""
+
+    def write_now(events: list[Event]) -> bool:
+        if (
+            ws.closed
+            or transport.is_closing()
+            or transport.get_write_buffer_size() > _DIRECT_WRITE_LIMIT
+        ):
+            return False
+        transport.write(pump.frame(events))
+        return True
+
+    return write_now
+
+
 def _sse_writer(
-    resp: web.StreamResponse, transport: asyncio.Transport | None, pump: ClientStream
+    resp: web.StreamResponse, transport: asyncio.Transport, pump: ClientStream
 ) -> Writer:
     """The SSE twin of the WebSocket's direct write: the feed's fan-out loop writes a live
     batch straight to the connection, the shared encoding (an HTTP chunk when the response
@@ -250,15 +255,10 @@ def _sse_writer(
     """
     chunked = resp.headers.get(hdrs.TRANSFER_ENCODING) == "chunked"
 
-    def write_now(events: list[Event]) -> bool:
-        if (
-            transport is None
-            or transport.is_closing()
-            or transport.get_write_buffer_size() > _DIRECT_WRITE_LIMIT
-        ):
+    def write_now(events: list[Event]) -> bool:  # the feed counts the message
+        if transport.is_closing() or transport.get_write_buffer_size() > _DIRECT_WRITE_LIMIT:
             return False
         transport.write(pump.sse_events(events, chunked=chunked))
-        metrics.stream_messages("sse")
         return True
 
     return write_now
@@ -288,7 +288,8 @@ async def server_sent_events(request: web.Request) -> web.StreamResponse:
             await resp.write_eof()
             return resp
         await resp.write(SSE_RETRY)  # also sends the headers
-        pump.writer = _sse_writer(resp, request.transport, pump)
+        if request.transport is not None:
+            pump.writer = _sse_writer(resp, request.transport, pump)
 
         async def send() -> None:
             with contextlib.suppress(ConnectionError):  # the client went away: just end

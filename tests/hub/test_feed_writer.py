@@ -153,3 +153,34 @@ async def test_next_without_a_timeout_arms_no_timer_and_wakes_for_a_batch() -> N
     client.offer(batch)
     assert await asyncio.wait_for(waiting, 5) == batch
     assert client._waiter is None
+
+
+def _messages(transport: str) -> float:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value("rshub_stream_messages_total", {"transport": transport}) or 0
+
+
+async def test_direct_writes_are_counted_once_per_batch_and_transport() -> None:
+    # The feed counts what its fan-out wrote (a Prometheus increment per client was a
+    # third of the Python per delivery); a client that could not take the batch is not
+    # counted here (its sender task counts it when it sends).
+    feed = TopicFeed(cast(EventStore, None), "t")
+    feed.base = (0, 0)
+    clients = [
+        ClientStream(feed, (0, 0), capacity=10, transport=transport)
+        for transport in ("ws", "ws", "sse", "ws")
+    ]
+    for client, writer in zip(
+        clients, (Recorder(), Recorder(), Recorder(), lambda _b: False), strict=True
+    ):
+        client.live = True
+        client.writer = writer
+        feed.follow(client)
+    ws, sse = _messages("ws"), _messages("sse")
+    assert feed.take_local("", events(1, 2))
+    assert (_messages("ws") - ws, _messages("sse") - sse) == (2, 1)
+    assert feed.take_local("2-0", events(3, 1))
+    assert (_messages("ws") - ws, _messages("sse") - sse) == (4, 2)
+    queued = await clients[3].next(0.01)
+    assert queued is not None and [e.id for e in queued] == ["1-0", "2-0", "3-0"]  # in order

@@ -1,0 +1,83 @@
+"""One topic's blocked ``XREAD``, on a connection of its own.
+
+Redis answers a blocked ``XREAD`` on every append to its stream, so the live feed
+(:mod:`hub.live.feed`) makes one read per publish, whichever process published. Through
+redis-py each read took a connection from the pool and gave it back, and went through its
+command, retry and response-callback layers: about a third of the read's CPU in
+``bench/peer_nchan.py``'s stream phases (issue 22: server CPU per delivery). Here the
+connection is held for the feed's life and the command packed and read by hiredis, as
+:mod:`hub.store.script_pipe` does for scripts. Where that pipe goes through redis-py (TLS,
+unix sockets, a Cluster), so does this read.
+
+A connection that fails, times out, or is cancelled mid-read is closed, never reused (its
+reply would be out of step); the next read opens a fresh one, which is safe: ``XREAD``
+only reads, and the feed asks again from its own last id.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import hiredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from hub.store import keys
+from hub.store.redis_connection import Client
+from hub.store.script_pipe import ScriptPipe
+
+#: Seconds a new connection may take; a blocked read may take its block time plus this.
+_TIMEOUT = 10.0
+
+
+class StreamTail:
+    """The feed's read of one topic's stream: see the module docstring."""
+
+    def __init__(self, pipe: ScriptPipe, blocking: Client, topic: str) -> None:
+        self._pipe = pipe
+        self._blocking = blocking
+        self._key = keys.events(topic)
+        self._link: Any = None
+        #: False once the pipe said it has no connection of its own to give (redis-py).
+        self._raw = True
+
+    async def after(self, after: str, count: int, block_ms: int) -> list[tuple[str, bytes]]:
+        """Events with id > ``after``, waiting up to ``block_ms`` for the first one."""
+        if not self._raw:
+            result = await self._blocking.xread({self._key: after}, count=count, block=block_ms)
+            return keys.xread_rows(result)
+        link = self._link
+        if link is not None and not link.sound():
+            self.close()
+            link = None
+        try:
+            if link is None:
+                link = await self._pipe.open_link(_TIMEOUT)
+                if link is None:
+                    self._raw = False
+                    return await self.after(after, count, block_ms)
+                self._link = link
+            command: tuple[Any, ...] = (
+                "XREAD",
+                "COUNT",
+                count,
+                "BLOCK",
+                block_ms,
+                "STREAMS",
+                self._key,
+                after,
+            )
+            [reply] = await link.run([hiredis.pack_command(command)], block_ms / 1000 + _TIMEOUT)
+        except (OSError, EOFError, TimeoutError) as exc:
+            self.close()
+            raise RedisConnectionError(f"XREAD {self._key}: {exc!r}") from exc
+        except BaseException:  # cancelled (the feed stopped), or a protocol error
+            self.close()
+            raise
+        if isinstance(reply, Exception):
+            raise reply
+        return keys.script_event_rows(reply[0][1]) if reply else []
+
+    def close(self) -> None:
+        if self._link is not None:
+            self._link.close()
+            self._link = None
