@@ -42,6 +42,10 @@ from resourcesync import Limits
 
 log = logging.getLogger(__name__)
 
+#: prometheus_client is imported this long after the start (its series count meanwhile, see
+#: :func:`hub.core.metrics.load`): after the first requests, which it would slow.
+METRICS_AFTER_SECONDS = 1.0
+
 
 class Runtime:
     """The long-lived parts of one hub process; see the module docstring."""
@@ -177,8 +181,9 @@ class Runtime:
 
         Hub-wide jobs run on the leading process only (they are atomic scripts, so a second
         runner during a handover merely repeats work). Nothing here waits for what serving
-        does not need: the delivery recovery (ownership's first round) and the TLS context
-        are made while the hub already answers (a restart is serving sooner).
+        does not need: the delivery recovery (ownership's first round), the TLS context and
+        the Prometheus series are made while the hub already answers (a restart is serving
+        sooner).
         """
         settings, jobs = self.settings, self.background
         jobs.every(1.0, "redis-health", self._check_redis)
@@ -200,6 +205,7 @@ class Runtime:
         if self.embedded is not None:
             jobs.spawn("redis-supervisor", self.embedded.supervise())
         jobs.spawn("tls-context", self.client.connections.prepare_tls())
+        jobs.spawn("metrics", _load_metrics(METRICS_AFTER_SECONDS))
         await self.ownership.start()
         self.presence_reporter.start()
 
@@ -258,6 +264,12 @@ class Runtime:
         trims."""
         for topic in await self.store.topics():
             await self.pages.advance(topic)
+
+
+async def _load_metrics(delay: float) -> None:
+    await asyncio.sleep(delay)
+    await asyncio.to_thread(metrics.import_library)  # the slow part, off the loop
+    metrics.load()
 
 
 def _redis_error(_exc: BaseException) -> None:

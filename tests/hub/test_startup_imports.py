@@ -106,3 +106,96 @@ def test_rshub_serve_pauses_the_collector_only_until_its_imports_are_done() -> N
         "status of a bad setting": 2,
         "collecting after a bad setting": True,
     }
+
+
+#: Imported only after the hub serves: the Prometheus series (their library, and the
+#: http.server and wsgiref its exposition brings).
+DEFERRED = ("prometheus_client", "prometheus_client.exposition", "wsgiref.simple_server")
+
+SERVING_PROBE = """
+import asyncio, sys
+import aiohttp
+from hub.core import metrics
+from hub.core.settings import Settings
+from hub.live import runtime
+from hub.web.app import create_app, start
+from tests.support import changes, free_port, notification, wait_for
+
+DEFERRED = {deferred!r}
+runtime.METRICS_AFTER_SECONDS = {after!r}
+
+
+async def main(redis_url):
+    settings = Settings(host="127.0.0.1", port=free_port())
+    runner, _ = await start(create_app(settings, redis_url), shutdown_timeout=2.0)
+    seen = {{}}
+    try:
+        async with aiohttp.ClientSession() as session:
+            url = settings.public_url
+            async with session.get(f"{{url}}/topics/t/events") as stream:
+                body = notification(changes(1))
+                headers = {{"Content-Type": "application/xml"}}
+                async with session.post(f"{{url}}/topics/t", data=body, headers=headers) as r:
+                    seen["publish"] = r.status
+                async def an_event():
+                    line = await asyncio.wait_for(stream.content.readline(), 10)
+                    return line.startswith(b"data:") or line == b""
+                await wait_for(an_event)
+                seen["loaded when served"] = sorted(m for m in DEFERRED if m in sys.modules)
+                if {after!r} < 60:  # the runtime loads them by itself, soon after the start
+                    await wait_for(metrics.loaded)
+                    seen["loaded later"] = sorted(m for m in DEFERRED if m in sys.modules)
+                async with session.get(f"{{url}}/metrics") as r:
+                    text = await r.text()
+                seen["series"] = [line for line in text.splitlines() if line.startswith((
+                    'rshub_publishes_total{{result="accepted"}}',
+                    'rshub_changes_accepted_total',
+                    'rshub_stream_clients{{transport="sse"}}',
+                    'rshub_http_request_duration_seconds_count{{method="POST"',
+                ))]
+    finally:
+        await runner.cleanup()
+    print(repr(seen))
+
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def _serve_once(redis_url: str, after: float) -> dict[str, object]:
+    code = SERVING_PROBE.format(deferred=DEFERRED, after=after)
+    done = subprocess.run(
+        [sys.executable, "-c", code, redis_url],
+        capture_output=True,
+        text=True,
+        timeout=60 * TIME_SCALE,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    assert isinstance(seen, dict)
+    return seen
+
+
+def test_the_hub_serves_a_publish_to_a_subscriber_before_importing_prometheus_client(
+    redis_url: str,
+) -> None:
+    # The runtime's own load put off for good: only the scrape loads the series, and what
+    # was counted before (the publish, the stream client, the requests) is all there.
+    seen = _serve_once(redis_url, after=3600.0)
+    assert seen["publish"] == 202
+    assert seen["loaded when served"] == []
+    assert seen["series"] == [
+        'rshub_publishes_total{result="accepted"} 1.0',
+        "rshub_changes_accepted_total 1.0",
+        'rshub_stream_clients{transport="sse"} 1.0',
+        'rshub_http_request_duration_seconds_count{method="POST",route="/topics/{name}",'
+        'status="202"} 1.0',
+    ]
+
+
+def test_the_runtime_loads_the_prometheus_series_by_itself_after_the_start(
+    redis_url: str,
+) -> None:
+    seen = _serve_once(redis_url, after=0.2)
+    assert seen["loaded later"] == list(DEFERRED)
+    assert 'rshub_publishes_total{result="accepted"} 1.0' in seen["series"]
