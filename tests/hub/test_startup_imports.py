@@ -199,3 +199,54 @@ def test_the_runtime_loads_the_prometheus_series_by_itself_after_the_start(
     seen = _serve_once(redis_url, after=0.2)
     assert seen["loaded later"] == list(DEFERRED)
     assert 'rshub_publishes_total{result="accepted"} 1.0' in seen["series"]
+
+
+NAMING_PROBE = """
+import asyncio, sys
+from importlib import metadata
+from hub.store.redis_connection import Connections
+
+looked_up = []
+version = metadata.version
+
+
+def spy(name):
+    looked_up.append(name)
+    return version(name)
+
+
+metadata.version = spy
+
+
+async def main(url):
+    connections = Connections(url)
+    try:
+        # Five connections at once from the main pool, and the blocking client's first.
+        await asyncio.gather(*(connections.main.ping() for _ in range(5)))
+        await connections.blocking.ping()
+        pool = connections.main.connection_pool
+        named = {{c.driver_info.lib_version for c in pool._available_connections}}
+    finally:
+        await connections.close()
+    print(repr({{"looked up": looked_up, "named": sorted(named), "installed": version("redis")}}))
+
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def test_new_redis_connections_name_redis_py_without_reading_its_metadata(
+    redis_url: str,
+) -> None:
+    # redis-py read its package metadata for each new connection (~8 ms of CPU, twice on
+    # the way to serving); the hub gives it the same version once.
+    done = subprocess.run(
+        [sys.executable, "-c", NAMING_PROBE.format(), redis_url],
+        capture_output=True,
+        text=True,
+        timeout=60 * TIME_SCALE,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    assert seen["looked up"] == []
+    assert seen["named"] == [seen["installed"]]
