@@ -42,9 +42,11 @@ from resourcesync import Limits
 
 log = logging.getLogger(__name__)
 
-#: prometheus_client is imported this long after the start (its series count meanwhile, see
-#: :func:`hub.core.metrics.load`): after the first requests, which it would slow.
-METRICS_AFTER_SECONDS = 1.0
+#: What serving does not need is made this long after the start, not at once: it would take
+#: CPU (and the GIL, even in a thread) from a restart's first requests. The system TLS
+#: context (an https callback before then makes it itself) and prometheus_client (its series
+#: count meanwhile, see :func:`hub.core.metrics.load`).
+AFTER_START_SECONDS = 1.0
 
 
 class Runtime:
@@ -204,8 +206,7 @@ class Runtime:
             )
         if self.embedded is not None:
             jobs.spawn("redis-supervisor", self.embedded.supervise())
-        jobs.spawn("tls-context", self.client.connections.prepare_tls())
-        jobs.spawn("metrics", _load_metrics(METRICS_AFTER_SECONDS))
+        jobs.spawn("after-start", self._after_start(AFTER_START_SECONDS))
         await self.ownership.start()
         self.presence_reporter.start()
 
@@ -236,6 +237,12 @@ class Runtime:
 
     # -- background jobs -------------------------------------------------------------------
 
+    async def _after_start(self, delay: float) -> None:
+        await asyncio.sleep(delay)
+        await self.client.connections.prepare_tls()
+        await asyncio.to_thread(metrics.import_library)  # the slow part, off the loop
+        metrics.load()
+
     def _when_leading(self, step: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
         """``step``, run only while this process leads (see :mod:`hub.store.leases`)."""
 
@@ -264,12 +271,6 @@ class Runtime:
         trims."""
         for topic in await self.store.topics():
             await self.pages.advance(topic)
-
-
-async def _load_metrics(delay: float) -> None:
-    await asyncio.sleep(delay)
-    await asyncio.to_thread(metrics.import_library)  # the slow part, off the loop
-    metrics.load()
 
 
 def _redis_error(_exc: BaseException) -> None:

@@ -118,16 +118,18 @@ import aiohttp
 from hub.core import metrics
 from hub.core.settings import Settings
 from hub.live import runtime
-from hub.web.app import create_app, start
+from hub.web.app import RUNTIME, create_app, start
 from tests.support import changes, free_port, notification, wait_for
 
 DEFERRED = {deferred!r}
-runtime.METRICS_AFTER_SECONDS = {after!r}
+runtime.AFTER_START_SECONDS = {after!r}
 
 
 async def main(redis_url):
     settings = Settings(host="127.0.0.1", port=free_port())
-    runner, _ = await start(create_app(settings, redis_url), shutdown_timeout=2.0)
+    app = create_app(settings, redis_url)
+    runner, _ = await start(app, shutdown_timeout=2.0)
+    connections = app[RUNTIME].client.connections
     seen = {{}}
     try:
         async with aiohttp.ClientSession() as session:
@@ -142,9 +144,11 @@ async def main(redis_url):
                     return line.startswith(b"data:") or line == b""
                 await wait_for(an_event)
                 seen["loaded when served"] = sorted(m for m in DEFERRED if m in sys.modules)
+                seen["TLS context when served"] = connections._ssl is not None
                 if {after!r} < 60:  # the runtime loads them by itself, soon after the start
                     await wait_for(metrics.loaded)
                     seen["loaded later"] = sorted(m for m in DEFERRED if m in sys.modules)
+                    seen["TLS context later"] = connections._ssl is not None
                 async with session.get(f"{{url}}/metrics") as r:
                     text = await r.text()
                 seen["series"] = [line for line in text.splitlines() if line.startswith((
@@ -176,7 +180,7 @@ def _serve_once(redis_url: str, after: float) -> dict[str, object]:
     return seen
 
 
-def test_the_hub_serves_a_publish_to_a_subscriber_before_importing_prometheus_client(
+def test_the_hub_serves_a_publish_to_a_subscriber_before_its_tls_context_and_prometheus(
     redis_url: str,
 ) -> None:
     # The runtime's own load put off for good: only the scrape loads the series, and what
@@ -184,6 +188,7 @@ def test_the_hub_serves_a_publish_to_a_subscriber_before_importing_prometheus_cl
     seen = _serve_once(redis_url, after=3600.0)
     assert seen["publish"] == 202
     assert seen["loaded when served"] == []
+    assert seen["TLS context when served"] is False  # not even in a thread: the GIL
     assert seen["series"] == [
         'rshub_publishes_total{result="accepted"} 1.0',
         "rshub_changes_accepted_total 1.0",
@@ -193,11 +198,12 @@ def test_the_hub_serves_a_publish_to_a_subscriber_before_importing_prometheus_cl
     ]
 
 
-def test_the_runtime_loads_the_prometheus_series_by_itself_after_the_start(
+def test_the_runtime_makes_the_tls_context_and_the_prometheus_series_after_the_start(
     redis_url: str,
 ) -> None:
     seen = _serve_once(redis_url, after=0.2)
     assert seen["loaded later"] == list(DEFERRED)
+    assert seen["TLS context later"] is True
     assert 'rshub_publishes_total{result="accepted"} 1.0' in seen["series"]
 
 
