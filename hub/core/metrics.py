@@ -78,44 +78,51 @@ class Timing(Protocol):
 
 class _Pending:
     """A series before :func:`load`: it keeps what is done to it, and :func:`load` replays
-    that into the prometheus_client series, so nothing counted before is lost."""
+    that into the prometheus_client series, so nothing counted before is lost. One kept by
+    a caller past :func:`load` passes its calls on to the real series."""
 
-    __slots__ = ("calls", "values")
+    __slots__ = ("calls", "name", "values")
 
-    def __init__(self, calls: list[tuple[tuple[str, ...], str, float]], values: tuple[str, ...]):
-        self.calls, self.values = calls, values
+    def __init__(self, name: str, calls: list[_Call], values: tuple[str, ...] = ()) -> None:
+        self.name, self.calls, self.values = name, calls, values
 
     def labels(self, *values: str) -> _Pending:
-        return _Pending(self.calls, values)
+        return _Pending(self.name, self.calls, values)
 
     def inc(self, amount: float = 1) -> None:
-        self.calls.append((self.values, "inc", amount))
+        self._do("inc", amount)
 
     def dec(self, amount: float = 1) -> None:
-        self.calls.append((self.values, "dec", amount))
+        self._do("dec", amount)
 
     def observe(self, amount: float) -> None:
-        self.calls.append((self.values, "observe", amount))
+        self._do("observe", amount)
+
+    def _do(self, method: str, amount: float) -> None:
+        if not _loaded:
+            self.calls.append((self.values, method, amount))
+            return
+        real = globals()[self.name]
+        getattr(real.labels(*self.values) if self.values else real, method)(amount)
 
 
-def _pending() -> _Pending:
-    return _Pending([], ())
+_Call = tuple[tuple[str, ...], str, float]
 
 
 # The series, stand-ins until load(): prometheus_client (with the http.server, wsgiref and
 # urllib it imports for its exposition) is not on the way to serving (issue 22, start-up).
-PUBLISHES: Count = _pending()
-CHANGES_ACCEPTED: Count = _pending()
-INGESTED_BYTES: Count = _pending()
-PUBLISH_SECONDS: Timing = _pending()
-DELIVERIES: Count = _pending()
-DELIVERED_CHANGES: Count = _pending()
-DELIVERY_LATENCY: Timing = _pending()
-STREAM_MESSAGES: Count = _pending()
-STREAM_CLIENTS: Level = _pending()
-HTTP_SECONDS: Timing = _pending()
-REDIS_ERRORS: Count = _pending()
-DELIVERY_GAPS: Count = _pending()
+PUBLISHES: Count = _Pending("PUBLISHES", [])
+CHANGES_ACCEPTED: Count = _Pending("CHANGES_ACCEPTED", [])
+INGESTED_BYTES: Count = _Pending("INGESTED_BYTES", [])
+PUBLISH_SECONDS: Timing = _Pending("PUBLISH_SECONDS", [])
+DELIVERIES: Count = _Pending("DELIVERIES", [])
+DELIVERED_CHANGES: Count = _Pending("DELIVERED_CHANGES", [])
+DELIVERY_LATENCY: Timing = _Pending("DELIVERY_LATENCY", [])
+STREAM_MESSAGES: Count = _Pending("STREAM_MESSAGES", [])
+STREAM_CLIENTS: Level = _Pending("STREAM_CLIENTS", [])
+HTTP_SECONDS: Timing = _Pending("HTTP_SECONDS", [])
+REDIS_ERRORS: Count = _Pending("REDIS_ERRORS", [])
+DELIVERY_GAPS: Count = _Pending("DELIVERY_GAPS", [])
 
 _loaded = False
 

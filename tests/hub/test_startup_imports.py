@@ -257,3 +257,28 @@ def test_new_redis_connections_name_redis_py_without_reading_its_metadata(
     seen = ast.literal_eval(done.stdout.strip().splitlines()[-1])
     assert seen["looked up"] == []
     assert seen["named"] == [seen["installed"]]
+
+
+KEPT_PROBE = """
+from hub.core import metrics
+
+kept = metrics.REDIS_ERRORS  # a stand-in a caller holds on to past load()
+gaps = metrics.DELIVERY_GAPS.labels("t")
+kept.inc()
+gaps.inc()
+metrics.load()
+kept.inc()
+gaps.inc(2)
+metrics.redis_error()
+text = metrics.exposition(None).decode()
+print(repr([line for line in text.splitlines() if line.startswith(
+    ("rshub_redis_errors_total", "rshub_delivery_gaps_total")
+)]))
+"""
+
+
+def test_a_stand_in_kept_past_the_load_counts_into_the_real_series() -> None:
+    assert sorted(ast.literal_eval(_probe(KEPT_PROBE).strip())) == [
+        'rshub_delivery_gaps_total{topic="t"} 3.0',
+        "rshub_redis_errors_total 3.0",
+    ]
