@@ -12,6 +12,7 @@ import pytest
 import redis
 from aiohttp import web
 
+from hub.core import metrics
 from hub.core.settings import Settings
 from hub.store.embedded_redis import EmbeddedRedis
 from hub.web.app import RUNTIME, create_app, start
@@ -25,6 +26,14 @@ def _hermetic_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("RSHUB_") and name != "RSHUB_TEST_TIME_SCALE":
             monkeypatch.delenv(name)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _prometheus_series() -> None:
+    """The Prometheus series defined before any test, so that a test may read a series or
+    prometheus_client's registry at once (a hub defines them a second after its start:
+    tests/hub/test_startup_imports.py checks that, in child processes)."""
+    metrics.load()
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,11 @@ Several hub processes: with ``PROMETHEUS_MULTIPROC_DIR`` set (to an empty direct
 the processes start) the live series are shared through files in it and any process's
 ``/metrics`` reports the sum over all of them (prometheus_client's multiprocess mode).
 Without it, each process reports its own live series.
+
+prometheus_client is imported only by :func:`load` (the runtime calls it a second after the
+start, ``/metrics`` at once): until then each live series is a stand-in that keeps what is
+done to it, replayed into the real series then, so a restart serves ~15 ms sooner and the
+counters still count from the first request.
 """
 
 from __future__ import annotations
@@ -23,23 +28,15 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-
-from prometheus_client import (
-    REGISTRY,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-    multiprocess,
-)
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hub.core.events import Event
 from hub.core.overview import OTHERS, Overview, SubscriptionRow, TopicRow, top
 from hub.core.presence import TopicPresence
+
+if TYPE_CHECKING:
+    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.metrics_core import Metric
 
 #: Topics or subscriptions labelled by name in scrape-time series; the rest are folded.
 TOP_N = 20
@@ -54,58 +51,190 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
 
-PUBLISHES = Counter(
-    "rshub_publishes", "Publish requests by result (accepted, replayed, 4xx, 5xx).", ["result"]
-)
-CHANGES_ACCEPTED = Counter("rshub_changes_accepted", "Changes stored by publishes.")
-INGESTED_BYTES = Counter("rshub_ingested_bytes", "Bytes of publish bodies stored.")
-PUBLISH_SECONDS = Histogram(
-    "rshub_publish_duration_seconds", "Time to handle a publish request.", buckets=_LATENCY_BUCKETS
-)
-DELIVERIES = Counter(
-    "rshub_deliveries",
-    "WebSub delivery attempts by outcome (2xx, retry, 410, suspended, dead-letter, disabled).",
-    ["outcome"],
-)
-DELIVERED_CHANGES = Counter("rshub_delivered_changes", "Changes delivered to callbacks (2xx).")
-DELIVERY_LATENCY = Histogram(
-    "rshub_delivery_latency_seconds",
-    "Per delivery: from the publish of its oldest change (the event id's time) to the "
-    "callback's 2xx.",
-    buckets=_LATENCY_BUCKETS,
-)
-STREAM_MESSAGES = Counter(
-    "rshub_stream_messages", "WebSocket messages and SSE writes sent, by transport.", ["transport"]
-)
-STREAM_CLIENTS = Gauge(
-    "rshub_stream_clients",
-    "Live WebSocket/SSE clients, by transport.",
-    ["transport"],
-    multiprocess_mode="livesum",
-)
-HTTP_SECONDS = Histogram(
-    "rshub_http_request_duration_seconds",
-    "HTTP requests by method, route pattern and status (streams: the connection's life).",
-    ["method", "route", "status"],
-    buckets=_LATENCY_BUCKETS,
-)
-REDIS_ERRORS = Counter("rshub_redis_errors", "Redis commands that failed (any caller).")
-DELIVERY_GAPS = Counter(
-    "rshub_delivery_gaps",
-    "WebSub deliveries that told a subscriber retention trimmed events it had not received "
-    "(X-RSHub-Gap), by topic.",
-    ["topic"],
-)
 
-# Labelled children looked up once: ``labels()`` costs more than the ``inc()`` itself, and
-# these are called per request, per delivery and per stream message.
-_PUBLISHES = {r: PUBLISHES.labels(r) for r in ("accepted", "replayed", "4xx", "5xx")}
-_DELIVERIES = {
-    o: DELIVERIES.labels(o) for o in ("2xx", "retry", "410", "suspended", "dead-letter", "disabled")
-}
-_STREAM_MESSAGES = {t: STREAM_MESSAGES.labels(t) for t in ("ws", "sse")}
-_STREAM_CLIENTS = {t: STREAM_CLIENTS.labels(t) for t in ("ws", "sse")}
-_HTTP_SECONDS: dict[tuple[str, str, int], Histogram] = {}
+class Count(Protocol):
+    """A counter as the instrumentation calls use it (prometheus_client's, or a stand-in)."""
+
+    def labels(self, *values: str) -> Count: ...
+
+    def inc(self, amount: float = 1) -> None: ...
+
+
+class Level(Count, Protocol):
+    """A gauge as the instrumentation calls use it."""
+
+    def labels(self, *values: str) -> Level: ...
+
+    def dec(self, amount: float = 1) -> None: ...
+
+
+class Timing(Protocol):
+    """A histogram as the instrumentation calls use it."""
+
+    def labels(self, *values: str) -> Timing: ...
+
+    def observe(self, amount: float) -> None: ...
+
+
+class _Pending:
+    """A series before :func:`load`: it keeps what is done to it, and :func:`load` replays
+    that into the prometheus_client series, so nothing counted before is lost. One kept by
+    a caller past :func:`load` passes its calls on to the real series."""
+
+    __slots__ = ("calls", "name", "values")
+
+    def __init__(self, name: str, calls: list[_Call], values: tuple[str, ...] = ()) -> None:
+        self.name, self.calls, self.values = name, calls, values
+
+    def labels(self, *values: str) -> _Pending:
+        return _Pending(self.name, self.calls, values)
+
+    def inc(self, amount: float = 1) -> None:
+        self._do("inc", amount)
+
+    def dec(self, amount: float = 1) -> None:
+        self._do("dec", amount)
+
+    def observe(self, amount: float) -> None:
+        self._do("observe", amount)
+
+    def _do(self, method: str, amount: float) -> None:
+        if not _loaded:
+            self.calls.append((self.values, method, amount))
+            return
+        real = globals()[self.name]
+        getattr(real.labels(*self.values) if self.values else real, method)(amount)
+
+
+_Call = tuple[tuple[str, ...], str, float]
+
+
+# The series, stand-ins until load(): prometheus_client (with the http.server, wsgiref and
+# urllib it imports for its exposition) is not on the way to serving (issue 22, start-up).
+PUBLISHES: Count = _Pending("PUBLISHES", [])
+CHANGES_ACCEPTED: Count = _Pending("CHANGES_ACCEPTED", [])
+INGESTED_BYTES: Count = _Pending("INGESTED_BYTES", [])
+PUBLISH_SECONDS: Timing = _Pending("PUBLISH_SECONDS", [])
+DELIVERIES: Count = _Pending("DELIVERIES", [])
+DELIVERED_CHANGES: Count = _Pending("DELIVERED_CHANGES", [])
+DELIVERY_LATENCY: Timing = _Pending("DELIVERY_LATENCY", [])
+STREAM_MESSAGES: Count = _Pending("STREAM_MESSAGES", [])
+STREAM_CLIENTS: Level = _Pending("STREAM_CLIENTS", [])
+HTTP_SECONDS: Timing = _Pending("HTTP_SECONDS", [])
+REDIS_ERRORS: Count = _Pending("REDIS_ERRORS", [])
+DELIVERY_GAPS: Count = _Pending("DELIVERY_GAPS", [])
+
+_loaded = False
+
+
+def _define() -> dict[str, Any]:
+    from prometheus_client import Counter, Gauge, Histogram
+
+    return {
+        "PUBLISHES": Counter(
+            "rshub_publishes",
+            "Publish requests by result (accepted, replayed, 4xx, 5xx).",
+            ["result"],
+        ),
+        "CHANGES_ACCEPTED": Counter("rshub_changes_accepted", "Changes stored by publishes."),
+        "INGESTED_BYTES": Counter("rshub_ingested_bytes", "Bytes of publish bodies stored."),
+        "PUBLISH_SECONDS": Histogram(
+            "rshub_publish_duration_seconds",
+            "Time to handle a publish request.",
+            buckets=_LATENCY_BUCKETS,
+        ),
+        "DELIVERIES": Counter(
+            "rshub_deliveries",
+            "WebSub delivery attempts by outcome (2xx, retry, 410, suspended, dead-letter, "
+            "disabled).",
+            ["outcome"],
+        ),
+        "DELIVERED_CHANGES": Counter(
+            "rshub_delivered_changes", "Changes delivered to callbacks (2xx)."
+        ),
+        "DELIVERY_LATENCY": Histogram(
+            "rshub_delivery_latency_seconds",
+            "Per delivery: from the publish of its oldest change (the event id's time) to the "
+            "callback's 2xx.",
+            buckets=_LATENCY_BUCKETS,
+        ),
+        "STREAM_MESSAGES": Counter(
+            "rshub_stream_messages",
+            "WebSocket messages and SSE writes sent, by transport.",
+            ["transport"],
+        ),
+        "STREAM_CLIENTS": Gauge(
+            "rshub_stream_clients",
+            "Live WebSocket/SSE clients, by transport.",
+            ["transport"],
+            multiprocess_mode="livesum",
+        ),
+        "HTTP_SECONDS": Histogram(
+            "rshub_http_request_duration_seconds",
+            "HTTP requests by method, route pattern and status (streams: the connection's life).",
+            ["method", "route", "status"],
+            buckets=_LATENCY_BUCKETS,
+        ),
+        "REDIS_ERRORS": Counter("rshub_redis_errors", "Redis commands that failed (any caller)."),
+        "DELIVERY_GAPS": Counter(
+            "rshub_delivery_gaps",
+            "WebSub deliveries that told a subscriber retention trimmed events it had not "
+            "received (X-RSHub-Gap), by topic.",
+            ["topic"],
+        ),
+    }
+
+
+def import_library() -> None:
+    """Import prometheus_client (the slow part of :func:`load`; safe in any thread)."""
+    import prometheus_client  # noqa: F401
+
+
+def load() -> None:
+    """Define the prometheus_client series and replay what the stand-ins kept (once).
+
+    Call it on the thread that updates the series (the event loop's): a call made there
+    between the replay and the swap would be lost. The runtime calls it soon after the hub
+    serves, ``/metrics`` before it answers, and :func:`exposition` itself.
+    """
+    global _loaded
+    if _loaded:
+        return
+    series = _define()
+    for name, real in series.items():
+        stand_in = globals()[name]
+        assert isinstance(stand_in, _Pending)
+        for values, method, amount in stand_in.calls:
+            getattr(real.labels(*values) if values else real, method)(amount)
+    globals().update(series)
+    _cache_children()
+    _loaded = True
+
+
+def loaded() -> bool:
+    return _loaded
+
+
+def _cache_children() -> None:
+    # Labelled children looked up once: ``labels()`` costs more than the ``inc()`` itself,
+    # and these are called per request, per delivery and per stream message.
+    global _PUBLISHES, _DELIVERIES, _STREAM_MESSAGES, _STREAM_CLIENTS
+    _PUBLISHES = {r: PUBLISHES.labels(r) for r in ("accepted", "replayed", "4xx", "5xx")}
+    _DELIVERIES = {
+        o: DELIVERIES.labels(o)
+        for o in ("2xx", "retry", "410", "suspended", "dead-letter", "disabled")
+    }
+    _STREAM_MESSAGES = {t: STREAM_MESSAGES.labels(t) for t in ("ws", "sse")}
+    _STREAM_CLIENTS = {t: STREAM_CLIENTS.labels(t) for t in ("ws", "sse")}
+    _HTTP_SECONDS.clear()
+
+
+_PUBLISHES: dict[str, Count] = {}
+_DELIVERIES: dict[str, Count] = {}
+_STREAM_MESSAGES: dict[str, Count] = {}
+_STREAM_CLIENTS: dict[str, Level] = {}
+_HTTP_SECONDS: dict[tuple[str, str, int], Timing] = {}
+_cache_children()
 
 #: This process's live clients, readable without prometheus_client internals.
 _clients: dict[str, int] = {"ws": 0, "sse": 0}
@@ -183,6 +312,8 @@ def http_request(method: str, route: str, status: int, seconds: float) -> None:
 def process_exited(pid: int) -> None:
     """In multiprocess mode, drop a dead worker's live gauges (call from its parent)."""
     if os.environ.get(MULTIPROC_ENV):
+        from prometheus_client import multiprocess
+
         multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
 
 
@@ -198,6 +329,8 @@ def overview_families(
     its callback URL (whose query string may carry a key). Topics for which ``visible``
     is false (private ones the scraper may not read) are summed under :data:`PRIVATE`.
     """
+    from prometheus_client.core import GaugeMetricFamily
+
     yield GaugeMetricFamily(
         "rshub_topics", "Topics that have been published to.", len(overview.topics)
     )
@@ -260,6 +393,8 @@ def _presence_family(
 ) -> GaugeMetricFamily:
     """Per topic (top ``n`` by total; the rest and unreadable private ones folded): stream
     clients over every hub process and WebSub subscriptions by state."""
+    from prometheus_client.core import GaugeMetricFamily
+
     family = GaugeMetricFamily(
         "rshub_topic_clients",
         f"Per topic: live WebSocket (ws) and SSE clients over every hub process, and WebSub "
@@ -293,18 +428,14 @@ def _presence_family(
     return family
 
 
-class _Families(Collector):
-    def __init__(self, families: Iterable[Metric]) -> None:
-        self.families = list(families)
-
-    def collect(self) -> Iterable[Metric]:
-        return self.families
-
-
 def exposition(overview: Overview | None, visible: Callable[[str], bool] | None = None) -> bytes:
     """The ``/metrics`` body: live series (this process's, or every process's in
     multiprocess mode) followed by the scrape-time series of ``overview`` (topics not
     ``visible`` folded under :data:`PRIVATE`)."""
+    from prometheus_client import REGISTRY, CollectorRegistry, generate_latest, multiprocess
+    from prometheus_client.registry import Collector
+
+    load()
     if os.environ.get(MULTIPROC_ENV):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
@@ -313,6 +444,14 @@ def exposition(overview: Overview | None, visible: Callable[[str], bool] | None 
         live = generate_latest(REGISTRY)
     if overview is None:
         return live
+
+    class Families(Collector):
+        def __init__(self, families: Iterable[Metric]) -> None:
+            self.families = list(families)
+
+        def collect(self) -> Iterable[Metric]:
+            return self.families
+
     scrape = CollectorRegistry(auto_describe=False)
-    scrape.register(_Families(overview_families(overview, visible=visible)))
+    scrape.register(Families(overview_families(overview, visible=visible)))
     return live + generate_latest(scrape)

@@ -566,7 +566,7 @@ class CallbackConnections:
     async def _connect(self, origin: Origin) -> _Connection:
         scheme, host, port = origin
         loop = asyncio.get_running_loop()
-        tls = self._tls() if scheme == "https" else None
+        tls = await self._tls() if scheme == "https" else None
         name = host if tls is not None else None
         try:
             if self.allow_private:
@@ -622,14 +622,17 @@ class CallbackConnections:
         )
 
     async def prepare_tls(self) -> None:
-        """Make the system's TLS context in a thread (loading the CAs takes tens of ms), so
-        neither the hub's start nor its first https callback waits for it on the loop."""
+        """Make the system's TLS context in a thread (loading the CAs takes tens of ms of
+        CPU), so that neither the hub's start nor an https callback waits for it on the loop
+        (the runtime makes it soon after the start; a first https callback before that
+        makes it then)."""
         if self._ssl is None:
             context = await asyncio.to_thread(ssl.create_default_context)
             if self._ssl is None:
                 self._ssl = context
 
-    def _tls(self) -> ssl.SSLContext:
+    async def _tls(self) -> ssl.SSLContext:
         if self._ssl is None:
-            self._ssl = ssl.create_default_context()
+            await self.prepare_tls()
+        assert self._ssl is not None
         return self._ssl

@@ -42,6 +42,12 @@ from resourcesync import Limits
 
 log = logging.getLogger(__name__)
 
+#: What serving does not need is made this long after the start, not at once: it would take
+#: CPU (and the GIL, even in a thread) from a restart's first requests. The system TLS
+#: context (an https callback before then makes it itself) and prometheus_client (its series
+#: count meanwhile, see :func:`hub.core.metrics.load`).
+AFTER_START_SECONDS = 1.0
+
 
 class Runtime:
     """The long-lived parts of one hub process; see the module docstring."""
@@ -177,8 +183,9 @@ class Runtime:
 
         Hub-wide jobs run on the leading process only (they are atomic scripts, so a second
         runner during a handover merely repeats work). Nothing here waits for what serving
-        does not need: the delivery recovery (ownership's first round) and the TLS context
-        are made while the hub already answers (a restart is serving sooner).
+        does not need: the delivery recovery (ownership's first round), the TLS context and
+        the Prometheus series are made while the hub already answers (a restart is serving
+        sooner).
         """
         settings, jobs = self.settings, self.background
         jobs.every(1.0, "redis-health", self._check_redis)
@@ -199,7 +206,7 @@ class Runtime:
             )
         if self.embedded is not None:
             jobs.spawn("redis-supervisor", self.embedded.supervise())
-        jobs.spawn("tls-context", self.client.connections.prepare_tls())
+        jobs.spawn("after-start", self._after_start(AFTER_START_SECONDS))
         await self.ownership.start()
         self.presence_reporter.start()
 
@@ -229,6 +236,12 @@ class Runtime:
         await self.feeds.end(topic)
 
     # -- background jobs -------------------------------------------------------------------
+
+    async def _after_start(self, delay: float) -> None:
+        await asyncio.sleep(delay)
+        await self.client.connections.prepare_tls()
+        await asyncio.to_thread(metrics.import_library)  # the slow part, off the loop
+        metrics.load()
 
     def _when_leading(self, step: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
         """``step``, run only while this process leads (see :mod:`hub.store.leases`)."""

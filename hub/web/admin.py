@@ -207,6 +207,9 @@ async def metrics_endpoint(request: web.Request) -> web.Response:
         log.warning("metrics: Redis-backed series left out: %s", exc)
         metrics.redis_error()
         overview = None
+    if not metrics.loaded():  # a scrape within a second of the start (hub.live.runtime)
+        await asyncio.to_thread(metrics.import_library)
+        metrics.load()  # here, on the loop: the thread that updates the series
     # Rendered in a thread: a scrape of many series took 60-120 ms of the loop's CPU (the
     # hub's every other client waited); prometheus_client's rendering is thread-safe.
     body = await asyncio.to_thread(metrics.exposition, overview, visible=sight(request))

@@ -152,6 +152,6 @@ def test_the_other_commands_and_the_version_are_still_there() -> None:
 async def test_the_system_tls_context_is_made_after_start_and_verifies(hub: Hub) -> None:
     connections = hub.app[RUNTIME].client.connections
     await wait_for(lambda: connections._ssl is not None, timeout=10 * TIME_SCALE)
-    context = connections._tls()
+    context = await connections._tls()
     assert context.verify_mode == ssl.CERT_REQUIRED
     assert context.check_hostname
