@@ -241,3 +241,31 @@ def test_thousands_of_attributes_are_counted_not_listed(where: str) -> None:
     assert quick_ingest.quick_rows(root, limits) is None
     assert quick_ingest.quick_rows(root) is None
     assert time.process_time() - started < 0.1 * TIME_SCALE
+
+
+def _stamp(rng: random.Random) -> str:
+    """A ``YYYY-MM-DDThh:mm:ssZ`` spelling, valid or not: years before 1000, month 13,
+    day 31 of a short month, 24:00:00, leap seconds, February 29 in and out of leap years."""
+    year = rng.choice([0, 1, 999, 1000, 1999, 2000, 2012, 2013, 2100, 9999])
+    if rng.random() < 0.7:  # a valid one
+        month, day = rng.randint(1, 12), rng.randint(1, 28)
+        hour, minute, second = rng.randint(0, 23), rng.randint(0, 59), rng.randint(0, 59)
+        return f"{max(year, 1):04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z"
+    month = rng.choice([1, 2, 2, 4, 12, 13, 0])
+    day = rng.choice([1, 28, 29, 30, 31, 0])
+    hour, minute, second = rng.choice([0, 23, 24]), rng.choice([0, 59, 60]), rng.choice([0, 59, 60])
+    return f"{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z"
+
+
+def test_seeded_fuzz_of_stamps_and_their_order() -> None:
+    """The fast path stores and orders ``<lastmod>`` by its text: the full path's verdict,
+    stored spelling and order, on stamps near every calendar edge (issue 22)."""
+    rng = random.Random(2022)
+    taken = 0
+    for _ in range(1500):
+        stamps = sorted(_stamp(rng) for _ in range(rng.randint(1, 4)))
+        if rng.random() < 0.3:
+            rng.shuffle(stamps)
+        body = doc([entry(f"http://example.com/{n}", stamp) for n, stamp in enumerate(stamps)])
+        taken += same(body)
+    assert taken > 300, taken
