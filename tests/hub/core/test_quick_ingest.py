@@ -269,3 +269,54 @@ def test_seeded_fuzz_of_stamps_and_their_order() -> None:
         body = doc([entry(f"http://example.com/{n}", stamp) for n, stamp in enumerate(stamps)])
         taken += same(body)
     assert taken > 300, taken
+
+
+_HOSTILE = [
+    # billion laughs and an external entity: refused before either path reads an entry
+    '<!DOCTYPE urlset [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">]>',
+    '<!DOCTYPE urlset [<!ENTITY x SYSTEM "file:///etc/passwd">]>',
+    '<!DOCTYPE urlset SYSTEM "http://example.invalid/x.dtd">',
+]
+
+
+def _hostile(rng: random.Random) -> tuple[bytes, Limits]:
+    """A plain notification made hostile one way: DOCTYPEs, deep nesting, a huge or
+    repeated attribute, thousands of attributes or links, a huge text, bytes flipped."""
+    plain = doc([entry(md=f'change="updated" hash="{HASH}" length="3" type="t"')])
+    kind = rng.randrange(7)
+    if kind == 0:
+        body = plain.replace(b"<urlset", rng.choice(_HOSTILE).encode() + b"<urlset", 1)
+    elif kind == 1:
+        depth = rng.choice([5, 17, 300, 3000])
+        nest = "<o:x>" * depth + "</o:x>" * depth
+        inner = entry(loc="http://e.com/" + nest) if rng.random() < 0.5 else entry(extra=nest)
+        body = doc([inner], root_attrs=' xmlns:o="urn:o"')
+    elif kind == 2:
+        value = "x" * rng.choice([8192, 8193, 100_000])
+        body = doc([entry(md=f'change="created" type="{value}"')])
+    elif kind == 3:
+        attrs = " ".join(f'a{i}="1"' for i in range(rng.choice([3, 63, 64, 65, 2000])))
+        body = doc([entry(md=f'change="created" {attrs}')])
+    elif kind == 4:
+        link = '<rs:ln rel="a" href="http://e/"/>'
+        body = doc([entry(links=link * rng.choice([1, 1023, 1024, 1025]))])
+    elif kind == 5:
+        body = doc([entry(loc="http://e.com/" + "y" * rng.choice([100, 8180, 9000]))])
+    else:
+        flipped = bytearray(plain)
+        for _ in range(rng.randint(1, 4)):
+            flipped[rng.randrange(len(flipped))] = rng.randrange(256)
+        body = bytes(flipped)
+    return body, rng.choice([Limits(), Limits(), Limits(max_attributes=8, max_links=4)])
+
+
+def test_seeded_fuzz_of_hostile_documents() -> None:
+    """Hostile XML gets the full path's verdict and message from the fast path's entry
+    point too, quickly (issue 22)."""
+    rng = random.Random(1122)
+    errors = 0
+    for _ in range(600):
+        body, limits = _hostile(rng)
+        same(body, limits)
+        errors += isinstance(outcome(events.packed_from_document, body, limits), tuple)
+    assert errors > 150, errors
