@@ -210,7 +210,10 @@ def _link(fields: dict[str, Any]) -> dict[str, Any] | Link:
 # reads any declaration. A DOCTYPE further in is still caught after parsing (docinfo).
 _HEAD = 4096
 # Found with bytes.find (a memchr-based search), ten times faster than one regex alternation.
-_DOCTYPES = tuple("<!DOCTYPE".encode(codec) for codec in ("ascii", "utf-16-le", "utf-16-be"))
+# The UTF-16 spellings hold NUL bytes: a head without NUL (every UTF-8 document) cannot hold
+# them, so one memchr for NUL stands in for their two searches.
+_DOCTYPE = "<!DOCTYPE".encode("ascii")
+_DOCTYPE_LE, _DOCTYPE_BE = ("<!DOCTYPE".encode(codec) for codec in ("utf-16-le", "utf-16-be"))
 
 
 def _check_depth(element: Any, depth: int) -> None:
@@ -254,9 +257,11 @@ def parse_root(data: bytes | bytearray | memoryview, *, max_bytes: int = MAX_BYT
         raise DocumentTooLargeError(size, max_bytes)
     if not isinstance(data, bytes):
         data = bytes(data)  # lxml takes bytes; within max_bytes, so the copy is bounded
-    for doctype in _DOCTYPES:
-        if data.find(doctype, 0, _HEAD) >= 0:
-            raise UnsafeDocumentError("DOCTYPE declarations (DTDs, entities) are not allowed")
+    if data.find(_DOCTYPE, 0, _HEAD) >= 0 or (
+        data.find(b"\0", 0, _HEAD) >= 0
+        and (data.find(_DOCTYPE_LE, 0, _HEAD) >= 0 or data.find(_DOCTYPE_BE, 0, _HEAD) >= 0)
+    ):
+        raise UnsafeDocumentError("DOCTYPE declarations (DTDs, entities) are not allowed")
     try:
         root = etree.fromstring(data, _parser())
     except etree.XMLSyntaxError as exc:

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from hub.core.events import EMPTY_BODY, LOC, packed_from_root, w3c
+from hub.core.events import EMPTY_BODY, LOC, packed_from_root
 from hub.core.exceptions import BadRequest
 from hub.core.packed import Packed, pack
 from resourcesync import DEFAULT_LIMITS, Limits, parse_root
@@ -46,131 +46,127 @@ def packed_from_document(body: bytes, max_bytes: int, limits: Limits = DEFAULT_L
     return packed_from_root(root, limits) if rows is None else pack(rows)
 
 
-def _link(element: Any, max_chars: int, max_attributes: int) -> dict[str, str] | None:
-    """``{"rel", "href"}`` of an ``<rs:ln>`` with exactly those two, non-empty; else None."""
-    if len(element.attrib) != 2 or max_attributes < 2:
-        return None
-    rel = element.get("rel")
-    href = element.get("href")
-    if not rel or not href or len(rel) > max_chars or len(href) > max_chars:
-        return None
-    return {"rel": rel, "href": href}
-
-
-def _lastmod(element: Any, max_chars: int) -> datetime | None:
-    text = element.text or ""
-    if len(text) > max_chars:
-        return None
-    text = text.strip()
-    if UTC_SECONDS.fullmatch(text) is None:  # other W3C spellings: the full path
-        return None
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        return None
-
-
-def _md(element: Any, max_chars: int, max_attributes: int) -> dict[str, Any] | None:
-    """``change`` and the optional ``hash``, ``length``, ``type`` of an entry's ``<rs:md>``."""
-    attrib = element.attrib
-    if len(attrib) > min(4, max_attributes):
-        return None
-    fields: dict[str, Any] = {}
-    for key, value in attrib.items():
-        if len(value) > max_chars:
-            return None
-        if key == "change":
-            if value not in _CHANGES:
-                return None
-        elif key == "hash":
-            if check_hash(value) is not None:
-                return None
-        elif key == "length":
-            if not (value.isascii() and value.isdigit()):
-                return None
-            value = int(value)
-        elif key != "type":
-            return None
-        fields[key] = value
-    return fields if "change" in fields else None
-
-
 def quick_rows(root: Any, limits: Limits = DEFAULT_LIMITS) -> list[Row] | None:
     """The ``(loc, change, stored JSON)`` rows of a plain notification (see the module
-    docstring), equal to what the full path stores; ``None`` for any other document."""
+    docstring), equal to what the full path stores; ``None`` for any other document.
+
+    One function with the names it needs in locals: at one change per publish, calls and
+    global lookups were a third of it (issue 22). A ``<lastmod>`` in exactly
+    ``YYYY-MM-DDThh:mm:ssZ`` that :meth:`datetime.fromisoformat` accepts is already what
+    :func:`hub.core.events.w3c` writes, and such fixed-width UTC strings sort as their
+    instants do, so the text itself is stored and compared.
+    """
     max_chars, max_links, max_attributes = (
         limits.max_value_chars,
         limits.max_links,
         limits.max_attributes,
     )
-    if root.tag != URLSET:
+    # The root rs:md holds one attribute, the capability: under smaller limits the full
+    # path decides; an rs:ln holds two.
+    if max_attributes < 1 or max_chars < len(_NOTIFICATION) or root.tag != URLSET:
         return None
+    link_ok = max_attributes >= 2
+    url_tag, md_tag, ln_tag, loc_tag, lastmod_tag = URL, RS_MD, RS_LN, LOC_TAG, LASTMOD
     has_md = False
     root_links = 0
     entries = []
     for child in root:
         tag = child.tag
-        if tag == URL:
+        if tag == url_tag:
             entries.append(child)
-        elif tag == RS_MD:
-            if has_md or max_attributes < 1 or max_chars < len(_NOTIFICATION):
-                return None
+        elif tag == md_tag:
             # Counted, not listed: lxml's items() is quadratic in the number of attributes.
-            if len(child.attrib) != 1 or child.get("capability") != _NOTIFICATION:
+            if has_md or len(child.attrib) != 1 or child.get("capability") != _NOTIFICATION:
                 return None
             has_md = True
-        elif tag == RS_LN:
+        elif tag == ln_tag:
             root_links += 1
-            if root_links > max_links or _link(child, max_chars, max_attributes) is None:
+            if root_links > max_links or not link_ok or len(child.attrib) != 2:
+                return None
+            rel = child.get("rel")
+            href = child.get("href")
+            if not rel or not href or len(rel) > max_chars or len(href) > max_chars:
                 return None
         else:
             return None
     if not has_md or not entries or len(entries) > min(limits.max_entries, MAX_ENTRIES):
         return None
+    max_md = min(4, max_attributes)
+    changes, utc_seconds, loc_ok = _CHANGES, UTC_SECONDS, LOC
+    fromisoformat, dumps = datetime.fromisoformat, orjson.dumps
     rows: list[Row] = []
-    previous: datetime | None = None
+    previous = ""
     for entry in entries:
         loc: str | None = None
-        lastmod: datetime | None = None
-        md: dict[str, Any] | None = None
-        links: list[dict[str, str]] = []
+        lastmod: str | None = None
+        event: dict[str, Any] | None = None
+        links: list[dict[str, str]] | None = None
         for child in entry:
             tag = child.tag
-            if tag == LOC_TAG:
+            if tag == loc_tag:
                 text = child.text or ""
                 if loc is not None or len(text) > max_chars:
                     return None
                 loc = text.strip()
-            elif tag == LASTMOD:
-                if lastmod is not None:
+            elif tag == lastmod_tag:
+                text = child.text or ""
+                if lastmod is not None or len(text) > max_chars:
                     return None
-                lastmod = _lastmod(child, max_chars)
-                if lastmod is None:
+                text = text.strip()
+                if utc_seconds.fullmatch(text) is None:  # other W3C spellings: the full path
                     return None
-            elif tag == RS_MD:
-                if md is not None:
+                try:
+                    fromisoformat(text)  # an impossible date: the full path's error
+                except ValueError:
                     return None
-                md = _md(child, max_chars, max_attributes)
-                if md is None:
+                lastmod = text
+            elif tag == md_tag:
+                attrib = child.attrib
+                if event is not None or len(attrib) > max_md:
                     return None
-            elif tag == RS_LN:
-                link = _link(child, max_chars, max_attributes)
-                if link is None or len(links) == max_links:
+                event = {}
+                for key, value in attrib.items():
+                    if len(value) > max_chars:
+                        return None
+                    if key == "change":
+                        if value not in changes:
+                            return None
+                    elif key == "hash":
+                        if check_hash(value) is not None:
+                            return None
+                    elif key == "length":
+                        if not (value.isascii() and value.isdigit()):
+                            return None
+                        value = int(value)
+                    elif key != "type":
+                        return None
+                    event[key] = value
+                if "change" not in event:
                     return None
-                links.append(link)
+            elif tag == ln_tag:
+                if links is None:
+                    links = []
+                if len(links) == max_links or not link_ok or len(child.attrib) != 2:
+                    return None
+                rel = child.get("rel")
+                href = child.get("href")
+                if not rel or not href or len(rel) > max_chars or len(href) > max_chars:
+                    return None
+                links.append({"rel": rel, "href": href})
             else:
                 return None
-        if loc is None or lastmod is None or md is None or LOC.fullmatch(loc) is None:
+        if loc is None or lastmod is None or event is None or loc_ok.fullmatch(loc) is None:
             return None
-        if previous is not None and lastmod < previous:
+        if lastmod < previous:
             return None
         previous = lastmod
-        change = md["change"]
-        event: dict[str, Any] = {"loc": loc, "lastmod": w3c(lastmod), "change": change}
-        for name in ("hash", "length", "type"):
-            if name in md:
-                event[name] = md[name]
-        if links:
-            event["links"] = links
-        rows.append((loc, change, orjson.dumps(event)))
+        change = event["change"]
+        stored: dict[str, Any] = {"loc": loc, "lastmod": lastmod, "change": change}
+        if len(event) > 1:
+            for name in ("hash", "length", "type"):
+                if name in event:
+                    stored[name] = event[name]
+        if links is not None:
+            stored["links"] = links
+        rows.append((loc, change, dumps(stored)))
     return rows

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import mmap
+import random
 import resource
 import tracemalloc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
+from lxml import etree
 
 from resourcesync import (
     DocumentTooLargeError,
@@ -16,6 +18,7 @@ from resourcesync import (
     ParseError,
     UnsafeDocumentError,
     parse,
+    parse_root,
 )
 
 MB = 1024 * 1024
@@ -194,3 +197,55 @@ def test_doctype_after_a_long_prolog() -> None:
 def test_doctype_in_utf16() -> None:
     data = XXE.replace(b'<?xml version="1.0"?>', b"").decode().encode("utf-16")
     raises_bounded(UnsafeDocumentError, lambda: parse(data))
+
+
+def _reference_parse_root(data: bytes) -> object:
+    """parse_root's DOCTYPE scan as it was: all three spellings searched in the head."""
+    for codec in ("ascii", "utf-16-le", "utf-16-be"):
+        if data.find("<!DOCTYPE".encode(codec), 0, 4096) >= 0:
+            raise UnsafeDocumentError("DOCTYPE declarations (DTDs, entities) are not allowed")
+    return parse_root(data)
+
+
+def _verdict(func: Callable[[bytes], object], data: bytes) -> object:
+    try:
+        root = func(data)
+    except Exception as exc:  # the verdict is what is compared
+        return type(exc).__name__, str(exc)
+    return etree.tostring(root)  # type: ignore[call-overload]
+
+
+def test_seeded_fuzz_of_doctype_scans() -> None:
+    """The head is searched for NUL before the UTF-16 spellings of ``<!DOCTYPE`` (issue 22):
+    the same verdict and message as searching for all three, on documents in UTF-8, UTF-16
+    with and without BOM and UTF-32, with DOCTYPEs, stray NULs and long prologs."""
+    rng = random.Random(1022)
+    doc = (
+        f'<urlset xmlns="{SITEMAP}" xmlns:rs="http://www.openarchives.org/rs/terms/">'
+        '<rs:md capability="resourcelist" at="2013-01-01T00:00:00Z"/>'
+        "<url><loc>http://e.com/</loc></url></urlset>"
+    )
+    pieces = [
+        "",
+        "<!DOCTYPE urlset>",
+        '<!DOCTYPE urlset [<!ENTITY x "y">]>',
+        "<!-- c -->",
+        "<!--" + "x" * 5000 + "-->",
+        "\0",
+        "<!DOC\0TYPE>",
+        " ",
+    ]
+    codecs = ["utf-8", "utf-8", "utf-16", "utf-16-le", "utf-16-be", "utf-32", "latin-1"]
+    unsafe = 0
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 3))) + doc
+        if rng.random() < 0.5:
+            text = '<?xml version="1.0"?>' + text
+        data = text.encode(rng.choice(codecs))
+        if rng.random() < 0.2:  # a byte flipped or a NUL dropped in
+            at = rng.randrange(len(data))
+            data = data[:at] + bytes([rng.choice([0, 60, 33, rng.randrange(256)])]) + data[at + 1 :]
+        expected = _verdict(_reference_parse_root, data)
+        assert _verdict(parse_root, data) == expected, data[:200]
+        unsafe += isinstance(expected, tuple) and expected[0] == "UnsafeDocumentError"
+    assert unsafe > 500, unsafe

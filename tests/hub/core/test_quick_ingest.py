@@ -241,3 +241,82 @@ def test_thousands_of_attributes_are_counted_not_listed(where: str) -> None:
     assert quick_ingest.quick_rows(root, limits) is None
     assert quick_ingest.quick_rows(root) is None
     assert time.process_time() - started < 0.1 * TIME_SCALE
+
+
+def _stamp(rng: random.Random) -> str:
+    """A ``YYYY-MM-DDThh:mm:ssZ`` spelling, valid or not: years before 1000, month 13,
+    day 31 of a short month, 24:00:00, leap seconds, February 29 in and out of leap years."""
+    year = rng.choice([0, 1, 999, 1000, 1999, 2000, 2012, 2013, 2100, 9999])
+    if rng.random() < 0.7:  # a valid one
+        month, day = rng.randint(1, 12), rng.randint(1, 28)
+        hour, minute, second = rng.randint(0, 23), rng.randint(0, 59), rng.randint(0, 59)
+        return f"{max(year, 1):04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z"
+    month = rng.choice([1, 2, 2, 4, 12, 13, 0])
+    day = rng.choice([1, 28, 29, 30, 31, 0])
+    hour, minute, second = rng.choice([0, 23, 24]), rng.choice([0, 59, 60]), rng.choice([0, 59, 60])
+    return f"{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z"
+
+
+def test_seeded_fuzz_of_stamps_and_their_order() -> None:
+    """The fast path stores and orders ``<lastmod>`` by its text: the full path's verdict,
+    stored spelling and order, on stamps near every calendar edge (issue 22)."""
+    rng = random.Random(2022)
+    taken = 0
+    for _ in range(1500):
+        stamps = sorted(_stamp(rng) for _ in range(rng.randint(1, 4)))
+        if rng.random() < 0.3:
+            rng.shuffle(stamps)
+        body = doc([entry(f"http://example.com/{n}", stamp) for n, stamp in enumerate(stamps)])
+        taken += same(body)
+    assert taken > 300, taken
+
+
+_HOSTILE = [
+    # billion laughs and an external entity: refused before either path reads an entry
+    '<!DOCTYPE urlset [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">]>',
+    '<!DOCTYPE urlset [<!ENTITY x SYSTEM "file:///etc/passwd">]>',
+    '<!DOCTYPE urlset SYSTEM "http://example.invalid/x.dtd">',
+]
+
+
+def _hostile(rng: random.Random) -> tuple[bytes, Limits]:
+    """A plain notification made hostile one way: DOCTYPEs, deep nesting, a huge or
+    repeated attribute, thousands of attributes or links, a huge text, bytes flipped."""
+    plain = doc([entry(md=f'change="updated" hash="{HASH}" length="3" type="t"')])
+    kind = rng.randrange(7)
+    if kind == 0:
+        body = plain.replace(b"<urlset", rng.choice(_HOSTILE).encode() + b"<urlset", 1)
+    elif kind == 1:
+        depth = rng.choice([5, 17, 300, 3000])
+        nest = "<o:x>" * depth + "</o:x>" * depth
+        inner = entry(loc="http://e.com/" + nest) if rng.random() < 0.5 else entry(extra=nest)
+        body = doc([inner], root_attrs=' xmlns:o="urn:o"')
+    elif kind == 2:
+        value = "x" * rng.choice([8192, 8193, 100_000])
+        body = doc([entry(md=f'change="created" type="{value}"')])
+    elif kind == 3:
+        attrs = " ".join(f'a{i}="1"' for i in range(rng.choice([3, 63, 64, 65, 2000])))
+        body = doc([entry(md=f'change="created" {attrs}')])
+    elif kind == 4:
+        link = '<rs:ln rel="a" href="http://e/"/>'
+        body = doc([entry(links=link * rng.choice([1, 1023, 1024, 1025]))])
+    elif kind == 5:
+        body = doc([entry(loc="http://e.com/" + "y" * rng.choice([100, 8180, 9000]))])
+    else:
+        flipped = bytearray(plain)
+        for _ in range(rng.randint(1, 4)):
+            flipped[rng.randrange(len(flipped))] = rng.randrange(256)
+        body = bytes(flipped)
+    return body, rng.choice([Limits(), Limits(), Limits(max_attributes=8, max_links=4)])
+
+
+def test_seeded_fuzz_of_hostile_documents() -> None:
+    """Hostile XML gets the full path's verdict and message from the fast path's entry
+    point too, quickly (issue 22)."""
+    rng = random.Random(1122)
+    errors = 0
+    for _ in range(600):
+        body, limits = _hostile(rng)
+        same(body, limits)
+        errors += isinstance(outcome(events.packed_from_document, body, limits), tuple)
+    assert errors > 150, errors
