@@ -12,7 +12,10 @@ and next retry time are saved with the subscription, so a new owner continues th
 to the dead letters after ``retry_window_seconds``, disabling after ``disable_after_seconds``)
 is :mod:`hub.core.failure_policy`; a suspended one is probed at the longest back-off. Each
 worker has exactly one request in flight, so a slow or dead callback delays nobody else, and
-it sends nothing while its lease is not known to be valid.
+it sends nothing while its lease is not known to be valid. A worker caught up with its feed
+has its next POST written by the feed's own fan-out (:meth:`DeliveryWorker.offer`), so one
+publish's POSTs to every callback go out in one loop turn; its task then awaits the answer
+and handles it exactly as one it sent itself.
 """
 
 from __future__ import annotations
