@@ -20,7 +20,7 @@ from hub.live.callback_connections import CallbackConnections
 from hub.live.http_client import HttpClient
 from tests.conftest import Hub
 from tests.hub.callback_server import CallbackServer
-from tests.hub.test_callback_connections import NO_CONTENT, ScriptedServer, on_both_loops
+from tests.hub.test_callback_connections import NO_CONTENT, Scripted, ScriptedServer, on_both_loops
 from tests.hub.test_websub import hub_workers, subscribe
 from tests.support import changes, notification, wait_for
 
@@ -174,3 +174,40 @@ async def test_begin_post_takes_a_delivery_slot_or_sends_nothing() -> None:
         await client.close()
         srv.server.close()
     assert [body for _, body in srv.requests] == [b"<a/>", b"<b/>", b"<d/>"]
+
+
+class TrackedServer(ScriptedServer):
+    """A :class:`ScriptedServer` that keeps its protocols, to close them from the test."""
+
+    async def start(self) -> str:
+        self.protocols: list[Scripted] = []
+
+        def make() -> Scripted:
+            proto = Scripted(self)
+            self.protocols.append(proto)
+            return proto
+
+        self.server = await asyncio.get_running_loop().create_server(make, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/cb/1"
+
+
+@on_both_loops
+async def test_a_begun_post_on_a_connection_the_callback_closed_is_sent_again() -> None:
+    srv = TrackedServer([NO_CONTENT] * 2)
+    url = await srv.start()
+    pool = CallbackConnections(allow_private=True)
+    closed: list[asyncio.Transport] = []
+    try:
+        await pool.post(url, b"<a/>", {}, 5.0)
+        # The callback drops the idle connection; the pool has not seen it yet.
+        for proto in list(srv.protocols):
+            proto.transport.close()
+            closed.append(proto.transport)
+        started = pool.begin_post(url, b"<b/>", {}, 5.0)
+        assert started is not None
+        assert await pool.finish(started) == (204, {"retry-after": "7"})
+    finally:
+        await pool.close()
+        srv.server.close()
+    assert closed and [body for _, body in srv.requests] == [b"<a/>", b"<b/>"]
+    assert srv.connections == 2
