@@ -8,12 +8,14 @@ Counted, never timed: ``offers_sent`` / ``offers_declined`` say which path each 
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from hub.core.events import Event
+from hub.core.exceptions import CallbackFailed
 from hub.core.settings import Settings
 from hub.core.token_bucket import TokenBucket
 from hub.live.callback_connections import CallbackConnections
@@ -23,6 +25,7 @@ from tests.hub.callback_server import CallbackServer
 from tests.hub.test_callback_connections import NO_CONTENT, Scripted, ScriptedServer, on_both_loops
 from tests.hub.test_websub import hub_workers, subscribe
 from tests.support import changes, notification, wait_for
+from tests.watchdog import Watchdog
 
 
 @pytest.fixture
@@ -211,3 +214,50 @@ async def test_a_begun_post_on_a_connection_the_callback_closed_is_sent_again() 
         srv.server.close()
     assert closed and [body for _, body in srv.requests] == [b"<a/>", b"<b/>"]
     assert srv.connections == 2
+
+
+async def test_hostile_answers_to_begun_posts_fail_them_and_leak_nothing() -> None:
+    """A seeded fuzz: answers mangled byte by byte, cut short, or followed by junk, to POSTs
+    started by begin_post. Each ends in an answer or a CallbackFailed; nothing stays busy."""
+    rng = random.Random(22)
+    valid = [NO_CONTENT, b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"]
+    replies: list[bytes | None] = []
+    for _ in range(150):
+        reply = bytearray(rng.choice(valid))
+        for _ in range(rng.randint(1, 4)):
+            at = rng.randrange(len(reply))
+            reply[at] = rng.choice(b"\x00\r\n :\xff9aZ")
+        kind = rng.random()
+        if kind < 0.2:
+            reply = reply[: rng.randrange(1, len(reply))]  # cut short, then closed
+        elif kind < 0.3:
+            reply += b"HTTP/1.1 204 No Content\r\n\r\n"  # an answer nobody asked for
+        replies.append(bytes(reply) if kind >= 0.2 else None)
+    # A good answer for each warm-up POST, then the mangled one; spares for the retries.
+    srv = TrackedServer([r for reply in replies for r in (NO_CONTENT, reply)] + [NO_CONTENT] * 50)
+    url = await srv.start()
+    pool = CallbackConnections(allow_private=True)
+    answered = failed = 0
+    async with Watchdog() as dog:
+        try:
+            for _ in range(len(replies)):
+                try:
+                    await pool.post(url, b"<warm/>", {}, 2.0)  # an idle connection to reuse
+                except CallbackFailed:
+                    pass
+                started = pool.begin_post(url, b"<x/>", {"X-N": "1"}, 2.0)
+                if started is None:
+                    continue
+                try:
+                    status, _ = await pool.finish(started)
+                    assert 100 <= status <= 999
+                    answered += 1
+                except CallbackFailed:
+                    failed += 1
+                assert started.connection not in pool._busy
+        finally:
+            await pool.close()
+            srv.server.close()
+            await srv.server.wait_closed()
+        await dog.sockets_back()
+    assert failed > 0 and answered > 0
