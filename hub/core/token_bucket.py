@@ -92,6 +92,10 @@ class TokenBucket:
             return 0.0
         return (1 - self.tokens) / self.rate
 
+    def refund(self) -> None:
+        """Give back the token of a :meth:`take` whose delivery did not start after all."""
+        self.tokens = min(self.burst, self.tokens + 1)
+
     def full(self, now: float) -> bool:
         """Refilled to its burst by ``now``: forgetting it changes nothing."""
         return self.tokens + max(0.0, now - self.stamp) * self.rate >= self.burst

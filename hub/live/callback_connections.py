@@ -341,6 +341,35 @@ class _Reset(CallbackFailed):
         self.retry = retry
 
 
+def _post_request(target: _Target, body: bytes, headers: Mapping[str, str]) -> bytes:
+    lines = [b"POST", target.line, *_header_lines(headers)]
+    lines.append(b"Content-Length: %d\r\n\r\n" % len(body))
+    lines.append(body)
+    return b"".join(lines)
+
+
+class Started:
+    """A POST :meth:`CallbackConnections.begin_post` wrote, its answer still to come."""
+
+    __slots__ = ("connection", "deadline", "request", "target", "timeout", "waiter")
+
+    def __init__(
+        self,
+        target: _Target,
+        request: bytes,
+        deadline: float,
+        timeout: float,
+        connection: _Connection,
+        waiter: asyncio.Future[Reply],
+    ) -> None:
+        self.target = target
+        self.request = request
+        self.deadline = deadline
+        self.timeout = timeout
+        self.connection = connection
+        self.waiter = waiter
+
+
 def _header_lines(headers: Mapping[str, str]) -> list[bytes]:
     lines = []
     for name, value in headers.items():
@@ -417,16 +446,57 @@ class CallbackConnections:
         one sweep over the requests in flight (:meth:`_sweep`) rather than a timer per
         request: arming and cancelling a timer per POST cost more than the POST's own write.
         """
+        target = self._target(url)
+        request = _post_request(target, body, headers)
+        status, answer_headers, _ = await self._request(target, request, timeout, None)
+        return status, answer_headers
+
+    def begin_post(
+        self, url: str, body: bytes, headers: Mapping[str, str], timeout: float
+    ) -> Started | None:
+        """:meth:`post`, its request written before this returns, on an idle keep-alive
+        connection to the callback's origin; None (nothing sent) when there is none.
+
+        Lets a publish's fan-out write every delivery in one loop turn, before any worker
+        task runs. The caller must hand what this returns to :meth:`finish` or
+        :meth:`abandon`, exactly once. Raises :class:`CallbackFailed` (nothing sent) for a
+        URL or header :meth:`post` would fail on.
+        """
+        target = self._target(url)
+        request = _post_request(target, body, headers)
+        connection = self._reuse(target.origin)
+        if connection is None:
+            return None
+        deadline = self._now() + timeout
+        waiter = self._send(connection, request, deadline, timeout, None)
+        return Started(target, request, deadline, timeout, connection, waiter)
+
+    async def finish(self, started: Started) -> Head:
+        """The answer to a :meth:`begin_post` (sent once more on a fresh connection if the
+        callback had closed the reused one, as :meth:`post` does)."""
+        try:
+            status, headers, _ = await self._answer(started.connection, started.waiter)
+        except _Reset as exc:
+            if not exc.retry:
+                raise
+            status, headers, _ = await self._fresh(
+                started.target, started.request, started.deadline, started.timeout, None
+            )
+        return status, headers
+
+    def abandon(self, started: Started) -> None:
+        """A :meth:`begin_post` nobody will :meth:`finish`: its connection is closed."""
+        started.waiter.cancel()
+        self._busy.discard(started.connection)
+        started.connection.close()
+
+    def _target(self, url: str) -> _Target:
         target = self._targets.get(url)
         if target is None:
             target = _Target(url)
             if len(self._targets) < 100_000:
                 self._targets[url] = target
-        lines = [b"POST", target.line, *_header_lines(headers)]
-        lines.append(b"Content-Length: %d\r\n\r\n" % len(body))
-        lines.append(body)
-        status, answer_headers, _ = await self._request(target, b"".join(lines), timeout, None)
-        return status, answer_headers
+        return target
 
     async def get(self, url: str, headers: Mapping[str, str], timeout: float, limit: int) -> Reply:
         """GET ``url``; the status, headers and at most ``limit`` bytes of the body.
@@ -445,32 +515,42 @@ class CallbackConnections:
         connection = self._reuse(target.origin)
         if connection is not None:
             try:
-                return await self._exchange(connection, request, deadline, timeout, keep)
+                waiter = self._send(connection, request, deadline, timeout, keep)
+                return await self._answer(connection, waiter)
             except _Reset as exc:
                 if not exc.retry:
                     raise
             # the callback closed the idle connection as we reused it: once more, fresh
+        return await self._fresh(target, request, deadline, timeout, keep)
+
+    async def _fresh(
+        self, target: _Target, request: bytes, deadline: float, timeout: float, keep: int | None
+    ) -> Reply:
         try:
             async with asyncio.timeout_at(deadline):
                 connection = await self._connect(target.origin)
         except TimeoutError:
             raise CallbackFailed(f"could not connect within {timeout:g} s") from None
-        return await self._exchange(connection, request, deadline, timeout, keep)
+        return await self._answer(
+            connection, self._send(connection, request, deadline, timeout, keep)
+        )
 
-    async def _exchange(
+    def _send(
         self,
         connection: _Connection,
         request: bytes,
         deadline: float,
         timeout: float,
         keep: int | None,
-    ) -> Reply:
+    ) -> asyncio.Future[Reply]:
         connection.deadline, connection.timeout = deadline, timeout
         if not self._start_sweeper():
             connection.close()
             raise CallbackFailed("the hub is shutting down")
         self._busy.add(connection)
-        waiter = connection.send(request, keep)
+        return connection.send(request, keep)
+
+    async def _answer(self, connection: _Connection, waiter: asyncio.Future[Reply]) -> Reply:
         try:
             return await waiter
         except BaseException:  # failed, timed out or cancelled: never reuse it

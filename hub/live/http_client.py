@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -23,7 +24,7 @@ from hub.core.addresses import refusal
 from hub.core.exceptions import BadGateway, BadRequest, CallbackFailed, PayloadTooLarge
 from hub.core.settings import Settings
 from hub.core.tasks import Tasks
-from hub.live.callback_connections import CallbackConnections, tls_context
+from hub.live.callback_connections import CallbackConnections, Started, tls_context
 
 _PING_HEADERS = {"Accept": "application/xml"}
 
@@ -45,7 +46,7 @@ class HttpClient:
         #: Deliveries in flight. A delivery's timeout starts once it has a slot: with the
         #: limit on the connector instead, time queued for a connection counted against
         #: the timeout, so a burst to many callbacks failed deliveries that never left.
-        self._delivery_slots = asyncio.Semaphore(settings.delivery_concurrency)
+        self._delivery_slots = _Slots(settings.delivery_concurrency)
         self.connections = CallbackConnections(
             allow_private=settings.allow_private_callbacks,
             max_idle_per_origin=settings.delivery_concurrency,
@@ -67,11 +68,46 @@ class HttpClient:
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Answer:
         """A delivery: the answer's status and headers (its body is skipped)."""
-        async with self._delivery_slots:
+        await self._delivery_slots.take()
+        try:
             status, answer_headers = await self.connections.post(
                 url, body, headers, self.settings.delivery_timeout
             )
+        finally:
+            self._delivery_slots.give()
         return Answer(status, answer_headers)
+
+    def begin_post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Started | None:
+        """:meth:`post` written now, without waiting for anything: None (nothing sent) when
+        that would wait (no slot free, no idle connection to the callback) or fail (then
+        :meth:`post` says why). What it returns goes to :meth:`finish_post` or
+        :meth:`abandon_post`, exactly once."""
+        if not self._delivery_slots.try_take():
+            return None
+        started = None
+        try:
+            started = self.connections.begin_post(
+                url, body, headers, self.settings.delivery_timeout
+            )
+        except CallbackFailed:
+            pass
+        finally:
+            if started is None:
+                self._delivery_slots.give()
+        return started
+
+    async def finish_post(self, started: Started) -> Answer:
+        """The answer to a :meth:`begin_post`, as :meth:`post` gives it."""
+        try:
+            status, answer_headers = await self.connections.finish(started)
+        finally:
+            self._delivery_slots.give()
+        return Answer(status, answer_headers)
+
+    def abandon_post(self, started: Started) -> None:
+        """A :meth:`begin_post` whose answer nobody will wait for (its worker stopped)."""
+        self.connections.abandon(started)
+        self._delivery_slots.give()
 
     async def get(self, url: str, limit: int) -> Answer:
         """A verification of intent (or denial): at most ``limit`` bytes of the body."""
@@ -120,3 +156,40 @@ class HttpClient:
                     f"{what} {host!r} resolves to {address}, {why}; such addresses are not "
                     "allowed on this hub (RSHUB_ALLOW_PRIVATE_CALLBACKS)"
                 )
+
+
+class _Slots:
+    """A semaphore that can also be taken without waiting (:meth:`try_take`), as a
+    delivery started in the feed's fan-out must be; first come, first served."""
+
+    def __init__(self, size: int) -> None:
+        self.free = size
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    def try_take(self) -> bool:
+        if self.free > 0 and not self._waiters:
+            self.free -= 1
+            return True
+        return False
+
+    async def take(self) -> None:
+        if self.try_take():
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter  # give() hands its slot over
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.give()  # handed a slot as this was cancelled: pass it on
+            elif waiter in self._waiters:
+                self._waiters.remove(waiter)
+            raise
+
+    def give(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self.free += 1
