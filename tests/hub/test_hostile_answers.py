@@ -322,7 +322,18 @@ async def test_an_unexpected_error_in_a_delivery_is_a_failure_that_backs_off(
             raise RuntimeError("injected")
         return await real(self, url, *args)
 
+    real_finish = CallbackConnections.finish
+
+    async def broken_finish(self: CallbackConnections, started: Any) -> Any:
+        # The answer to a POST the feed's fan-out began (DeliveryWorker.offer).
+        if left[0] > 0:
+            left[0] -= 1
+            self.abandon(started)
+            raise RuntimeError("injected")
+        return await real_finish(self, started)
+
     monkeypatch.setattr(CallbackConnections, "post", broken)
+    monkeypatch.setattr(CallbackConnections, "finish", broken_finish)
     worker = hub.app[RUNTIME].delivery.workers[("t", healthy.url)]
     async with Watchdog(max_errors=0):
         published = await publish(hub, 0)
