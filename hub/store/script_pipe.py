@@ -165,6 +165,10 @@ def _expire(waiter: asyncio.Future[list[Any]]) -> None:
         waiter.set_exception(TimeoutError())
 
 
+def _as_they_are(replies: list[Any]) -> list[Any]:
+    return replies
+
+
 def _demoted(replies: list[Any]) -> bool:
     """Whether a reply says its server is a replica now (a script's write refused too)."""
     return any(isinstance(r, ResponseError) and "READONLY" in str(r) for r in replies)
@@ -186,6 +190,9 @@ class ScriptPipe:
         self.timeout = timeout + (wait.timeout_ms / 1000 if wait else 0.0)
         #: Where a new connection goes: the master Sentinel names now, if behind Sentinel.
         self._master: Callable[[], Awaitable[Any]] | None = None
+        #: Checked once: ``isinstance`` against redis-py's Cluster class runs
+        #: ``typing``'s protocol check in Python (a per-batch cost, issue 22).
+        self._cluster = isinstance(redis, RedisCluster)
         if isinstance(redis, RedisCluster):
             self._options = dict(redis.get_connection_kwargs())
             self._raw = not self._options.get("ssl")
@@ -206,7 +213,7 @@ class ScriptPipe:
         """A new connection of the same kind, for a caller's own use (a blocking read:
         :mod:`hub.store.stream_tail`); None where calls go through redis-py (TLS, unix
         sockets, a Cluster)."""
-        if not self._raw or isinstance(self.redis, RedisCluster):
+        if not self._raw or self._cluster:
             return None
         options = self._options
         if self._master is not None:
@@ -240,7 +247,7 @@ class ScriptPipe:
         to read the replies of what is sent over one connection."""
         wait = self.wait
         if wait is None or not any(flags):
-            return batch, lambda replies: replies
+            return batch, _as_they_are
 
         def read(replies: list[Any]) -> list[Any]:
             *replies, acked = replies
@@ -255,8 +262,8 @@ class ScriptPipe:
         return [*batch, wait.command()], read
 
     async def _send(self, batch: list[tuple[Any, ...]], flags: list[bool]) -> list[Any]:
-        if isinstance(self.redis, RedisCluster) and self._raw:
-            return await self._send_by_slot(self.redis, batch, flags)
+        if self._cluster and self._raw:
+            return await self._send_by_slot(cast(RedisCluster, self.redis), batch, flags)
         commands, read = self._waited(batch, flags)
         if not self._raw:
             async with self.redis.pipeline(transaction=False) as pipe:
