@@ -137,6 +137,12 @@ class _Link(asyncio.Protocol):
             if self._waiter is waiter:
                 self._waiter = None
 
+    def alive(self) -> bool:
+        """False once the loop saw the connection end (or Redis send on it unasked): what
+        :meth:`sound` knows without a poll."""
+        transport = self.transport
+        return not (transport is None or transport.is_closing() or self._lost or self._unasked)
+
     def sound(self) -> bool:
         """True unless Redis closed this idle connection (or sent on it unasked).
 
@@ -145,10 +151,10 @@ class _Link(asyncio.Protocol):
         nothing was written on it yet, a fresh connection can take the batch safely. The
         poll also sees what the event loop has not read yet.
         """
-        transport = self.transport
-        if transport is None or transport.is_closing() or self._lost or self._unasked:
+        if not self.alive():
             return False
-        sock = transport.get_extra_info("socket")
+        assert self.transport is not None
+        sock = self.transport.get_extra_info("socket")
         if sock is None:
             return True
         poller = select.poll()
