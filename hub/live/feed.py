@@ -14,7 +14,7 @@ import asyncio
 import bisect
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -174,20 +174,39 @@ class TopicFeed:
             return await reader.after(format_id(self.last_key), 5000, _BLOCK_MS)
 
         while True:
-            rows = await retrying(
-                read,
-                STORE_OUTAGE,
-                retry_on=StoreError,
-                log=log,
-                what=f"feed {self.topic}: XREAD",
-                failed=lambda _error, _delay: metrics.redis_error(),
-            )
+            # Read directly; only a failure goes to the retrying loop (its back-off state
+            # and async iteration were made per read, i.e. per publish: issue 22).
+            try:
+                rows = await read()
+            except StoreError as exc:
+                rows = await self._read_again(read, exc)
             if not rows:
                 continue
             last = self.last_key
             fresh = [event for eid, data in rows if (event := Event(eid, data)).key > last]
             if fresh:  # else the publishing path handed them over already (take_local)
                 self._add(fresh)
+
+    async def _read_again(
+        self, read: Callable[[], Awaitable[list[tuple[str, bytes]]]], error: StoreError
+    ) -> list[tuple[str, bytes]]:
+        """After ``read`` failed with ``error``: the hub's retrying loop, which counts, logs
+        and backs off from that first failure on as from any other."""
+        failure: list[StoreError] = [error]
+
+        async def attempt() -> list[tuple[str, bytes]]:
+            if failure:
+                raise failure.pop()
+            return await read()
+
+        return await retrying(
+            attempt,
+            STORE_OUTAGE,
+            retry_on=StoreError,
+            log=log,
+            what=f"feed {self.topic}: XREAD",
+            failed=lambda _error, _delay: metrics.redis_error(),
+        )
 
     def take_local(self, previous_id: str, events: list[Event]) -> bool:
         """Events this process just appended, handed over without waiting for ``XREAD``.
@@ -196,11 +215,15 @@ class TopicFeed:
         stream's last id before them, read in the same atomic step as the append); else
         ``XREAD`` brings them in order, with whatever other processes appended before them.
         """
-        previous = parse_id(previous_id) if previous_id else (0, 0)
-        if self.base is None or not events or previous != self.last_key:
+        if not events or not self.follows_on(previous_id):
             return False
         self._add(events)
         return True
+
+    def follows_on(self, previous_id: str) -> bool:
+        """Whether events appended after ``previous_id`` would follow on from the ring."""
+        previous = parse_id(previous_id) if previous_id else (0, 0)
+        return self.base is not None and previous == self.last_key
 
     def _add(self, fresh: list[Event]) -> None:
         """Append to the ring, wake the waiting readers and push to the followers."""
@@ -365,7 +388,10 @@ class FeedHub:
         feed = self._feeds.get(topic)
         if feed is None or appended.previous_id is None or not appended.ids:
             return
-        feed.take_local(appended.previous_id, appended.events)
+        # Usually the feed's XREAD, answered in the same Redis step, brought them already:
+        # then the events are not even made (issue 22, server CPU per delivery).
+        if feed.follows_on(appended.previous_id):
+            feed.take_local(appended.previous_id, appended.events)
 
     async def end(self, topic: str) -> None:
         """The topic was deleted: stop following it and end its consumers' streams.

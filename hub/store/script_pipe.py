@@ -60,6 +60,9 @@ class _Link(asyncio.Protocol):
         self.parser = hiredis.Reader(replyError=_reply_error)
         self.transport: asyncio.Transport | None = None
         self._waiter: asyncio.Future[list[Any]] | None = None
+        #: In :meth:`send`'s mode: called once with the batch's replies or its error.
+        self._done: Callable[[list[Any] | Exception], None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
         self._replies: list[Any] = []
         self._expected = 0
         #: Why the connection cannot be used any longer (closed, reset), once it cannot.
@@ -93,7 +96,7 @@ class _Link(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.parser.feed(data)
         waiter = self._waiter
-        if waiter is None:
+        if waiter is None and self._done is None:
             self._unasked = True
             return
         replies = self._replies
@@ -102,6 +105,9 @@ class _Link(asyncio.Protocol):
             if reply is False:
                 return
             replies.append(reply)
+        if waiter is None:
+            self._finish(replies)
+            return
         self._waiter = None
         if not waiter.done():
             waiter.set_result(replies)
@@ -119,11 +125,32 @@ class _Link(asyncio.Protocol):
         waiter, self._waiter = self._waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_exception(exc)
+        self._finish(exc)
+
+    def _finish(self, outcome: list[Any] | Exception) -> None:
+        done, self._done = self._done, None
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        if done is not None:
+            done(outcome)
+
+    def send(
+        self, commands: list[bytes], timeout: float, done: Callable[[list[Any] | Exception], None]
+    ) -> None:
+        """:meth:`run` without a coroutine: ``done`` is called with the replies, or with
+        the error (a lost connection, ``TimeoutError`` after ``timeout``), from the loop's
+        own callbacks. (The publish path, issue 22: no task, future or frame per batch.)"""
+        assert self.transport is not None and self._waiter is None and self._done is None
+        self._done = done
+        self._replies, self._expected = [], len(commands)
+        self._timer = asyncio.get_running_loop().call_later(timeout, self._finish, TimeoutError())
+        self.transport.write(b"".join(commands))
 
     async def run(self, commands: list[bytes], timeout: float) -> list[Any]:
         if self._lost is not None:
             raise self._lost
-        assert self.transport is not None and self._waiter is None
+        assert self.transport is not None and self._waiter is None and self._done is None
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[list[Any]] = loop.create_future()
         self._waiter = waiter
@@ -137,6 +164,12 @@ class _Link(asyncio.Protocol):
             if self._waiter is waiter:
                 self._waiter = None
 
+    def alive(self) -> bool:
+        """False once the loop saw the connection end (or Redis send on it unasked): what
+        :meth:`sound` knows without a poll."""
+        transport = self.transport
+        return not (transport is None or transport.is_closing() or self._lost or self._unasked)
+
     def sound(self) -> bool:
         """True unless Redis closed this idle connection (or sent on it unasked).
 
@@ -145,10 +178,10 @@ class _Link(asyncio.Protocol):
         nothing was written on it yet, a fresh connection can take the batch safely. The
         poll also sees what the event loop has not read yet.
         """
-        transport = self.transport
-        if transport is None or transport.is_closing() or self._lost or self._unasked:
+        if not self.alive():
             return False
-        sock = transport.get_extra_info("socket")
+        assert self.transport is not None
+        sock = self.transport.get_extra_info("socket")
         if sock is None:
             return True
         poller = select.poll()
@@ -163,6 +196,31 @@ class _Link(asyncio.Protocol):
 def _expire(waiter: asyncio.Future[list[Any]]) -> None:
     if not waiter.done():
         waiter.set_exception(TimeoutError())
+
+
+def _as_store_error(exc: Exception) -> Exception:
+    """What a batch's callers get when it failed as a whole."""
+    if isinstance(exc, TimeoutError):
+        return RedisTimeoutError("Redis did not answer in time")
+    if isinstance(exc, (OSError, EOFError)):
+        return RedisConnectionError(str(exc))
+    return exc
+
+
+def _hand_out(
+    batch: list[tuple[tuple[Any, ...], asyncio.Future[Any], bool]], results: list[Any]
+) -> None:
+    for (_, future, _), result in zip(batch, results, strict=True):
+        if future.done():
+            continue
+        if isinstance(result, BaseException):
+            future.set_exception(result)
+        else:
+            future.set_result(result)
+
+
+def _as_they_are(replies: list[Any]) -> list[Any]:
+    return replies
 
 
 def _demoted(replies: list[Any]) -> bool:
@@ -186,6 +244,9 @@ class ScriptPipe:
         self.timeout = timeout + (wait.timeout_ms / 1000 if wait else 0.0)
         #: Where a new connection goes: the master Sentinel names now, if behind Sentinel.
         self._master: Callable[[], Awaitable[Any]] | None = None
+        #: Checked once: ``isinstance`` against redis-py's Cluster class runs
+        #: ``typing``'s protocol check in Python (a per-batch cost, issue 22).
+        self._cluster = isinstance(redis, RedisCluster)
         if isinstance(redis, RedisCluster):
             self._options = dict(redis.get_connection_kwargs())
             self._raw = not self._options.get("ssl")
@@ -201,12 +262,16 @@ class ScriptPipe:
         self._reread_slots = False
         self._pending: list[tuple[tuple[Any, ...], asyncio.Future[Any], bool]] = []
         self._task: asyncio.Task[None] | None = None
+        #: A batch is on its way by :meth:`_direct` (its link calls back), or a start of
+        #: one is scheduled.
+        self._direct_busy = False
+        self._direct_idle: asyncio.Future[None] | None = None
 
     async def open_link(self, timeout: float) -> _Link | None:
         """A new connection of the same kind, for a caller's own use (a blocking read:
         :mod:`hub.store.stream_tail`); None where calls go through redis-py (TLS, unix
         sockets, a Cluster)."""
-        if not self._raw or isinstance(self.redis, RedisCluster):
+        if not self._raw or self._cluster:
             return None
         options = self._options
         if self._master is not None:
@@ -227,11 +292,73 @@ class ScriptPipe:
             return await self.call(*command, replicated=replicated)
 
     def call(self, *args: Any, replicated: bool = False) -> asyncio.Future[Any]:
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
         self._pending.append((args, future, replicated and self.wait is not None))
-        if self._task is None:
-            self._task = asyncio.create_task(self._flush())
+        if self._task is None and not self._direct_busy:
+            # Next loop pass, as the task started before: calls made meanwhile join.
+            self._direct_busy = True
+            loop.call_soon(self._direct)
         return future
+
+    def _direct(self) -> None:
+        """Send the pending calls as one batch on the sound connection there is, its
+        replies handed out by the link's callback (:meth:`_answered`); anything else (no
+        connection yet, one to replace, a Cluster, redis-py's path) goes to :meth:`_flush`'s
+        task as before. One batch at a time either way."""
+        link = self._link
+        if not self._pending or self._task is not None:
+            self._direct_idle_now()
+            return
+        if self._cluster or not self._raw or link is None or not link.sound():
+            self._direct_idle_now()
+            self._task = asyncio.create_task(self._flush())
+            return
+        batch, self._pending = self._pending, []
+        flags = [flag for _, _, flag in batch]
+        commands, read = self._waited([args for args, _, _ in batch], flags)
+        try:
+            link.send(
+                [hiredis.pack_command(a) for a in commands],
+                self.timeout,
+                lambda outcome: self._answered(link, batch, read, outcome),
+            )
+        except Exception as exc:  # e.g. an argument hiredis cannot pack: nothing was sent
+            link.close()
+            self._link = None
+            self._answered(link, batch, read, exc)
+
+    def _answered(
+        self,
+        link: _Link,
+        batch: list[tuple[tuple[Any, ...], asyncio.Future[Any], bool]],
+        read: Callable[[list[Any]], list[Any]],
+        outcome: list[Any] | Exception,
+    ) -> None:
+        if isinstance(outcome, Exception):
+            link.close()  # replies may be out of step: never reuse this connection
+            if self._link is link:
+                self._link = None
+            results = [_as_store_error(outcome)] * len(batch)
+        else:
+            if _demoted(outcome):  # a master turned replica: Sentinel names another
+                link.close()
+                if self._link is link:
+                    self._link = None
+            results = read(outcome)
+        _hand_out(batch, results)
+        self._direct_busy = False
+        if self._pending:
+            self._direct_busy = True
+            self._direct()
+        else:
+            self._direct_idle_now()
+
+    def _direct_idle_now(self) -> None:
+        self._direct_busy = False
+        idle, self._direct_idle = self._direct_idle, None
+        if idle is not None and not idle.done():
+            idle.set_result(None)
 
     def _waited(
         self, batch: list[tuple[Any, ...]], flags: list[bool]
@@ -240,7 +367,7 @@ class ScriptPipe:
         to read the replies of what is sent over one connection."""
         wait = self.wait
         if wait is None or not any(flags):
-            return batch, lambda replies: replies
+            return batch, _as_they_are
 
         def read(replies: list[Any]) -> list[Any]:
             *replies, acked = replies
@@ -255,8 +382,8 @@ class ScriptPipe:
         return [*batch, wait.command()], read
 
     async def _send(self, batch: list[tuple[Any, ...]], flags: list[bool]) -> list[Any]:
-        if isinstance(self.redis, RedisCluster) and self._raw:
-            return await self._send_by_slot(self.redis, batch, flags)
+        if self._cluster and self._raw:
+            return await self._send_by_slot(cast(RedisCluster, self.redis), batch, flags)
         commands, read = self._waited(batch, flags)
         if not self._raw:
             async with self.redis.pipeline(transaction=False) as pipe:
@@ -345,23 +472,18 @@ class ScriptPipe:
                     results = await self._send(
                         [args for args, _, _ in batch], [flag for _, _, flag in batch]
                     )
-                except TimeoutError:
-                    results = [RedisTimeoutError("Redis did not answer in time")] * len(batch)
-                except (OSError, EOFError) as exc:
-                    results = [RedisConnectionError(str(exc))] * len(batch)
                 except Exception as exc:  # handed to every waiting caller
-                    results = [exc] * len(batch)
-                for (_, future, _), result in zip(batch, results, strict=True):
-                    if future.done():
-                        continue
-                    if isinstance(result, BaseException):
-                        future.set_exception(result)
-                    else:
-                        future.set_result(result)
+                    results = [_as_store_error(exc)] * len(batch)
+                _hand_out(batch, results)
         finally:
             self._task = None
 
     async def close(self) -> None:
+        if self._direct_busy:
+            loop = asyncio.get_running_loop()
+            idle = self._direct_idle = self._direct_idle or loop.create_future()
+            with contextlib.suppress(Exception):
+                await idle
         if self._task is not None:
             with contextlib.suppress(Exception):
                 await self._task

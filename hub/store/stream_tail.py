@@ -46,7 +46,10 @@ class StreamTail:
             result = await self._blocking.xread({self._key: after}, count=count, block=block_ms)
             return keys.xread_rows(result)
         link = self._link
-        if link is not None and not link.sound():
+        # alive(), not sound(): the feed asks again as soon as a read is answered, so there
+        # is no idle gap for Redis to close the connection in unseen (a close during the
+        # blocked read fails that read); the poll per read, i.e. per publish, bought nothing.
+        if link is not None and not link.alive():
             self.close()
             link = None
         try:

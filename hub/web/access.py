@@ -66,8 +66,9 @@ def readable(request: web.Request, topics: list[str]) -> list[str]:
     return shown
 
 
-async def private_cache_control(request: web.Request, response: web.StreamResponse) -> None:
-    """``on_response_prepare``: a private topic's documents are for their reader only."""
+def private_cache_control(request: web.Request, response: web.StreamResponse) -> None:
+    """Part of the hub's ``on_response_prepare`` (:func:`hub.web.app.response_headers`): a
+    private topic's documents are for their reader only."""
     if request.get(_PRIVATE):
         response.headers["Cache-Control"] = "private, no-cache"
         vary = response.headers.get("Vary")

@@ -4,7 +4,7 @@
 process's :class:`hub.live.runtime.Runtime` (every long-lived component and background
 task) and hands each handler module its own small context (``Publishing``, ``Subscribing``,
 ``Streaming``, ``Reading``, ``Operating``, ``Observing``, ``Access``); exceptions become
-HTTP responses in one place (:func:`error_middleware`).
+HTTP responses in one place (:func:`error_handling`).
 """
 
 from __future__ import annotations
@@ -52,14 +52,12 @@ from hub.web.listener import (
     ConnectionGuard,
     GuardedSite,
     install_client_fault_filter,
-    started_middleware,
 )
 from resourcesync import DocumentError
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-Middleware = Callable[..., Awaitable[web.StreamResponse]]
 
 
 # -- errors ---------------------------------------------------------------------------------
@@ -87,12 +85,11 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {message}"[:300]
 
 
-def error_middleware(health: RedisHealth) -> Middleware:
+def error_handling(health: RedisHealth) -> web_observe.Inner:
     """The one place where exceptions become HTTP responses (a storage error also marks
-    Redis unhealthy in ``health``)."""
+    Redis unhealthy in ``health``); run inside the observation of each request."""
 
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         response = await _answer(request, handler, health)
         if (
             response.status >= 400
@@ -104,7 +101,7 @@ def error_middleware(health: RedisHealth) -> Middleware:
             return await _answer_and_close(request, response)
         return response
 
-    return middleware
+    return answer
 
 
 async def _answer(
@@ -158,6 +155,13 @@ async def _answer(
         if exc.status >= 400 and exc.content_type != "application/json":
             return error_response(exc.status, exc.reason if not exc.text else exc.text)
         raise
+
+
+async def response_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """``on_response_prepare``: a private topic's cache headers, and the request id. One
+    signal for both: each receiver is a coroutine made and awaited per response."""
+    web_access.private_cache_control(request, response)
+    web_observe.add_request_id(request, response)
 
 
 # -- lifecycle ------------------------------------------------------------------------------
@@ -290,9 +294,11 @@ def create_app(
     cors = CorsPolicy(settings.cors_origins)
     app = web.Application(
         middlewares=[
-            started_middleware(guard),
-            web_observe.observe_middleware(access_log_on=settings.access_log),
-            error_middleware(health),
+            web_observe.observe_middleware(
+                access_log_on=settings.access_log,
+                first=guard.dispatched,
+                inner=error_handling(health),
+            ),
             *([web_cors.cors_middleware(cors)] if cors else []),
         ],
         client_max_size=settings.max_body_bytes,
@@ -311,10 +317,9 @@ def create_app(
         TrustedPeers(settings.forwarded_allow_ips),
         alias_links=settings.alias_links,
     )
-    app.on_response_prepare.append(web_access.private_cache_control)
     app.cleanup_ctx.append(_lifecycle(settings, redis_url, embedded, health, guard, auth))
     app.on_shutdown.append(_shutdown_started)
-    app.on_response_prepare.append(web_observe.add_request_id)
+    app.on_response_prepare.append(response_headers)
 
     # The hot routes first: aiohttp tries dynamic resources in registration order.
     post, get = app.router.add_post, app.router.add_get

@@ -15,7 +15,7 @@ import asyncio
 import ipaddress
 import logging
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import cast
 
 from aiohttp import web
@@ -106,6 +106,11 @@ class ConnectionGuard:
             loop = asyncio.get_running_loop()
             self._pending[handler] = loop.call_at(timer.when(), self._deadline, handler)
 
+    def dispatched(self, request: web.Request) -> None:
+        """The request's headers are complete: its connection's header deadline is moot
+        (called first by the hub's one middleware, :func:`hub.web.observe.observe_middleware`)."""
+        self.request_started(request.protocol)
+
     def request_started(self, handler: object) -> None:
         timer = self._pending.pop(handler, None)
         if timer is not None:
@@ -123,19 +128,6 @@ class ConnectionGuard:
             if isinstance(conn, FirstRequest):  # aiohttp's shutdown closes its own
                 conn.force_close()
         self._pending.clear()
-
-
-def started_middleware(guard: ConnectionGuard) -> Callable[..., Awaitable[web.StreamResponse]]:
-    """Marks a connection's headers as complete once its first request is dispatched."""
-
-    @web.middleware
-    async def middleware(
-        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
-        guard.request_started(request.protocol)
-        return await handler(request)
-
-    return middleware
 
 
 class GuardedSite(web.BaseSite):

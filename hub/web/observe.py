@@ -83,18 +83,34 @@ def log_access(
     )
 
 
-def observe_middleware(*, access_log_on: bool) -> Middleware:
-    """Request ids, request metrics, and (``access_log_on``) one access-log line each."""
+#: What the observed request runs: the hub's error mapping around the route's handler.
+Inner = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
+
+
+def observe_middleware(
+    *,
+    access_log_on: bool,
+    first: Callable[[web.Request], None] | None = None,
+    inner: Inner | None = None,
+) -> Middleware:
+    """Request ids, request metrics, and (``access_log_on``) one access-log line each.
+
+    ``first`` runs before anything else, ``inner`` (the error mapping) inside the
+    observation: one aiohttp middleware layer where three made a partial, a coroutine and
+    an ``await`` each per request (issue 22, the publish path).
+    """
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if first is not None:
+            first(request)
         given = request_id(request.headers.get(REQUEST_ID_HEADER, ""))
         request[_REQUEST_ID_KEY] = given
         token = REQUEST_ID.set(given)
         started = time.perf_counter()
         status = 500
         try:
-            response = await handler(request)
+            response = await (handler(request) if inner is None else inner(request, handler))
             status = response.status
             return response
         except web.HTTPException as exc:
@@ -117,8 +133,9 @@ def observe_middleware(*, access_log_on: bool) -> Middleware:
     return middleware
 
 
-async def add_request_id(request: web.Request, response: web.StreamResponse) -> None:
-    """``on_response_prepare``: every response (streams and errors too) names its id."""
+def add_request_id(request: web.Request, response: web.StreamResponse) -> None:
+    """Part of the hub's ``on_response_prepare`` (:func:`hub.web.app.response_headers`):
+    every response (streams and errors too) names its id."""
     request_id = request.get(_REQUEST_ID_KEY)
     if request_id is not None:
         response.headers[REQUEST_ID_HEADER] = request_id

@@ -9,13 +9,16 @@ once, in stream order, also after Redis dropped the read's connection.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import orjson
+import pytest
 
 from hub.core.events import Change, Event, EventKey
 from hub.live.feed import ClientStream, TopicFeed
 from hub.web.app import RUNTIME
 from tests.conftest import Hub
+from tests.hub.scrape import scrape, value
 from tests.support import wait_for
 
 
@@ -87,6 +90,32 @@ async def test_the_feed_reads_on_after_redis_drops_its_connection(hub: Hub) -> N
         assert killed >= 1
         after = (await runtime.store.append("t", change(2))).ids  # only XREAD brings it
         await wait_for(lambda: recorder.ids == before + after, 10)
+    finally:
+        client.close()
+        await runtime.feeds.release(feed)
+
+
+async def test_a_failed_read_is_counted_and_logged_once_and_the_feed_reads_on(
+    hub: Hub, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The feed reads without the retrying loop until a read fails; that first failure is
+    still counted (``rshub_redis_errors``) and logged like any other, then read again."""
+    runtime = hub.app[RUNTIME]
+    await runtime.ingest.append("f", change(0))
+    feed, client, recorder = await live(hub, "f")
+    try:
+        errors = value(await scrape(hub), "rshub_redis_errors_total")
+        redis = hub.redis
+        killed = 0
+        for entry in await redis.client_list():
+            if entry.get("cmd") == "xread":  # the feed's blocked read (and ownership's)
+                killed += int(await redis.execute_command("CLIENT", "KILL", "ID", entry["id"]))
+        assert killed >= 1
+        after = (await runtime.store.append("f", change(1))).ids
+        await wait_for(lambda: recorder.ids == after, 10)
+        warned = [r for r in caplog.records if "feed f: XREAD failed" in r.getMessage()]
+        assert len(warned) == 1 and warned[0].levelno == logging.WARNING
+        assert value(await scrape(hub), "rshub_redis_errors_total") >= errors + 1
     finally:
         client.close()
         await runtime.feeds.release(feed)

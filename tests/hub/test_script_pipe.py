@@ -96,3 +96,27 @@ async def test_a_batch_redis_does_not_answer_in_time_fails_and_its_connection_is
     finally:
         await pipe.close()
         await redis.aclose()
+
+
+async def test_a_batch_on_a_sound_connection_needs_no_task_and_close_waits_for_it(
+    redis_url: str,
+) -> None:
+    """Once connected, a batch is written from a loop callback and answered by the link's
+    (issue 22: a task per batch was a publish's largest store cost); closing the pipe still
+    lets the batch in flight finish rather than cut it off."""
+    redis = Redis.from_url(redis_url)
+    pipe = ScriptPipe(redis)
+    try:
+        assert await pipe.call("PING") == b"PONG"  # connects (through the task path)
+        before = asyncio.all_tasks()
+        calls = [pipe.call("INCR", "direct") for _ in range(3)]
+        await asyncio.sleep(0)  # the batch goes out
+        assert asyncio.all_tasks() == before
+        assert await asyncio.gather(*calls) == [1, 2, 3]
+        slow = pipe.call("BLPOP", "nothing-ever", 0.2 * TIME_SCALE)
+        await asyncio.sleep(0)
+        await pipe.close()
+        assert slow.done() and slow.result() is None  # answered (timed out in Redis), not cut
+    finally:
+        await pipe.close()
+        await redis.aclose()
