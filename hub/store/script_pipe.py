@@ -394,11 +394,8 @@ class ScriptPipe:
             self._link.close()
             self._link = None
         if self._link is None:
-            options = self._options
-            if self._master is not None:
-                host, port = await self._master()
-                options = {**options, "host": host, "port": port}
-            self._link = await _Link.open(options, self.timeout)
+            self._link = await self.open_link(self.timeout)
+            assert self._link is not None  # raw, and not a Cluster: see open_link
         try:
             replies = await self._link.run(
                 [hiredis.pack_command(a) for a in commands], self.timeout

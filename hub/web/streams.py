@@ -59,8 +59,6 @@ __all__ = ["STREAMING", "Closing", "Streaming", "check_since", "server_sent_even
 
 STREAMING = web.AppKey("streaming", Streaming)
 
-_DIRECT_WRITE_LIMIT = DIRECT_WRITE_LIMIT
-
 
 async def _until_overflow_or_done(
     pump: ClientStream, closing: Closing, *tasks: asyncio.Task[None]
@@ -232,7 +230,7 @@ def _ws_writer(
         if (
             ws.closed
             or transport.is_closing()
-            or transport.get_write_buffer_size() > _DIRECT_WRITE_LIMIT
+            or transport.get_write_buffer_size() > DIRECT_WRITE_LIMIT
         ):
             return False
         transport.write(pump.frame(events))
@@ -247,7 +245,7 @@ def _sse_writer(
     """The SSE twin of the WebSocket's direct write: the feed's fan-out loop writes a live
     batch straight to the connection, the shared encoding (an HTTP chunk when the response
     is chunked) in one ``transport.write``; False (left to the sender task, which waits for
-    the connection to drain) once ``_DIRECT_WRITE_LIMIT`` bytes are waiting.
+    the connection to drain) once ``DIRECT_WRITE_LIMIT`` bytes are waiting.
 
     Issue 22: SSE went through a sender task per client (a wake-up, an ``await`` and
     aiohttp's chunked ``writelines`` per batch) and its publish-to-receive p50 was 3.2x
@@ -256,7 +254,7 @@ def _sse_writer(
     chunked = resp.headers.get(hdrs.TRANSFER_ENCODING) == "chunked"
 
     def write_now(events: list[Event]) -> bool:  # the feed counts the message
-        if transport.is_closing() or transport.get_write_buffer_size() > _DIRECT_WRITE_LIMIT:
+        if transport.is_closing() or transport.get_write_buffer_size() > DIRECT_WRITE_LIMIT:
             return False
         transport.write(pump.sse_events(events, chunked=chunked))
         return True
