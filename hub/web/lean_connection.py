@@ -72,6 +72,7 @@ class LeanConnection(asyncio.Protocol):
         "_mine",
         "_parser",
         "_publish",
+        "_served",
         "_timer",
         "_topic",
         "_url",
@@ -92,6 +93,8 @@ class LeanConnection(asyncio.Protocol):
         #: Waiting for the topic's feed to start (its first subscriber in this process).
         self._waiting = False
         self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
+        #: Publishes answered lean on this connection.
+        self._served = 0
         #: A publish's body deadline, from its complete head.
         self._timer: asyncio.TimerHandle | None = None
         self._reset()
@@ -191,7 +194,9 @@ class LeanConnection(asyncio.Protocol):
         transport = self.transport
         self._busy = True
         transport.pause_reading()
-        tcp_keepalive(transport)
+        if not self._served:  # once, as aiohttp's connection_made
+            tcp_keepalive(transport)
+        self._served += 1
         task = asyncio.ensure_future(lean.serve(publish, transport, started))
         _SERVING.add(task)
         task.add_done_callback(self._published)
