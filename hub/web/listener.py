@@ -58,8 +58,10 @@ class ConnectionGuard:
         #: most.)
         self._pending: dict[object, asyncio.TimerHandle] = {}
         #: Connections that aiohttp's server does not count: accepted but not yet made, or
-        #: held by the lean SSE path (its first-request parsers and its streams).
+        #: held by the lean paths (hub.web.lean_connection: its parsers and its streams).
         self._held = 0
+        #: Shutting down: a lean connection that answered its publish is closed.
+        self._closed = False
 
     def protocol_factory(
         self, server: web.Server, lean: Lean | None = None
@@ -111,6 +113,9 @@ class ConnectionGuard:
     def waiting(self, conn: LeanConnection, seconds: float) -> None:
         """A lean connection kept alive waits ``seconds`` at most for its next request's
         head (aiohttp's ``keepalive_timeout`` for its own)."""
+        if self._closed:
+            conn.force_close()
+            return
         loop = asyncio.get_running_loop()
         self._pending[conn] = loop.call_later(seconds, self._deadline, conn)
 
@@ -131,6 +136,7 @@ class ConnectionGuard:
         conn.force_close()
 
     def close(self) -> None:
+        self._closed = True
         for conn, timer in self._pending.items():
             timer.cancel()
             if not isinstance(conn, RequestHandler):  # aiohttp's shutdown closes its own

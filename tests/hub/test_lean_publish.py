@@ -18,11 +18,12 @@ import orjson
 import pytest
 from prometheus_client import REGISTRY
 
+from hub.core.settings import Settings
 from hub.store import keys
 from hub.web.lean_publish import LeanPublishing
 from hub.web.lean_sse import LeanStream
-from tests.conftest import Hub
-from tests.support import TIME_SCALE, changes, notification
+from tests.conftest import Hub, start_hub
+from tests.support import TIME_SCALE, changes, free_port, notification
 
 _TOKEN = "pub-token"
 
@@ -354,3 +355,45 @@ class TestLeanPublishOff:
         head, _ = await once(hub, request(notification(changes(1)), token=None))
         assert head.startswith(b"HTTP/1.1 202 ")
         assert lean_served == []
+
+
+class TestConnectionCap:
+    @pytest.fixture
+    def hub_settings(self) -> dict[str, Any]:
+        return {"max_connections": 2}
+
+    async def test_kept_alive_lean_connections_count_against_the_cap(
+        self, hub: Hub, lean_served: list[str]
+    ) -> None:
+        conns = [await Conn.open(hub) for _ in range(2)]
+        try:
+            for conn in conns:
+                head, _ = await conn.ask(request(notification(changes(1)), token=None))
+                assert head.startswith(b"HTTP/1.1 202 ")
+            assert lean_served == ["t", "t"]
+            third = await Conn.open(hub)
+            try:
+                head, _ = await third.answer()
+                assert head.startswith(b"HTTP/1.1 503 "), head
+            finally:
+                third.close()
+        finally:
+            for conn in conns:
+                conn.close()
+
+
+async def test_shutdown_closes_an_idle_lean_connection(
+    redis_url: str, lean_served: list[str]
+) -> None:
+    settings = Settings(host="127.0.0.1", port=free_port(), keepalive_timeout_seconds=600)
+    runner, app = await start_hub(settings, redis_url)
+    hub = Hub(settings.public_url, app, settings, None)  # type: ignore[arg-type]
+    conn = await Conn.open(hub)
+    try:
+        head, _ = await conn.ask(request(notification(changes(1)), token=None))
+        assert head.startswith(b"HTTP/1.1 202 ") and lean_served == ["t"]
+        async with asyncio.timeout(10 * TIME_SCALE):
+            await runner.cleanup()  # not waiting out the 600 s keep-alive
+        assert await conn.closed()
+    finally:
+        conn.close()
