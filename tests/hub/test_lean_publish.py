@@ -35,6 +35,8 @@ def hub_settings() -> dict[str, Any]:
         "topic_tokens": {"own": ["own-token"]},
         "access_log": True,
         "heartbeat_seconds": 60,
+        "publish_max_entries": 5,
+        "max_body_bytes": 4096,
     }
 
 
@@ -242,13 +244,18 @@ async def test_every_error_outcome_is_aiohttps_answer_and_stores_nothing(
         "bad idempotency key": request(good, extra=f"Idempotency-Key: {'k' * 201}\r\n"),
         "bad topic name": request(good, topic="a%20b"),
         "a path under the topic": request(good, topic="t/x"),
+        "over publish_max_entries": request(notification(changes(6))),
+        "over max_body_bytes": request(b"<!-- " + b"x" * 4096 + b" -->" + good),
     }
+    statuses: list[int] = []
     for name, data in cases.items():
         lean_head, lean_body = await once(hub, data)
         head, body = await once(hub, via_aiohttp(data))
         assert normal(lean_head) == normal(head), (name, lean_head, head)
         assert lean_body == body, (name, lean_body, body)
         assert re.match(rb"HTTP/1.1 4\d\d ", lean_head), (name, lean_head)
+        statuses.append(int(lean_head[9:12]))
+    assert statuses[-2:] == [400, 413], statuses
     assert lean_served == []
     assert await stored(hub, "t") == []
     # A topic token publishes lean to its own topic only.
