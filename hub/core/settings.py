@@ -345,6 +345,14 @@ class Settings(BaseSettings):
     #: request goes through aiohttp.
     lean_sse: bool = True
 
+    # -- issue 22: lean publish ------------------------------------------------------------
+    #: Answer a plain publish (``POST /topics/{name}`` over HTTP/1.1, a ``Content-Length``
+    #: body of at most ``parse_inline_bytes``, an XML Content-Type, no unusual header) that
+    #: succeeds without aiohttp's per-request machinery: the same bytes, metrics and log
+    #: line (hub.web.lean_publish); every error still comes from aiohttp's path. Off: every
+    #: request goes through aiohttp. Neither lean path runs with ``cors_origins`` set.
+    lean_publish: bool = True
+
     @field_validator("callback_ca_file", "callback_client_cert", "callback_client_key")
     @classmethod
     def _check_readable_file(cls, value: Path | None) -> Path | None:

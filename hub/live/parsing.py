@@ -106,8 +106,12 @@ class DocumentParser:
     async def packed(self, body: bytes) -> Packed:
         """The changes of a publish, packed for :meth:`hub.store.event_store.EventStore.append`."""
         if len(body) <= self.inline_bytes:
-            return packed_from_document(body, self.max_bytes, self.limits)
+            return self.packed_inline(body)
         return await self._off_loop(packed_from_document, body)
+
+    def packed_inline(self, body: bytes) -> Packed:
+        """:meth:`packed` of a body of at most ``inline_bytes``, on the caller's loop."""
+        return packed_from_document(body, self.max_bytes, self.limits)
 
     async def changes(self, body: bytes) -> list[Change]:
         """The changes of a document, one by one (publish pings compare each)."""

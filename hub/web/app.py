@@ -18,7 +18,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
-from hub.core import collector, metrics
+from hub.core import collector
 from hub.core.access import MetricsAccess, OperatorAccess, ReadAccess
 from hub.core.auth import PublisherAuth
 from hub.core.cors import CorsPolicy
@@ -47,6 +47,8 @@ from hub.web import streams as web_streams
 from hub.web import subscription_record as web_record
 from hub.web import websub as web_websub
 from hub.web.cache import Builds, ByteCache
+from hub.web.error_responses import error_response, storage_failure
+from hub.web.lean_connection import Lean
 from hub.web.listener import (
     ClientGone,
     ConnectionGuard,
@@ -61,12 +63,6 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 # -- errors ---------------------------------------------------------------------------------
-
-
-def error_response(status: int, message: str, **detail: object) -> web.Response:
-    body: dict[str, object] = {"error": message, "status": status}
-    body.update({k: v for k, v in detail.items() if v is not None})
-    return web.json_response(body, status=status)
 
 
 async def _answer_and_close(
@@ -124,21 +120,8 @@ async def _answer(
             "index": getattr(exc, "index", None),
         }
         return error_response(getattr(exc, "http_status", 400), str(exc), **detail)
-    except NotReplicated as exc:
-        # Redis answered: a replication shortfall, not a store outage (/healthz stays ok).
-        log.warning("publish not replicated on %s %r: %s", request.method, request.path, exc)
-        return error_response(
-            503, f"storage unavailable ({exc}); retry it with the same Idempotency-Key"
-        )
-    except StoreError as exc:
-        metrics.redis_error()
-        health.failed(str(exc))
-        log.warning("storage error on %s %r: %s", request.method, request.path, exc)
-        return error_response(
-            503,
-            f"storage unavailable ({exc}); a publish may or may not have been stored: "
-            "retry it with the same Idempotency-Key",
-        )
+    except (NotReplicated, StoreError) as exc:
+        return storage_failure(exc, health, request.method, request.path)
     except ConnectionError as exc:
         # The client went away (mid-body, mid-stream, mid-document): routine, not an error.
         log.debug("client went away during %s %r: %r", request.method, request.path, exc)
@@ -361,6 +344,14 @@ def create_app(
     return app
 
 
+def _lean(app: web.Application, server: web.Server | None, settings: Settings) -> Lean | None:
+    """The lean paths wanted (neither with CORS: its headers are aiohttp's middleware's)."""
+    sse, publish = settings.lean_sse, settings.lean_publish
+    if server is None or settings.cors_origins or not (sse or publish):
+        return None
+    return Lean(app, server, sse=sse, publish=publish)
+
+
 async def start(
     app: web.Application, *, shutdown_timeout: float = 5.0
 ) -> tuple[web.AppRunner, GuardedSite]:
@@ -381,7 +372,7 @@ async def start(
         settings.host,
         settings.port,
         reuse_port=settings.reuse_port,
-        lean_sse=settings.lean_sse and not settings.cors_origins,
+        lean=_lean(app, runner.server, settings),
     )
     try:
         await site.start()

@@ -1,7 +1,7 @@
 """A plain SSE subscribe without aiohttp's per-request machinery (issue 22).
 
-Each accepted connection first gets a :class:`FirstRequest`, which parses its first request
-with llhttp (``httptools``; never by hand). A plain subscribe, ``GET
+Each accepted connection first gets a :class:`hub.web.lean_connection.LeanConnection`,
+which parses its requests with llhttp (``httptools``; never by hand). A plain subscribe, ``GET
 /topics/{name}/events`` over HTTP/1.1 to an open topic, with no query, no resume point, no
 body, no upgrade and only headers that change nothing in the answer (:data:`_IGNORED`), is
 served by a :class:`LeanStream`: a protocol object with slots, written to by the topic
@@ -30,14 +30,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Protocol, cast
+from typing import TYPE_CHECKING
 
-import httptools
 from aiohttp import web
 from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE
 from aiohttp.tcp_helpers import tcp_keepalive
-from aiohttp.web_protocol import RequestHandler
 
 from hub.core import metrics, sse
 from hub.core.events import Event
@@ -57,6 +55,9 @@ from hub.live.client_streams import (
     sse_last_event,
 )
 from hub.live.feed import ClientStream, TopicFeed
+
+if TYPE_CHECKING:
+    from hub.web.lean_connection import Guard
 from hub.web.access import ACCESS
 from hub.web.observe import REQUEST_ID_HEADER, log_access, request_id
 from hub.web.streams import STREAMING
@@ -77,9 +78,6 @@ _IGNORED = frozenset(
         b"accept-language",
     }
 )
-#: Header bytes the lean path waits for before it leaves the request to aiohttp (which
-#: answers an over-long request line or header itself).
-_MAX_HEAD = 8192
 _ROUTE = "/topics/{name}/events"
 _PREFIX, _SUFFIX = b"/topics/", b"/events"
 _HEARTBEAT_CHUNK = sse.http_chunk(SSE_HEARTBEAT)
@@ -89,13 +87,12 @@ _LAST_CHUNK = b"0\r\n\r\n"
 class LeanSse:
     """What the lean path needs of the app, looked up once."""
 
-    __slots__ = ("access_log", "ctx", "readers", "server")
+    __slots__ = ("access_log", "ctx", "readers")
 
-    def __init__(self, app: web.Application, server: web.Server) -> None:
+    def __init__(self, app: web.Application) -> None:
         self.ctx: Streaming = app[STREAMING]
         self.readers = app[ACCESS].readers
         self.access_log = self.ctx.settings.access_log
-        self.server = server
 
     def topic(self, method: bytes, url: bytes, headers: list[tuple[bytes, bytes]]) -> str | None:
         """The topic of a plain subscribe the lean path serves as aiohttp would, else None."""
@@ -113,149 +110,6 @@ class LeanSse:
         except (RequestError, UnicodeDecodeError):
             return None  # aiohttp answers it (400)
         return topic if self.readers.is_open(topic) else None
-
-
-class FirstRequest(asyncio.Protocol):
-    """A new connection until its first request is known: served lean, or handed to
-    aiohttp with the bytes received so far."""
-
-    __slots__ = (
-        "_buffer",
-        "_complete",
-        "_guard",
-        "_headers",
-        "_lean",
-        "_messages",
-        "_parser",
-        "_topic",
-        "_url",
-        "_waiting",
-        "transport",
-    )
-
-    def __init__(self, lean: LeanSse, guard: Guard) -> None:
-        self._lean = lean
-        self._guard = guard
-        self._buffer = b""
-        self._url = b""
-        self._headers: list[tuple[bytes, bytes]] = []
-        self._messages = 0
-        self._complete = False
-        #: The topic once the headers make it a plain subscribe; "" once they do not.
-        self._topic: str | None = None
-        self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
-        #: Waiting for the topic's feed to start (its first subscriber in this process).
-        self._waiting = False
-        self.transport: asyncio.Transport | None = None
-
-    # -- llhttp callbacks
-    def on_message_begin(self) -> None:
-        self._messages += 1
-
-    def on_url(self, url: bytes) -> None:
-        self._url += url
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name, value))
-
-    def on_headers_complete(self) -> None:
-        parser = self._parser
-        assert parser is not None
-        topic = None
-        if parser.get_http_version() == "1.1" and not parser.should_upgrade():
-            topic = self._lean.topic(parser.get_method(), self._url, self._headers)
-        self._topic = topic or ""
-
-    def on_message_complete(self) -> None:
-        self._complete = True
-
-    # -- protocol
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
-
-    def data_received(self, data: bytes) -> None:
-        parser = self._parser
-        if parser is None:
-            if self._waiting:  # a pipelined request: aiohttp's then
-                self._buffer += data
-                self._messages += 1
-            return
-        self._buffer += data
-        try:
-            parser.feed_data(data)
-        except (httptools.HttpParserError, httptools.HttpParserUpgrade):
-            self._hand_over()
-            return
-        if self._topic == "" or len(self._buffer) > _MAX_HEAD:
-            self._hand_over()
-        elif self._complete and self._topic:
-            if self._messages > 1:  # pipelined: aiohttp queues the next request
-                self._hand_over()
-                return
-            feed = self._lean.ctx.feeds.acquire_nowait(self._topic)
-            if feed is not None:
-                self._serve(feed)
-            else:  # the topic's first subscriber in this process: its feed starts
-                self._parser = None
-                self._waiting = True
-                task = asyncio.ensure_future(self._lean.ctx.feeds.acquire(self._topic))
-                _STARTING.add(task)
-                task.add_done_callback(self._feed_started)
-
-    def _feed_started(self, task: asyncio.Future[TopicFeed]) -> None:
-        _STARTING.discard(task)
-        self._waiting = False
-        transport = self.transport
-        gone = transport is None or transport.is_closing()
-        if task.cancelled() or task.exception() is not None:
-            # Its store is out, say: aiohttp's path tries again and answers the error.
-            if not gone:
-                self._hand_over()
-            return
-        feed = task.result()
-        if gone or self._messages > 1:
-            self._lean.ctx.feeds.release_soon(feed)
-            if not gone:
-                self._hand_over()
-        else:
-            self._serve(feed)
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        if self._parser is not None or self._waiting:
-            self._parser = None
-            self._guard.released(self)
-        self.transport = None
-
-    def force_close(self) -> None:
-        """The header deadline passed."""
-        if self.transport is not None:
-            self.transport.close()
-
-    def _hand_over(self) -> None:
-        transport, buffered = self.transport, self._buffer
-        assert transport is not None
-        self._parser = None
-        self._buffer = b""
-        handler = self._lean.server()
-        self._guard.handed_over(self, handler)
-        transport.set_protocol(handler)
-        handler.connection_made(transport)
-        if not transport.is_closing():
-            handler.data_received(buffered)
-
-    def _serve(self, feed: TopicFeed) -> None:
-        transport = self.transport
-        assert transport is not None
-        self._parser = None
-        self._buffer = b""
-        self._guard.request_started(self)
-        stream = LeanStream(self._lean, self._guard, transport)
-        transport.set_protocol(stream)
-        stream.begin(feed)
-
-
-#: Feeds being started for a first request (a reference keeps each task alive).
-_STARTING: set[asyncio.Future[TopicFeed]] = set()
 
 
 class LeanStream(asyncio.Protocol):
@@ -389,12 +243,3 @@ def _head(request_id: str) -> bytes:
         f"{_HEAD_START}{date}\r\nServer: {SERVER_SOFTWARE}\r\n{REQUEST_ID_HEADER}: {request_id}"
         "\r\n\r\n"
     ).encode()
-
-
-class Guard(Protocol):
-    """What :class:`FirstRequest` and :class:`LeanStream` report to the connection guard
-    (:class:`hub.web.listener.ConnectionGuard`)."""
-
-    def released(self, conn: object) -> None: ...
-    def handed_over(self, first: FirstRequest, handler: RequestHandler) -> None: ...
-    def request_started(self, handler: object) -> None: ...

@@ -16,7 +16,7 @@ import ipaddress
 import logging
 import socket
 from collections.abc import Callable
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -24,7 +24,9 @@ from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 
 from hub.core.exceptions import BadRequest, RequestTimeout
 from hub.core.settings import Settings
-from hub.web.lean_sse import FirstRequest, LeanSse
+
+if TYPE_CHECKING:
+    from hub.web.lean_connection import Lean, LeanConnection
 
 log = logging.getLogger(__name__)
 
@@ -56,15 +58,17 @@ class ConnectionGuard:
         #: most.)
         self._pending: dict[object, asyncio.TimerHandle] = {}
         #: Connections that aiohttp's server does not count: accepted but not yet made, or
-        #: held by the lean SSE path (its first-request parsers and its streams).
+        #: held by the lean paths (hub.web.lean_connection: its parsers and its streams).
         self._held = 0
+        #: Shutting down: a lean connection that answered its publish is closed.
+        self._closed = False
 
     def protocol_factory(
-        self, server: web.Server, lean: LeanSse | None = None
+        self, server: web.Server, lean: Lean | None = None
     ) -> Callable[[], asyncio.Protocol]:
         """Each accepted connection's protocol: aiohttp's request handler, or with ``lean``,
-        a :class:`hub.web.lean_sse.FirstRequest` (which hands it to aiohttp unless its first
-        request is a plain SSE subscribe)."""
+        a :class:`hub.web.lean_connection.LeanConnection` (which hands it to aiohttp at its
+        first request that is not a plain SSE subscribe or publish)."""
         loop = asyncio.get_running_loop()
 
         def accept() -> asyncio.Protocol:
@@ -77,12 +81,12 @@ class ConnectionGuard:
                 self.refused += 1
                 return _Refuse()
             self._held += 1
-            conn: RequestHandler | FirstRequest
+            conn: RequestHandler | LeanConnection
             if lean is None:
                 loop.call_soon(self._made)  # runs just before the handler's connection_made
                 conn = server()
             else:
-                conn = FirstRequest(lean, self)
+                conn = lean.connection(self)
             self._pending[conn] = loop.call_later(self.header_timeout, self._deadline, conn)
             return conn
 
@@ -96,7 +100,7 @@ class ConnectionGuard:
         self._held -= 1
         self.request_started(conn)
 
-    def handed_over(self, first: FirstRequest, handler: RequestHandler) -> None:
+    def handed_over(self, first: LeanConnection, handler: RequestHandler) -> None:
         """``first`` is now ``handler``'s (counted by aiohttp from its connection_made on),
         with the header deadline it had."""
         self._held -= 1
@@ -105,6 +109,15 @@ class ConnectionGuard:
             timer.cancel()
             loop = asyncio.get_running_loop()
             self._pending[handler] = loop.call_at(timer.when(), self._deadline, handler)
+
+    def waiting(self, conn: LeanConnection, seconds: float) -> None:
+        """A lean connection kept alive waits ``seconds`` at most for its next request's
+        head (aiohttp's ``keepalive_timeout`` for its own)."""
+        if self._closed:
+            conn.force_close()
+            return
+        loop = asyncio.get_running_loop()
+        self._pending[conn] = loop.call_later(seconds, self._deadline, conn)
 
     def dispatched(self, request: web.Request) -> None:
         """The request's headers are complete: its connection's header deadline is moot
@@ -116,17 +129,18 @@ class ConnectionGuard:
         if timer is not None:
             timer.cancel()
 
-    def _deadline(self, conn: RequestHandler | FirstRequest) -> None:
+    def _deadline(self, conn: RequestHandler | LeanConnection) -> None:
         if self._pending.pop(conn, None) is None or conn.transport is None:
             return
         log.debug("closing a connection that sent no complete request headers in time")
         conn.force_close()
 
     def close(self) -> None:
+        self._closed = True
         for conn, timer in self._pending.items():
             timer.cancel()
-            if isinstance(conn, FirstRequest):  # aiohttp's shutdown closes its own
-                conn.force_close()
+            if not isinstance(conn, RequestHandler):  # aiohttp's shutdown closes its own
+                cast("LeanConnection", conn).force_close()
         self._pending.clear()
 
 
@@ -141,11 +155,11 @@ class GuardedSite(web.BaseSite):
         port: int,
         *,
         reuse_port: bool = False,
-        lean_sse: bool = False,
+        lean: Lean | None = None,
     ) -> None:
         super().__init__(runner, backlog=1024)
-        #: Serve plain SSE subscribes on the lean path (hub.web.lean_sse).
-        self._lean_sse = lean_sse
+        #: Serve plain SSE subscribes and publishes on the lean paths (hub.web.lean_connection).
+        self._lean = lean
         self._guard = guard
         self._host = host
         self._port = port
@@ -164,8 +178,7 @@ class GuardedSite(web.BaseSite):
         loop = asyncio.get_running_loop()
         runner = self._runner
         assert isinstance(runner, web.AppRunner)
-        lean = LeanSse(runner.app, server) if self._lean_sse else None
-        factory = self._guard.protocol_factory(server, lean)
+        factory = self._guard.protocol_factory(server, self._lean)
         bound = self._bind_address()
         if bound is not None:
             self._server = await loop.create_server(factory, sock=bound, backlog=self._backlog)

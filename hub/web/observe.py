@@ -83,6 +83,15 @@ def log_access(
     )
 
 
+def observed(method: str, route: str, status: int, elapsed: float, *, publish: bool) -> None:
+    """A request's metrics (also the lean paths'): by route, and a publish's own."""
+    metrics.http_request(method, route, status, elapsed)
+    if publish:
+        metrics.PUBLISH_SECONDS.observe(elapsed)
+        if status >= 400:
+            metrics.publish_failed(status)
+
+
 #: What the observed request runs: the hub's error mapping around the route's handler.
 Inner = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
 
@@ -119,11 +128,7 @@ def observe_middleware(
         finally:
             elapsed = time.perf_counter() - started
             route = route_of(request)
-            metrics.http_request(request.method, route, status, elapsed)
-            if is_publish(request, route):
-                metrics.PUBLISH_SECONDS.observe(elapsed)
-                if status >= 400:
-                    metrics.publish_failed(status)
+            observed(request.method, route, status, elapsed, publish=is_publish(request, route))
             if access_log_on:
                 log_access(
                     request.method, logged_path(request), route, status, elapsed, request.remote

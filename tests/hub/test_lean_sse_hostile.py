@@ -1,4 +1,4 @@
-"""Hostile first requests at the lean SSE path's parser (hub.web.lean_sse.FirstRequest).
+"""Hostile first requests at the lean SSE path's parser (hub.web.lean_connection.LeanConnection).
 
 Every accepted connection's first bytes now go through llhttp before aiohttp sees them:
 named cases (pipelining, a request a byte at a time, oversized headers, bad methods and

@@ -1,0 +1,78 @@
+"""One publish's policy, whichever HTTP path carries it: who may publish, which bodies are
+accepted, the one way into the store, the answer and its metrics.
+
+aiohttp's handler (:mod:`hub.web.publish`) and the lean path (:mod:`hub.web.lean_publish`)
+both call :meth:`Publishing.admit` before reading the body and :meth:`Publishing.store`
+after parsing it, so a rule changes in one place (issue 22).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from hub.core import metrics
+from hub.core.auth import PublisherAuth
+from hub.core.exceptions import BadRequest, UnsupportedMediaType
+from hub.core.packed import Packed
+from hub.core.settings import Settings
+from hub.live.ingest import Ingest
+from hub.live.parsing import DocumentParser
+
+#: Media types of a change notification ("" = no Content-Type); also any ``+xml``.
+XML_TYPES = frozenset({"application/xml", "text/xml", "application/octet-stream", ""})
+_MAX_IDEMPOTENCY_KEY = 200
+
+
+def check_content_type(ctype: str) -> None:
+    """``ctype``: the request's media type, lower case, without parameters ("" if none)."""
+    if ctype in XML_TYPES or ctype.endswith("+xml"):
+        return
+    raise UnsupportedMediaType(
+        f"a change notification must be XML (application/xml), got Content-Type {ctype!r}"
+    )
+
+
+def idempotency_key(given: str | None) -> str | None:
+    """The request's ``Idempotency-Key`` header, checked; None without one."""
+    if given is None:
+        return None
+    key = given.strip()
+    if not key or len(key) > _MAX_IDEMPOTENCY_KEY or not key.isprintable():
+        raise BadRequest(f"Idempotency-Key must be 1-{_MAX_IDEMPOTENCY_KEY} printable characters")
+    return key
+
+
+@dataclass(frozen=True, slots=True)
+class Publishing:
+    """What a publish needs: who may publish, the parser, and the one way into the store
+    and the live feeds."""
+
+    settings: Settings
+    auth: PublisherAuth
+    parser: DocumentParser
+    ingest: Ingest
+
+    def admit(
+        self, topic: str, authorization: str | None, ctype: str, given_key: str | None
+    ) -> str | None:
+        """Everything decided from the request head, before its body is read: raises the
+        request's 4xx, else returns its checked Idempotency-Key (or None)."""
+        self.auth.check(topic, authorization)
+        check_content_type(ctype)
+        return idempotency_key(given_key)
+
+    async def store(
+        self, topic: str, body: bytes, changes: Packed, key: str | None
+    ) -> dict[str, object]:
+        """Store the parsed ``changes`` of ``body``; the 202's JSON answer."""
+        # The digest only matters to tell a retry from a reuse of its Idempotency-Key.
+        digest = hashlib.sha256(body).hexdigest() if key is not None else ""
+        stored = await self.ingest.append(topic, changes, digest=digest, idempotency_key=key)
+        metrics.published(len(body), len(stored.ids), stored.replayed)
+        return {
+            "topic": topic,
+            "accepted": len(stored.ids),
+            "ids": stored.ids,
+            "replayed": stored.replayed,
+        }

@@ -1,0 +1,316 @@
+"""A connection's requests until one is not plain: served lean, or handed to aiohttp.
+
+Each accepted connection gets a :class:`LeanConnection`, which parses its requests with
+llhttp (``httptools``; never by hand). A plain SSE subscribe becomes a
+:class:`hub.web.lean_sse.LeanStream` (the connection is then the stream's); a plain
+publish (:mod:`hub.web.lean_publish`) is answered here, and the next request on the
+kept-alive connection is parsed again. Anything else, including every request the hub
+answers with an error, is handed to aiohttp's ``RequestHandler`` on the same transport with
+the bytes of that request received so far, and served exactly as before: the lean paths
+decline whatever they would have to do differently, and decide before any side effect.
+
+Reading is paused while a publish is stored, so a pipelined request waits in the socket and
+its bytes are always the handed-over request's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Protocol, cast
+
+import httptools
+from aiohttp import web
+from aiohttp.tcp_helpers import tcp_keepalive
+from aiohttp.web_protocol import RequestHandler
+
+from hub.live.feed import TopicFeed
+from hub.web.lean_publish import LeanPublishing, PublishHead
+from hub.web.lean_sse import LeanSse, LeanStream
+from hub.web.publish import PUBLISHING
+
+#: Header bytes the lean paths wait for before they leave the request to aiohttp (which
+#: answers an over-long request line or header itself).
+_MAX_HEAD = 8192
+
+
+class Lean:
+    """What the lean paths need of the app, looked up once."""
+
+    __slots__ = ("body_timeout", "keepalive", "publish", "server", "sse")
+
+    def __init__(
+        self, app: web.Application, server: web.Server, *, sse: bool, publish: bool
+    ) -> None:
+        self.server = server
+        self.sse = LeanSse(app) if sse else None
+        self.publish = LeanPublishing(app) if publish else None
+        settings = app[PUBLISHING].settings
+        #: How long a kept-alive connection may wait for its next request's head.
+        self.keepalive = settings.keepalive_timeout_seconds
+        #: How long a lean publish's body may take before aiohttp's path takes it over (and
+        #: answers 408 after its own ``body_timeout_seconds``).
+        self.body_timeout = settings.body_timeout_seconds
+
+    def connection(self, guard: Guard) -> LeanConnection:
+        return LeanConnection(self, guard)
+
+
+class LeanConnection(asyncio.Protocol):
+    """A connection while its requests are plain (see the module docstring)."""
+
+    __slots__ = (
+        "_body",
+        "_buffer",
+        "_busy",
+        "_complete",
+        "_guard",
+        "_headers",
+        "_later",
+        "_lean",
+        "_messages",
+        "_mine",
+        "_parser",
+        "_publish",
+        "_served",
+        "_timer",
+        "_topic",
+        "_url",
+        "_waiting",
+        "transport",
+    )
+
+    def __init__(self, lean: Lean, guard: Guard) -> None:
+        self._lean = lean
+        self._guard = guard
+        self.transport: asyncio.Transport | None = None
+        #: Counted by the guard as this object's (until handed over or streaming).
+        self._mine = True
+        #: A publish being stored: reading is paused.
+        self._busy = False
+        #: Bytes received while busy (the next request's).
+        self._later = b""
+        #: Waiting for the topic's feed to start (its first subscriber in this process).
+        self._waiting = False
+        self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
+        #: Publishes answered lean on this connection.
+        self._served = 0
+        #: A publish's body deadline, from its complete head.
+        self._timer: asyncio.TimerHandle | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self._buffer = b""
+        self._url = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._body: list[bytes] = []
+        self._messages = 0
+        self._complete = False
+        #: The topic once the head makes it a plain subscribe; "" once it is nothing lean.
+        self._topic: str | None = None
+        self._publish: PublishHead | None = None
+
+    # -- llhttp callbacks
+    def on_message_begin(self) -> None:
+        self._messages += 1
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        parser = self._parser
+        assert parser is not None
+        lean, topic = self._lean, None
+        if parser.get_http_version() == "1.1" and not parser.should_upgrade():
+            method = parser.get_method()
+            if method == b"POST" and lean.publish is not None:
+                self._publish = lean.publish.head(self._url, self._headers)
+                if self._publish is not None:
+                    topic = self._publish.topic
+                    self._guard.request_started(self)  # the body's deadline is ours
+            elif lean.sse is not None:
+                topic = lean.sse.topic(method, self._url, self._headers)
+        self._topic = topic or ""
+
+    def on_body(self, body: bytes) -> None:
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        self._complete = True
+
+    # -- protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        parser = self._parser
+        if self._busy:  # a last read after pause_reading: the next request's start
+            self._later += data
+            return
+        if parser is None:
+            if self._waiting:  # a pipelined request: aiohttp's then
+                self._buffer += data
+                self._messages += 1
+            return
+        self._buffer += data
+        try:
+            parser.feed_data(data)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade):
+            self._hand_over()
+            return
+        if self._topic == "" or (self._topic is None and len(self._buffer) > _MAX_HEAD):
+            self._hand_over()
+        elif self._complete and self._topic:
+            if self._messages > 1:  # pipelined: aiohttp queues the next request
+                self._hand_over()
+            elif self._publish is not None:
+                self._start_publish(self._publish)
+            else:
+                self._start_stream(self._topic)
+        elif self._publish is not None and self._timer is None:  # the body is on its way
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(self._lean.body_timeout, self._body_late)
+
+    def _body_late(self) -> None:
+        self._timer = None
+        if self.transport is not None and self._parser is not None and not self._busy:
+            self._hand_over()
+
+    # -- publish
+    def _start_publish(self, head: PublishHead) -> None:
+        lean = self._lean.publish
+        assert lean is not None and self.transport is not None
+        started = time.perf_counter()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        publish = lean.decide(head, b"".join(self._body))
+        if publish is None:  # an error, or anything unusual: aiohttp's path answers it
+            self._hand_over()
+            return
+        transport = self.transport
+        self._busy = True
+        transport.pause_reading()
+        if not self._served:  # once, as aiohttp's connection_made
+            tcp_keepalive(transport)
+        self._served += 1
+        task = asyncio.ensure_future(lean.serve(publish, transport, started))
+        _SERVING.add(task)
+        task.add_done_callback(self._published)
+
+    def _published(self, task: asyncio.Future[bool | None]) -> None:
+        _SERVING.discard(task)
+        self._busy = False
+        later, self._later = self._later, b""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if task.cancelled() or task.exception() is not None or task.result() is False:
+            transport.close()
+            return
+        if task.result() is None:  # refused by the store, nothing stored: aiohttp's answer
+            self._buffer += later
+            self._hand_over()
+            return
+        self._reset()
+        self._guard.waiting(self, self._lean.keepalive)
+        transport.resume_reading()
+        if later:
+            self.data_received(later)
+
+    # -- SSE
+    def _start_stream(self, topic: str) -> None:
+        sse = self._lean.sse
+        assert sse is not None
+        feed = sse.ctx.feeds.acquire_nowait(topic)
+        if feed is not None:
+            self._serve_stream(feed)
+            return
+        # The topic's first subscriber in this process: its feed starts.
+        self._parser = None
+        self._waiting = True
+        task = asyncio.ensure_future(sse.ctx.feeds.acquire(topic))
+        _STARTING.add(task)
+        task.add_done_callback(self._feed_started)
+
+    def _feed_started(self, task: asyncio.Future[TopicFeed]) -> None:
+        _STARTING.discard(task)
+        self._waiting = False
+        transport = self.transport
+        gone = transport is None or transport.is_closing()
+        if task.cancelled() or task.exception() is not None:
+            # Its store is out, say: aiohttp's path tries again and answers the error.
+            if not gone:
+                self._hand_over()
+            return
+        feed = task.result()
+        if gone or self._messages > 1:
+            assert self._lean.sse is not None
+            self._lean.sse.ctx.feeds.release_soon(feed)
+            if not gone:
+                self._hand_over()
+        else:
+            self._serve_stream(feed)
+
+    def _serve_stream(self, feed: TopicFeed) -> None:
+        transport, sse = self.transport, self._lean.sse
+        assert transport is not None and sse is not None
+        self._parser = None
+        self._buffer = b""
+        self._mine = False  # the stream's now, released when it ends
+        self._guard.request_started(self)
+        stream = LeanStream(sse, self._guard, transport)
+        transport.set_protocol(stream)
+        stream.begin(feed)
+
+    # -- ending
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._parser = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._mine:
+            self._mine = False
+            self._guard.released(self)
+        self.transport = None
+
+    def force_close(self) -> None:
+        """The header (or keep-alive) deadline passed."""
+        if self.transport is not None and not self._busy:
+            self.transport.close()
+
+    def _hand_over(self) -> None:
+        transport, buffered = self.transport, self._buffer
+        assert transport is not None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._parser = None
+        self._buffer = b""
+        self._mine = False
+        handler = self._lean.server()
+        self._guard.handed_over(self, handler)
+        transport.set_protocol(handler)
+        handler.connection_made(transport)
+        transport.resume_reading()  # (a no-op unless it was paused)
+        if not transport.is_closing() and buffered:
+            handler.data_received(buffered)
+
+
+#: Feeds being started for a first request, and lean publishes being stored (a reference
+#: keeps each task alive).
+_STARTING: set[asyncio.Future[TopicFeed]] = set()
+_SERVING: set[asyncio.Future[bool | None]] = set()
+
+
+class Guard(Protocol):
+    """What :class:`LeanConnection` and :class:`hub.web.lean_sse.LeanStream` report to the
+    connection guard (:class:`hub.web.listener.ConnectionGuard`)."""
+
+    def released(self, conn: object) -> None: ...
+    def handed_over(self, first: LeanConnection, handler: RequestHandler) -> None: ...
+    def request_started(self, handler: object) -> None: ...
+    def waiting(self, conn: LeanConnection, seconds: float) -> None: ...

@@ -1,0 +1,201 @@
+"""A plain publish without aiohttp's per-request machinery (issue 22).
+
+``POST /topics/{name}`` over HTTP/1.1 with a ``Content-Length`` body small enough to parse
+inline, a plain XML ``Content-Type`` and only the headers of :data:`_HEADERS` (each once,
+ASCII), is decided here from the bytes :class:`hub.web.lean_connection.LeanConnection`
+parsed: :meth:`LeanPublishing.decide` runs the publish's checks and parse
+(:meth:`hub.live.publication.Publishing.admit`, the same ones aiohttp's handler runs) and
+declines on anything but success, before any side effect, so aiohttp's path answers every
+error with its own message. Only then is the publish stored (:meth:`Publishing.store`),
+and answered with the bytes aiohttp sends (tests/hub/test_lean_publish.py compares them),
+the same metrics and access-log line. A store that fails after the append began cannot be
+handed over (it might store twice): its 503 is :func:`hub.web.error_responses.storage_failure`'s.
+
+Why (py-spy of ``bench/peer_nchan.py --only tput``, docs/benchmarks.md "Issue 22 changes:
+lean publish"): of ~1.0 ms of CPU per paced publish, aiohttp's request path (protocol,
+request and response objects, the handler task, middleware, router, signals) was the
+largest part after the parse and the Redis write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from dataclasses import dataclass
+from http import HTTPStatus
+
+import orjson
+from aiohttp import web
+from aiohttp.helpers import rfc822_formatted_time
+from aiohttp.http import SERVER_SOFTWARE
+
+from hub.core.exceptions import RequestError
+from hub.core.log_format import REQUEST_ID
+from hub.core.packed import Packed
+from hub.core.topics import check_name
+from hub.live.publication import Publishing
+from hub.store.redis_connection import StoreError
+from hub.store.replicas import NotReplicated
+from hub.web.admin import OBSERVING
+from hub.web.error_responses import storage_failure
+from hub.web.observe import REQUEST_ID_HEADER, log_access, observed, request_id
+from hub.web.publish import PUBLISHING
+
+log = logging.getLogger(__name__)
+
+_ROUTE = "/topics/{name}"
+_PREFIX = b"/topics/"
+#: The request headers the lean path reads or that change nothing in the answer; a request
+#: with any other (``Expect``, ``Transfer-Encoding``, ``Content-Encoding``, ``Origin``,
+#: ``Connection``...) goes to aiohttp.
+_HEADERS = frozenset(
+    {
+        b"host",
+        b"user-agent",
+        b"accept",
+        b"accept-encoding",
+        b"content-length",
+        b"content-type",
+        b"authorization",
+        b"idempotency-key",
+        b"x-request-id",
+    }
+)
+#: A media type without parameters, as aiohttp's ``content_type`` gives it (lower case).
+_MEDIA_TYPE = re.compile(rb"[a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+")
+
+
+@dataclass(slots=True)
+class PublishHead:
+    """What a plain publish's head says."""
+
+    topic: str
+    length: int
+    ctype: str
+    authorization: str | None
+    idempotency_key: str | None
+    request_id: str
+
+
+@dataclass(slots=True)
+class Publish:
+    """A publish decided: checked and parsed, not yet stored."""
+
+    head: PublishHead
+    key: str | None
+    body: bytes
+    changes: Packed
+
+
+class LeanPublishing:
+    """What the lean publish path needs of the app, looked up once."""
+
+    __slots__ = ("access_log", "ctx", "health", "max_body")
+
+    def __init__(self, app: web.Application) -> None:
+        self.ctx: Publishing = app[PUBLISHING]
+        self.health = app[OBSERVING].health
+        settings = self.ctx.settings
+        self.access_log = settings.access_log
+        #: Larger bodies are parsed off the loop, or refused (413): aiohttp's path.
+        self.max_body = min(settings.max_body_bytes, self.ctx.parser.inline_bytes)
+
+    def head(self, url: bytes, headers: list[tuple[bytes, bytes]]) -> PublishHead | None:
+        """The head of a plain publish the lean path serves as aiohttp would, else None."""
+        if not url.startswith(_PREFIX):
+            return None
+        seen: dict[bytes, bytes] = {}
+        for key, value in headers:
+            name = key.lower()
+            if name not in _HEADERS or name in seen or not value.isascii():
+                return None
+            seen[name] = value
+        length = seen.get(b"content-length")
+        if length is None or not length.isdigit() or int(length) > self.max_body:
+            return None
+        ctype = seen.get(b"content-type")
+        if ctype is not None:
+            ctype = ctype.strip().lower()  # (aiohttp strips and lowers it too)
+            if _MEDIA_TYPE.fullmatch(ctype) is None:
+                return None  # parameters, say: aiohttp's parse decides
+        ctype_str = ctype.decode() if ctype is not None else ""
+        try:
+            topic = check_name(url[len(_PREFIX) :].decode("ascii"))
+        except (RequestError, UnicodeDecodeError):
+            return None  # aiohttp answers it (400, or 404 for another path)
+        authorization = seen.get(b"authorization")
+        given_key = seen.get(b"idempotency-key")
+        return PublishHead(
+            topic,
+            int(length),
+            ctype_str,
+            authorization.decode() if authorization is not None else None,
+            given_key.decode() if given_key is not None else None,
+            request_id(seen.get(b"x-request-id", b"").decode()),
+        )
+
+    def decide(self, head: PublishHead, body: bytes) -> Publish | None:
+        """The publish checked and parsed, by the code aiohttp's handler runs; None for any
+        outcome but success (nothing was stored: aiohttp's path answers it)."""
+        ctx = self.ctx
+        try:
+            key = ctx.admit(head.topic, head.authorization, head.ctype, head.idempotency_key)
+            changes = ctx.parser.packed_inline(body)
+        except Exception:  # every error is answered (and logged) in one place: aiohttp's
+            return None
+        return Publish(head, key, body, changes)
+
+    async def serve(
+        self, publish: Publish, transport: asyncio.Transport, started: float
+    ) -> bool | None:
+        """Store ``publish`` and answer it on ``transport``; whether the connection stays
+        open for another request, or None when the store refused it having stored nothing
+        (an Idempotency-Key reused for another body): aiohttp's path answers it then."""
+        head = publish.head
+        token = REQUEST_ID.set(head.request_id)
+        path = f"/topics/{head.topic}"
+        try:
+            try:
+                answer = await self.ctx.store(
+                    head.topic, publish.body, publish.changes, publish.key
+                )
+            except RequestError:
+                return None
+            except (NotReplicated, StoreError) as exc:
+                response = storage_failure(exc, self.health, "POST", path)
+                assert isinstance(response.body, bytes)
+                status, body = response.status, response.body
+                ctype = f"{response.content_type}; charset={response.charset}"
+            except Exception:
+                log.exception("lean publish to %r failed", head.topic)
+                self._observe(path, 500, started, transport)
+                transport.close()
+                return False
+            else:
+                status, body, ctype = 202, orjson.dumps(answer), "application/json"
+            if not transport.is_closing():
+                transport.write(_response(status, ctype, body, head.request_id))
+            self._observe(path, status, started, transport)
+            return True
+        finally:
+            REQUEST_ID.reset(token)
+
+    def _observe(
+        self, path: str, status: int, started: float, transport: asyncio.Transport
+    ) -> None:
+        elapsed = time.perf_counter() - started
+        observed("POST", _ROUTE, status, elapsed, publish=True)
+        if self.access_log:
+            peer = transport.get_extra_info("peername")
+            log_access("POST", path, _ROUTE, status, elapsed, peer[0] if peer else None)
+
+
+def _response(status: int, ctype: str, body: bytes, rid: str) -> bytes:
+    """The bytes aiohttp sends for a ``web.Response`` of ``body`` (tests compare them)."""
+    return (
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: {ctype}\r\n"
+        f"Content-Length: {len(body)}\r\nDate: {rfc822_formatted_time()}\r\n"
+        f"Server: {SERVER_SOFTWARE}\r\n{REQUEST_ID_HEADER}: {rid}\r\n\r\n"
+    ).encode() + body

@@ -1,0 +1,67 @@
+"""The lean publish path when Redis is out after a publish was decided: the append has
+begun, so the request cannot be handed to aiohttp (it might be stored twice); the lean
+path answers the same 503 aiohttp's path answers (hub.web.error_responses), marks Redis
+unhealthy the same way, logs no traceback, and keeps the connection for the next request."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from hub.core.settings import Settings
+from hub.store.embedded_redis import EmbeddedRedis
+from hub.web.admin import OBSERVING
+from tests.conftest import Hub, start_hub
+from tests.hub.test_lean_publish import Conn, lean_served, normal, request, via_aiohttp
+from tests.support import changes, free_port, notification
+
+__all__ = ["lean_served"]  # the fixture
+
+
+def _error(body: bytes) -> str:
+    message: str = orjson.loads(body)["error"]
+    return re.sub(r"\(.*\)", "(-)", message)
+
+
+@pytest.mark.timeout(90)
+async def test_a_store_outage_is_answered_503_as_aiohttp_answers_it(
+    tmp_path: Path, caplog: Any, lean_served: list[str]
+) -> None:
+    caplog.set_level(logging.WARNING)
+    redis = EmbeddedRedis(tmp_path / "redis", appendfsync="always")
+    redis.start()
+    settings = Settings(host="127.0.0.1", port=free_port())
+    runner, app = await start_hub(settings, redis.url)
+    hub = Hub(settings.public_url, app, settings, None)  # type: ignore[arg-type]
+    conn = await Conn.open(hub)
+    other = await Conn.open(hub)
+    try:
+        data = request(notification(changes(1)), token=None)
+        head, _ = await conn.ask(data)
+        assert head.startswith(b"HTTP/1.1 202 ") and lean_served == ["t"]
+        redis.stop()
+        lean_head, lean_body = await conn.ask(data)
+        assert lean_served == ["t", "t"]  # decided lean, then the store failed
+        head, body = await other.ask(via_aiohttp(data))
+        assert lean_served == ["t", "t"]
+        assert lean_head.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), lean_head
+        assert normal(lean_head) == normal(head), (lean_head, head)
+        assert _error(lean_body) == _error(body), (lean_body, body)
+        assert "may or may not have been stored" in _error(lean_body)
+        assert app[OBSERVING].health.error is not None
+        # The connection is still the lean path's: the next request is parsed again.
+        head, _ = await conn.ask(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503 "), head
+    finally:
+        conn.close()
+        other.close()
+        await runner.cleanup()
+        redis.stop()
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+    warnings = [r.getMessage() for r in caplog.records if "storage error on POST" in r.getMessage()]
+    assert len(warnings) == 2, warnings
