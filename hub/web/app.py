@@ -373,6 +373,7 @@ async def start(
         settings.port,
         reuse_port=settings.reuse_port,
         lean=_lean(app, runner.server, settings),
+        shutdown_timeout=shutdown_timeout,
     )
     try:
         await site.start()

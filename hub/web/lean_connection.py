@@ -37,7 +37,7 @@ _MAX_HEAD = 8192
 class Lean:
     """What the lean paths need of the app, looked up once."""
 
-    __slots__ = ("body_timeout", "keepalive", "publish", "server", "sse")
+    __slots__ = ("body_timeout", "keepalive", "publish", "server", "serving", "sse")
 
     def __init__(
         self, app: web.Application, server: web.Server, *, sse: bool, publish: bool
@@ -51,6 +51,16 @@ class Lean:
         #: How long a lean publish's body may take before aiohttp's path takes it over (and
         #: answers 408 after its own ``body_timeout_seconds``).
         self.body_timeout = settings.body_timeout_seconds
+        #: Lean publishes being stored (a reference keeps each task alive).
+        self.serving: set[asyncio.Future[bool | None]] = set()
+
+    async def finished(self, timeout: float) -> None:
+        """Wait (``timeout`` at most) for the publishes being stored to be answered: at
+        shutdown, after the listener closed and before Redis is, so a publish whose append
+        began gets its 202 rather than a closed connection (aiohttp's shutdown waits for its
+        own handlers the same way)."""
+        if self.serving:
+            await asyncio.wait(set(self.serving), timeout=timeout)
 
     def connection(self, guard: Guard) -> LeanConnection:
         return LeanConnection(self, guard)
@@ -198,11 +208,11 @@ class LeanConnection(asyncio.Protocol):
             tcp_keepalive(transport)
         self._served += 1
         task = asyncio.ensure_future(lean.serve(publish, transport, started))
-        _SERVING.add(task)
+        self._lean.serving.add(task)
         task.add_done_callback(self._published)
 
     def _published(self, task: asyncio.Future[bool | None]) -> None:
-        _SERVING.discard(task)
+        self._lean.serving.discard(task)
         self._busy = False
         later, self._later = self._later, b""
         transport = self.transport
@@ -300,10 +310,8 @@ class LeanConnection(asyncio.Protocol):
             handler.data_received(buffered)
 
 
-#: Feeds being started for a first request, and lean publishes being stored (a reference
-#: keeps each task alive).
+#: Feeds being started for a first request (a reference keeps each task alive).
 _STARTING: set[asyncio.Future[TopicFeed]] = set()
-_SERVING: set[asyncio.Future[bool | None]] = set()
 
 
 class Guard(Protocol):

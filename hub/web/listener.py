@@ -156,8 +156,11 @@ class GuardedSite(web.BaseSite):
         *,
         reuse_port: bool = False,
         lean: Lean | None = None,
+        shutdown_timeout: float = 5.0,
     ) -> None:
         super().__init__(runner, backlog=1024)
+        #: How long :meth:`stop` waits for lean publishes being stored.
+        self._shutdown_timeout = shutdown_timeout
         #: Serve plain SSE subscribes and publishes on the lean paths (hub.web.lean_connection).
         self._lean = lean
         self._guard = guard
@@ -165,6 +168,13 @@ class GuardedSite(web.BaseSite):
         self._port = port
         #: SO_REUSEPORT: several hub processes share the port (``rshub serve --workers``).
         self._reuse_port = reuse_port
+
+    async def stop(self) -> None:
+        """Stop listening, then let the lean publishes being stored finish (the runner's
+        shutdown, which waits for aiohttp's own handlers, does not know of them)."""
+        await super().stop()
+        if self._lean is not None:
+            await self._lean.finished(self._shutdown_timeout)
 
     @property
     def name(self) -> str:
