@@ -16,9 +16,12 @@ import trustme
 from tests.support import TIME_SCALE, free_port
 
 #: Modules a hub without a JWT key never uses (PyJWT and the cryptography it loads: ~36 ms
-#: of CPU), nor the client commands, nor anything before it serves (prometheus_client).
+#: of CPU), nor the client commands, nor anything before it serves (prometheus_client; the
+#: parser's process pool and its multiprocessing, made for the first large document).
 NOT_BEFORE_SERVING = (
     "prometheus_client",
+    "multiprocessing",
+    "concurrent.futures.process",
     "jwt",
     "cryptography.x509",
     "cryptography.hazmat.primitives.asymmetric.ec",
@@ -310,6 +313,7 @@ def state():
         "aiohttp trusts": aiohttp.connector._SSL_CONTEXT_VERIFIED.cert_store_stats()["x509_ca"],
         "held back": client_trust.pending(),
         "models built": [m.__pydantic_complete__ for m in (models.Document, models.ChangeList)],
+        "multiprocessing": "multiprocessing" in sys.modules,
     }}
 
 
@@ -393,6 +397,7 @@ def test_rshub_serve_serves_before_aiohttps_client_trust_and_the_document_models
         "aiohttp trusts": 0,
         "held back": 2,
         "models built": [False, False],
+        "multiprocessing": False,  # no process pool for a small publish
     }
     # ... and the rarer routes answer all the same (the models built on their first use).
     assert {path: seen[path] for path in ("/healthz", "/metrics", "/admin/topics")} == {
@@ -411,7 +416,12 @@ def test_rshub_serve_loads_aiohttps_client_trust_and_builds_the_models_after_the
     seen = _rshub_serve(redis_url, 0.2, ca_file)
     assert seen.get("error") is None
     assert seen["when served"]["aiohttp trusts"] == 0  # type: ignore[index]
-    assert seen["later"] == {"aiohttp trusts": 1, "held back": 0, "models built": [True, True]}
+    assert seen["later"] == {
+        "aiohttp trusts": 1,
+        "held back": 0,
+        "models built": [True, True],
+        "multiprocessing": False,
+    }
 
 
 TRUST_PROBE = """
