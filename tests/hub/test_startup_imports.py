@@ -17,11 +17,14 @@ from tests.support import TIME_SCALE, free_port
 
 #: Modules a hub without a JWT key never uses (PyJWT and the cryptography it loads: ~36 ms
 #: of CPU), nor the client commands, nor anything before it serves (prometheus_client; the
-#: parser's process pool and its multiprocessing, made for the first large document).
+#: parser's process pool and its multiprocessing, made for the first large document; ctypes,
+#: loaded when a child process is first started; xml.sax, whose escaping rendering does).
 NOT_BEFORE_SERVING = (
     "prometheus_client",
     "multiprocessing",
     "concurrent.futures.process",
+    "ctypes",
+    "xml.sax",
     "jwt",
     "cryptography.x509",
     "cryptography.hazmat.primitives.asymmetric.ec",
