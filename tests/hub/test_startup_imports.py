@@ -298,7 +298,7 @@ def test_a_stand_in_kept_past_the_load_counts_into_the_real_series() -> None:
 #: ``rshub serve`` itself (the command, in this process), probed from a thread once it
 #: listens: what is held back while it serves its first publish, and that it all comes later.
 SERVE_PROBE = """
-import asyncio, os, signal, socket, sys, threading, time
+import asyncio, gc, os, signal, socket, sys, threading, time
 import rshub.cli
 from hub.live import client_trust, runtime
 from tests.support import changes, notification, wait_for
@@ -361,6 +361,12 @@ def client():
         os.kill(os.getpid(), signal.SIGINT)
 
 
+def audit(event, args):  # the app's import: with the collector paused, as all of them
+    if event == "import" and args[0] == "hub.web.app":
+        seen.setdefault("collecting while the app imports", gc.isenabled())
+
+
+sys.addaudithook(audit)
 threading.Thread(target=client, daemon=True).start()
 argv = ["serve", "--port", str(port), "--redis-url", redis_url, "--admin-token", admin]
 seen["status"] = rshub.cli.main(argv + ["--log-level", "WARNING"])
@@ -410,6 +416,7 @@ def test_rshub_serve_serves_before_aiohttps_client_trust_and_the_document_models
     }
     assert seen["/openapi.json"] == [200, True] and seen["/"] == [200, True]
     assert seen["/topics/t/changelist.xml"] == [200, True]
+    assert seen["collecting while the app imports"] is False
     assert seen["status"] == 0
 
 
