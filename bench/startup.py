@@ -5,7 +5,7 @@ that rotates from round to round:
 
 * ``python -c pass`` and ``python -c 'import aiohttp'``: what any Python server pays;
 * ``import rshub.cli, hub.serve.cli, hub.web.app``: the modules ``rshub serve`` imports
-  before it listens;
+  before it listens (the app as it imports it: see ``SERVE_IMPORTS``);
 * ``rshub serve --redis-url …`` (SIGKILLed after): exec → first ``GET /healthz`` 200, and
   exec → a fresh SSE subscriber received a publish made after it subscribed (the
   ``restart`` figure of ``bench/peer_nchan.py``, whose probe this uses).
@@ -38,7 +38,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from peer_nchan import HOST, ROOT, Redis, Rshub, compile_hub, cpu_of, http_conn, serving_probe
 
-SERVE_IMPORTS = "import rshub.cli, hub.serve.cli, hub.web.app"
+#: As ``rshub serve`` imports them: the app inside ``client_trust.deferred()`` where the
+#: checkout has it (aiohttp's client contexts without their CA files until the hub serves).
+SERVE_IMPORTS = """
+import contextlib, rshub.cli, hub.serve.cli
+try:
+    from hub.live.client_trust import deferred
+except ImportError:
+    deferred = contextlib.nullcontext
+with deferred():
+    import hub.web.app
+"""
 
 
 class Hub(Rshub):

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from hub.store.embedded_redis import _die_with_parent, _ping, find_redis_server
+from hub.store.embedded_redis import _ping, die_with_parent, find_redis_server
 from tests.redis_processes import RedisProcesses
 from tests.support import TIME_SCALE
 
@@ -90,7 +90,7 @@ class RedisClusterProcesses(RedisProcesses):
         args += ["--repl-diskless-sync-delay", "0"]
         args += ["--logfile", str(node_dir / "redis.log"), "--protected-mode", "yes"]
         return subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, preexec_fn=_die_with_parent
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, preexec_fn=die_with_parent()
         )
 
     def _await(self, what: str, condition: Callable[[], bool]) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import redis
 
-from hub.store.embedded_redis import _die_with_parent, _ping, find_redis_server
+from hub.store.embedded_redis import _ping, die_with_parent, find_redis_server
 from tests.redis_processes import RedisProcesses
 from tests.support import TIME_SCALE, free_port
 
@@ -55,7 +55,7 @@ class RedisSentinelProcesses(RedisProcesses):
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent(),
             cwd=self.root / name,
         )
 

@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing
 from collections.abc import Callable
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import BrokenExecutor, Executor, Future, ThreadPoolExecutor
 from typing import Literal, TypeVar
 
 from hub.core import collector
@@ -72,6 +70,10 @@ class DocumentParser:
             if self.kind == "thread":
                 self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="rshub-parse")
             else:
+                # Imported here: multiprocessing is ~3 ms of a restart's way to serving.
+                import multiprocessing
+                from concurrent.futures import ProcessPoolExecutor
+
                 # forkserver, not fork: forking a process that runs threads can deadlock.
                 context = multiprocessing.get_context("forkserver")
                 context.set_forkserver_preload(["hub.core.quick_ingest", "hub.core.rendering"])
@@ -96,7 +98,7 @@ class DocumentParser:
             # waits on the fork server (and its imports) for most of a second.
             future: Future[T] = await asyncio.to_thread(self._executor().submit, func, *args)
             return await asyncio.wrap_future(future)
-        except BrokenProcessPool:
+        except BrokenExecutor:  # BrokenProcessPool (the thread pool has no initializer to fail)
             log.warning("a parser worker died; restarting the pool")
             broken, self._pool = self._pool, None
             if broken is not None:

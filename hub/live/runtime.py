@@ -21,6 +21,7 @@ from hub.core.health import PING_TIMEOUT, RedisHealth
 from hub.core.presence import StreamCounts
 from hub.core.settings import Settings
 from hub.core.tasks import Tasks
+from hub.live import client_trust
 from hub.live.delivery import DeliveryService
 from hub.live.feed import FeedHub
 from hub.live.http_client import HttpClient
@@ -39,13 +40,15 @@ from hub.store.stream_stats import StreamStats
 from hub.store.subscriptions import SubscriptionStore
 from hub.store.topic_admin import TopicAdmin
 from resourcesync import Limits
+from resourcesync.models import build_models
 
 log = logging.getLogger(__name__)
 
 #: What serving does not need is made this long after the start, not at once: it would take
 #: CPU (and the GIL, even in a thread) from a restart's first requests. The system TLS
-#: context (an https callback before then makes it itself) and prometheus_client (its series
-#: count meanwhile, see :func:`hub.core.metrics.load`).
+#: context (an https callback before then makes it itself), prometheus_client (its series
+#: count meanwhile, see :func:`hub.core.metrics.load`), aiohttp's client trust
+#: (:mod:`hub.live.client_trust`) and resourcesync's model validators.
 AFTER_START_SECONDS = 1.0
 
 
@@ -240,8 +243,10 @@ class Runtime:
     async def _after_start(self, delay: float) -> None:
         await asyncio.sleep(delay)
         await self.client.connections.prepare_tls()
+        await asyncio.to_thread(client_trust.load)  # aiohttp's, if rshub serve held it back
         await asyncio.to_thread(metrics.import_library)  # the slow part, off the loop
         metrics.load()
+        await asyncio.to_thread(build_models)  # resourcesync's, for the first full parse
 
     def _when_leading(self, step: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
         """``step``, run only while this process leads (see :mod:`hub.store.leases`)."""

@@ -16,6 +16,7 @@ from hub.core import collector, log_format
 from hub.core.auth import PublisherAuth
 from hub.core.exceptions import HubError
 from hub.core.settings import Settings, describe_error
+from hub.live import client_trust
 from hub.serve.workers import WorkerPool, worker_count
 from hub.store.embedded_redis import EmbeddedRedis
 from hub.store.redis_connection import StoreError, _redacted
@@ -183,8 +184,6 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
     log_format.configure(settings.log_level, settings.log_format)
 
-    from hub.web import app as web_app  # imported late: keeps `rshub --help` fast
-
     embedded: EmbeddedRedis | None = None
     redis_url = settings.redis_url
     try:
@@ -198,12 +197,17 @@ def run_serve(args: argparse.Namespace) -> int:
                 embedded.data_dir,
             )
         workers = worker_count(settings.workers)
-        collector.tune(settings.gc_young_threshold)  # imports done: the GC back on (rshub.cli)
         if workers > 1:
+            collector.tune(settings.gc_young_threshold)  # imports done: the GC back on
             log.info("rshub hub at %s, %d workers", settings.public_url, workers)
             argv, secrets = _worker_launch(args)
             pool = WorkerPool(workers, argv, redis_url, embedded, secrets=secrets)
             return asyncio.run(pool.run())
+        # Imported late (`rshub --help` and a pool's parent need no app), aiohttp's client
+        # contexts without their trust until the hub serves (hub.live.client_trust).
+        with client_trust.deferred():
+            from hub.web import app as web_app
+        collector.tune(settings.gc_young_threshold)  # imports done: the GC back on (rshub.cli)
         web_app.run(settings, redis_url, embedded, use_uvloop=settings.uvloop)
     except HubError as exc:
         print(f"rshub serve: {exc}", file=sys.stderr)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
 import os
 import signal
@@ -23,21 +22,15 @@ from collections.abc import Mapping
 
 from hub.core import metrics
 from hub.core.tasks import Tasks
-from hub.store.embedded_redis import EmbeddedRedis
+from hub.store.embedded_redis import EmbeddedRedis, die_with_parent
 from rsclient.backoff import Backoff, Retrier
 
 log = logging.getLogger("rshub")
 
-_PR_SET_PDEATHSIG = 1
 #: A worker that ran this long before dying restarts at once; sooner, with back-off.
 _STABLE_SECONDS = 10.0
 _BACKOFF = Backoff(base=0.2, cap=10.0, jitter=0.0)
 _STOP_SECONDS = 10.0
-
-
-def _die_with_parent() -> None:  # in the child, between fork and exec
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def worker_count(value: str | int) -> int:
@@ -92,7 +85,7 @@ class WorkerPool:
             "RSHUB_REDIS_URL": self.redis_url,
         }
         proc = await asyncio.create_subprocess_exec(
-            *self._command(), env=env, preexec_fn=_die_with_parent
+            *self._command(), env=env, preexec_fn=die_with_parent()
         )
         self.procs[slot] = proc
         log.info("worker %d started (pid %d)", slot, proc.pid)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gc
+import os
 import re
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import pytest
 
 import hub
 from hub.core.events import changes_from_document
-from hub.core.exceptions import BadRequest
+from hub.core.exceptions import BadRequest, ServiceUnavailable
 from hub.core.packed import pack
 from hub.live.parsing import DocumentParser
 from resourcesync import LimitExceededError, Limits, ParseError, ValidationError
@@ -86,3 +88,19 @@ def test_only_the_collector_module_touches_the_gc() -> None:
         )
     )
     assert touching == ["core/collector.py"]
+
+
+async def test_a_worker_that_dies_fails_its_request_with_503_and_the_pool_is_rebuilt() -> None:
+    # The pool (and its multiprocessing) is made at the first large document; a worker killed
+    # under a request fails that request alone, named, and the next one gets a new pool.
+    parser = DocumentParser(max_bytes=1 << 20, limits=Limits(), inline_bytes=0, workers=1)
+    body = notification(changes(3))
+    try:
+        pid = await parser.run(os.getpid)
+        assert pid != os.getpid()
+        with pytest.raises(ServiceUnavailable, match="the document parser failed"):
+            await parser.run(os.kill, pid, signal.SIGKILL)
+        assert await parser.packed(body) == pack(changes_from_document(body, 1 << 20))
+        assert await parser.run(os.getpid) not in (pid, os.getpid())
+    finally:
+        await parser.close()

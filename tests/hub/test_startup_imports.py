@@ -5,15 +5,26 @@ regression changes, whatever the machine's speed."""
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
+from pathlib import Path
 
-from tests.support import TIME_SCALE
+import pytest
+import trustme
+
+from tests.support import TIME_SCALE, free_port
 
 #: Modules a hub without a JWT key never uses (PyJWT and the cryptography it loads: ~36 ms
-#: of CPU), nor the client commands, nor anything before it serves (prometheus_client).
+#: of CPU), nor the client commands, nor anything before it serves (prometheus_client; the
+#: parser's process pool and its multiprocessing, made for the first large document; ctypes,
+#: loaded when a child process is first started; xml.sax, whose escaping rendering does).
 NOT_BEFORE_SERVING = (
     "prometheus_client",
+    "multiprocessing",
+    "concurrent.futures.process",
+    "ctypes",
+    "xml.sax",
     "jwt",
     "cryptography.x509",
     "cryptography.hazmat.primitives.asymmetric.ec",
@@ -282,3 +293,226 @@ def test_a_stand_in_kept_past_the_load_counts_into_the_real_series() -> None:
         'rshub_delivery_gaps_total{topic="t"} 3.0',
         "rshub_redis_errors_total 3.0",
     ]
+
+
+#: ``rshub serve`` itself (the command, in this process), probed from a thread once it
+#: listens: what is held back while it serves its first publish, and that it all comes later.
+SERVE_PROBE = """
+import asyncio, gc, os, signal, socket, sys, threading, time
+import rshub.cli
+from hub.live import client_trust, runtime
+from tests.support import changes, notification, wait_for
+
+runtime.AFTER_START_SECONDS = {after!r}
+port, redis_url, admin = int(sys.argv[1]), sys.argv[2], "adm"
+seen = {{}}
+
+
+def state():
+    import aiohttp.connector
+    import resourcesync.models as models
+
+    return {{
+        "aiohttp trusts": aiohttp.connector._SSL_CONTEXT_VERIFIED.cert_store_stats()["x509_ca"],
+        "held back": client_trust.pending(),
+        "models built": [m.__pydantic_complete__ for m in (models.Document, models.ChangeList)],
+        "multiprocessing": "multiprocessing" in sys.modules,
+    }}
+
+
+async def probe():
+    import aiohttp
+
+    url = f"http://127.0.0.1:{{port}}"
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{{url}}/topics/t/events") as stream:
+            body = notification(changes(1))
+            headers = {{"Content-Type": "application/xml"}}
+            async with session.post(f"{{url}}/topics/t", data=body, headers=headers) as r:
+                seen["publish"] = r.status
+            line = await asyncio.wait_for(stream.content.readline(), 10)
+            while line and not line.startswith(b"data:"):
+                line = await asyncio.wait_for(stream.content.readline(), 10)
+            seen["event"] = line.startswith(b"data:")
+            seen["when served"] = state()
+        if {after!r} < 60:
+            await wait_for(lambda: state()["held back"] == 0 and all(state()["models built"]))
+            seen["later"] = state()
+        auth = {{"Authorization": f"Bearer {{admin}}"}}
+        for path in ("/healthz", "/metrics", "/admin/topics", "/openapi.json", "/",
+                     "/topics/t/changelist.xml"):
+            async with session.get(url + path, headers=auth) as r:
+                seen[path] = [r.status, len(await r.read()) > 0]
+
+
+def client():
+    deadline = time.monotonic() + 30  # the hub listens (aiohttp then imported by it)
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 1).close()
+            break
+        except OSError:
+            time.sleep(0.01)
+    try:
+        asyncio.run(probe())
+    except BaseException as exc:
+        seen["error"] = repr(exc)
+    finally:
+        os.kill(os.getpid(), signal.SIGINT)
+
+
+def audit(event, args):  # the app's import: with the collector paused, as all of them
+    if event == "import" and args[0] == "hub.web.app":
+        seen.setdefault("collecting while the app imports", gc.isenabled())
+
+
+sys.addaudithook(audit)
+threading.Thread(target=client, daemon=True).start()
+argv = ["serve", "--port", str(port), "--redis-url", redis_url, "--admin-token", admin]
+seen["status"] = rshub.cli.main(argv + ["--log-level", "WARNING"])
+print(repr(seen))
+"""
+
+
+def _rshub_serve(redis_url: str, after: float, ca_file: str) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-c", SERVE_PROBE.format(after=after), str(free_port()), redis_url],
+        capture_output=True,
+        text=True,
+        timeout=60 * TIME_SCALE,
+        env={**os.environ, "SSL_CERT_FILE": ca_file},  # the system trust: one CA, counted
+    )
+    assert done.returncode == 0, done.stderr
+    seen = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    assert isinstance(seen, dict)
+    return seen
+
+
+@pytest.fixture
+def ca_file(tmp_path: Path) -> str:
+    path = tmp_path / "ca.pem"
+    trustme.CA().cert_pem.write_to_path(str(path))
+    return str(path)
+
+
+def test_rshub_serve_serves_before_aiohttps_client_trust_and_the_document_models(
+    redis_url: str, ca_file: str
+) -> None:
+    seen = _rshub_serve(redis_url, 3600.0, ca_file)
+    assert seen.get("error") is None
+    assert seen["publish"] == 202 and seen["event"] is True
+    # aiohttp's two default client contexts exist, but no CA file was read for them ...
+    assert seen["when served"] == {
+        "aiohttp trusts": 0,
+        "held back": 2,
+        "models built": [False, False],
+        "multiprocessing": False,  # no process pool for a small publish
+    }
+    # ... and the rarer routes answer all the same (the models built on their first use).
+    assert {path: seen[path] for path in ("/healthz", "/metrics", "/admin/topics")} == {
+        "/healthz": [200, True],
+        "/metrics": [200, True],
+        "/admin/topics": [200, True],
+    }
+    assert seen["/openapi.json"] == [200, True] and seen["/"] == [200, True]
+    assert seen["/topics/t/changelist.xml"] == [200, True]
+    assert seen["collecting while the app imports"] is False
+    assert seen["status"] == 0
+
+
+def test_rshub_serve_loads_aiohttps_client_trust_and_builds_the_models_after_the_start(
+    redis_url: str, ca_file: str
+) -> None:
+    seen = _rshub_serve(redis_url, 0.2, ca_file)
+    assert seen.get("error") is None
+    assert seen["when served"]["aiohttp trusts"] == 0  # type: ignore[index]
+    assert seen["later"] == {
+        "aiohttp trusts": 1,
+        "held back": 0,
+        "models built": [True, True],
+        "multiprocessing": False,
+    }
+
+
+TRUST_PROBE = """
+import asyncio, ssl, sys, threading
+from hub.live import client_trust
+
+made_elsewhere = []
+with client_trust.deferred():
+    import aiohttp  # its connector makes its two default contexts now
+    from aiohttp import connector, web
+    thread = threading.Thread(target=lambda: made_elsewhere.append(ssl.create_default_context()))
+    thread.start()
+    thread.join()
+
+verified = connector._SSL_CONTEXT_VERIFIED
+seen = {
+    "patch gone": "set_default_verify_paths" not in vars(ssl.SSLContext),
+    "held back": client_trust.pending(),
+    "another thread's context trusts": made_elsewhere[0].cert_store_stats()["x509_ca"],
+    "a context made after trusts": ssl.create_default_context().cert_store_stats()["x509_ca"],
+}
+
+
+async def fetch(port):
+    async with aiohttp.ClientSession() as session:
+        try:
+            async with session.get(f"https://localhost:{port}/") as r:
+                return r.status
+        except aiohttp.ClientConnectorCertificateError:
+            return "certificate not trusted"
+
+
+async def main(cert_dir):
+    app = web.Application()
+    app.router.add_get("/", lambda request: web.Response(text="ok"))
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(f"{cert_dir}/server.pem")
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        seen["before load"] = [verified.cert_store_stats()["x509_ca"], await fetch(port)]
+        await asyncio.to_thread(client_trust.load)
+        seen["after load"] = [verified.cert_store_stats()["x509_ca"], await fetch(port)]
+        seen["held back after"] = client_trust.pending()
+    finally:
+        await runner.cleanup()
+
+
+asyncio.run(main(sys.argv[1]))
+print(repr(seen))
+"""
+
+
+def test_aiohttps_client_fails_closed_until_the_held_back_trust_is_loaded(tmp_path: Path) -> None:
+    # A real HTTPS server (on 127.0.0.1, a certificate for localhost from a test CA that
+    # SSL_CERT_FILE names as the system's trust) and aiohttp's own client in that process.
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    ca.issue_cert("localhost").private_key_and_cert_chain_pem.write_to_path(
+        str(tmp_path / "server.pem")
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", TRUST_PROBE, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60 * TIME_SCALE,
+        env={**os.environ, "SSL_CERT_FILE": str(tmp_path / "ca.pem")},
+    )
+    assert done.returncode == 0, done.stderr
+    seen = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    assert seen == {
+        "patch gone": True,
+        "held back": 2,  # aiohttp's verified and unverified default contexts
+        # Only this thread's contexts, only inside the block.
+        "another thread's context trusts": 1,
+        "a context made after trusts": 1,
+        # Fail closed: never an unverified connection, then the same client verifies.
+        "before load": [0, "certificate not trusted"],
+        "after load": [1, 200],
+        "held back after": 0,
+    }

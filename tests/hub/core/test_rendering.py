@@ -146,3 +146,25 @@ def test_chunked_joins_parts_into_bounded_utf8_chunks() -> None:
     assert b"".join(chunks).decode() == "".join(parts)
     assert len(chunks) == 3
     assert list(rendering.chunked([])) == []
+
+
+def test_escaping_is_xml_sax_s_in_a_seeded_fuzz() -> None:
+    # rendering escapes by itself (xml.sax is not imported on a restart's way to serving):
+    # character data and attribute values exactly as xml.sax.saxutils does, markup included.
+    import random
+    from xml.sax.saxutils import escape, quoteattr
+
+    rng = random.Random(22)
+    alphabet = "&<>\"'\n\r\t ;#xa\u00e9\U0001f600"
+    for _ in range(5000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 24)))
+        assert rendering.escape(text) == escape(text), text
+        assert rendering.attr(text) == '"' + escape(text, rendering._ATTR_ENTITIES) + '"', text
+        assert parse_attr(rendering.attr(text)) == parse_attr(quoteattr(text)), text
+
+
+def parse_attr(quoted: str) -> str:
+    """The value an XML parser reads from ``quoted`` (an attribute value with its quotes)."""
+    from lxml import etree
+
+    return str(etree.fromstring(f"<a v={quoted}/>".encode()).get("v"))
