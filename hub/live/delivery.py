@@ -88,11 +88,6 @@ class _Sent(NamedTuple):
     started: float
 
 
-def _timed_out(waiter: asyncio.Future[_Sent | None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
-
-
 class Rendered(NamedTuple):
     """A batch as every subscription that is sent it gets it: the body, and the header lines
     naming its events and its length, encoded once (a publish's fan-out writes each POST
@@ -121,6 +116,9 @@ class Bodies:
         self.max_bytes = max_bytes
         self.size = size
         self._cache: OrderedDict[tuple[str, str, int, str | None, object], Rendered] = OrderedDict()
+        #: The last batch asked for, found again by the identity of its list: a fan-out
+        #: hands every unfiltered worker the same list.
+        self._last: tuple[list[Event], object, str, Rendered] | None = None
 
     def get(
         self, topic: str, events: list[Event], gap: str | None = None, variant: object = None
@@ -135,10 +133,15 @@ class Bodies:
         self, topic: str, events: list[Event], gap: str | None = None, variant: object = None
     ) -> Rendered:
         """:meth:`get`, with the batch's shared header lines."""
+        last = self._last
+        if gap is None and last and last[0] is events and last[1] == variant and last[2] == topic:
+            return last[3]  # the same list again: the next worker of the same fan-out
         # A stream is append-only: its first id and length name a slice of it.
         key = (topic, events[0].id, len(events), gap, variant)
         hit = self._cache.get(key)
         if hit is not None:
+            if gap is None:
+                self._last = (events, variant, topic, hit)
             return hit
         batch = self._cut(events)
         body = rendering.notification(
@@ -150,6 +153,8 @@ class Bodies:
         rendered = self._cache[key] = Rendered(batch, body, ids, length_line(body))
         if len(self._cache) > self.size:
             self._cache.popitem(last=False)
+        if gap is None:
+            self._last = (events, variant, topic, rendered)
         return rendered
 
     def _cut(self, events: list[Event]) -> list[Event]:
@@ -238,6 +243,8 @@ class DeliveryWorker:
         #: The start of its POSTs, encoded once (False: its URL or a header cannot be,
         #: and each attempt fails as :meth:`HttpClient.post` says).
         self._prefix: Prefix | bool | None = None
+        #: Ends a caught-up wait (:meth:`_wait_offer`) at its timeout.
+        self._wait_timer: asyncio.TimerHandle | None = None
 
     def start(self, tasks: Tasks, on_end: Callable[[asyncio.Task[Any]], None]) -> None:
         """Run in a task of ``tasks``; ``on_end`` when it ends."""
@@ -313,6 +320,8 @@ class DeliveryWorker:
             log.info("subscription %s -> %s moved to another hub process", sub.topic, sub.callback)
             self.cursors.forget(sub.topic, sub.callback)
         finally:
+            if self._wait_timer is not None:
+                self._wait_timer.cancel()
             await self.feeds.release(feed)
 
     async def _wait_offer(self, feed: TopicFeed, timeout: float) -> _Sent | None:
@@ -322,7 +331,14 @@ class DeliveryWorker:
         waiter: asyncio.Future[_Sent | None] = loop.create_future()
         self._offered = waiter
         feed.follow(self)
-        timer = loop.call_later(timeout, _timed_out, waiter)
+        # One timer across waits, not one per delivery: one that fires earlier than this
+        # wait's timeout only wakes it early, and run() waits again.
+        due = loop.time() + timeout
+        timer = self._wait_timer
+        if timer is None or timer.when() > due:
+            if timer is not None:
+                timer.cancel()
+            self._wait_timer = loop.call_at(due, self._wait_timed_out)
         try:
             return await waiter
         except asyncio.CancelledError:
@@ -334,7 +350,12 @@ class DeliveryWorker:
         finally:
             self._offered = None
             feed.unfollow(self)
-            timer.cancel()
+
+    def _wait_timed_out(self) -> None:
+        self._wait_timer = None
+        waiter = self._offered
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def offer(self, events: list[Event]) -> None:
         """The feed's next events, while this worker waits caught up (:meth:`_wait_offer`).

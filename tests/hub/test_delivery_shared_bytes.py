@@ -13,16 +13,20 @@ import base64
 from collections.abc import AsyncIterator
 from typing import Any
 
+import orjson
 import pytest
 
+from hub.core.events import Event, EventFilter
 from hub.core.exceptions import CallbackFailed
 from hub.core.settings import Settings
+from hub.core.topics import HubUrls
 from hub.live.callback_connections import (
     CallbackConnections,
     Prefix,
     header_block,
     length_line,
 )
+from hub.live.delivery import Bodies
 from hub.live.http_client import HttpClient
 from subscriber.signatures import verify
 from tests.conftest import Hub
@@ -38,6 +42,7 @@ FIXED = {
 }
 PER_BATCH = {"X-RSHub-First-Event-Id": "1-0", "X-RSHub-Last-Event-Id": "1-2"}
 SIGNED = {"X-Hub-Signature": "sha256=" + "ab" * 32}
+LASTMOD = "2024-01-01T00:00:00Z"
 
 
 @on_both_loops
@@ -175,3 +180,25 @@ async def test_one_fan_out_from_shared_bytes_gives_each_callback_its_own_batch_a
     assert bodies[False] != bodies[True]
     for worker in workers:
         await wait_for(lambda w=worker: w.delivered == 1 + (2 if w.terms.filter else 4))
+
+
+def test_a_batch_found_again_by_its_list_is_never_another_gaps_or_filters() -> None:
+    """Bodies finds the batch a fan-out's previous worker asked for by the identity of its
+    list; a gap notice or another filter over the same list must still get its own body."""
+    stored = orjson.dumps({"loc": "http://example.org/a", "lastmod": LASTMOD, "change": "created"})
+    events = [Event("1795341600120-0", stored), Event("1795341600121-0", stored)]
+    bodies = Bodies(HubUrls("http://hub.example"), 1 << 20)
+    plain = bodies.rendered("t", events)
+    assert bodies.rendered("t", events) is plain  # the same list: found again
+    gapped = bodies.rendered("t", events, gap="1795341600100-0")
+    assert b"trimmed-through" in gapped.body and b"trimmed-through" not in plain.body
+    assert bodies.rendered("t", events) is plain
+    only = EventFilter(frozenset({"deleted"}), ())
+    assert bodies.rendered("t", events, variant=only) is not plain
+    assert bodies.rendered("u", events).body != plain.body  # another topic's "up" link
+    assert bodies.get("t", list(events)) == (plain.batch, plain.body)  # an equal list too
+    assert plain.ids == (
+        b"X-RSHub-First-Event-Id: 1795341600120-0\r\n"
+        b"X-RSHub-Last-Event-Id: 1795341600121-0\r\nX-RSHub-Event-Count: 2\r\n"
+    )
+    assert plain.length == b"Content-Length: %d\r\n\r\n" % len(plain.body)
