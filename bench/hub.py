@@ -701,9 +701,12 @@ class Placement:
         return cls(mode)
 
     def server(self) -> None:
-        """In a server under test between fork and exec (its threads and children follow)."""
+        """In a server under test between fork and exec (its threads and children follow);
+        its parent, this conductor, may be a placed helper already."""
         if self.server_cpus:
             os.sched_setaffinity(0, self.server_cpus)
+        if self.mode == "batch":
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
 
     def helper(self) -> None:
         """In a helper between fork and exec, and in the conductor at its start."""
@@ -2195,7 +2198,6 @@ def main() -> int:
     global PLACEMENT
     # --workers N needs every core for the hub's processes: nothing is pinned there.
     PLACEMENT = Placement.choose("shared" if args.workers else args.placement)
-    PLACEMENT.helper()  # this conductor, and the XADD clients it spawns, are helpers
     args.hub_src = args.hub_src.resolve()
     print(
         f"rshub hub benchmark: Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
@@ -2208,7 +2210,8 @@ def main() -> int:
     with bench_run("rshub-bench-", args.keep, args.appendfsync) as harness:
         procs, redis = harness.procs, harness.redis
         try:
-            redis_url = redis.start()
+            redis_url = redis.start()  # before the conductor is placed: Redis is not a helper
+            PLACEMENT.helper()  # this conductor, and the XADD clients it spawns, are helpers
             with asyncio.Runner(loop_factory=lambda: new_loop(args.loop)) as runner:
                 if args.workers:
                     budget = 240.0 * (1 + len(args.workers.split(",")))
