@@ -10,6 +10,7 @@ and each callback must still get its own filter's batch signed with its own secr
 from __future__ import annotations
 
 import base64
+import random
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,6 +21,7 @@ from hub.core.events import Event, EventFilter
 from hub.core.exceptions import CallbackFailed
 from hub.core.settings import Settings
 from hub.core.topics import HubUrls
+from hub.live import callback_connections as cc
 from hub.live.callback_connections import (
     CallbackConnections,
     Prefix,
@@ -202,3 +204,60 @@ def test_a_batch_found_again_by_its_list_is_never_another_gaps_or_filters() -> N
         b"X-RSHub-Last-Event-Id: 1795341600121-0\r\nX-RSHub-Event-Count: 2\r\n"
     )
     assert plain.length == b"Content-Length: %d\r\n\r\n" % len(plain.body)
+
+
+def test_fuzz_a_built_request_equals_posts_or_both_refuse() -> None:
+    """Seeded fuzz over callback URLs and header values a subscriber influences (IRIs, IPv6,
+    spaces, quotes, escapes, line breaks): the request built on a prefix is byte for byte
+    the one :meth:`CallbackConnections.post` would write, or both refuse it."""
+    rng = random.Random(2211)
+    pieces = [
+        "a",
+        "Z",
+        "~",
+        " ",
+        "%",
+        "%2F",
+        '"',
+        "<",
+        "é",
+        "ü",
+        "\u2028",
+        "/",
+        "?",
+        "#",
+        "\r",
+        "\n",
+    ]
+    hosts = ["127.0.0.1", "[::1]", "example.org", "bücher.example", "xn--bcher-kva.example", ""]
+    schemes = ["http", "https", "HTTP", "ftp"]
+
+    def text(n: int) -> str:
+        return "".join(rng.choice(pieces) for _ in range(rng.randint(0, n)))
+
+    pool = CallbackConnections(allow_private=True)
+    built = refused = 0
+    for _ in range(400):
+        port = rng.choice(["", ":80", ":443", ":8080", ":99999"])
+        url = f"{rng.choice(schemes)}://{rng.choice(hosts)}{port}/{text(8)}"
+        if rng.random() < 0.5:
+            url += "?" + text(6)
+        names = ["Content-Type", "Link", "X-RSHub-Node", "X-RSHub-Subscription", "X-Extra"]
+        headers = {name: text(10) for name in names[: rng.randint(0, len(names))]}
+        split = rng.randint(0, len(headers))
+        fixed = dict(list(headers.items())[:split])
+        rest = dict(list(headers.items())[split:])
+        body = text(20).encode()
+        try:
+            expected = cc._post_request(cc._Target(url), body, headers)
+        except CallbackFailed:
+            expected = None
+        try:
+            prefix = pool.prefix(url, fixed)
+            got = prefix.head + header_block(rest) + length_line(body) + body
+        except CallbackFailed:
+            got = None
+        assert got == expected, (url, headers)
+        built += got is not None
+        refused += got is None
+    assert built > 50 and refused > 50
