@@ -22,6 +22,13 @@ compute latency from it.
 (``RSHUB_UVLOOP=true|false``), of every helper process and of this conductor, so each
 baseline runs on the same kind of loop as the hub it is compared with.
 
+``--placement apart|batch|shared`` (default apart) keeps the helpers off the servers' core:
+the hub and the bare baselines on the first CPU, every helper and this conductor on the
+others (:class:`Placement`), so the receivers, which in a deployment are other machines,
+do not preempt the hub they measure; the mode is printed in the first line. ``--hub-src
+DIR`` runs ``rshub serve`` from another checkout (``python -m`` imports from its working
+directory, before ``PYTHONPATH``).
+
 Figures (targets from the performance issue, each measured in this run):
 
 1. single-change publishes/s at concurrency 32, vs the bare 204 app (ratio >= 0.8);
@@ -662,6 +669,71 @@ def role_idle(port: int, loop: str = "asyncio") -> None:
 # -- conductor: processes -----------------------------------------------------------------
 
 
+@dataclass
+class Placement:
+    """Where the servers under test and the helpers run (``--placement``).
+
+    On a small machine the helpers share the hub's cores: each POST the hub writes wakes
+    the callbacks process, which the kernel placed on the hub's own core and let preempt
+    it, so a 100-callback fan-out took ~100 µs a POST instead of the ~25 µs of hub CPU
+    (docs/benchmarks.md, figure 4). In a deployment the receivers are other machines.
+
+    * ``apart``: the servers (the hub with its workers and parse pool, the bare baselines)
+      on the first CPU, the helpers (WebSocket clients, callbacks, idle clients, ``XADD``
+      clients) and this conductor on the others. Redis is left to the scheduler.
+    * ``batch``: no pinning; the helpers and the conductor are ``SCHED_BATCH``, whose
+      wake-ups never preempt a running process.
+    * ``shared``: everything left to the scheduler (the runs before 2026-11-24 20:00).
+    """
+
+    mode: str = "shared"
+    server_cpus: frozenset[int] = frozenset()
+    helper_cpus: frozenset[int] = frozenset()
+
+    @classmethod
+    def choose(cls, mode: str) -> Placement:
+        cpus = sorted(os.sched_getaffinity(0))
+        if mode == "apart":
+            if len(cpus) < 2:
+                print("--placement apart needs 2 CPUs: running shared", file=sys.stderr)
+                return cls()
+            return cls(mode, frozenset(cpus[:1]), frozenset(cpus[1:]))
+        return cls(mode)
+
+    def server(self) -> None:
+        """In a server under test between fork and exec (its threads and children follow);
+        its parent, this conductor, may be a placed helper already."""
+        if self.server_cpus:
+            os.sched_setaffinity(0, self.server_cpus)
+        if self.mode == "batch":
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+
+    def helper(self) -> None:
+        """In a helper between fork and exec, and in the conductor at its start."""
+        if self.helper_cpus:
+            os.sched_setaffinity(0, self.helper_cpus)
+        if self.mode == "batch":
+            os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+
+    def describe(self) -> str:
+        if self.mode == "apart":
+            return (
+                f"placement apart: hub and bare on CPU {_cpus(self.server_cpus)}, helpers and "
+                f"conductor on CPU {_cpus(self.helper_cpus)}, Redis unpinned"
+            )
+        if self.mode == "batch":
+            return "placement batch: helpers and conductor SCHED_BATCH, nothing pinned"
+        return "placement shared: every process left to the scheduler"
+
+
+def _cpus(cpus: frozenset[int]) -> str:
+    return ",".join(str(c) for c in sorted(cpus))
+
+
+#: Set by ``main`` from ``--placement``; helpers started by :class:`Processes` follow it.
+PLACEMENT = Placement()
+
+
 def _die_with_parent() -> None:  # in the child between fork and exec
     os.setsid()
     if sys.platform.startswith("linux"):
@@ -775,16 +847,25 @@ class Processes:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(
-        self, name: str, args: list[str], env: dict[str, str] | None = None
+        self,
+        name: str,
+        args: list[str],
+        env: dict[str, str] | None = None,
+        *,
+        server: bool = False,
+        cwd: Path = ROOT,
     ) -> subprocess.Popen[bytes]:
+        """Start ``name``, placed as a server under test (``server``: the hub, the bare
+        baseline) or as a helper (:data:`PLACEMENT`); ``cwd`` is where ``-m`` imports from."""
         log = (self.logdir / f"{name}.log").open("wb")
+        place = PLACEMENT.server if server else PLACEMENT.helper
         proc = subprocess.Popen(
             args,
-            cwd=ROOT,
+            cwd=cwd,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
+            preexec_fn=lambda: (_die_with_parent(), place()),
             env={**os.environ, **(env or {})},
         )
         log.close()
@@ -1740,8 +1821,10 @@ async def conduct(
             args.hub_log_level,
         ],
         env=hub_env(args),
+        server=True,
+        cwd=args.hub_src,
     )
-    procs.start("bare", role_cmd("bare", bare_port, args.loop))
+    procs.start("bare", role_cmd("bare", bare_port, args.loop), server=True)
     procs.start("wsclients", role_cmd("wsclients", ws_port, args.loop, sizes.ws_clients))
     procs.start("callbacks", role_cmd("callbacks", cb_port, args.loop, sizes.websub_callbacks))
     if "idle" in figures:
@@ -1850,7 +1933,7 @@ async def conduct_workers(
         "--allow-private-callbacks",  # the bench's callbacks are on loopback
     ]  # fmt: skip
     env = hub_env(args)
-    bare = procs.start("bare", role_cmd("bare", bare_port, args.loop))
+    bare = procs.start("bare", role_cmd("bare", bare_port, args.loop), server=True)
     wsclients = procs.start(
         "wsclients", role_cmd("wsclients", ws_port, args.loop, sizes.ws_clients)
     )
@@ -1867,7 +1950,13 @@ async def conduct_workers(
         for name in ("bare", "wsclients"):
             await wait_healthy(session, urls[name] + "/healthz", procs, name)
         for label, n in configs:
-            hub = procs.start("hub", hub_cmd + (["--workers", str(n)] if n else []), env=env)
+            hub = procs.start(
+                "hub",
+                hub_cmd + (["--workers", str(n)] if n else []),
+                env=env,
+                server=True,
+                cwd=args.hub_src,
+            )
             await wait_healthy(session, urls["hub"] + "/healthz", procs, "hub")
             pids = {"hub": hub.pid}
             groups: dict[str, tuple[str, ...]] = {}
@@ -2067,6 +2156,20 @@ def main() -> int:
         help="run the figures N times (fresh hub, flushed Redis) and summarise",
     )
     parser.add_argument(
+        "--placement",
+        choices=("apart", "batch", "shared"),
+        default="apart",
+        help="apart (default): the hub and bare baselines on one CPU, the helpers and this "
+        "conductor on the others; batch: helpers SCHED_BATCH; shared: left to the scheduler",
+    )
+    parser.add_argument(
+        "--hub-src",
+        type=Path,
+        default=ROOT,
+        metavar="DIR",
+        help="run rshub serve from this checkout (e.g. a worktree of main); default this one",
+    )
+    parser.add_argument(
         "--role", choices=("bare", "wsclients", "callbacks", "idle"), help=argparse.SUPPRESS
     )
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -2092,17 +2195,23 @@ def main() -> int:
 
     started = time.perf_counter()
     nofile = raise_nofile()
+    global PLACEMENT
+    # --workers N needs every core for the hub's processes: nothing is pinned there.
+    PLACEMENT = Placement.choose("shared" if args.workers else args.placement)
+    args.hub_src = args.hub_src.resolve()
     print(
         f"rshub hub benchmark: Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
         f"{args.loop} loop, RLIMIT_NOFILE {nofile}, {'quick' if args.quick else 'full'} run"
-        + (f", {args.repeat} runs" if args.repeat > 1 else ""),
+        + (f", {args.repeat} runs" if args.repeat > 1 else "")
+        + f"; {PLACEMENT.describe()}; hub from {args.hub_src}",
         flush=True,
     )
     runs: list[list[Row]] = []
     with bench_run("rshub-bench-", args.keep, args.appendfsync) as harness:
         procs, redis = harness.procs, harness.redis
         try:
-            redis_url = redis.start()
+            redis_url = redis.start()  # before the conductor is placed: Redis is not a helper
+            PLACEMENT.helper()  # this conductor, and the XADD clients it spawns, are helpers
             with asyncio.Runner(loop_factory=lambda: new_loop(args.loop)) as runner:
                 if args.workers:
                     budget = 240.0 * (1 + len(args.workers.split(",")))

@@ -343,9 +343,31 @@ class _Reset(CallbackFailed):
 
 def _post_request(target: _Target, body: bytes, headers: Mapping[str, str]) -> bytes:
     lines = [b"POST", target.line, *_header_lines(headers)]
-    lines.append(b"Content-Length: %d\r\n\r\n" % len(body))
+    lines.append(length_line(body))
     lines.append(body)
     return b"".join(lines)
+
+
+def length_line(body: bytes) -> bytes:
+    """The ``Content-Length`` line that ends a POST's head before ``body``."""
+    return b"Content-Length: %d\r\n\r\n" % len(body)
+
+
+def header_block(headers: Mapping[str, str]) -> bytes:
+    """``headers`` as request header lines, as a POST carries them; raises
+    :class:`CallbackFailed` for a value holding a line break."""
+    return b"".join(_header_lines(headers))
+
+
+class Prefix:
+    """What every POST to one callback starts with, encoded once
+    (:meth:`CallbackConnections.prefix`): the request line, ``Host`` and fixed headers."""
+
+    __slots__ = ("head", "target")
+
+    def __init__(self, target: _Target, head: bytes) -> None:
+        self.target = target
+        self.head = head
 
 
 class Started:
@@ -470,6 +492,30 @@ class CallbackConnections:
         deadline = self._now() + timeout
         waiter = self._send(connection, request, deadline, timeout, None)
         return Started(target, request, deadline, timeout, connection, waiter)
+
+    def prefix(self, url: str, headers: Mapping[str, str]) -> Prefix:
+        """The start of every POST of ``headers`` to ``url``, for :meth:`begin_built`:
+        the request then is ``head``, more header lines, :func:`length_line` and the body,
+        byte for byte what :meth:`post` writes. Raises :class:`CallbackFailed` where
+        :meth:`post` would fail on the URL or a header."""
+        target = self._target(url)
+        return Prefix(target, b"".join([b"POST", target.line, *_header_lines(headers)]))
+
+    def begin_built(self, prefix: Prefix, request: bytes, timeout: float) -> Started | None:
+        """:meth:`begin_post` of a request built from ``prefix`` by the caller (a publish's
+        fan-out builds its body and shared header lines once, not once per callback)."""
+        connection = self._reuse(prefix.target.origin)
+        if connection is None:
+            return None
+        deadline = self._now() + timeout
+        # _send, inline (one frame fewer per POST of a fan-out)
+        connection.deadline, connection.timeout = deadline, timeout
+        if self._sweeper is None and not self._start_sweeper():
+            connection.close()
+            raise CallbackFailed("the hub is shutting down")
+        self._busy.add(connection)
+        waiter = connection.send(request)
+        return Started(prefix.target, request, deadline, timeout, connection, waiter)
 
     async def finish(self, started: Started) -> Head:
         """The answer to a :meth:`begin_post` (sent once more on a fresh connection if the

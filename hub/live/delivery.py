@@ -37,7 +37,7 @@ from hub.core.retrying import STORE_OUTAGE, retrying
 from hub.core.settings import Settings
 from hub.core.tasks import Tasks, cancel_and_wait
 from hub.core.topics import HubUrls
-from hub.live.callback_connections import Started
+from hub.live.callback_connections import Prefix, Started, header_block, length_line
 from hub.live.feed import FeedHub, TopicFeed
 from hub.live.http_client import Answer, HttpClient
 from hub.live.ownership import Lease
@@ -80,16 +80,25 @@ class _Sent(NamedTuple):
 
     batch: list[Event]
     body: bytes
-    headers: dict[str, str]
+    #: None when it was written from the shared bytes of :class:`Rendered`.
+    headers: dict[str, str] | None
     #: The event the cursor moves to once it is delivered.
     through: Event
     request: Started
     started: float
 
 
-def _timed_out(waiter: asyncio.Future[_Sent | None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
+class Rendered(NamedTuple):
+    """A batch as every subscription that is sent it gets it: the body, and the header lines
+    naming its events and its length, encoded once (a publish's fan-out writes each POST
+    from these and the callback's :class:`Prefix`)."""
+
+    batch: list[Event]
+    body: bytes
+    #: The ``X-RSHub-First-Event-Id``, ``-Last-Event-Id`` and ``-Event-Count`` lines.
+    ids: bytes
+    #: The ``Content-Length`` line that ends the head.
+    length: bytes
 
 
 class Bodies:
@@ -106,9 +115,10 @@ class Bodies:
         self.urls = urls
         self.max_bytes = max_bytes
         self.size = size
-        self._cache: OrderedDict[
-            tuple[str, str, int, str | None, object], tuple[list[Event], bytes]
-        ] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, str, int, str | None, object], Rendered] = OrderedDict()
+        #: The last batch asked for, found again by the identity of its list: a fan-out
+        #: hands every unfiltered worker the same list.
+        self._last: tuple[list[Event], object, str, Rendered] | None = None
 
     def get(
         self, topic: str, events: list[Event], gap: str | None = None, variant: object = None
@@ -116,10 +126,22 @@ class Bodies:
         """The batch to send from ``events`` (cut to the byte budget), and its body; ``gap``
         is the last trimmed id the subscription missed before them, if any; ``variant``
         names how ``events`` were picked from the stream (a subscription's filter)."""
+        rendered = self.rendered(topic, events, gap, variant)
+        return rendered.batch, rendered.body
+
+    def rendered(
+        self, topic: str, events: list[Event], gap: str | None = None, variant: object = None
+    ) -> Rendered:
+        """:meth:`get`, with the batch's shared header lines."""
+        last = self._last
+        if gap is None and last and last[0] is events and last[1] == variant and last[2] == topic:
+            return last[3]  # the same list again: the next worker of the same fan-out
         # A stream is append-only: its first id and length name a slice of it.
         key = (topic, events[0].id, len(events), gap, variant)
         hit = self._cache.get(key)
         if hit is not None:
+            if gap is None:
+                self._last = (events, variant, topic, hit)
             return hit
         batch = self._cut(events)
         body = rendering.notification(
@@ -127,10 +149,13 @@ class Bodies:
             up=self.urls.capabilitylist(topic),
             gap=None if gap is None else (gap, self.urls.resourcelist(topic)),
         )
-        self._cache[key] = (batch, body)
+        ids = header_block(_id_headers(batch))
+        rendered = self._cache[key] = Rendered(batch, body, ids, length_line(body))
         if len(self._cache) > self.size:
             self._cache.popitem(last=False)
-        return batch, body
+        if gap is None:
+            self._last = (events, variant, topic, rendered)
+        return rendered
 
     def _cut(self, events: list[Event]) -> list[Event]:
         """``events`` cut to the byte budget (always at least one event)."""
@@ -140,6 +165,14 @@ class Bodies:
             if size > self.max_bytes and i > 0:
                 return events[:i]
         return events
+
+
+def _id_headers(batch: list[Event]) -> dict[str, str]:
+    return {
+        FIRST_EVENT_ID_HEADER: batch[0].id,
+        LAST_EVENT_ID_HEADER: batch[-1].id,
+        EVENT_COUNT_HEADER: str(len(batch)),
+    }
 
 
 class DeliveryWorker:
@@ -207,6 +240,11 @@ class DeliveryWorker:
         #: left to the worker's task (a condition offer() does not handle).
         self.offers_sent = 0
         self.offers_declined = 0
+        #: The start of its POSTs, encoded once (False: its URL or a header cannot be,
+        #: and each attempt fails as :meth:`HttpClient.post` says).
+        self._prefix: Prefix | bool | None = None
+        #: Ends a caught-up wait (:meth:`_wait_offer`) at its timeout.
+        self._wait_timer: asyncio.TimerHandle | None = None
 
     def start(self, tasks: Tasks, on_end: Callable[[asyncio.Task[Any]], None]) -> None:
         """Run in a task of ``tasks``; ``on_end`` when it ends."""
@@ -282,6 +320,8 @@ class DeliveryWorker:
             log.info("subscription %s -> %s moved to another hub process", sub.topic, sub.callback)
             self.cursors.forget(sub.topic, sub.callback)
         finally:
+            if self._wait_timer is not None:
+                self._wait_timer.cancel()
             await self.feeds.release(feed)
 
     async def _wait_offer(self, feed: TopicFeed, timeout: float) -> _Sent | None:
@@ -291,7 +331,14 @@ class DeliveryWorker:
         waiter: asyncio.Future[_Sent | None] = loop.create_future()
         self._offered = waiter
         feed.follow(self)
-        timer = loop.call_later(timeout, _timed_out, waiter)
+        # One timer across waits, not one per delivery: one that fires earlier than this
+        # wait's timeout only wakes it early, and run() waits again.
+        due = loop.time() + timeout
+        timer = self._wait_timer
+        if timer is None or timer.when() > due:
+            if timer is not None:
+                timer.cancel()
+            self._wait_timer = loop.call_at(due, self._wait_timed_out)
         try:
             return await waiter
         except asyncio.CancelledError:
@@ -303,7 +350,12 @@ class DeliveryWorker:
         finally:
             self._offered = None
             feed.unfollow(self)
-            timer.cancel()
+
+    def _wait_timed_out(self) -> None:
+        self._wait_timer = None
+        waiter = self._offered
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def offer(self, events: list[Event]) -> None:
         """The feed's next events, while this worker waits caught up (:meth:`_wait_offer`).
@@ -336,11 +388,12 @@ class DeliveryWorker:
     def _start(self, events: list[Event]) -> _Sent | None:
         """:meth:`run` and :meth:`_deliver` up to the POST's write, for the plain case."""
         sub = self.sub
+        now = time.time()
         if (
             self._stopping
             or sub.disabled
             or sub.untold_gap is not None
-            or sub.expired
+            or now >= sub.expires_at  # sub.expired
             or len(events) > self.settings.delivery_batch_max_changes
             or not self.lease.valid()
         ):
@@ -348,14 +401,29 @@ class DeliveryWorker:
         kept = self.terms.kept(events)
         if not kept:
             return None
-        batch, body = self.bodies.get(sub.topic, kept, None, self.terms.filter)
+        rendered = self.bodies.rendered(sub.topic, kept, None, self.terms.filter)
+        batch, body = rendered.batch, rendered.body
         through = events[-1] if len(batch) == len(kept) else batch[-1]
-        headers = self._headers(batch, None)
-        now = time.time()
-        headers.update(self.terms.signature_headers(body, batch, now))
+        prefix = self._prefix
+        if prefix is None:
+            prefix = self._prefix = self._make_prefix()
         if self.bucket and self.bucket.take(time.monotonic()) > 0:
             return None
-        request = self.client.begin_post(sub.callback, body, headers)
+        headers = None
+        if isinstance(prefix, Prefix):
+            # The same bytes HttpClient.post would write, from the batch's shared lines:
+            # only a signature is the subscription's own.
+            parts: tuple[bytes, ...]
+            if sub.secret:
+                signed = header_block(self.terms.signature_headers(body, batch, now))
+                parts = (prefix.head, rendered.ids, signed, rendered.length, body)
+            else:
+                parts = (prefix.head, rendered.ids, rendered.length, body)
+            request = self.client.begin_built(prefix, b"".join(parts))
+        else:
+            headers = self._headers(batch, None)
+            headers.update(self.terms.signature_headers(body, batch, now))
+            request = self.client.begin_post(sub.callback, body, headers)
         if request is None:
             if self.bucket:
                 self.bucket.refund()
@@ -364,8 +432,18 @@ class DeliveryWorker:
         self.posting = True
         return _Sent(batch, body, headers, through, request, now)
 
+    def _make_prefix(self) -> Prefix | bool:
+        try:
+            return self.client.connections.prefix(self.sub.callback, self.headers)
+        except CallbackFailed:
+            return False
+
     async def _post(
-        self, body: bytes, headers: Mapping[str, str], sent: _Sent | None = None
+        self,
+        batch: list[Event],
+        body: bytes,
+        headers: Mapping[str, str] | None,
+        sent: _Sent | None = None,
     ) -> Answer:
         """POST under a valid lease only: a paused process must not deliver on waking.
         ``sent``: the attempt :meth:`offer` started (the lease was valid then)."""
@@ -376,6 +454,7 @@ class DeliveryWorker:
                 raise _Lost
             self.posting = True
             started = time.time()  # for the attempt log (queued, never waited for)
+            assert headers is not None
             request = self.client.post(self.sub.callback, body, headers)
         else:
             started = sent.started
@@ -391,16 +470,11 @@ class DeliveryWorker:
             self.posting = False
             if outcome is not None and self.attempts is not None:
                 self.attempts.record(
-                    self.sub.topic, self.sub.callback, _attempt(started, outcome, headers)
+                    self.sub.topic, self.sub.callback, _attempt(started, outcome, batch)
                 )
 
     def _headers(self, batch: list[Event], gap: str | None) -> dict[str, str]:
-        headers = {
-            **self.headers,
-            FIRST_EVENT_ID_HEADER: batch[0].id,
-            LAST_EVENT_ID_HEADER: batch[-1].id,
-            EVENT_COUNT_HEADER: str(len(batch)),
-        }
+        headers = {**self.headers, **_id_headers(batch)}
         if gap is not None:
             headers[GAP_HEADER] = f"trimmed-through={gap}"
             resourcelist = self.urls.resourcelist(self.sub.topic)
@@ -430,10 +504,12 @@ class DeliveryWorker:
                 if self._stopping:  # no new attempt: the stop cancels this task at once
                     await asyncio.Event().wait()
                 self._idle.clear()
+                if headers is None:  # the first attempt was written from shared bytes
+                    headers = self._headers(batch, gap)
                 headers.update(self.terms.signature_headers(body, batch, time.time()))
             attempt, sent = sent, None
             try:
-                answer = await self._post(body, headers, attempt)
+                answer = await self._post(batch, body, headers, attempt)
             except (_Lost, _Gone):
                 raise
             except CallbackFailed as exc:
@@ -578,7 +654,7 @@ class DeliveryWorker:
             await asyncio.sleep(min(self.backoff.delay(64), remaining))
 
 
-def _attempt(started: float, outcome: Answer | Exception, headers: Mapping[str, str]) -> Attempt:
+def _attempt(started: float, outcome: Answer | Exception, batch: list[Event]) -> Attempt:
     status = outcome.status if isinstance(outcome, Answer) else None
     if isinstance(outcome, CallbackFailed):
         error: str | None = str(outcome)[:300]
@@ -591,9 +667,9 @@ def _attempt(started: float, outcome: Answer | Exception, headers: Mapping[str, 
         status=status,
         latency_ms=(time.time() - started) * 1000,
         error=error,
-        first_event_id=headers.get(FIRST_EVENT_ID_HEADER, ""),
-        last_event_id=headers.get(LAST_EVENT_ID_HEADER, ""),
-        events=int(headers.get(EVENT_COUNT_HEADER, 0)),
+        first_event_id=batch[0].id,
+        last_event_id=batch[-1].id,
+        events=len(batch),
     )
 
 

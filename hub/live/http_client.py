@@ -24,7 +24,7 @@ from hub.core.addresses import refusal
 from hub.core.exceptions import BadGateway, BadRequest, CallbackFailed, PayloadTooLarge
 from hub.core.settings import Settings
 from hub.core.tasks import Tasks
-from hub.live.callback_connections import CallbackConnections, Started, tls_context
+from hub.live.callback_connections import CallbackConnections, Prefix, Started, tls_context
 
 _PING_HEADERS = {"Accept": "application/xml"}
 
@@ -89,6 +89,21 @@ class HttpClient:
             started = self.connections.begin_post(
                 url, body, headers, self.settings.delivery_timeout
             )
+        except CallbackFailed:
+            pass
+        finally:
+            if started is None:
+                self._delivery_slots.give()
+        return started
+
+    def begin_built(self, prefix: Prefix, request: bytes) -> Started | None:
+        """:meth:`begin_post` of a request the caller built on ``prefix``
+        (:meth:`CallbackConnections.begin_built`)."""
+        if not self._delivery_slots.try_take():
+            return None
+        started = None
+        try:
+            started = self.connections.begin_built(prefix, request, self.settings.delivery_timeout)
         except CallbackFailed:
             pass
         finally:

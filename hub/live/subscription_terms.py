@@ -34,11 +34,17 @@ class Terms:
 
     def signature_headers(self, body: bytes, batch: list[Event], now: float) -> dict[str, str]:
         """The signature headers of one attempt to deliver ``batch`` as ``body``."""
-        return signature_headers(self.sub, body, batch, now, sub_id=self.id)
+        return signature_headers(self.sub, body, batch, now, sub_id=self.id, scheme=self.scheme)
 
 
 def signature_headers(
-    sub: Subscription, body: bytes, batch: list[Event], now: float, *, sub_id: str | None = None
+    sub: Subscription,
+    body: bytes,
+    batch: list[Event],
+    now: float,
+    *,
+    sub_id: str | None = None,
+    scheme: signing.Scheme | None = None,
 ) -> dict[str, str]:
     """``sub``'s signature headers (its scheme, its secrets in force) for ``batch`` as
     ``body``: a delivery's, and a dead-letter replay's."""
@@ -47,10 +53,13 @@ def signature_headers(
     secrets = [sub.secret]
     if sub.previous_secret and now < sub.previous_until:
         secrets.append(sub.previous_secret)
-    msg_id = signing.message_id(
-        sub_id or subscription_id(sub.topic, sub.callback), batch[0].id, batch[-1].id
-    )
-    scheme = signing.Scheme(sub.signature)
+    if scheme is None:
+        scheme = signing.Scheme(sub.signature)
+    msg_id = ""  # only Standard Webhooks signs one (and says it)
+    if scheme is signing.Scheme.STANDARD_WEBHOOKS:
+        msg_id = signing.message_id(
+            sub_id or subscription_id(sub.topic, sub.callback), batch[0].id, batch[-1].id
+        )
     return signing.headers(scheme, secrets, body, msg_id=msg_id, timestamp=int(now))
 
 
