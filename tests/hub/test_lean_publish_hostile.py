@@ -50,7 +50,11 @@ def lean_served(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     async def serve(self: LeanPublishing, publish: Any, *args: Any) -> bool | None:
         served.append(publish.head.topic)
-        return await real(self, publish, *args)
+        _IN_FLIGHT[0] += 1
+        try:
+            return await real(self, publish, *args)
+        finally:
+            _IN_FLIGHT[0] -= 1
 
     monkeypatch.setattr(LeanPublishing, "serve", serve)
     return served
@@ -226,10 +230,12 @@ def _id_order(event_id: str) -> tuple[int, int]:
     return int(ms), int(seq)
 
 
-def _serving() -> int:
-    from hub.web.lean_connection import _SERVING
+#: Lean publishes being stored (counted by the ``lean_served`` spy).
+_IN_FLIGHT = [0]
 
-    return len(_SERVING)
+
+def _serving() -> int:
+    return _IN_FLIGHT[0]
 
 
 def _mutate(rng: random.Random, data: bytes) -> bytes:
