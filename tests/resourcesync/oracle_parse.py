@@ -8,7 +8,6 @@ Not to be edited, except to follow a deliberate change of behaviour.
 # ruff: noqa
 # mypy: ignore-errors
 
-
 from __future__ import annotations
 
 import threading
@@ -415,8 +414,8 @@ def _entries(elements: list[Any], limits: Limits) -> list[dict[str, Any]]:
         raise
     return entries
 
-# --- resourcesync/validate.py ---
 
+# --- resourcesync/validate.py ---
 
 
 import re
@@ -427,7 +426,6 @@ from resourcesync.datetimes import format_datetime
 from resourcesync.exceptions import ValidationError
 from resourcesync.models import Capability, Change, Document, Entry, Link, Metadata
 from resourcesync.namespaces import CHANGEFREQ_VALUES, HASH_HEX_LENGTHS, MAX_ENTRIES
-
 
 
 @dataclass(frozen=True, slots=True)
