@@ -31,7 +31,6 @@ from datetime import datetime
 from typing import Any
 
 from lxml import etree
-from pydantic import TypeAdapter
 
 from .datetimes import UTC_SECONDS, parse_datetime
 from .exceptions import (
@@ -118,8 +117,6 @@ def _pri(value: str) -> int:
 
 
 _CAPABILITIES = {c.value: c for c in Capability}
-#: DOCUMENT_TYPES by the capability's text: a str hashes in C, a Capability (an Enum) in Python.
-_TYPES = {(key[0].value, key[1]): cls for key, cls in DOCUMENT_TYPES.items()}
 _CHANGES = {c.value: c for c in Change}
 
 
@@ -235,18 +232,6 @@ def _check_depth(element: Any, depth: int) -> None:
         _check_depth(child, depth + 1)
 
 
-#: Each document class's pydantic-core validator (the one ``model_validate`` calls, found
-#: through ``TypeAdapter``'s public ``validator``), called without ``model_validate``'s Python
-#: wrapper: 6 k of the 285 k instructions of a one-entry parse (callgrind).
-_VALIDATORS: dict[type[Document], Callable[[Any], Any]] = {}
-
-
-def _validator(cls: type[Document]) -> Callable[[Any], Any]:
-    validate_python: Callable[[Any], Any] = TypeAdapter(cls).validator.validate_python
-    _VALIDATORS[cls] = validate_python
-    return validate_python
-
-
 def parse(
     data: bytes | bytearray | memoryview,
     *,
@@ -343,7 +328,7 @@ def parse_tree(root: Any, *, validate: bool = True, limits: Limits = DEFAULT_LIM
             None,
             f"unknown capability {raw_capability!r}",
         )
-    cls = _TYPES.get((raw_capability, is_index))
+    cls = DOCUMENT_TYPES.get((capability, is_index))
     if cls is None:
         raise ValidationError(
             "document.index-not-allowed",
@@ -379,8 +364,7 @@ def parse_tree(root: Any, *, validate: bool = True, limits: Limits = DEFAULT_LIM
         if exc.index is None and exc.rule == "entry.capability-value":
             exc.rule = "document.capability-value"
         raise ValidationError(exc.rule, name, exc.index, exc.detail) from None
-    validate_python = _VALIDATORS.get(cls) or _validator(cls)
-    document: Document = validate_python({"md": md, "links": links, "entries": entries})
+    document = cls.model_validate({"md": md, "links": links, "entries": entries})
     if validate:
         check_document(document, trusted=True)
     return document

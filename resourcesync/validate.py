@@ -175,10 +175,6 @@ def _check_links(links: tuple[Link, ...], name: str, index: int | None, trusted:
             _check_common(ln, name, index, f"rs:ln {n}")
 
 
-#: PROFILES by document class: a class hashes in C, a Capability (an Enum) in Python.
-_PROFILE_OF: dict[type[Document], Profile] = {}
-
-
 def check_document(doc: Document, *, trusted: bool) -> None:
     """Validate ``doc``; ``trusted`` skips the checks the parser already made."""
     cls = type(doc)
@@ -205,9 +201,7 @@ def check_document(doc: Document, *, trusted: bool) -> None:
             None,
             f"{len(doc.entries)} entries, more than the limit of {MAX_ENTRIES}",
         )
-    profile = _PROFILE_OF.get(cls)
-    if profile is None:
-        profile = _PROFILE_OF[cls] = PROFILES[(capability, cls.is_index)]
+    profile = PROFILES[(capability, cls.is_index)]
     if not trusted:
         _check_values(md, name, None, "rs:md")
     if profile.root_time == "at" and md.at is None:
