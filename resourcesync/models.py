@@ -187,10 +187,13 @@ class Document(BaseModel):
         md = data.get("md")
         if md is None:
             return {**data, "md": Metadata.model_construct(capability=capability, extra={})}
-        if isinstance(md, Metadata) and md.capability is None:
+        # dict first: isinstance() of a pydantic model class runs Python (its metaclass's
+        # __instancecheck__), and parsed documents hand in dicts.
+        if isinstance(md, dict):
+            if md.get("capability") is None:
+                return {**data, "md": {**md, "capability": capability}}
+        elif isinstance(md, Metadata) and md.capability is None:
             return {**data, "md": md.model_copy(update={"capability": capability})}
-        if isinstance(md, dict) and md.get("capability") is None:
-            return {**data, "md": {**md, "capability": capability}}
         return data
 
     @property

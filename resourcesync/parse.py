@@ -165,7 +165,7 @@ _LN_ATTRIBUTES: dict[str, tuple[str, _Converter]] = {
 
 
 def _attributes(
-    element: Any, table: dict[str, tuple[str, _Converter]], limits: Limits, where: str
+    element: Any, table: dict[str, tuple[str, _Converter]], max_attributes: int, max_chars: int
 ) -> dict[str, Any]:
     """The converted attributes of an ``rs:md`` or ``rs:ln``, keyed by field name.
 
@@ -174,11 +174,11 @@ def _attributes(
     """
     # Counted first: lxml's items() is quadratic in the number of attributes.
     count = len(element.attrib)
-    if count > limits.max_attributes:
-        raise LimitExceededError("max_attributes", count, limits.max_attributes, where)
+    if count > max_attributes:
+        where = "<rs:md>" if table is _MD_ATTRIBUTES else "<rs:ln>"
+        raise LimitExceededError("max_attributes", count, max_attributes, where)
     fields: dict[str, Any] = {}
     extra: dict[str, str] | None = None
-    max_chars = limits.max_value_chars
     for key, value in element.items():
         if len(value) > max_chars:
             raise LimitExceededError(
@@ -191,7 +191,15 @@ def _attributes(
             extra[key] = value
         else:
             name, convert = slot
-            fields[name] = value if convert is None else convert(value)
+            if convert is None:
+                fields[name] = value
+            # The two common converters inline, their errors left to them.
+            elif convert is _change and value in _CHANGES:
+                fields[name] = _CHANGES[value]
+            elif convert is _length and value.isdigit() and value.isascii():
+                fields[name] = int(value)
+            else:
+                fields[name] = convert(value)
     return fields
 
 
@@ -344,10 +352,14 @@ def parse_tree(root: Any, *, validate: bool = True, limits: Limits = DEFAULT_LIM
             "max_links", len(link_elements), limits.max_links, f"{name} root <rs:ln>"
         )
 
+    max_attributes, max_chars = limits.max_attributes, limits.max_value_chars
     try:
-        md = _attributes(md_element, _MD_ATTRIBUTES, limits, "<rs:md>")
-        links = [_link(_attributes(el, _LN_ATTRIBUTES, limits, "<rs:ln>")) for el in link_elements]
-        entries = _entries(entry_elements, limits)
+        md = _attributes(md_element, _MD_ATTRIBUTES, max_attributes, max_chars)
+        links = []
+        for element in link_elements:
+            fields = _attributes(element, _LN_ATTRIBUTES, max_attributes, max_chars)
+            links.append(fields if "rel" in fields and "href" in fields else _link(fields))
+        entries = _entries(entry_elements, limits) if entry_elements else []
     except _Invalid as exc:
         if exc.index is None and exc.rule == "entry.capability-value":
             exc.rule = "document.capability-value"
@@ -365,6 +377,7 @@ def _entries(elements: list[Any], limits: Limits) -> list[dict[str, Any]]:
     fast, fromisoformat = UTC_SECONDS.fullmatch, datetime.fromisoformat
     md_table, ln_table = _MD_ATTRIBUTES, _LN_ATTRIBUTES
     max_chars, max_links = limits.max_value_chars, limits.max_links
+    max_attributes = limits.max_attributes
     entries: list[dict[str, Any]] = []
     append = entries.append
     index = 0
@@ -402,7 +415,7 @@ def _entries(elements: list[Any], limits: Limits) -> list[dict[str, Any]]:
                 elif tag == md_tag:
                     if md is not None:
                         raise _Invalid("entry.element-repeated", "two <rs:md>")
-                    md = attributes(child, md_table, limits, "<rs:md>")
+                    md = attributes(child, md_table, max_attributes, max_chars)
                 elif tag == ln_tag:
                     if links is None:
                         links = []
@@ -410,7 +423,8 @@ def _entries(elements: list[Any], limits: Limits) -> list[dict[str, Any]]:
                         raise LimitExceededError(
                             "max_links", max_links + 1, max_links, "<rs:ln> in one entry"
                         )
-                    links.append(link(attributes(child, ln_table, limits, "<rs:ln>")))
+                    fields = attributes(child, ln_table, max_attributes, max_chars)
+                    links.append(fields if "rel" in fields and "href" in fields else link(fields))
                 elif tag == changefreq_tag:
                     if changefreq is not None:
                         raise _Invalid("entry.element-repeated", "two <changefreq>")

@@ -162,17 +162,17 @@ def _check_times(md: Metadata, name: str, index: int | None, where: str) -> None
 
 def _check_links(links: tuple[Link, ...], name: str, index: int | None, trusted: bool) -> None:
     for n, ln in enumerate(links):
-        where = f"rs:ln {n}"
         if not ln.rel:
-            raise ValidationError("link.rel-required", name, index, f"{where} has no rel")
+            raise ValidationError("link.rel-required", name, index, f"rs:ln {n} has no rel")
         if not ln.href:
-            raise ValidationError("link.href-required", name, index, f"{where} has no href")
+            raise ValidationError("link.href-required", name, index, f"rs:ln {n} has no href")
         if not trusted:
-            _check_values(ln, name, index, where)
-        if ln.pri is not None and not 1 <= ln.pri <= 999_999:
-            raise ValidationError("pri.value", name, index, f"{where} pri {ln.pri} not 1..999999")
+            _check_values(ln, name, index, f"rs:ln {n}")
+        pri = ln.pri
+        if pri is not None and not 1 <= pri <= 999_999:
+            raise ValidationError("pri.value", name, index, f"rs:ln {n} pri {pri} not 1..999999")
         if ln.hash is not None or ln.path is not None:
-            _check_common(ln, name, index, where)
+            _check_common(ln, name, index, f"rs:ln {n}")
 
 
 def check_document(doc: Document, *, trusted: bool) -> None:
