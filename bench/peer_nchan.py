@@ -29,10 +29,12 @@ fragment ``POST /topics/{name}``. Each run alternates which server goes first. P
 * ``mixed2``: ``mixed``'s CPU per 1,000 deliveries with 2 server processes
   (``rshub serve --workers 2``, nginx ``worker_processes 2``).
 
-Server CPU is read from ``/proc/PID/stat`` of the server's whole process tree (nginx master
-and workers; rshub and any children); Redis is counted separately. ``--profile DIR`` also
-records rshub under ``py-spy`` in every 1-process phase and writes top-20 tables of own time
-(the profiler's CPU perturbs that run's figures).
+After each start, both servers get ``WARM_UP_SECONDS`` (2 s) before a phase measures, so
+that start-up work (rshub defers some to a second after it serves) is not counted per
+delivery. Server CPU is read from ``/proc/PID/stat`` of the server's whole process tree
+(nginx master and workers; rshub and any children); Redis is counted separately.
+``--profile DIR`` also records rshub under ``py-spy`` in every 1-process phase and writes
+top-20 tables of own time (the profiler's CPU perturbs that run's figures).
 
 Run: ``.venv/bin/python bench/peer_nchan.py --repeat 5`` (about 10 minutes).
 """
@@ -827,6 +829,14 @@ async def start_serving(server: Server, topic: str, figures: Figures) -> float:
     raise RuntimeError(f"{server.name} did not serve after 3 starts")
 
 
+#: After a start, before a phase measures: the phases' figures are steady-state costs per
+#: delivery, and rshub defers ~0.1 s of CPU of its start (per process) to a second after it
+#: serves (aiohttp's client trust, its own TLS context, prometheus_client, the document
+#: models): inside the first phase's window, that start-up work was counted per delivery
+#: (py-spy of the mixed phase: client_trust.load 5.7% of its samples). Both servers wait.
+WARM_UP_SECONDS = 2.0
+
+
 async def run_server(
     cls: type[Server], workdir: Path, args: argparse.Namespace, profiler: Profiler
 ) -> Figures:
@@ -837,6 +847,7 @@ async def run_server(
     only = set(args.only or PHASES)
     try:
         v["first start s"] = await start_serving(server, "probe", figures)
+        await asyncio.sleep(WARM_UP_SECONDS)
         for name, n_sse, n_ws in (("mixed", 100, 100), ("sse", 100, 0), ("ws", 0, 100)):
             if name not in only:
                 continue
@@ -883,6 +894,7 @@ async def run_server(
             redis = Redis(workdir / "redis2")
             server = cls(workdir, redis, workers=2)
             await start_serving(server, "probe2", figures)
+            await asyncio.sleep(WARM_UP_SECONDS)
             got = await stream_phase(server, redis, "mixed2", 100, 100, args.rate, args.seconds)
             record_stream(figures, "mixed2", got, cpu_only=True)
     finally:
