@@ -229,7 +229,7 @@ def test_fuzz_a_built_request_equals_posts_or_both_refuse() -> None:
         "\r",
         "\n",
     ]
-    hosts = ["127.0.0.1", "[::1]", "example.org", "bücher.example", "xn--bcher-kva.example", ""]
+    hosts = ["127.0.0.1", "[::1]", "hub.invalid", "bücher.invalid", "xn--bcher-kva.invalid", ""]
     schemes = ["http", "https", "HTTP", "ftp"]
 
     def text(n: int) -> str:
