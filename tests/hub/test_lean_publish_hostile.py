@@ -22,6 +22,7 @@ import pytest
 from hub.store import keys
 from hub.web.lean_publish import LeanPublishing
 from tests.conftest import Hub
+from tests.hub.request_mutations import mutate
 from tests.hub.test_dropped_clients import _to_redis
 from tests.hub.test_lean_publish import Conn, request, stored
 from tests.support import TIME_SCALE, changes, notification, wait_for
@@ -239,32 +240,21 @@ def _serving() -> int:
 
 
 def _mutate(rng: random.Random, data: bytes) -> bytes:
-    out = bytearray(data)
-    for _ in range(rng.randint(1, 4)):
-        at = rng.randrange(len(out))
-        what = rng.randrange(6)
-        if what == 0:
-            out[at] = rng.randrange(256)
-        elif what == 1:
-            del out[at]
-        elif what == 2:
-            out.insert(at, rng.choice(b" :\r\n\t/%?<>\"'\x00\x7fPOSTHP1."))
-        elif what == 3:
-            out[at:at] = rng.choice(
-                [
-                    b"Authorization: x\r\n",
-                    b"Content-Length: 5\r\n",
-                    b"Expect: 100-continue\r\n",
-                    b"Transfer-Encoding: chunked\r\n",
-                    b"Idempotency-Key: k\r\n",
-                    b"Content-Type: text/xml\r\n",
-                ]
-            )
-        elif what == 4:
-            out[at:at] = out[rng.randrange(len(out)) :][: rng.randint(1, 40)]
-        else:  # a second request behind it
-            out += data[: rng.randrange(len(data))]
-    return bytes(out)
+    return mutate(
+        rng,
+        data,
+        chars=b" :\r\n\t/%?<>\"'\x00\x7fPOSTHP1.",
+        headers=[
+            b"Authorization: x\r\n",
+            b"Content-Length: 5\r\n",
+            b"Expect: 100-continue\r\n",
+            b"Transfer-Encoding: chunked\r\n",
+            b"Idempotency-Key: k\r\n",
+            b"Content-Type: text/xml\r\n",
+        ],
+        splice=40,
+        again=True,
+    )
 
 
 @pytest.mark.timeout(300)

@@ -21,6 +21,7 @@ import pytest
 from hub.web.lean_sse import LeanStream
 from hub.web.streams import STREAMING
 from tests.conftest import Hub
+from tests.hub.request_mutations import mutate
 from tests.hub.test_dropped_clients import _to_redis
 from tests.support import TIME_SCALE, changes, notification, wait_for
 from tests.watchdog import Watchdog
@@ -160,25 +161,16 @@ async def test_a_half_closed_subscriber_ends_its_stream(hub: Hub) -> None:
 
 
 def _mutate(rng: random.Random, data: bytes) -> bytes:
-    out = bytearray(data)
-    for _ in range(rng.randint(1, 4)):
-        at = rng.randrange(len(out))
-        what = rng.randrange(5)
-        if what == 0:
-            out[at] = rng.randrange(256)
-        elif what == 1:
-            del out[at]
-        elif what == 2:
-            out.insert(at, rng.choice(b" :\r\n\t/%?\x00\x7fGETHTP1."))
-        elif what == 3:
-            out[at:at] = rng.choice(
-                [b"Authorization: x\r\n", b"Content-Length: 5\r\n", b"Upgrade: websocket\r\n"]
-            )
-        else:
-            out[at:at] = out[rng.randrange(len(out)) :][: rng.randint(1, 20)]
+    out = mutate(
+        rng,
+        data,
+        chars=b" :\r\n\t/%?\x00\x7fGETHTP1.",
+        headers=[b"Authorization: x\r\n", b"Content-Length: 5\r\n", b"Upgrade: websocket\r\n"],
+        splice=20,
+    )
     if not out.endswith(b"\r\n\r\n") and rng.random() < 0.8:
         out += b"\r\n\r\n"  # most cases end their headers: answered, not timed out
-    return bytes(out)
+    return out
 
 
 @pytest.mark.timeout(300)
