@@ -508,13 +508,7 @@ class CallbackConnections:
         if connection is None:
             return None
         deadline = self._now() + timeout
-        # _send, inline (one frame fewer per POST of a fan-out)
-        connection.deadline, connection.timeout = deadline, timeout
-        if self._sweeper is None and not self._start_sweeper():
-            connection.close()
-            raise CallbackFailed("the hub is shutting down")
-        self._busy.add(connection)
-        waiter = connection.send(request)
+        waiter = self._send(connection, request, deadline, timeout, None)
         return Started(prefix.target, request, deadline, timeout, connection, waiter)
 
     async def finish(self, started: Started) -> Head:

@@ -393,7 +393,7 @@ class DeliveryWorker:
             self._stopping
             or sub.disabled
             or sub.untold_gap is not None
-            or now >= sub.expires_at  # sub.expired
+            or sub.expired
             or len(events) > self.settings.delivery_batch_max_changes
             or not self.lease.valid()
         ):
