@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from functools import lru_cache
 from typing import Any, NamedTuple
@@ -120,6 +119,11 @@ def _attempt(row: bytes | str) -> Attempt | None:
         return None
 
 
+#: Attempts one script call of a round writes at most: a round that waited for a quiet
+#: moment (see :class:`AttemptWriter`) goes out in several calls, none holding Redis long.
+CALL_ATTEMPTS = 256
+
+
 class AttemptWriter:
     """Queues attempts and writes them in rounds, off the delivery path.
 
@@ -139,7 +143,7 @@ class AttemptWriter:
         tasks: Tasks,
         gather_seconds: float = 0.05,
         quiet: Callable[[float], Awaitable[None]] | None = None,
-        patience: float = 1.0,
+        patience: float = 0.25,
     ) -> None:
         self.store = store
         self.tasks = tasks
@@ -188,18 +192,26 @@ class AttemptWriter:
 
     async def _write_round(self) -> None:
         logs, self._logs = self._logs, {}
-        by_topic: dict[str, dict[str, list[Attempt]]] = defaultdict(dict)
+        # One script call per topic, or more: CALL_ATTEMPTS attempts each at most (unless
+        # one subscription's alone are more).
+        calls: list[tuple[str, dict[str, list[Attempt]]]] = []
+        filling: dict[str, tuple[dict[str, list[Attempt]], int]] = {}
         for (topic, callback), attempts in logs.items():
-            by_topic[topic][callback] = attempts
-        done: set[str] = set()
+            chunk, size = filling.get(topic, (None, 0))
+            if chunk is None or size + len(attempts) > CALL_ATTEMPTS:
+                chunk, size = {}, 0
+                calls.append((topic, chunk))
+            chunk[callback] = attempts
+            filling[topic] = (chunk, size + len(attempts))
+        done: set[tuple[str, str]] = set()
         self.rounds += 1
         try:
-            for topic, topic_logs in by_topic.items():
-                await self.store.write(topic, topic_logs)
-                done.add(topic)
+            for topic, chunk in calls:
+                await self.store.write(topic, chunk)
+                done.update((topic, callback) for callback in chunk)
         except RedisError:
             for (topic, callback), attempts in logs.items():  # keep them, before newer ones
-                if topic not in done:
+                if (topic, callback) not in done:
                     newer = self._logs.get((topic, callback), [])
                     self._logs[(topic, callback)] = (attempts + newer)[-self.store.keep :]
             raise

@@ -14,8 +14,10 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from hub.live.http_client import _Slots
+from hub.store.attempts import CALL_ATTEMPTS, Attempt
 from hub.web.app import RUNTIME
 from tests.conftest import Hub
 from tests.hub.callback_server import CallbackServer
@@ -144,3 +146,37 @@ async def test_all_free_returns_when_the_last_slot_comes_back_or_at_its_timeout(
     for _ in range(3):
         slots.give()
     await asyncio.wait_for(waiting, 1.0 * TIME_SCALE)
+
+
+async def test_a_large_round_goes_out_in_bounded_calls_and_a_failed_one_is_written_again(
+    hub: Hub,
+) -> None:
+    servers = [await CallbackServer().start() for _ in range(6)]
+    try:
+        for server in servers:
+            await subscribe(hub, server, topic="chunky")
+        writer = hub.app[RUNTIME].delivery.attempts
+        keep, write, calls = writer.store.keep, writer.store.write, []
+
+        async def injected(topic: str, logs: dict[str, list[Attempt]]) -> None:
+            """The real write; the second call fails as if Redis went away."""
+            calls.append(sum(map(len, logs.values())))
+            if len(calls) == 2:
+                raise RedisConnectionError("injected: Redis went away mid-round")
+            await write(topic, logs)
+
+        writer.store.write = injected  # type: ignore[method-assign]
+        for i, server in enumerate(servers):
+            for k in range(keep):
+                writer.record("chunky", server.url, Attempt(k, 204, 1.0, None, f"{k}-{i}", "", 1))
+        await wait_for(lambda: not writer._logs and writer._task is None)
+        # 300 attempts: 250 (five logs) and 50 in a second call, which failed and was
+        # written again alone; nothing of the first call twice.
+        assert calls == [5 * keep, keep, keep] and 5 * keep <= CALL_ATTEMPTS < 6 * keep
+        for i, server in enumerate(servers):
+            logged, last = await writer.store.read("chunky", server.url)
+            assert [a.first_event_id for a in logged] == [f"{k}-{i}" for k in range(keep)][::-1]
+            assert last is not None and last.event_id == ""
+    finally:
+        for server in servers:
+            await server.stop()
