@@ -704,7 +704,9 @@ class DeliveryService:
         # Made first, stopped last: the cursor writes of the workers stopping go out.
         self.cursors = CursorWriter(store, node, tasks.group("cursors"))
         attempt_store = AttemptStore(store.redis, store.scripts, settings.attempt_log_size)
-        self.attempts = AttemptWriter(attempt_store, tasks.group("attempts"))
+        self.attempts = AttemptWriter(
+            attempt_store, tasks.group("attempts"), quiet=client.deliveries_answered
+        )
         self._requests = tasks.group("requests", peers=True)
         self._workers = tasks.group("workers", peers=True)
         self.bodies = Bodies(HubUrls(settings.public_url), settings.delivery_batch_max_bytes)

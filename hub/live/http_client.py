@@ -14,6 +14,7 @@ rebinding). Failures before an HTTP answer become :class:`CallbackFailed`, the o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections import deque
 from collections.abc import Mapping
@@ -65,6 +66,10 @@ class HttpClient:
 
     async def close(self) -> None:
         await self.connections.close()
+
+    async def deliveries_answered(self, timeout: float) -> None:
+        """Wait until no delivery POST is in flight, or ``timeout`` passed."""
+        await self._delivery_slots.all_free(timeout)
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Answer:
         """A delivery: the answer's status and headers (its body is skipped)."""
@@ -178,8 +183,11 @@ class _Slots:
     delivery started in the feed's fan-out must be; first come, first served."""
 
     def __init__(self, size: int) -> None:
+        self.size = size
         self.free = size
         self._waiters: deque[asyncio.Future[None]] = deque()
+        #: What :meth:`all_free` waits on, while something does.
+        self._all_free: asyncio.Future[None] | None = None
 
     def try_take(self) -> bool:
         if self.free > 0 and not self._waiters:
@@ -208,3 +216,16 @@ class _Slots:
                 waiter.set_result(None)
                 return
         self.free += 1
+        if self.free == self.size and self._all_free is not None:
+            if not self._all_free.done():
+                self._all_free.set_result(None)
+            self._all_free = None
+
+    async def all_free(self, timeout: float) -> None:
+        """Wait until no slot is taken, or ``timeout`` passed."""
+        if self.free >= self.size:
+            return
+        if self._all_free is None or self._all_free.done():
+            self._all_free = asyncio.get_running_loop().create_future()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._all_free), timeout)
