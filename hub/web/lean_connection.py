@@ -12,7 +12,9 @@ decline whatever they would have to do differently, and decide before any side e
 While a publish is stored, bytes that arrive (a pipelined request) are kept and reading is
 paused, so the next request's bytes are always the handed-over request's own. Reading is
 paused only then, not for every publish: a pause and resume cost the loop two ``epoll_ctl``
-calls, where a client that waits for its answer sends nothing meanwhile (issue 22).
+calls, where a client that waits for its answer sends nothing meanwhile (issue 22). The
+peer's end of sending seen meanwhile takes effect once the publish is answered, as it did
+when reading was paused.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ class LeanConnection(asyncio.Protocol):
         "_buffer",
         "_busy",
         "_complete",
+        "_eof",
         "_guard",
         "_headers",
         "_later",
@@ -104,6 +107,8 @@ class LeanConnection(asyncio.Protocol):
         #: Bytes received while busy (the next request's); reading is paused at the first.
         self._later = b""
         self._paused = False
+        #: The peer's end of sending, seen while busy: it takes effect once answered.
+        self._eof = False
         #: Waiting for the topic's feed to start (its first subscriber in this process).
         self._waiting = False
         self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
@@ -191,6 +196,20 @@ class LeanConnection(asyncio.Protocol):
             loop = asyncio.get_running_loop()
             self._timer = loop.call_later(self._lean.body_timeout, self._body_late)
 
+    def eof_received(self) -> bool | None:
+        if self._busy:  # answered first, as when reading was paused for every publish
+            self._eof = True
+            return True
+        return None  # the transport closes
+
+    def _eof_now(self, transport: asyncio.Transport) -> None:
+        """The end seen while busy, where reading would have seen it: handed to whichever
+        protocol the connection has now."""
+        self._eof = False
+        protocol = cast(asyncio.Protocol, transport.get_protocol())
+        if not transport.is_closing() and not protocol.eof_received():
+            transport.close()
+
     def _body_late(self) -> None:
         self._timer = None
         if self.transport is not None and self._parser is not None and not self._busy:
@@ -230,14 +249,16 @@ class LeanConnection(asyncio.Protocol):
         if task.result() is None:  # refused by the store, nothing stored: aiohttp's answer
             self._buffer += later
             self._hand_over()
-            return
-        self._reset()
-        self._guard.waiting(self, self._lean.keepalive)
-        if self._paused:
-            self._paused = False
-            transport.resume_reading()
-        if later:
-            self.data_received(later)
+        else:
+            self._reset()
+            self._guard.waiting(self, self._lean.keepalive)
+            if self._paused:
+                self._paused = False
+                transport.resume_reading()
+            if later:
+                self.data_received(later)
+        if self._eof:
+            self._eof_now(transport)
 
     # -- SSE
     def _start_stream(self, topic: str) -> None:

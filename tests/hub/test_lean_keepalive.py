@@ -186,3 +186,28 @@ async def test_a_handed_over_connection_keeps_the_keep_alive_deadline_it_had(
         assert spy.served == ["t", "t"]
     finally:
         conn.close()
+
+
+async def test_a_client_that_stops_sending_during_the_store_gets_its_answer_then_the_close(
+    hub: Hub, spy: Spy
+) -> None:
+    for second in (b"", _plain(1)):  # the end alone, and after a pipelined publish
+        conn = await Conn.open(hub)
+        try:
+            spy.gate.clear()
+            served = len(spy.served)
+            conn.writer.write(_plain(0))
+            await wait_for(lambda: spy.held == 1)
+            conn.writer.write(second)
+            conn.writer.write_eof()
+            spy.gate.set()
+            async with asyncio.timeout(10 * TIME_SCALE):
+                received = await conn.reader.read()
+            answers = received.count(b"HTTP/1.1 202 ")
+            # Each publish the lean path took was answered before the close.
+            assert answers == len(spy.served) - served >= 1, (second[:20], received)
+            assert received.startswith(b"HTTP/1.1 202 "), received
+        finally:
+            conn.close()
+    await wait_for(lambda: spy.held == 0)
+    assert len(await stored(hub, "t")) == len(spy.served)
