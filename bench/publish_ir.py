@@ -155,6 +155,9 @@ def main() -> int:
             hub.kill()
         redis.terminate()
         redis.wait()
+        for path in tmp.iterdir():  # the dump and the log are kept, Redis's files not
+            if not path.name.startswith(("callgrind.out", "hub.log")):
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
     n = args.publishes
     print(
         f"{args.hub_src}: {loop / n / 1000:.0f} k instructions per publish in the event loop's "
