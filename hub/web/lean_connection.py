@@ -9,8 +9,12 @@ answers with an error, is handed to aiohttp's ``RequestHandler`` on the same tra
 the bytes of that request received so far, and served exactly as before: the lean paths
 decline whatever they would have to do differently, and decide before any side effect.
 
-Reading is paused while a publish is stored, so a pipelined request waits in the socket and
-its bytes are always the handed-over request's own.
+While a publish is stored, bytes that arrive (a pipelined request) are kept and reading is
+paused, so the next request's bytes are always the handed-over request's own. Reading is
+paused only then, not for every publish: a pause and resume cost the loop two ``epoll_ctl``
+calls, where a client that waits for its answer sends nothing meanwhile (issue 22). The
+peer's end of sending seen meanwhile takes effect once the publish is answered, as it did
+when reading was paused.
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ class LeanConnection(asyncio.Protocol):
         "_buffer",
         "_busy",
         "_complete",
+        "_eof",
         "_guard",
         "_headers",
         "_later",
@@ -81,6 +86,7 @@ class LeanConnection(asyncio.Protocol):
         "_messages",
         "_mine",
         "_parser",
+        "_paused",
         "_publish",
         "_served",
         "_timer",
@@ -98,8 +104,11 @@ class LeanConnection(asyncio.Protocol):
         self._mine = True
         #: A publish being stored: reading is paused.
         self._busy = False
-        #: Bytes received while busy (the next request's).
+        #: Bytes received while busy (the next request's); reading is paused at the first.
         self._later = b""
+        self._paused = False
+        #: The peer's end of sending, seen while busy: it takes effect once answered.
+        self._eof = False
         #: Waiting for the topic's feed to start (its first subscriber in this process).
         self._waiting = False
         self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
@@ -140,7 +149,7 @@ class LeanConnection(asyncio.Protocol):
                 self._publish = lean.publish.head(self._url, self._headers)
                 if self._publish is not None:
                     topic = self._publish.topic
-                    self._guard.request_started(self)  # the body's deadline is ours
+                    self._guard.request_head(self)  # the body's deadline is ours
             elif lean.sse is not None:
                 topic = lean.sse.topic(method, self._url, self._headers)
         self._topic = topic or ""
@@ -157,8 +166,11 @@ class LeanConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         parser = self._parser
-        if self._busy:  # a last read after pause_reading: the next request's start
+        if self._busy:  # the next request's start: kept, and no more read until answered
             self._later += data
+            if not self._paused and self.transport is not None:
+                self._paused = True
+                self.transport.pause_reading()
             return
         if parser is None:
             if self._waiting:  # a pipelined request: aiohttp's then
@@ -184,6 +196,20 @@ class LeanConnection(asyncio.Protocol):
             loop = asyncio.get_running_loop()
             self._timer = loop.call_later(self._lean.body_timeout, self._body_late)
 
+    def eof_received(self) -> bool | None:
+        if self._busy:  # answered first, as when reading was paused for every publish
+            self._eof = True
+            return True
+        return None  # the transport closes
+
+    def _eof_now(self, transport: asyncio.Transport) -> None:
+        """The end seen while busy, where reading would have seen it: handed to whichever
+        protocol the connection has now."""
+        self._eof = False
+        protocol = cast(asyncio.Protocol, transport.get_protocol())
+        if not transport.is_closing() and not protocol.eof_received():
+            transport.close()
+
     def _body_late(self) -> None:
         self._timer = None
         if self.transport is not None and self._parser is not None and not self._busy:
@@ -203,11 +229,10 @@ class LeanConnection(asyncio.Protocol):
             return
         transport = self.transport
         self._busy = True
-        transport.pause_reading()
         if not self._served:  # once, as aiohttp's connection_made
             tcp_keepalive(transport)
         self._served += 1
-        task = asyncio.ensure_future(lean.serve(publish, transport, started))
+        task = asyncio.get_running_loop().create_task(lean.serve(publish, transport, started))
         self._lean.serving.add(task)
         task.add_done_callback(self._published)
 
@@ -224,12 +249,16 @@ class LeanConnection(asyncio.Protocol):
         if task.result() is None:  # refused by the store, nothing stored: aiohttp's answer
             self._buffer += later
             self._hand_over()
-            return
-        self._reset()
-        self._guard.waiting(self, self._lean.keepalive)
-        transport.resume_reading()
-        if later:
-            self.data_received(later)
+        else:
+            self._reset()
+            self._guard.waiting(self, self._lean.keepalive)
+            if self._paused:
+                self._paused = False
+                transport.resume_reading()
+            if later:
+                self.data_received(later)
+        if self._eof:
+            self._eof_now(transport)
 
     # -- SSE
     def _start_stream(self, topic: str) -> None:
@@ -305,7 +334,9 @@ class LeanConnection(asyncio.Protocol):
         self._guard.handed_over(self, handler)
         transport.set_protocol(handler)
         handler.connection_made(transport)
-        transport.resume_reading()  # (a no-op unless it was paused)
+        if self._paused:
+            self._paused = False
+            transport.resume_reading()
         if not transport.is_closing() and buffered:
             handler.data_received(buffered)
 
@@ -321,4 +352,5 @@ class Guard(Protocol):
     def released(self, conn: object) -> None: ...
     def handed_over(self, first: LeanConnection, handler: RequestHandler) -> None: ...
     def request_started(self, handler: object) -> None: ...
+    def request_head(self, conn: LeanConnection) -> None: ...
     def waiting(self, conn: LeanConnection, seconds: float) -> None: ...

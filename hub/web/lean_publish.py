@@ -63,6 +63,8 @@ _HEADERS = frozenset(
         b"x-request-id",
     }
 )
+_TOPICS_KEPT = 4096
+_MEDIA_TYPES_KEPT = 64
 #: A media type without parameters, as aiohttp's ``content_type`` gives it (lower case).
 _MEDIA_TYPE = re.compile(rb"[a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+")
 
@@ -92,7 +94,7 @@ class Publish:
 class LeanPublishing:
     """What the lean publish path needs of the app, looked up once."""
 
-    __slots__ = ("access_log", "ctx", "health", "max_body")
+    __slots__ = ("_media_types", "_topics", "access_log", "ctx", "health", "max_body")
 
     def __init__(self, app: web.Application) -> None:
         self.ctx: Publishing = app[PUBLISHING]
@@ -101,6 +103,11 @@ class LeanPublishing:
         self.access_log = settings.access_log
         #: Larger bodies are parsed off the loop, or refused (413): aiohttp's path.
         self.max_body = min(settings.max_body_bytes, self.ctx.parser.inline_bytes)
+        #: Checked topic names and Content-Type values as sent, and what each is: a
+        #: publisher sends the same few (bounded caches; the checks were a tenth of the
+        #: head's work, issue 22).
+        self._topics: dict[bytes, str] = {}
+        self._media_types: dict[bytes, str] = {}
 
     def head(self, url: bytes, headers: list[tuple[bytes, bytes]]) -> PublishHead | None:
         """The head of a plain publish the lean path serves as aiohttp would, else None."""
@@ -116,15 +123,25 @@ class LeanPublishing:
         if length is None or not length.isdigit() or int(length) > self.max_body:
             return None
         ctype = seen.get(b"content-type")
-        if ctype is not None:
-            ctype = ctype.strip().lower()  # (aiohttp strips and lowers it too)
-            if _MEDIA_TYPE.fullmatch(ctype) is None:
+        ctype_str = "" if ctype is None else self._media_types.get(ctype)
+        if ctype_str is None:
+            assert ctype is not None
+            lowered = ctype.strip().lower()  # (aiohttp strips and lowers it too)
+            if _MEDIA_TYPE.fullmatch(lowered) is None:
                 return None  # parameters, say: aiohttp's parse decides
-        ctype_str = ctype.decode() if ctype is not None else ""
-        try:
-            topic = check_name(url[len(_PREFIX) :].decode("ascii"))
-        except (RequestError, UnicodeDecodeError):
-            return None  # aiohttp answers it (400, or 404 for another path)
+            ctype_str = lowered.decode()
+            if len(self._media_types) < _MEDIA_TYPES_KEPT:
+                self._media_types[ctype] = ctype_str
+        name = url[len(_PREFIX) :]
+        topic = self._topics.get(name)
+        if topic is None:
+            try:
+                topic = check_name(name.decode("ascii"))
+            except (RequestError, UnicodeDecodeError):
+                return None  # aiohttp answers it (400, or 404 for another path)
+            if len(self._topics) >= _TOPICS_KEPT:
+                self._topics.clear()
+            self._topics[name] = topic
         authorization = seen.get(b"authorization")
         given_key = seen.get(b"idempotency-key")
         return PublishHead(
@@ -194,8 +211,17 @@ class LeanPublishing:
 
 def _response(status: int, ctype: str, body: bytes, rid: str) -> bytes:
     """The bytes aiohttp sends for a ``web.Response`` of ``body`` (tests compare them)."""
+    start = _STARTS.get((status, ctype))
+    if start is None:
+        start = _STARTS[(status, ctype)] = (
+            f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: {ctype}\r\n"
+        )
     return (
-        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: {ctype}\r\n"
-        f"Content-Length: {len(body)}\r\nDate: {rfc822_formatted_time()}\r\n"
-        f"Server: {SERVER_SOFTWARE}\r\n{REQUEST_ID_HEADER}: {rid}\r\n\r\n"
+        f"{start}Content-Length: {len(body)}\r\nDate: {rfc822_formatted_time()}\r\n"
+        f"{_SERVER}{rid}\r\n\r\n"
     ).encode() + body
+
+
+#: A response's first two lines by status and Content-Type (a handful: 202 and the 503s).
+_STARTS: dict[tuple[int, str], str] = {}
+_SERVER = f"Server: {SERVER_SOFTWARE}\r\n{REQUEST_ID_HEADER}: "

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Not a kept-alive lean connection (see ``ConnectionGuard._idle``).
+_NOT_IDLE = object()
+
 _BUSY_BODY = b'{"error": "too many connections; retry later", "status": 503}'
 _BUSY = (
     b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\n"
@@ -62,6 +65,11 @@ class ConnectionGuard:
         self._held = 0
         #: Shutting down: a lean connection that answered its publish is closed.
         self._closed = False
+        #: Kept-alive lean connections: when each stops waiting for its next request's head
+        #: (None while it serves one). Its timer in ``_pending`` is not re-armed per request
+        #: but when it fires early (a timer made and cancelled per publish was ~2% of the
+        #: lean publish's CPU, issue 22).
+        self._idle: dict[object, float | None] = {}
 
     def protocol_factory(
         self, server: web.Server, lean: Lean | None = None
@@ -104,11 +112,15 @@ class ConnectionGuard:
         """``first`` is now ``handler``'s (counted by aiohttp from its connection_made on),
         with the header deadline it had."""
         self._held -= 1
+        due = self._idle.pop(first, _NOT_IDLE)
         timer = self._pending.pop(first, None)
         if timer is not None:
             timer.cancel()
-            loop = asyncio.get_running_loop()
-            self._pending[handler] = loop.call_at(timer.when(), self._deadline, handler)
+            # None: it was serving a request (its timer a stale one).
+            when = timer.when() if due is _NOT_IDLE else cast("float | None", due)
+            if when is not None:
+                loop = asyncio.get_running_loop()
+                self._pending[handler] = loop.call_at(when, self._deadline, handler)
 
     def waiting(self, conn: LeanConnection, seconds: float) -> None:
         """A lean connection kept alive waits ``seconds`` at most for its next request's
@@ -117,7 +129,17 @@ class ConnectionGuard:
             conn.force_close()
             return
         loop = asyncio.get_running_loop()
-        self._pending[conn] = loop.call_later(seconds, self._deadline, conn)
+        due = self._idle[conn] = loop.time() + seconds
+        if conn not in self._pending:
+            self._pending[conn] = loop.call_at(due, self._deadline, conn)
+
+    def request_head(self, conn: LeanConnection) -> None:
+        """A lean connection has its request's head: no deadline for its next head (the
+        timer stays; :meth:`waiting` sets the deadline again)."""
+        if conn in self._idle:
+            self._idle[conn] = None
+        else:
+            self.request_started(conn)
 
     def dispatched(self, request: web.Request) -> None:
         """The request's headers are complete: its connection's header deadline is moot
@@ -125,13 +147,24 @@ class ConnectionGuard:
         self.request_started(request.protocol)
 
     def request_started(self, handler: object) -> None:
+        self._idle.pop(handler, None)
         timer = self._pending.pop(handler, None)
         if timer is not None:
             timer.cancel()
 
     def _deadline(self, conn: RequestHandler | LeanConnection) -> None:
         if self._pending.pop(conn, None) is None or conn.transport is None:
+            self._idle.pop(conn, None)
             return
+        if conn in self._idle:
+            due = self._idle[conn]
+            if due is None:  # serving a request: :meth:`waiting` arms the next deadline
+                return
+            loop = asyncio.get_running_loop()
+            if due > loop.time():  # it served requests since: wait on
+                self._pending[conn] = loop.call_at(due, self._deadline, conn)
+                return
+            del self._idle[conn]
         log.debug("closing a connection that sent no complete request headers in time")
         conn.force_close()
 
@@ -139,9 +172,12 @@ class ConnectionGuard:
         self._closed = True
         for conn, timer in self._pending.items():
             timer.cancel()
+            if self._idle.get(conn, 0.0) is None:  # serving a request: it ends as before
+                continue
             if not isinstance(conn, RequestHandler):  # aiohttp's shutdown closes its own
                 cast("LeanConnection", conn).force_close()
         self._pending.clear()
+        self._idle.clear()
 
 
 class GuardedSite(web.BaseSite):
