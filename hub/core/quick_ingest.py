@@ -25,7 +25,7 @@ import orjson
 
 from hub.core.events import EMPTY_BODY, LOC, packed_from_root
 from hub.core.exceptions import BadRequest
-from hub.core.packed import Packed, pack
+from hub.core.packed import Packed, pack_nul_free
 from resourcesync import DEFAULT_LIMITS, Limits, parse_root
 from resourcesync.namespaces import LASTMOD, MAX_ENTRIES, RS_LN, RS_MD, URL, URLSET
 from resourcesync.namespaces import LOC as LOC_TAG
@@ -48,7 +48,7 @@ def packed_from_document(body: bytes, max_bytes: int, limits: Limits = DEFAULT_L
         raise BadRequest(EMPTY_BODY)
     root = parse_root(body, max_bytes=max_bytes)
     rows = quick_rows(root, limits)
-    return packed_from_root(root, limits) if rows is None else pack(rows)
+    return packed_from_root(root, limits) if rows is None else pack_nul_free(rows)
 
 
 def quick_rows(root: Any, limits: Limits = DEFAULT_LIMITS) -> list[Row] | None:

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from hub.core import events, quick_ingest
+from hub.core.packed import Packed
 from resourcesync import Limits, parse_root
 from tests.support import TIME_SCALE
 
@@ -74,6 +75,7 @@ def test_the_plain_shape_takes_the_fast_path() -> None:
         root_extra='<rs:ln rel="up" href="http://example.com/caps.xml"/>',
     )
     assert same(body)
+    assert type(quick_ingest.packed_from_document(body, 1 << 20)) is Packed
 
 
 def test_what_the_full_path_ignores_the_fast_path_ignores_too() -> None:
