@@ -73,7 +73,8 @@ PROFILES: dict[tuple[Capability, bool], Profile] = {
 }
 
 _HASH_TOKEN = r"(?:md5:[0-9a-fA-F]{32}|sha-1:[0-9a-fA-F]{40}|sha-256:[0-9a-fA-F]{64})"
-_HASH_LIST = re.compile(rf"\s*{_HASH_TOKEN}(?:\s+{_HASH_TOKEN})*\s*", re.ASCII)
+#: A valid ``hash`` value, whole: what :func:`check_hash` accepts without a word.
+HASH_LIST = re.compile(rf"\s*{_HASH_TOKEN}(?:\s+{_HASH_TOKEN})*\s*", re.ASCII)
 
 
 def check_hash(value: str) -> tuple[str, str] | None:
@@ -81,7 +82,7 @@ def check_hash(value: str) -> tuple[str, str] | None:
 
     Returns ``(rule, detail)`` when the value is wrong, else ``None``.
     """
-    if _HASH_LIST.fullmatch(value) is not None:
+    if HASH_LIST.fullmatch(value) is not None:
         return None
     tokens = value.split()
     if not tokens:
@@ -226,7 +227,7 @@ def _check_entries(entries: tuple[Entry, ...], profile: Profile, name: str, trus
     )
     seen_capabilities: set[str] = set()
     previous: datetime | None = None
-    hash_ok = _HASH_LIST.fullmatch  # the common, valid case without a function call
+    hash_ok = HASH_LIST.fullmatch  # the common, valid case without a function call
     for i, entry in enumerate(entries):
         if not entry.loc:
             raise ValidationError("entry.loc-required", name, i, "no <loc>")

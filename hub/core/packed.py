@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 _SEP = b"\0"
+#: Builds a :class:`Packed` without the named tuple's ``__new__`` in Python.
+_new = tuple.__new__
 
 
 class Packed(NamedTuple):
@@ -32,6 +34,14 @@ def pack(changes: Iterable[tuple[str, str, bytes]]) -> Packed:
     if data.count(_SEP) != 3 * len(parts):  # one pass in C: a stray NUL would misframe
         raise ValueError("a change's loc, type or JSON holds a NUL byte")
     return Packed(data, len(parts))
+
+
+def pack_nul_free(changes: list[tuple[str, str, bytes]]) -> Packed:
+    """:func:`pack` of changes whose fields cannot hold a NUL (a loc that
+    :data:`hub.core.events.LOC` accepted, a change type, orjson's JSON), without its check:
+    a pass over every byte, a tenth of a one-change publish's packing (issue 22)."""
+    parts = [b"%s\0%s\0%s\0" % (loc.encode(), kind.encode(), event) for loc, kind, event in changes]
+    return _new(Packed, (b"".join(parts), len(parts)))
 
 
 def unpack(packed: Packed) -> list[tuple[str, str, bytes]]:

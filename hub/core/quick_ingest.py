@@ -17,6 +17,7 @@ and the children of those leaf elements (libxml2 bounds their nesting).
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 
@@ -24,17 +25,21 @@ import orjson
 
 from hub.core.events import EMPTY_BODY, LOC, packed_from_root
 from hub.core.exceptions import BadRequest
-from hub.core.packed import Packed, pack
+from hub.core.packed import Packed, pack_nul_free
 from resourcesync import DEFAULT_LIMITS, Limits, parse_root
-from resourcesync.datetimes import UTC_SECONDS
 from resourcesync.namespaces import LASTMOD, MAX_ENTRIES, RS_LN, RS_MD, URL, URLSET
 from resourcesync.namespaces import LOC as LOC_TAG
-from resourcesync.validate import check_hash
+from resourcesync.validate import HASH_LIST
 
 Row = tuple[str, str, bytes]
 
 _NOTIFICATION = "changelist-notification"
 _CHANGES = frozenset({"created", "updated", "deleted"})
+_NUL = "\0"
+#: NUL-separated values each matching LOC (HASH_LIST): a regex call per document, not per
+#: value, whose call cost was as much as its matching (issue 22).
+_LOCS = re.compile(rf"{LOC.pattern}(?:\0{LOC.pattern})*", LOC.flags).fullmatch
+_HASHES = re.compile(rf"{HASH_LIST.pattern}(?:\0{HASH_LIST.pattern})*", HASH_LIST.flags).fullmatch
 
 
 def packed_from_document(body: bytes, max_bytes: int, limits: Limits = DEFAULT_LIMITS) -> Packed:
@@ -43,7 +48,7 @@ def packed_from_document(body: bytes, max_bytes: int, limits: Limits = DEFAULT_L
         raise BadRequest(EMPTY_BODY)
     root = parse_root(body, max_bytes=max_bytes)
     rows = quick_rows(root, limits)
-    return packed_from_root(root, limits) if rows is None else pack(rows)
+    return packed_from_root(root, limits) if rows is None else pack_nul_free(rows)
 
 
 def quick_rows(root: Any, limits: Limits = DEFAULT_LIMITS) -> list[Row] | None:
@@ -92,14 +97,19 @@ def quick_rows(root: Any, limits: Limits = DEFAULT_LIMITS) -> list[Row] | None:
     if not has_md or not entries or len(entries) > min(limits.max_entries, MAX_ENTRIES):
         return None
     max_md = min(4, max_attributes)
-    changes, utc_seconds, loc_ok = _CHANGES, UTC_SECONDS, LOC
+    changes = _CHANGES
     fromisoformat, dumps = datetime.fromisoformat, orjson.dumps
     rows: list[Row] = []
+    locs: list[str] = []
+    hashes: list[str] = []
     previous = ""
     for entry in entries:
         loc: str | None = None
         lastmod: str | None = None
-        event: dict[str, Any] | None = None
+        change: str | None = None  # set once the one rs:md is read
+        hash_: str | None = None
+        length: int | None = None
+        kind: str | None = None
         links: list[dict[str, str]] | None = None
         for child in entry:
             tag = child.tag
@@ -113,35 +123,39 @@ def quick_rows(root: Any, limits: Limits = DEFAULT_LIMITS) -> list[Row] | None:
                 if lastmod is not None or len(text) > max_chars:
                     return None
                 text = text.strip()
-                if utc_seconds.fullmatch(text) is None:  # other W3C spellings: the full path
+                # Exactly YYYY-MM-DDThh:mm:ssZ: twenty ASCII characters with these six
+                # separators, whose digits fromisoformat checks (other spellings, and
+                # impossible dates, get the full path's verdict).
+                if len(text) != 20 or text[4::3] != "--T::Z" or not text.isascii():
                     return None
                 try:
-                    fromisoformat(text)  # an impossible date: the full path's error
+                    fromisoformat(text)
                 except ValueError:
                     return None
                 lastmod = text
             elif tag == md_tag:
                 attrib = child.attrib
-                if event is not None or len(attrib) > max_md:
+                if change is not None or len(attrib) > max_md:
                     return None
-                event = {}
                 for key, value in attrib.items():
                     if len(value) > max_chars:
                         return None
                     if key == "change":
                         if value not in changes:
                             return None
+                        change = value
                     elif key == "hash":
-                        if check_hash(value) is not None:
-                            return None
+                        hash_ = value
+                        hashes.append(value)
                     elif key == "length":
                         if not (value.isascii() and value.isdigit()):
                             return None
-                        value = int(value)
-                    elif key != "type":
+                        length = int(value)
+                    elif key == "type":
+                        kind = value
+                    else:
                         return None
-                    event[key] = value
-                if "change" not in event:
+                if change is None:
                     return None
             elif tag == ln_tag:
                 if links is None:
@@ -155,18 +169,22 @@ def quick_rows(root: Any, limits: Limits = DEFAULT_LIMITS) -> list[Row] | None:
                 links.append({"rel": rel, "href": href})
             else:
                 return None
-        if loc is None or lastmod is None or event is None or loc_ok.fullmatch(loc) is None:
-            return None
-        if lastmod < previous:
+        if loc is None or lastmod is None or change is None or lastmod < previous:
             return None
         previous = lastmod
-        change = event["change"]
+        locs.append(loc)
         stored: dict[str, Any] = {"loc": loc, "lastmod": lastmod, "change": change}
-        if len(event) > 1:
-            for name in ("hash", "length", "type"):
-                if name in event:
-                    stored[name] = event[name]
+        if hash_ is not None:
+            stored["hash"] = hash_
+        if length is not None:
+            stored["length"] = length
+        if kind is not None:
+            stored["type"] = kind
         if links is not None:
             stored["links"] = links
         rows.append((loc, change, dumps(stored)))
+    # Every loc against LOC and every hash against HASH_LIST, each in one regex call over
+    # the values joined by NUL (which XML text cannot hold, nor either pattern match).
+    if _LOCS(_NUL.join(locs)) is None or (hashes and _HASHES(_NUL.join(hashes)) is None):
+        return None
     return rows

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from hub.core import events, quick_ingest
+from hub.core.packed import Packed
 from resourcesync import Limits, parse_root
 from tests.support import TIME_SCALE
 
@@ -74,6 +75,7 @@ def test_the_plain_shape_takes_the_fast_path() -> None:
         root_extra='<rs:ln rel="up" href="http://example.com/caps.xml"/>',
     )
     assert same(body)
+    assert type(quick_ingest.packed_from_document(body, 1 << 20)) is Packed
 
 
 def test_what_the_full_path_ignores_the_fast_path_ignores_too() -> None:
@@ -320,3 +322,54 @@ def test_seeded_fuzz_of_hostile_documents() -> None:
         same(body, limits)
         errors += isinstance(outcome(events.packed_from_document, body, limits), tuple)
     assert errors > 150, errors
+
+
+#: Characters around each rule's edges: other scripts' digits and letters that case-fold to
+#: ASCII ones (the long s, the Kelvin sign), controls that LOC or a hash list allows or not.
+_ODD = [
+    *'09aAZT:-.+/?#"\\',
+    *"\t\n \x7f\x85\xa0\u2028",
+    *"\u017f\u212a\u0663\u00b2\u00e9",
+]
+
+
+def _mutate(value: str, rng: random.Random) -> str:
+    """``value`` with one character replaced, inserted or removed."""
+    at = rng.randrange(len(value) + 1)
+    odd = rng.choice(_ODD)
+    kind = rng.randrange(3)
+    if kind == 0:
+        return value[:at] + odd + value[at + 1 :]
+    if kind == 1:
+        return value[:at] + odd + value[at:]
+    return value[:at] + value[at + 1 :]
+
+
+def test_seeded_fuzz_of_values_one_entry_among_many() -> None:
+    """One loc, lastmod or hash made odd at a random place among up to 60 plain entries:
+    the fast path checks each kind of value for the whole document at once (branch
+    ingest-cut), so the odd one must still decide the verdict, wherever it is."""
+    rng = random.Random(4022)
+    taken = declined = 0
+    for _ in range(1500):
+        count = rng.choice([1, 2, 3, 17, 60])
+        values = [
+            [
+                f"http://example.com/r/{n}?v={n * 7}",
+                f"2013-01-02T00:{n // 60:02}:{n % 60:02}Z",
+                f"md5:{n:032x}",
+            ]
+            for n in range(count)
+        ]
+        for _ in range(rng.choice([0, 1, 1, 1, 2])):
+            row = rng.choice(values)
+            field = rng.randrange(3)
+            row[field] = _mutate(row[field], rng)
+        entries = [
+            entry(loc, stamp, f'change="updated" hash="{digest}"') for loc, stamp, digest in values
+        ]
+        if same(doc(entries)):
+            taken += 1
+        else:
+            declined += 1
+    assert taken > 300 and declined > 300, (taken, declined)
