@@ -373,3 +373,25 @@ def test_seeded_fuzz_of_values_one_entry_among_many() -> None:
         else:
             declined += 1
     assert taken > 300 and declined > 300, (taken, declined)
+
+
+def test_the_joined_checks_are_the_per_value_checks() -> None:
+    """Locs and hashes are checked joined by NUL in one regex call: that is the per-value
+    check only while neither pattern can match a NUL (a NUL-free value can't straddle the
+    separator). Seeded pairs of values, each valid or not, give the same verdict both ways."""
+    from resourcesync.validate import HASH_LIST
+
+    for pattern in (events.LOC, HASH_LIST):
+        assert pattern.search("\0") is None
+        assert pattern.fullmatch("x\0x") is None
+    rng = random.Random(22)
+    locs = ["http://a.example/x", "https://b.example/?q#f", "ftp://c.example/", "http://", "x"]
+    hashes = ["md5:" + "a" * 32, " sha-1:" + "0" * 40 + " ", "md5:" + "a" * 31, "sha-256:", ""]
+    for _ in range(2_000):
+        for check, joined, values in (
+            (events.LOC.fullmatch, quick_ingest._LOCS, locs),
+            (HASH_LIST.fullmatch, quick_ingest._HASHES, hashes),
+        ):
+            picked = [rng.choice(values) + rng.choice(["", " ", "é", "\x7f"]) for _ in range(3)]
+            each = all(check(value) is not None for value in picked)
+            assert (joined("\0".join(picked)) is not None) == each, picked
