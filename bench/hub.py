@@ -40,7 +40,9 @@ Figures (targets from the performance issue, each measured in this run):
    from when its frames exist (ratio >= 0.5); p50/p99 publish-to-receive latency at a
    steady 1,000 changes/s (p99 <= 10 ms);
 4. WebSub fan-out to 100 callbacks: changes/s delivered summed over callbacks (>= 3,000/s);
-   p50/p99 publish-to-callback latency at 20 changes/s (p50 <= 3 ms, p99 <= 10 ms);
+   p50/p99 publish-to-callback latency at 20 changes/s (p50 <= 3 ms, p99 <= 10 ms), beside
+   a bare fan-out (this conductor, placed where the hub runs, writes each change's POST to
+   the same 100 callbacks at the same pace at once: the floor of the receiver and machine);
 5. ``delivery-cpu``: hub CPU seconds (``/proc``) per WebSub POST, 100 callbacks subscribed
    with ``hub.secret`` (signed), 4-change publishes paced so that each POST carries one;
    beside an aiohttp ``ClientSession`` in this process POSTing the same signed body to the
@@ -221,6 +223,56 @@ def percentile(values: list[int], q: float) -> float:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
     return float(ordered[index])
+
+
+class _Answers(asyncio.Protocol):
+    """A kept-alive connection of :func:`bare_fanout`: the callbacks' 204s are dropped."""
+
+    def data_received(self, data: bytes) -> None:
+        pass
+
+
+async def bare_fanout(
+    base: str, sinks: int, interval: float, seconds: float, first: int, link: str
+) -> int:
+    """Figure 4's baseline: what the callbacks' receiver and this machine allow a fan-out.
+
+    Every ``interval`` s, one fresh change, stamped as :func:`paced` stamps a publish, is
+    written as a POST to each of ``sinks`` kept-alive connections to ``{base}/cb/{i}``, in
+    one pass from bytes built once but for each head: no store, no parse, no signing, no
+    answers awaited. Returns the changes sent (each to every sink).
+    """
+    loop = asyncio.get_running_loop()
+    where = urllib.parse.urlsplit(base)
+    host, port = where.hostname or HOST, where.port or 80
+    transports: list[asyncio.Transport] = []
+    try:
+        for _ in range(sinks):
+            transport, _answers = await asyncio.wait_for(
+                loop.create_connection(_Answers, host, port), 10
+            )
+            transports.append(transport)
+        heads = [
+            (
+                f"POST /cb/{i} HTTP/1.1\r\nHost: {where.netloc}\r\n"
+                f"Content-Type: application/xml\r\nLink: {link}\r\nContent-Length: "
+            ).encode()
+            for i in range(sinks)
+        ]
+        ticks = round(seconds / interval)
+        start = time.perf_counter()
+        for k in range(ticks):
+            delay = start + k * interval - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            body = notification(first + k, 1, time.perf_counter_ns())
+            rest = b"%d\r\n\r\n%s" % (len(body), body)
+            for transport, head in zip(transports, heads, strict=True):
+                transport.write(head + rest)
+        return ticks
+    finally:
+        for transport in transports:
+            transport.close()
 
 
 # -- receiving side: counts per sink (WebSocket client or callback path) ------------------
@@ -714,6 +766,20 @@ class Placement:
             os.sched_setaffinity(0, self.helper_cpus)
         if self.mode == "batch":
             os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+
+    @contextlib.contextmanager
+    def as_server(self) -> Iterator[None]:
+        """This conductor placed as a server under test, for a baseline it runs itself
+        (figure 4's bare fan-out sends from where the hub sent)."""
+        if not self.server_cpus:
+            yield
+            return
+        before = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, self.server_cpus)
+        try:
+            yield
+        finally:
+            os.sched_setaffinity(0, before)
 
     def describe(self) -> str:
         if self.mode == "apart":
@@ -1559,6 +1625,24 @@ class Bench:
             lat = await self.callbacks.expect(30)
         lat_note = "" if lat["complete"] else f"INCOMPLETE min {lat['min_count']}/{changes}"
 
+        # baseline: the same pace and receiver, POSTs written at once from the hub's CPU
+        await self.callbacks.reset(changes, latency=True)
+        link = f'<{self.hub}/>; rel="hub", <{url}>; rel="self"'
+        with self.cpu.measure("bare fan-out"), PLACEMENT.as_server():
+            await bare_fanout(
+                self.callbacks_base,
+                s.websub_callbacks,
+                0.05,
+                s.websub_latency_seconds,
+                self.fresh(changes),
+                link,
+            )
+        bare = await self.callbacks.expect(30)
+        if not bare["complete"]:
+            lat_note = "; ".join(
+                filter(None, [lat_note, f"bare INCOMPLETE min {bare['min_count']}/{changes}"])
+            )
+
         self.rows.append(
             Row(
                 f"4. WebSub changes/s delivered (sum, {s.websub_callbacks} callbacks)",
@@ -1574,9 +1658,11 @@ class Bench:
                 "4. WebSub latency p50 @20 changes/s",
                 lat["p50_ms"],
                 "ms",
+                bare["p50_ms"],
+                "bare fan-out",
                 target=("max", 3),
                 note=lat_note,
-                complete=lat["complete"],
+                complete=lat["complete"] and bare["complete"],
             )
         )
         self.rows.append(
@@ -1584,16 +1670,19 @@ class Bench:
                 "4. WebSub latency p99 @20 changes/s",
                 lat["p99_ms"],
                 "ms",
+                bare["p99_ms"],
+                "bare fan-out",
                 target=("max", 10),
                 note=lat_note,
-                complete=lat["complete"],
+                complete=lat["complete"] and bare["complete"],
             )
         )
         print(
             f"  4. websub changes/s {rate:,.0f}; latency min {lat['min_ms']:.1f} ms "
             f"p50 {lat['p50_ms']:.1f} ms "
             f"p99 {lat['p99_ms']:.1f} ms max {lat['max_ms']:.1f} ms "
-            f"({lat['samples']:,} samples)",
+            f"({lat['samples']:,} samples); bare fan-out p50 {bare['p50_ms']:.1f} ms "
+            f"p99 {bare['p99_ms']:.1f} ms",
             flush=True,
         )
 

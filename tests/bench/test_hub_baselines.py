@@ -98,3 +98,37 @@ async def test_xadd_baseline_spreads_the_rounds_over_client_processes(redis_url:
         assert client.exists("test:xadd") == 0  # cleaned up
     finally:
         client.close()
+
+
+async def test_the_bare_fan_out_posts_each_change_to_every_callback_at_its_pace() -> None:
+    """Figure 4's baseline: each tick's one stamped change reaches every callback as a whole
+    POST with the hub's Link header, on kept-alive connections, and the stamps are fresh."""
+    from bench.hub import RawCallback, bare_fanout
+
+    got: list[tuple[int, bytes, bytes, int]] = []
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(
+        lambda: RawCallback(lambda _t, _i: None, lambda *post: got.append(post)), "127.0.0.1", 0
+    )
+    port = server.sockets[0].getsockname()[1]
+    link = '<http://hub.invalid/>; rel="hub", <http://hub.invalid/topics/t>; rel="self"'
+    try:
+        began = time.perf_counter_ns()
+        sent = await bare_fanout(f"http://127.0.0.1:{port}", 3, 0.01, 0.05, 40, link)
+        assert sent == 5
+
+        deadline = time.monotonic() + 10 * TIME_SCALE
+        while len(got) < 15 and time.monotonic() < deadline:  # noqa: ASYNC110 (a plain list)
+            await asyncio.sleep(0.005)
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert sorted(i for i, *_ in got) == [0] * 5 + [1] * 5 + [2] * 5
+    for _, head, body, received in got:
+        assert b"\r\nlink: " + link.lower().encode() in head
+        assert body.count(b"<url>") == 1
+        stamp = int(body.split(b"?t=")[1].split(b"<")[0])
+        assert began <= stamp <= received
+    for i in range(3):  # each callback got the five changes in order
+        locs = [body.split(b"<loc>")[1].split(b"?")[0] for j, _, body, _ in got if j == i]
+        assert locs == [b"http://bench/x/%d" % n for n in range(40, 45)]
