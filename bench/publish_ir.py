@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,33 +28,17 @@ from pathlib import Path
 
 import aiohttp
 
-HEAD = (
-    '<?xml version="1.0" encoding="UTF-8"?>\n<urlset '
-    'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
-    'xmlns:rs="http://www.openarchives.org/rs/terms/">'
-    '<rs:md capability="changelist-notification"/>'
-)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.hub import notification
+from tests.support import free_port
+
 CONCURRENCY = 32
 WARM_UP = 400
 
 
-def body(i: int) -> bytes:
-    """Figure 1's single-change notification (``bench/hub.py``'s ``notification(i, 1)``)."""
-    return (
-        f"{HEAD}<url><loc>http://bench/x/{i}?t=0</loc><lastmod>2024-01-01T00:00:00Z</lastmod>"
-        f'<rs:md change="updated" hash="md5:{i % 65536:032x}" length="{1000 + i % 1000}" '
-        f'type="text/html"/></url></urlset>'
-    ).encode()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def post(session: aiohttp.ClientSession, url: str, first: int, count: int) -> None:
-    pool = [body(i) for i in range(100)]
+    pool = [notification(i, 1) for i in range(100)]  # figure 1's bodies
     todo = iter(range(first, first + count))
 
     async def worker() -> None:

@@ -47,10 +47,13 @@ class HeldCallback(CallbackServer):
 
 
 @pytest.fixture
-async def pair() -> AsyncIterator[tuple[CallbackServer, HeldCallback]]:
+async def pair(hub: Hub) -> AsyncIterator[tuple[CallbackServer, HeldCallback]]:
+    """A fast callback and a held one, both subscribed to ``t``."""
     fast, held = CallbackServer(), HeldCallback()
     await fast.start()
     await held.start()
+    await subscribe(hub, fast)
+    await subscribe(hub, held)
     yield fast, held
     held.gate.set()
     await fast.stop()
@@ -66,8 +69,6 @@ async def test_a_round_waits_until_the_deliveries_in_flight_are_answered(
     hub: Hub, pair: tuple[CallbackServer, HeldCallback]
 ) -> None:
     fast, held = pair
-    await subscribe(hub, fast)
-    await subscribe(hub, held)
     delivery = hub.app[RUNTIME].delivery
     writer, slots = delivery.attempts, delivery.client._delivery_slots
     writer.patience = 60.0  # its bound is the next test's: here only the wait counts
@@ -105,8 +106,6 @@ async def test_a_round_waits_no_longer_than_its_patience(
     hub: Hub, pair: tuple[CallbackServer, HeldCallback]
 ) -> None:
     fast, held = pair
-    await subscribe(hub, fast)
-    await subscribe(hub, held)
     delivery = hub.app[RUNTIME].delivery
     delivery.attempts.patience = 0.2
     slots = delivery.client._delivery_slots
