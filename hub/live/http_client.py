@@ -17,8 +17,9 @@ import asyncio
 import contextlib
 import socket
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 from hub.core.addresses import refusal
@@ -87,28 +88,24 @@ class HttpClient:
         that would wait (no slot free, no idle connection to the callback) or fail (then
         :meth:`post` says why). What it returns goes to :meth:`finish_post` or
         :meth:`abandon_post`, exactly once."""
-        if not self._delivery_slots.try_take():
-            return None
-        started = None
-        try:
-            started = self.connections.begin_post(
-                url, body, headers, self.settings.delivery_timeout
-            )
-        except CallbackFailed:
-            pass
-        finally:
-            if started is None:
-                self._delivery_slots.give()
-        return started
+        return self._begin(
+            self.connections.begin_post, url, body, headers, self.settings.delivery_timeout
+        )
 
     def begin_built(self, prefix: Prefix, request: bytes) -> Started | None:
         """:meth:`begin_post` of a request the caller built on ``prefix``
         (:meth:`CallbackConnections.begin_built`)."""
+        return self._begin(
+            self.connections.begin_built, prefix, request, self.settings.delivery_timeout
+        )
+
+    def _begin(self, begin: Callable[..., Started | None], *args: Any) -> Started | None:
+        """``begin(*args)`` holding a delivery slot, given back unless a POST was started."""
         if not self._delivery_slots.try_take():
             return None
         started = None
         try:
-            started = self.connections.begin_built(prefix, request, self.settings.delivery_timeout)
+            started = begin(*args)
         except CallbackFailed:
             pass
         finally:

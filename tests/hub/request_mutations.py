@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 
@@ -34,3 +35,14 @@ def mutate(
         else:  # a second request behind it
             out += data[: rng.randrange(len(data))]
     return bytes(out)
+
+
+async def send_in_pieces(writer: asyncio.StreamWriter, data: bytes, pieces: int) -> None:
+    """``data`` written in ``pieces`` writes, a millisecond apart (so that they arrive as
+    separate reads)."""
+    step = max(1, len(data) // pieces)
+    for i in range(0, len(data), step):
+        writer.write(data[i : i + step])
+        await writer.drain()
+        if pieces > 1:
+            await asyncio.sleep(0.001)

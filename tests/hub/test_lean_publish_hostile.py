@@ -22,7 +22,7 @@ import pytest
 from hub.store import keys
 from hub.web.lean_publish import LeanPublishing
 from tests.conftest import Hub
-from tests.hub.request_mutations import mutate
+from tests.hub.request_mutations import mutate, send_in_pieces
 from tests.hub.test_dropped_clients import _to_redis
 from tests.hub.test_lean_publish import Conn, request, stored
 from tests.support import TIME_SCALE, changes, notification, wait_for
@@ -76,12 +76,7 @@ async def _all_answers(hub: Hub, data: bytes, *, pieces: int = 1) -> tuple[bytes
     started = time.monotonic()
     received = b""
     try:
-        step = max(1, len(data) // pieces)
-        for i in range(0, len(data), step):
-            writer.write(data[i : i + step])
-            await writer.drain()
-            if pieces > 1:
-                await asyncio.sleep(0.001)
+        await send_in_pieces(writer, data, pieces)
         deadline = started + 4 * TIME_SCALE
         while (left := deadline - time.monotonic()) > 0:
             quiet = 0.3 * TIME_SCALE if _complete(received) else left

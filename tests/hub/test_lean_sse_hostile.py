@@ -21,7 +21,7 @@ import pytest
 from hub.web.lean_sse import LeanStream
 from hub.web.streams import STREAMING
 from tests.conftest import Hub
-from tests.hub.request_mutations import mutate
+from tests.hub.request_mutations import mutate, send_in_pieces
 from tests.hub.test_dropped_clients import _to_redis
 from tests.support import TIME_SCALE, changes, notification, wait_for
 from tests.watchdog import Watchdog
@@ -77,12 +77,7 @@ async def _answer(hub: Hub, data: bytes, *, pieces: int = 1) -> tuple[bytes, flo
     reader, writer = await asyncio.open_connection("127.0.0.1", _port(hub))
     started = time.monotonic()
     try:
-        step = max(1, len(data) // pieces)
-        for i in range(0, len(data), step):
-            writer.write(data[i : i + step])
-            await writer.drain()
-            if pieces > 1:
-                await asyncio.sleep(0.001)
+        await send_in_pieces(writer, data, pieces)
         async with asyncio.timeout(10 * TIME_SCALE):
             try:
                 head = await reader.readuntil(b"\r\n\r\n")
