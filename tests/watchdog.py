@@ -37,16 +37,56 @@ from types import TracebackType
 from tests.support import TIME_SCALE, wait_for
 
 
-def open_sockets() -> int:
-    """The sockets this process holds open (from ``/proc/self/fd``)."""
-    count = 0
+def _socket_inodes() -> set[str]:
+    inodes = set()
     for fd in os.listdir("/proc/self/fd"):
         try:
-            if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
-                count += 1
+            target = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:  # closed while listed
-            pass
-    return count
+            continue
+        if target.startswith("socket:"):
+            inodes.add(target[len("socket:[") : -1])
+    return inodes
+
+
+def open_sockets() -> int:
+    """The sockets this process holds open (from ``/proc/self/fd``)."""
+    return len(_socket_inodes())
+
+
+def _endpoint(hex_address: str) -> str:
+    host, port = hex_address.split(":")
+    if len(host) == 8:  # IPv4, little-endian
+        ip = ".".join(str(int(host[i : i + 2], 16)) for i in (6, 4, 2, 0))
+    else:
+        ip = "[ipv6]"
+    return f"{ip}:{int(port, 16)}"
+
+
+def describe_sockets() -> list[str]:
+    """This process's TCP sockets as ``local -> remote (state)``, for a leak's message:
+    which client or server kept its socket says where to look."""
+    inodes = _socket_inodes()
+    found = []
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as rows:
+            for row in list(rows)[1:]:
+                fields = row.split()
+                if fields[9] in inodes:
+                    inodes.discard(fields[9])
+                    local, remote = _endpoint(fields[1]), _endpoint(fields[2])
+                    found.append(f"{local} -> {remote} (state {fields[3]})")
+    return sorted(found) + [f"non-TCP socket {inode}" for inode in sorted(inodes)]
+
+
+async def sockets_back(baseline: int, timeout: float = 10.0) -> None:
+    """Wait until the process holds at most ``baseline`` sockets; else fail naming them."""
+    try:
+        await wait_for(lambda: open_sockets() <= baseline, timeout)
+    except AssertionError:
+        raise AssertionError(
+            f"{open_sockets()} sockets open, {baseline} at the start: {describe_sockets()}"
+        ) from None
 
 
 class _ErrorCounter(logging.Handler):
@@ -136,12 +176,7 @@ class Watchdog:
 
     async def sockets_back(self, timeout: float = 10.0, slack: int = 0) -> None:
         """Wait until the process holds no more sockets than when the watchdog started."""
-        try:
-            await wait_for(lambda: open_sockets() <= self.baseline_sockets + slack, timeout)
-        except AssertionError:
-            raise AssertionError(
-                f"{open_sockets()} sockets open, {self.baseline_sockets} at the start"
-            ) from None
+        await sockets_back(self.baseline_sockets + slack, timeout)
 
 
 _frozen_depth = 0

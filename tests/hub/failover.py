@@ -26,7 +26,7 @@ from hub.store import keys
 from tests.conftest import start_hub
 from tests.hub.callback_server import CallbackServer
 from tests.support import TIME_SCALE, free_port, notification, wait_for
-from tests.watchdog import open_sockets
+from tests.watchdog import open_sockets, sockets_back
 
 PUBLISHERS = 3
 #: Publishes acknowledged by each hub before the kill, and again after the failover.
@@ -208,7 +208,7 @@ async def run_failover(
         await callback.stop()
         callback._runner = None
         # Every client the hubs made (the Sentinel's included) is closed with them.
-        await wait_for(lambda: open_sockets() <= sockets, timeout=10)
+        await sockets_back(sockets, timeout=10)
         return failover, figures, messages
     finally:
         stop.set()
