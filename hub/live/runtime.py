@@ -222,16 +222,30 @@ class Runtime:
         await self.ownership.close()
 
     async def close(self) -> None:
-        """Stop everything, in reverse dependency order; every wait is bounded."""
+        """Stop everything, in reverse dependency order; every wait is bounded.
+
+        Whatever a component left running in the task tree stops before the clients close:
+        redis-py's pools and the outgoing connections open again on demand, so a task still
+        running after them (a retry under way during a failover) left a connection open.
+        A step that fails is logged and the next still runs, so that one failing close
+        leaves no connection of the others open.
+        """
         await self.hand_over()
-        await self.presence_reporter.close()
-        await self.parser.close()
-        await self.delivery.close()
-        await self.feeds.close()
-        await self.client.close()
-        await self.store.close()
-        await self.connections.close()
-        await self.tasks.stop()  # whatever a component left behind
+        steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+            ("presence", self.presence_reporter.close),
+            ("parser", self.parser.close),
+            ("delivery", self.delivery.close),
+            ("feeds", self.feeds.close),
+            ("tasks", self.tasks.stop),
+            ("client", self.client.close),
+            ("store", self.store.close),
+            ("connections", self.connections.close),
+        ]
+        for name, close in steps:
+            try:
+                await close()
+            except Exception as exc:  # the rest must still close
+                log.warning("closing %s failed: %r", name, exc)
 
     async def topic_removed(self, topic: str) -> None:
         """A topic was deleted (here or on another process): forget it, end its streams."""

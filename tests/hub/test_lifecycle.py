@@ -18,6 +18,7 @@ from tests.conftest import start_hub
 from tests.hub.callback_server import CallbackServer
 from tests.hub.test_websub import subscribe
 from tests.support import TIME_SCALE, changes, free_port, notification, wait_for
+from tests.watchdog import open_sockets, sockets_back
 
 # -- the task group -------------------------------------------------------------------------
 
@@ -190,12 +191,14 @@ async def test_shutdown_closes_in_dependency_order(
         "parser": runtime.parser,
         "delivery": runtime.delivery,
         "feeds": runtime.feeds,
+        # Before the clients: a task left behind would open a new connection after them.
+        "tasks": runtime.tasks,
         "client": runtime.client,
         "store": runtime.store,
         "connections": runtime.connections,
     }
     for name, part in parts.items():
-        method = "stop" if name == "background" else "close"
+        method = "stop" if name in ("background", "tasks") else "close"
         original = getattr(part, method)
 
         async def recorded(_name: str = name, _original: Any = original) -> None:
@@ -205,3 +208,31 @@ async def test_shutdown_closes_in_dependency_order(
         monkeypatch.setattr(part, method, recorded)
     await runner.cleanup()
     assert list(dict.fromkeys(closed)) == list(parts)
+
+
+async def test_a_close_that_fails_leaves_the_others_closing(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The outgoing client's close failing must not leave the Redis connections open: each
+    step is logged and the next runs."""
+    sockets = open_sockets()
+    settings = Settings(host="127.0.0.1", port=free_port())
+    runner, app = await start_hub(settings, redis_url)
+    runtime = app[RUNTIME]
+    async with aiohttp.ClientSession() as session:
+        async with session.post(
+            f"{settings.public_url}/topics/t",
+            data=notification(changes(1)),
+            headers={"Content-Type": "application/xml"},
+        ) as resp:
+            assert resp.status == 202, await resp.text()
+    assert open_sockets() > sockets  # the hub's Redis connections, at least
+
+    async def failing() -> None:
+        raise OSError("connection reset while closing")
+
+    monkeypatch.setattr(runtime.client, "close", failing)
+    with caplog.at_level(logging.WARNING, logger="hub.live.runtime"):
+        await runner.cleanup()
+    assert any("closing client failed" in r.getMessage() for r in caplog.records)
+    await sockets_back(sockets, timeout=5)
