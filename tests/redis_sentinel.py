@@ -86,6 +86,18 @@ class RedisSentinelProcesses(RedisProcesses):
         self.sentinel_ports.append(port)
         self._procs.append(proc)
 
+    def stranger(self) -> int:
+        """Start a Sentinel that monitors nothing (it answers ``SENTINEL MASTERS`` with an
+        empty list, so a client asks the next one); its port, once it answers PING."""
+        port = free_port()
+        node = self.root / f"stranger-{port}"
+        node.mkdir(parents=True)
+        conf = node / "sentinel.conf"
+        conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {node}\n")
+        self._procs.append(self._spawn([find_redis_server(), str(conf), "--sentinel"], node.name))
+        self.await_condition("the stranger Sentinel answers PING", lambda: _ping(port, 0.5))
+        return port
+
     def await_condition(self, what: str, condition: Callable[[], bool]) -> float:
         """Seconds until ``condition()`` held (polled); RuntimeError past the timeout."""
         started = time.monotonic()

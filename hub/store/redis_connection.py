@@ -10,11 +10,12 @@ redis-py's cluster client. The hub needs no cross-slot operation: a topic's keys
 hash slot, and the few hub-wide keys are each used alone.
 
 A Redis behind **Sentinel** is named by a ``redis+sentinel://`` URL (the form is in
-:mod:`hub.core.sentinel_url`) and uses redis-py's Sentinel client: every connection, the
-blocking ones and :mod:`hub.store.script_pipe`'s included, asks the Sentinels for the
-master's address when it connects, so after a failover each new connection reaches the
-promoted replica, and the old master's connections fail (it died) or answer ``READONLY``
-(it was demoted), which drops them.
+:mod:`hub.core.sentinel_url`) and uses redis-py's Sentinel client
+(:mod:`hub.store.sentinels`): every connection, the blocking ones and
+:mod:`hub.store.script_pipe`'s included, asks the Sentinels for the master's address
+when it connects, so after a failover each new connection reaches the promoted replica,
+and the old master's connections fail (it died) or answer ``READONLY`` (it was demoted),
+which drops them.
 
 **A Redis that restarted** (the embedded one is restarted by its supervisor) leaves every
 pooled connection dead. A request must not fail on one: a pooled connection is checked as
@@ -39,12 +40,12 @@ from typing import Any, TypeAlias
 import redis
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.sentinel import Sentinel
 from redis.exceptions import RedisError
 
 from hub.core import sentinel_url
 from hub.core.exceptions import RedisUnavailable
 from hub.core.retrying import retrying
+from hub.store.sentinels import Sentinels
 from rsclient.backoff import Backoff
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ def is_sentinel_url(url: str) -> bool:
     return url.startswith(f"{sentinel_url.SCHEME}://")
 
 
-def sentinel_for(url: str) -> tuple[Sentinel, sentinel_url.SentinelUrl]:
+def sentinel_for(url: str) -> tuple[Sentinels, sentinel_url.SentinelUrl]:
     """The Sentinel client of a ``redis+sentinel://`` URL (its own connections to the
     Sentinels, closed by its owner), and the URL read."""
     spec = sentinel_url.parse(url)
@@ -74,10 +75,10 @@ def sentinel_for(url: str) -> tuple[Sentinel, sentinel_url.SentinelUrl]:
     if spec.sentinel_password:
         options["password"] = spec.sentinel_password
         options["username"] = spec.sentinel_username
-    return Sentinel(list(spec.sentinels), sentinel_kwargs=options), spec  # type: ignore[no-untyped-call]
+    return Sentinels(list(spec.sentinels), sentinel_kwargs=options), spec
 
 
-def _master_of(sentinel: Sentinel, spec: sentinel_url.SentinelUrl, **options: Any) -> Redis:
+def _master_of(sentinel: Sentinels, spec: sentinel_url.SentinelUrl, **options: Any) -> Redis:
     """A client of the master the Sentinels name for the service, asked again at each new
     connection (:class:`redis.asyncio.sentinel.SentinelConnectionPool`)."""
     client: Redis = sentinel.master_for(
@@ -131,7 +132,7 @@ class Connections:
     def __init__(self, url: str, *, cluster: bool = False) -> None:
         self.url = url
         self.cluster = cluster or is_cluster_url(url)
-        self._sentinel: Sentinel | None = None
+        self._sentinel: Sentinels | None = None
         self.main: Client
         self.blocking: Client
         if is_sentinel_url(url):
@@ -212,10 +213,14 @@ class Connections:
             log.info("Redis at %s answered after %d attempts", _redacted(self.url), attempt)
 
     async def close(self) -> None:
-        await self.main.aclose()
-        await self.blocking.aclose()
+        """Close every client, each even if another's close fails (then raise that)."""
+        closing = [self.main.aclose(), self.blocking.aclose()]
         if self._sentinel is not None:
-            await self._sentinel.aclose()
+            closing.append(self._sentinel.aclose())
+        results = await asyncio.gather(*closing, return_exceptions=True)
+        failed = next((r for r in results if isinstance(r, BaseException)), None)
+        if failed is not None:
+            raise failed
 
 
 def _redacted(url: str) -> str:
