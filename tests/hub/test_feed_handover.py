@@ -4,7 +4,8 @@
 connection's ``data_received``, before the reading task resumes: no task hop, and ahead of
 the other callbacks ready in that loop pass. A real hub on a real Redis; what is checked
 is who runs the fan-out (no task at all) and that order and once-only delivery hold, for
-live clients and WebSub callbacks, with events of this process and of "another" one.
+live clients and WebSub callbacks, with events of this process and of "another" one,
+and that one callback's slow answer holds back no other callback's POST.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from hub.core.events import Change, Event
 from hub.web.app import RUNTIME
 from tests.conftest import Hub
 from tests.hub.callback_server import CallbackServer
+from tests.hub.test_delivery_offer import workers_of
 from tests.hub.test_feed_tail import change, key, live
 from tests.hub.test_websub import subscribe
-from tests.support import changes, notification, wait_for
+from tests.support import TIME_SCALE, changes, notification, wait_for
 
 
 def stored_change(i: int) -> list[Change]:
@@ -125,4 +127,37 @@ async def test_back_to_back_publishes_reach_live_clients_and_callbacks_in_order(
             await runtime.feeds.release(feed)
     finally:
         for server in callbacks:
+            await server.stop()
+
+
+async def test_a_callback_answering_slowly_holds_back_no_other_callbacks_post(hub: Hub) -> None:
+    """A worker still waiting for its callback's answer is not offered the next publish
+    (its task delivers it after the answer, in order); the others' POSTs of that publish
+    are written by the fan-out all the same."""
+    slow = await CallbackServer(delay=3.0 * TIME_SCALE).start()
+    fast = [await CallbackServer().start() for _ in range(2)]
+    try:
+        for server in [slow, *fast]:
+            await subscribe(hub, server, topic="s")
+        workers = {w.sub.callback: w for w in workers_of(hub, [slow, *fast])}
+        await wait_for(lambda: all(w._offered is not None for w in workers.values()))
+        sent = {url: w.offers_sent for url, w in workers.items()}
+        ids: list[str] = []
+        for i in range(2):
+            # The fast workers wait caught up again (their cursor written) before each.
+            await wait_for(lambda: all(workers[s.url]._offered is not None for s in fast))
+            resp = await hub.publish("s", notification(changes(1, start=i)))
+            ids += (await resp.json())["ids"]
+            await wait_for(lambda n=len(ids): all(len(s.ids) >= n for s in fast), 10)
+            # Every fast callback has this publish while the slow one has not answered
+            # the first: its 3 s are not in anyone else's way.
+            assert slow.deliveries == []
+            for server in fast:
+                assert workers[server.url].offers_sent == sent[server.url] + i + 1
+        assert workers[slow.url].offers_sent == sent[slow.url] + 1  # the second: its task's
+        await wait_for(lambda: len(slow.ids) >= 2, 20)
+        for server in [slow, *fast]:
+            assert server.ids == ids
+    finally:
+        for server in [slow, *fast]:
             await server.stop()
