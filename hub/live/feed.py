@@ -152,6 +152,7 @@ class TopicFeed:
     async def stop(self) -> None:
         await cancel_and_wait([self._task])
         if self._reader is not None:
+            self._reader.arrived = None  # no cycle back to this feed once it stopped
             self._reader.close()
         # Drop the ring now: a stopped feed can sit in reference cycles (its task, its
         # waiters) until a full GC pass, which then had tens of thousands of events to free
