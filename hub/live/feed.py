@@ -146,11 +146,13 @@ class TopicFeed:
         last = await self.store.last_id(self.topic)
         self.base = parse_id(last) if last else (0, 0)
         self._reader = self.store.tail(self.topic)
+        self._reader.arrived = self._take_rows
         self._task = tasks.spawn(f"feed:{self.topic}", self._tail())
 
     async def stop(self) -> None:
         await cancel_and_wait([self._task])
         if self._reader is not None:
+            self._reader.arrived = None  # no cycle back to this feed once it stopped
             self._reader.close()
         # Drop the ring now: a stopped feed can sit in reference cycles (its task, its
         # waiters) until a full GC pass, which then had tens of thousands of events to free
@@ -180,12 +182,17 @@ class TopicFeed:
                 rows = await read()
             except StoreError as exc:
                 rows = await self._read_again(read, exc)
-            if not rows:
-                continue
-            last = self.last_key
-            fresh = [event for eid, data in rows if (event := Event(eid, data)).key > last]
-            if fresh:  # else the publishing path handed them over already (take_local)
-                self._add(fresh)
+            self._take_rows(rows)
+
+    def _take_rows(self, rows: list[tuple[str, bytes]]) -> None:
+        """Add the rows of a read that are new to the ring. Called by the reader where
+        Redis's reply arrives (:attr:`StreamTail.arrived`: no task hop before the fan-out),
+        then again by :meth:`_tail` with the same rows, which are no longer new then."""
+        last = self.last_key
+        if not rows or parse_id(rows[-1][0]) <= last:
+            return  # taken already: where they arrived, or by the publish path (take_local)
+        fresh = [event for eid, data in rows if (event := Event(eid, data)).key > last]
+        self._add(fresh)
 
     async def _read_again(
         self, read: Callable[[], Awaitable[list[tuple[str, bytes]]]], error: StoreError

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import select
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
@@ -39,6 +40,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from hub.store.replicas import ReplicaWait
 from hub.store.scripts import Script
+
+log = logging.getLogger(__name__)
 
 
 def _reply_error(message: str) -> ResponseError:
@@ -69,6 +72,9 @@ class _Link(asyncio.Protocol):
         self._lost: Exception | None = None
         #: Redis sent something nobody asked for: the connection is out of step.
         self._unasked = False
+        #: Called with a :meth:`run`'s replies where they arrive, before its caller
+        #: resumes (:mod:`hub.store.stream_tail`: the feed's fan-out, without a task hop).
+        self.on_replies: Callable[[list[Any]], None] | None = None
 
     @classmethod
     async def open(cls, options: dict[str, Any], timeout: float) -> _Link:
@@ -109,8 +115,15 @@ class _Link(asyncio.Protocol):
             self._finish(replies)
             return
         self._waiter = None
-        if not waiter.done():
-            waiter.set_result(replies)
+        if waiter.done():
+            return
+        hook = self.on_replies
+        if hook is not None:
+            try:
+                hook(replies)
+            except Exception:  # the caller gets the replies all the same, and goes on
+                log.exception("handling a Redis reply where it arrived failed")
+        waiter.set_result(replies)
 
     def eof_received(self) -> bool:
         self._fail(RedisConnectionError("Redis closed the connection"))
