@@ -40,18 +40,56 @@ def hub_settings() -> dict[str, Any]:
     }
 
 
+class LeanSpy:
+    """The publishes the lean path stores, begun in a task (``serve``) or without one
+    (``begin``/``finish``): their topics in order, once each (also one stored again in a
+    task because Redis lacked the script), and how many are being stored."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.served: list[str] = []
+        self.in_flight = 0
+        begun: list[Any] = []  # kept, so no id is reused
+        real_begin, real_finish = LeanPublishing.begin, LeanPublishing.finish
+        real_serve = LeanPublishing.serve
+        spy = self
+
+        def begin(lean: LeanPublishing, publish: Any) -> Any:
+            pending = real_begin(lean, publish)
+            if pending is not None:
+                spy.served.append(publish.head.topic)
+                spy.in_flight += 1
+                begun.append(publish)
+            return pending
+
+        def finish(lean: LeanPublishing, *args: Any) -> Any:
+            try:
+                return real_finish(lean, *args)
+            finally:
+                spy.in_flight -= 1
+
+        async def serve(lean: LeanPublishing, publish: Any, *args: Any) -> bool | None:
+            if not any(p is publish for p in begun):
+                spy.served.append(publish.head.topic)
+            spy.in_flight += 1
+            try:
+                return await real_serve(lean, publish, *args)
+            finally:
+                spy.in_flight -= 1
+
+        monkeypatch.setattr(LeanPublishing, "begin", begin)
+        monkeypatch.setattr(LeanPublishing, "finish", finish)
+        monkeypatch.setattr(LeanPublishing, "serve", serve)
+
+
 @pytest.fixture
-def lean_served(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def lean_spy(monkeypatch: pytest.MonkeyPatch) -> LeanSpy:
+    return LeanSpy(monkeypatch)
+
+
+@pytest.fixture
+def lean_served(lean_spy: LeanSpy) -> list[str]:
     """Topics of the publishes the lean path stored, in order."""
-    served: list[str] = []
-    real = LeanPublishing.serve
-
-    async def serve(self: LeanPublishing, publish: Any, *args: Any) -> bool:
-        served.append(publish.head.topic)
-        return await real(self, publish, *args)
-
-    monkeypatch.setattr(LeanPublishing, "serve", serve)
-    return served
+    return lean_spy.served
 
 
 def _port(hub: Hub) -> int:
