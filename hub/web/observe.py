@@ -85,11 +85,12 @@ def log_access(
 
 def observed(method: str, route: str, status: int, elapsed: float, *, publish: bool) -> None:
     """A request's metrics (also the lean paths'): by route, and a publish's own."""
-    metrics.http_request(method, route, status, elapsed)
-    if publish:
-        metrics.PUBLISH_SECONDS.observe(elapsed)
-        if status >= 400:
-            metrics.publish_failed(status)
+    if not publish:
+        metrics.http_request(method, route, status, elapsed)
+        return
+    metrics.publish_timed(method, route, status, elapsed)
+    if status >= 400:
+        metrics.publish_failed(status)
 
 
 #: What the observed request runs: the hub's error mapping around the route's handler.
