@@ -59,7 +59,7 @@ def request_id(given: str) -> str:
 
     An id names a request in the logs, it guards nothing: the process's random generator
     (reseeded in a forked worker) serves, without a getrandom call each."""
-    return given if given and _SANE_ID.match(given) else f"{getrandbits(64):016x}"
+    return given if given and _SANE_ID.match(given) else getrandbits(64).to_bytes(8).hex()
 
 
 def log_access(
