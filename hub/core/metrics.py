@@ -4,7 +4,9 @@ Two kinds of series:
 
 * **Live series** (counters, histograms, the live-client gauge) are updated where things
   happen, by one-line calls from the request and delivery paths. Counters only go up: a
-  subscription that ends takes nothing away from ``rshub_delivered_changes_total``.
+  subscription that ends takes nothing away from ``rshub_delivered_changes_total``. An
+  accepted publish's updates are summed in plain numbers and added before each read
+  (:class:`_Tally`): a scrape still counts every publish answered before it.
 * **Scrape-time series** (topics, stream lengths, subscriptions by state, lag) are read from
   Redis at each scrape (:class:`hub.core.overview.Overview`), so every hub process reports the
   same values. Label cardinality is bounded: the top :data:`TOP_N` topics or subscriptions
