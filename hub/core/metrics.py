@@ -4,7 +4,9 @@ Two kinds of series:
 
 * **Live series** (counters, histograms, the live-client gauge) are updated where things
   happen, by one-line calls from the request and delivery paths. Counters only go up: a
-  subscription that ends takes nothing away from ``rshub_delivered_changes_total``.
+  subscription that ends takes nothing away from ``rshub_delivered_changes_total``. An
+  accepted publish's updates are summed in plain numbers and added before each read
+  (:class:`_Tally`): a scrape still counts every publish answered before it.
 * **Scrape-time series** (topics, stream lengths, subscriptions by state, lag) are read from
   Redis at each scrape (:class:`hub.core.overview.Overview`), so every hub process reports the
   same values. Label cardinality is bounded: the top :data:`TOP_N` topics or subscriptions
@@ -26,7 +28,9 @@ counters still count from the first request.
 from __future__ import annotations
 
 import os
+import threading
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -200,6 +204,13 @@ def load() -> None:
     global _loaded
     if _loaded:
         return
+    _TALLY.owner = threading.get_ident()
+    if os.environ.get(MULTIPROC_ENV):
+        _TALLY.direct = True  # another process's scrape reads these series' files
+    else:
+        from prometheus_client import REGISTRY
+
+        REGISTRY.register(_Flush())  # before the series: a collect reads them flushed
     series = _define()
     for name, real in series.items():
         stand_in = globals()[name]
@@ -209,6 +220,7 @@ def load() -> None:
     globals().update(series)
     _cache_children()
     _loaded = True
+    flush()
 
 
 def loaded() -> bool:
@@ -239,15 +251,100 @@ _cache_children()
 #: This process's live clients, readable without prometheus_client internals.
 _clients: dict[str, int] = {"ws": 0, "sse": 0}
 
+#: The one request whose publish metrics are tallied: a plain publish's 202.
+_TALLIED_ROUTE = "/topics/{name}"
+
+
+class _Tally:
+    """Accepted publishes' five series updates kept as plain sums, added to the series by
+    :func:`flush` before each read of them (issue 22: prometheus_client's locked updates
+    were ~3% of a publish's CPU). Updated and flushed on the loop's thread only; with
+    several processes (:data:`MULTIPROC_ENV`), where another process's scrape reads
+    these series' files, the updates go straight to the series."""
+
+    __slots__ = ("accepted", "buckets", "bytes", "changes", "direct", "owner", "seconds")
+
+    def __init__(self) -> None:
+        self.direct = False
+        #: The thread that updates the series (the event loop's), set by :func:`load`.
+        self.owner = 0
+        self.reset()
+
+    def reset(self) -> None:
+        self.accepted = self.changes = self.bytes = 0
+        #: ``POST /topics/{name}`` 202s: the time summed, and how many fell in each
+        #: bucket of ``_LATENCY_BUCKETS`` (the last: beyond them, ``+Inf``).
+        self.seconds = 0.0
+        self.buckets = [0] * (len(_LATENCY_BUCKETS) + 1)
+
+
+_TALLY = _Tally()
+
+
+def flush() -> None:
+    """Add what :class:`_Tally` kept to the series (on the loop's thread: the ``/metrics``
+    handler calls it before rendering in a thread; a read of the registry on the loop's
+    thread flushes first by itself, see :class:`_Flush`)."""
+    tally = _TALLY
+    if not _loaded or not (tally.accepted or tally.seconds or any(tally.buckets)):
+        return
+    accepted, changes, size = tally.accepted, tally.changes, tally.bytes
+    seconds, buckets = tally.seconds, tally.buckets
+    tally.reset()
+    if accepted:
+        _PUBLISHES["accepted"].inc(accepted)
+        CHANGES_ACCEPTED.inc(changes)
+        INGESTED_BYTES.inc(size)
+    if any(buckets):
+        for timing in (PUBLISH_SECONDS, _http_child("POST", _TALLIED_ROUTE, 202)):
+            # prometheus_client's Histogram has no many-at-once observe: its values are
+            # added to as observe() adds to them (tests/hub/test_metrics_tally.py holds
+            # the result to observe()'s, value by value).
+            real: Any = timing
+            real._sum.inc(seconds)
+            for value, count in zip(real._buckets, buckets, strict=True):
+                if count:
+                    value.inc(count)
+
+
+class _Flush:
+    """Registered before the series: any read of the registry on the loop's thread (a test,
+    say) sees them flushed. (Elsewhere it leaves them: the loop's thread owns the tally.)"""
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> list[Metric]:
+        if threading.get_ident() == _TALLY.owner:
+            flush()
+        return []
+
 
 # -- one-line instrumentation calls ---------------------------------------------------------
 
 
 def published(body_bytes: int, accepted: int, replayed: bool) -> None:
-    _PUBLISHES["replayed" if replayed else "accepted"].inc()
-    if not replayed:
-        CHANGES_ACCEPTED.inc(accepted)
-        INGESTED_BYTES.inc(body_bytes)
+    tally = _TALLY
+    if replayed or tally.direct:
+        _PUBLISHES["replayed" if replayed else "accepted"].inc()
+        if not replayed:
+            CHANGES_ACCEPTED.inc(accepted)
+            INGESTED_BYTES.inc(body_bytes)
+        return
+    tally.accepted += 1
+    tally.changes += accepted
+    tally.bytes += body_bytes
+
+
+def publish_timed(method: str, route: str, status: int, seconds: float) -> None:
+    """A publish's request metrics: :func:`http_request` and ``PUBLISH_SECONDS``."""
+    tally = _TALLY
+    if status != 202 or route != _TALLIED_ROUTE or method != "POST" or tally.direct:
+        http_request(method, route, status, seconds)
+        PUBLISH_SECONDS.observe(seconds)
+        return
+    tally.seconds += seconds
+    tally.buckets[bisect_left(_LATENCY_BUCKETS, seconds)] += 1
 
 
 def publish_failed(status: int) -> None:
@@ -302,11 +399,15 @@ def redis_error() -> None:
 
 
 def http_request(method: str, route: str, status: int, seconds: float) -> None:
+    _http_child(method, route, status).observe(seconds)
+
+
+def _http_child(method: str, route: str, status: int) -> Timing:
     key = (method, route, status)
     child = _HTTP_SECONDS.get(key)
     if child is None:  # bounded: methods x route patterns x statuses
         child = _HTTP_SECONDS[key] = HTTP_SECONDS.labels(method, route, str(status))
-    child.observe(seconds)
+    return child
 
 
 def process_exited(pid: int) -> None:

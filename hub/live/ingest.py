@@ -36,6 +36,11 @@ class Ingest:
         stored = await self.store.append(
             topic, changes, digest=digest, idempotency_key=idempotency_key
         )
+        return self.appended(topic, stored)
+
+    def appended(self, topic: str, stored: Appended) -> Appended:
+        """What was stored in ``topic``, handed to the live feed (:meth:`append` does it;
+        a caller of :meth:`EventStore.append_now` calls it with what it stored)."""
         if not stored.replayed:
             self.feeds.published(topic, stored)
         return stored

@@ -8,8 +8,10 @@ after parsing it, so a rule changes in one place (issue 22).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 from hub.core import metrics
 from hub.core.auth import PublisherAuth
@@ -18,6 +20,7 @@ from hub.core.packed import Packed
 from hub.core.settings import Settings
 from hub.live.ingest import Ingest
 from hub.live.parsing import DocumentParser
+from hub.store.event_store import Appended
 
 #: Media types of a change notification ("" = no Content-Type); also any ``+xml``.
 XML_TYPES = frozenset({"application/xml", "text/xml", "application/octet-stream", ""})
@@ -66,13 +69,46 @@ class Publishing:
         self, topic: str, body: bytes, changes: Packed, key: str | None
     ) -> dict[str, object]:
         """Store the parsed ``changes`` of ``body``; the 202's JSON answer."""
-        # The digest only matters to tell a retry from a reuse of its Idempotency-Key.
-        digest = hashlib.sha256(body).hexdigest() if key is not None else ""
-        stored = await self.ingest.append(topic, changes, digest=digest, idempotency_key=key)
-        metrics.published(len(body), len(stored.ids), stored.replayed)
-        return {
-            "topic": topic,
-            "accepted": len(stored.ids),
-            "ids": stored.ids,
-            "replayed": stored.replayed,
-        }
+        stored = await self.ingest.append(
+            topic, changes, digest=_digest(body, key), idempotency_key=key
+        )
+        return _answer(topic, body, stored)
+
+    def store_now(
+        self, topic: str, body: bytes, changes: Packed, key: str | None
+    ) -> asyncio.Future[Any] | None:
+        """:meth:`store` begun without a coroutine (the lean publish, issue 22): the store's
+        call under way, which :meth:`stored` reads once done; None when only :meth:`store`
+        can (the topic's first publish in this process)."""
+        return self.ingest.store.append_now(topic, changes, _digest(body, key), key)
+
+    def stored(
+        self,
+        pending: asyncio.Future[Any],
+        topic: str,
+        body: bytes,
+        changes: Packed,
+        key: str | None,
+    ) -> dict[str, object] | None:
+        """The 202's JSON answer once :meth:`store_now`'s call is done (raising its error
+        as :meth:`store` does); None when nothing ran (Redis had not loaded the script):
+        :meth:`store` stores it then."""
+        stored = self.ingest.store.appended(pending, changes, _digest(body, key), key)
+        if stored is None:
+            return None
+        return _answer(topic, body, self.ingest.appended(topic, stored))
+
+
+def _digest(body: bytes, key: str | None) -> str:
+    # The digest only matters to tell a retry from a reuse of its Idempotency-Key.
+    return hashlib.sha256(body).hexdigest() if key is not None else ""
+
+
+def _answer(topic: str, body: bytes, stored: Appended) -> dict[str, object]:
+    metrics.published(len(body), len(stored.ids), stored.replayed)
+    return {
+        "topic": topic,
+        "accepted": len(stored.ids),
+        "ids": stored.ids,
+        "replayed": stored.replayed,
+    }

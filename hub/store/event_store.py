@@ -9,8 +9,12 @@ the number of changes.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
+from typing import Any
+
+from redis.exceptions import NoScriptError
 
 from hub.core.events import Change, Event
 from hub.core.exceptions import Conflict
@@ -129,8 +133,52 @@ class EventStore:
         idempotency_key: str | None = None,
     ) -> Appended:
         """Store all ``changes`` atomically; return what was stored, in order."""
+        packed = changes if isinstance(changes, Packed) else pack(changes)
+        if packed.changes and topic not in self._known_topics:
+            await self.redis.sadd(keys.TOPICS, topic)
+            self._known_topics.add(topic)
+        script_keys, args = self._append_call(topic, packed, digest, idempotency_key)
+        reply = await self.scripts.run(
+            scripts.APPEND, script_keys, args, replicated=bool(packed.changes)
+        )
+        return self._appended(reply, packed, digest, idempotency_key)
+
+    def append_now(
+        self, topic: str, packed: Packed, digest: str, idempotency_key: str | None
+    ) -> asyncio.Future[Any] | None:
+        """:meth:`append` without a coroutine (the lean publish, issue 22: no task or frames
+        per publish): the script call under way, whose outcome :meth:`appended` reads; None
+        when the topic must first be recorded (its first publish here): :meth:`append`."""
+        if packed.changes and topic not in self._known_topics:
+            return None
+        script_keys, args = self._append_call(topic, packed, digest, idempotency_key)
+        return self.scripts.call_script(
+            scripts.APPEND, script_keys, args, replicated=bool(packed.changes)
+        )
+
+    def appended(
+        self,
+        pending: asyncio.Future[Any],
+        packed: Packed,
+        digest: str,
+        idempotency_key: str | None,
+    ) -> Appended | None:
+        """What :meth:`append_now`'s finished call stored (raising its error, as
+        :meth:`append`); None when Redis had not loaded the script, so nothing ran:
+        :meth:`append` stores it then (it loads the script)."""
+        try:
+            reply = pending.result()
+        except NoScriptError:
+            return None
+        return self._appended(reply, packed, digest, idempotency_key)
+
+    def _append_call(
+        self, topic: str, packed: Packed, digest: str, idempotency_key: str | None
+    ) -> tuple[tuple[str, ...], list[Any]]:
+        """The append script's keys and arguments."""
         now_ms = int(time.time() * 1000)
-        max_age, max_events = self.retention.for_topic(topic)
+        retention = self.retention
+        max_age, max_events = retention.for_topic(topic)
         minid = f"{now_ms - max_age * 1000}-0" if max_age else ""
         script_keys = self._append_keys.get(topic)
         if script_keys is None:
@@ -143,29 +191,25 @@ class EventStore:
                 keys.holds(topic),
                 keys.cursors(topic),
             )
-        hold = self.retention.hold_max_events if self.retention.hold_seconds else 0
-        hold_floor_ms = now_ms - self.retention.hold_seconds * 1000
+        hold = retention.hold_max_events if retention.hold_seconds else 0
+        hold_floor_ms = now_ms - retention.hold_seconds * 1000
         if idempotency_key is not None:
             script_keys = (*script_keys, keys.idempotency(topic, idempotency_key))
-        packed = changes if isinstance(changes, Packed) else pack(changes)
-        if packed.changes and topic not in self._known_topics:
-            await self.redis.sadd(keys.TOPICS, topic)
-            self._known_topics.add(topic)
-        replayed, joined, *before = await self.scripts.run(
-            scripts.APPEND,
-            script_keys,
-            [
-                digest,
-                self.idempotency_seconds,
-                max_events,
-                minid,
-                now_ms,
-                packed.data,
-                hold,
-                hold_floor_ms,
-            ],
-            replicated=bool(packed.changes),
-        )
+        args = [
+            digest,
+            self.idempotency_seconds,
+            max_events,
+            minid,
+            now_ms,
+            packed.data,
+            hold,
+            hold_floor_ms,
+        ]
+        return script_keys, args
+
+    @staticmethod
+    def _appended(reply: Any, packed: Packed, digest: str, idempotency_key: str | None) -> Appended:
+        replayed, joined, *before = reply
         text = keys.text(joined)
         if replayed:
             prev_digest, _, text = text.partition("|")

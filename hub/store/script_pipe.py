@@ -297,12 +297,18 @@ class ScriptPipe:
     ) -> Any:
         """Run ``script`` (by its SHA; loaded first on a fresh or flushed Redis);
         ``replicated``: answer only once :attr:`wait` is met (else NotReplicated)."""
-        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
         try:
-            return await self.call(*command, replicated=replicated)
+            return await self.call_script(script, keys, args, replicated=replicated)
         except NoScriptError:
             await self.redis.script_load(script.source)
-            return await self.call(*command, replicated=replicated)
+            return await self.call_script(script, keys, args, replicated=replicated)
+
+    def call_script(
+        self, script: Script, keys: Sequence[str], args: list[Any], *, replicated: bool = False
+    ) -> asyncio.Future[Any]:
+        """One ``EVALSHA`` of ``script``, as :meth:`run` but not loading it: the future
+        fails with ``NoScriptError`` on a Redis that has not loaded it (nothing ran)."""
+        return self.call("EVALSHA", script.sha, len(keys), *keys, *args, replicated=replicated)
 
     def call(self, *args: Any, replicated: bool = False) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()

@@ -210,6 +210,7 @@ async def metrics_endpoint(request: web.Request) -> web.Response:
     if not metrics.loaded():  # a scrape within a second of the start (hub.live.runtime)
         await asyncio.to_thread(metrics.import_library)
         metrics.load()  # here, on the loop: the thread that updates the series
+    metrics.flush()  # on the loop too: its tally of publishes
     # Rendered in a thread: a scrape of many series took 60-120 ms of the loop's CPU (the
     # hub's every other client waited); prometheus_client's rendering is thread-safe.
     body = await asyncio.to_thread(metrics.exposition, overview, visible=sight(request))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 import httptools
 from aiohttp import web
@@ -29,7 +29,7 @@ from aiohttp.tcp_helpers import tcp_keepalive
 from aiohttp.web_protocol import RequestHandler
 
 from hub.live.feed import TopicFeed
-from hub.web.lean_publish import LeanPublishing, PublishHead
+from hub.web.lean_publish import LeanPublishing, Publish, PublishHead
 from hub.web.lean_sse import LeanSse, LeanStream
 from hub.web.publish import PUBLISHING
 
@@ -55,8 +55,9 @@ class Lean:
         #: How long a lean publish's body may take before aiohttp's path takes it over (and
         #: answers 408 after its own ``body_timeout_seconds``).
         self.body_timeout = settings.body_timeout_seconds
-        #: Lean publishes being stored (a reference keeps each task alive).
-        self.serving: set[asyncio.Future[bool | None]] = set()
+        #: Lean publishes being stored: tasks, or the store's calls (a reference keeps
+        #: each task alive).
+        self.serving: set[asyncio.Future[Any]] = set()
 
     async def finished(self, timeout: float) -> None:
         """Wait (``timeout`` at most) for the publishes being stored to be answered: at
@@ -89,6 +90,9 @@ class LeanConnection(asyncio.Protocol):
         "_paused",
         "_publish",
         "_served",
+        "_started",
+        "_storing",
+        "_storing_on",
         "_timer",
         "_topic",
         "_url",
@@ -114,6 +118,10 @@ class LeanConnection(asyncio.Protocol):
         self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
         #: Publishes answered lean on this connection.
         self._served = 0
+        #: The publish being stored without a task, its transport and start.
+        self._storing: Publish | None = None
+        self._storing_on: asyncio.Transport | None = None
+        self._started = 0.0
         #: A publish's body deadline, from its complete head.
         self._timer: asyncio.TimerHandle | None = None
         self._reset()
@@ -232,21 +240,57 @@ class LeanConnection(asyncio.Protocol):
         if not self._served:  # once, as aiohttp's connection_made
             tcp_keepalive(transport)
         self._served += 1
+        pending = lean.begin(publish)
+        if pending is None:  # the topic's first publish here, say
+            self._serve_in_task(publish, transport, started)
+            return
+        # No task: answered from the store call's own callback (issue 22).
+        self._storing, self._storing_on, self._started = publish, transport, started
+        self._lean.serving.add(pending)
+        pending.add_done_callback(self._stored)
+
+    def _serve_in_task(
+        self, publish: Publish, transport: asyncio.Transport, started: float
+    ) -> None:
+        lean = self._lean.publish
+        assert lean is not None
         task = asyncio.get_running_loop().create_task(lean.serve(publish, transport, started))
         self._lean.serving.add(task)
         task.add_done_callback(self._published)
 
+    def _stored(self, pending: asyncio.Future[Any]) -> None:
+        """:meth:`LeanPublishing.begin`'s store call is done: answered as by the task."""
+        self._lean.serving.discard(pending)
+        lean, publish, transport = self._lean.publish, self._storing, self._storing_on
+        assert lean is not None and publish is not None and transport is not None
+        self._storing = self._storing_on = None
+        if pending.cancelled():
+            self._answered(False)
+            return
+        outcome = lean.finish(publish, pending, transport, self._started)
+        if outcome == "again":  # nothing ran: the task's path stores it (loading the script)
+            self._serve_in_task(publish, transport, self._started)
+        else:
+            self._answered(outcome)
+
     def _published(self, task: asyncio.Future[bool | None]) -> None:
         self._lean.serving.discard(task)
+        if task.cancelled() or task.exception() is not None:
+            self._answered(False)
+        else:
+            self._answered(task.result())
+
+    def _answered(self, outcome: bool | None) -> None:
+        """A publish was answered (None: refused by the store having stored nothing)."""
         self._busy = False
         later, self._later = self._later, b""
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        if task.cancelled() or task.exception() is not None or task.result() is False:
+        if outcome is False:
             transport.close()
             return
-        if task.result() is None:  # refused by the store, nothing stored: aiohttp's answer
+        if outcome is None:  # refused by the store, nothing stored: aiohttp's answer
             self._buffer += later
             self._hand_over()
         else:

@@ -59,7 +59,7 @@ def request_id(given: str) -> str:
 
     An id names a request in the logs, it guards nothing: the process's random generator
     (reseeded in a forked worker) serves, without a getrandom call each."""
-    return given if given and _SANE_ID.match(given) else f"{getrandbits(64):016x}"
+    return given if given and _SANE_ID.match(given) else getrandbits(64).to_bytes(8).hex()
 
 
 def log_access(
@@ -85,11 +85,12 @@ def log_access(
 
 def observed(method: str, route: str, status: int, elapsed: float, *, publish: bool) -> None:
     """A request's metrics (also the lean paths'): by route, and a publish's own."""
-    metrics.http_request(method, route, status, elapsed)
-    if publish:
-        metrics.PUBLISH_SECONDS.observe(elapsed)
-        if status >= 400:
-            metrics.publish_failed(status)
+    if not publish:
+        metrics.http_request(method, route, status, elapsed)
+        return
+    metrics.publish_timed(method, route, status, elapsed)
+    if status >= 400:
+        metrics.publish_failed(status)
 
 
 #: What the observed request runs: the hub's error mapping around the route's handler.

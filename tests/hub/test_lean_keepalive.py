@@ -4,7 +4,7 @@ deadline's timer is re-armed when it fires, not made anew per publish; the deadl
 the order of requests are what they were.
 
 Raw sockets on the in-process hub; which path served a publish is told by a spy on the lean
-path's ``serve``, which can also hold a publish before its store.
+path, and a publish's append can be held (both lean ways: in a task or without one).
 """
 
 from __future__ import annotations
@@ -16,15 +16,18 @@ from typing import Any
 import orjson
 import pytest
 
+from hub.store import scripts
+from hub.store.script_pipe import ScriptPipe
 from hub.web.app import _GUARD
 from hub.web.lean_connection import LeanConnection
-from hub.web.lean_publish import LeanPublishing
 from tests.conftest import Hub
-from tests.hub.test_lean_publish import Conn, request, stored
+from tests.hub.test_lean_publish import Conn, LeanSpy, lean_spy, request, stored
 from tests.support import TIME_SCALE, changes, notification, wait_for
 from tests.watchdog import Watchdog
 
 _KEEPALIVE = 1.0 * TIME_SCALE
+
+__all__ = ["lean_spy"]  # the fixture
 
 
 @pytest.fixture
@@ -43,20 +46,36 @@ class Spy:
 
 
 @pytest.fixture
-def spy(monkeypatch: pytest.MonkeyPatch) -> Spy:
+def spy(monkeypatch: pytest.MonkeyPatch, lean_spy: LeanSpy) -> Spy:
+    """Holds each publish's append (both lean ways call ``ScriptPipe.call_script``) at the
+    gate: a slow store."""
     seen = Spy()
-    real = LeanPublishing.serve
+    seen.served = lean_spy.served
+    real = ScriptPipe.call_script
+    holding: set[asyncio.Task[None]] = set()
 
-    async def serve(self: LeanPublishing, publish: Any, *args: Any) -> bool | None:
-        seen.served.append(publish.head.topic)
+    def call_script(pipe: ScriptPipe, script: Any, *args: Any, **kwargs: Any) -> Any:
+        if script is not scripts.APPEND or seen.gate.is_set():
+            return real(pipe, script, *args, **kwargs)
+        outcome = asyncio.get_running_loop().create_future()
         seen.held += 1
-        try:
-            await seen.gate.wait()
-        finally:
-            seen.held -= 1
-        return await real(self, publish, *args)
 
-    monkeypatch.setattr(LeanPublishing, "serve", serve)
+        async def hold() -> None:
+            try:
+                await seen.gate.wait()
+            finally:
+                seen.held -= 1
+            try:
+                outcome.set_result(await real(pipe, script, *args, **kwargs))
+            except Exception as exc:
+                outcome.set_exception(exc)
+
+        task = asyncio.ensure_future(hold())
+        holding.add(task)
+        task.add_done_callback(holding.discard)
+        return outcome
+
+    monkeypatch.setattr(ScriptPipe, "call_script", call_script)
     return seen
 
 

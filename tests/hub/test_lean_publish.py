@@ -40,18 +40,60 @@ def hub_settings() -> dict[str, Any]:
     }
 
 
+class LeanSpy:
+    """The publishes the lean path stores, begun in a task (``serve``) or without one
+    (``begin``/``finish``): their topics in order, once each (also one stored again in a
+    task because Redis lacked the script), and how many are being stored."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.served: list[str] = []
+        self.in_flight = 0
+        #: What each publish begun without a task came to (``"again"``: stored in a task).
+        self.finished: list[bool | str | None] = []
+        begun: list[Any] = []  # kept, so no id is reused
+        real_begin, real_finish = LeanPublishing.begin, LeanPublishing.finish
+        real_serve = LeanPublishing.serve
+        spy = self
+
+        def begin(lean: LeanPublishing, publish: Any) -> Any:
+            pending = real_begin(lean, publish)
+            if pending is not None:
+                spy.served.append(publish.head.topic)
+                spy.in_flight += 1
+                begun.append(publish)
+            return pending
+
+        def finish(lean: LeanPublishing, *args: Any) -> Any:
+            try:
+                outcome = real_finish(lean, *args)
+            finally:
+                spy.in_flight -= 1
+            spy.finished.append(outcome)
+            return outcome
+
+        async def serve(lean: LeanPublishing, publish: Any, *args: Any) -> bool | None:
+            if not any(p is publish for p in begun):
+                spy.served.append(publish.head.topic)
+            spy.in_flight += 1
+            try:
+                return await real_serve(lean, publish, *args)
+            finally:
+                spy.in_flight -= 1
+
+        monkeypatch.setattr(LeanPublishing, "begin", begin)
+        monkeypatch.setattr(LeanPublishing, "finish", finish)
+        monkeypatch.setattr(LeanPublishing, "serve", serve)
+
+
 @pytest.fixture
-def lean_served(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def lean_spy(monkeypatch: pytest.MonkeyPatch) -> LeanSpy:
+    return LeanSpy(monkeypatch)
+
+
+@pytest.fixture
+def lean_served(lean_spy: LeanSpy) -> list[str]:
     """Topics of the publishes the lean path stored, in order."""
-    served: list[str] = []
-    real = LeanPublishing.serve
-
-    async def serve(self: LeanPublishing, publish: Any, *args: Any) -> bool:
-        served.append(publish.head.topic)
-        return await real(self, publish, *args)
-
-    monkeypatch.setattr(LeanPublishing, "serve", serve)
-    return served
+    return lean_spy.served
 
 
 def _port(hub: Hub) -> int:
@@ -311,6 +353,29 @@ async def test_idempotency_key_replays_on_the_lean_path(hub: Hub, lean_served: l
     assert lean_head.startswith(b"HTTP/1.1 409 Conflict\r\n"), lean_head
     assert normal(lean_head) == normal(head) and lean_body == body
     assert await stored(hub, "t") == orjson.loads(first)["ids"]
+
+
+async def test_a_publish_begun_without_a_task_is_stored_once_when_redis_lost_its_scripts(
+    hub: Hub, lean_spy: LeanSpy
+) -> None:
+    """A kept-alive connection's publishes to a known topic are begun without a task; one
+    whose ``EVALSHA`` finds the script gone (``SCRIPT FLUSH``: a Redis restarted without
+    its scripts) ran nothing, so the task's path stores it (loading the script): one 202,
+    stored once, in order."""
+    conn = await Conn.open(hub)
+    try:
+        answers = []
+        for i in range(4):
+            if i == 2:
+                await hub.redis.script_flush()
+            head, body = await conn.ask(request(notification(changes(1, start=i))))
+            assert head.startswith(b"HTTP/1.1 202 "), head
+            answers += orjson.loads(body)["ids"]
+    finally:
+        conn.close()
+    assert lean_spy.served == ["t"] * 4
+    assert lean_spy.finished == [True, "again", True]  # the first: the topic's, in a task
+    assert await stored(hub, "t") == answers
 
 
 async def test_metrics_and_access_log_are_the_same_on_both_paths(

@@ -20,17 +20,19 @@ import orjson
 import pytest
 
 from hub.store import keys
-from hub.web.lean_publish import LeanPublishing
 from tests.conftest import Hub
 from tests.hub.request_mutations import mutate, send_in_pieces
 from tests.hub.test_dropped_clients import _to_redis
-from tests.hub.test_lean_publish import Conn, request, stored
+from tests.hub.test_lean_publish import Conn, LeanSpy, lean_spy, request, stored
 from tests.support import TIME_SCALE, changes, notification, wait_for
 from tests.watchdog import Watchdog
 
 _HEADER_TIMEOUT = 1.0
 _BODY_TIMEOUT = 1.0
 _KEEPALIVE = 1.0
+
+
+__all__ = ["lean_spy"]  # the fixture
 
 
 @pytest.fixture
@@ -45,20 +47,9 @@ def hub_settings() -> dict[str, Any]:
 
 
 @pytest.fixture
-def lean_served(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    served: list[str] = []
-    real = LeanPublishing.serve
-
-    async def serve(self: LeanPublishing, publish: Any, *args: Any) -> bool | None:
-        served.append(publish.head.topic)
-        _IN_FLIGHT[0] += 1
-        try:
-            return await real(self, publish, *args)
-        finally:
-            _IN_FLIGHT[0] -= 1
-
-    monkeypatch.setattr(LeanPublishing, "serve", serve)
-    return served
+def lean_served(lean_spy: LeanSpy) -> list[str]:
+    _SPY[:] = [lean_spy]
+    return lean_spy.served
 
 
 def _port(hub: Hub) -> int:
@@ -226,12 +217,12 @@ def _id_order(event_id: str) -> tuple[int, int]:
     return int(ms), int(seq)
 
 
-#: Lean publishes being stored (counted by the ``lean_served`` spy).
-_IN_FLIGHT = [0]
+#: The ``lean_served`` fixture's spy, which counts the lean publishes being stored.
+_SPY: list[LeanSpy] = []
 
 
 def _serving() -> int:
-    return _IN_FLIGHT[0]
+    return _SPY[-1].in_flight
 
 
 def _mutate(rng: random.Random, data: bytes) -> bytes:

@@ -20,10 +20,17 @@ from hub.store import keys
 from hub.store.embedded_redis import EmbeddedRedis
 from hub.web.admin import OBSERVING
 from tests.conftest import Hub, start_hub
-from tests.hub.test_lean_publish import Conn, lean_served, normal, request, via_aiohttp
+from tests.hub.test_lean_publish import (
+    Conn,
+    lean_served,
+    lean_spy,
+    normal,
+    request,
+    via_aiohttp,
+)
 from tests.support import TIME_SCALE, changes, free_port, notification, wait_for
 
-__all__ = ["lean_served"]  # the fixture
+__all__ = ["lean_served", "lean_spy"]  # the fixtures
 
 
 def _error(body: bytes) -> str:
