@@ -219,8 +219,22 @@ def load() -> None:
             getattr(real.labels(*values) if values else real, method)(amount)
     globals().update(series)
     _cache_children()
+    if not _adds_in_place(series["PUBLISH_SECONDS"]):
+        _TALLY.direct = True  # a prometheus_client laid out otherwise: observe() each
     _loaded = True
     flush()
+
+
+def _adds_in_place(histogram: Any) -> bool:
+    """The histogram's sum and buckets are values :func:`flush` can add to (as
+    prometheus_client 0.20-0.26 keeps them)."""
+    buckets = getattr(histogram, "_buckets", None)
+    return (
+        hasattr(getattr(histogram, "_sum", None), "inc")
+        and isinstance(buckets, list)
+        and len(buckets) == len(_LATENCY_BUCKETS) + 1
+        and all(hasattr(b, "inc") for b in buckets)
+    )
 
 
 def loaded() -> bool:

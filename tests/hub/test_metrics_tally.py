@@ -113,3 +113,13 @@ async def test_metrics_count_every_publish_of_both_paths_at_each_scrape(
         assert delta(before, after, "rshub_publish_duration_seconds_count") == 2
     finally:
         conn.close()
+
+
+def test_the_tally_is_added_in_place_only_where_prometheus_client_keeps_it_so() -> None:
+    """The flush adds to the histograms' sum and bucket values; a prometheus_client laid out
+    otherwise has each publish observed one by one instead of a flush that would break."""
+    assert metrics._adds_in_place(metrics.PUBLISH_SECONDS)
+    assert metrics._adds_in_place(metrics._http_child("POST", _ROUTE, 202))
+    assert not metrics._adds_in_place(object())
+    other = Histogram("other_layout", "", buckets=(1.0, 2.0), registry=CollectorRegistry())
+    assert not metrics._adds_in_place(other)  # not the hub's buckets
