@@ -40,8 +40,9 @@ Figures (targets from the performance issue, each measured in this run):
    from when its frames exist (ratio >= 0.5); p50/p99 publish-to-receive latency at a
    steady 1,000 changes/s (p99 <= 10 ms);
 4. WebSub fan-out to 100 callbacks: changes/s delivered summed over callbacks (>= 3,000/s);
-   p50/p99 publish-to-callback latency at 20 changes/s (p50 <= 3 ms, p99 <= 10 ms), beside
-   a bare fan-out (this conductor, placed where the hub runs, writes each change's POST to
+   p50/p99 publish-to-callback latency at 20 changes/s (p50 <= 3 ms, p99 <= 10 ms), the
+   publishes written from raw sockets and stamped right before (``--websub-publisher``),
+   beside a bare fan-out (this conductor, placed where the hub runs, writes each change's POST to
    the same 100 callbacks at the same pace at once: the floor of the receiver and machine);
 5. ``delivery-cpu``: hub CPU seconds (``/proc``) per WebSub POST, 100 callbacks subscribed
    with ``hub.secret`` (signed), 4-change publishes paced so that each POST carries one;
@@ -1364,6 +1365,10 @@ class Bench:
     idle_ctl: Control | None = None
     #: Figure 1 through :mod:`bench.rawload` instead of aiohttp (``--workers`` runs).
     raw_publish: bool = False
+    #: Figure 4's latency publishes through aiohttp's client, stamped before it builds the
+    #: request (``--websub-publisher aiohttp``, the figure before 2026-11-25), instead of
+    #: :func:`bench.rawload.post_paced`, stamped as the bare fan-out stamps.
+    websub_aiohttp: bool = False
     rows: list[Row] = field(default_factory=list)
     seq: Iterator[int] = field(default_factory=lambda: iter(range(10**12)))
 
@@ -1621,7 +1626,19 @@ class Bench:
         await asyncio.sleep(0.5)
         await self.callbacks.reset(changes, latency=True)
         with self.cpu.measure("WebSub latency run"):
-            await paced(self.session, url, 1, 0.05, s.websub_latency_seconds, self.fresh(changes))
+            first = self.fresh(changes)
+            if self.websub_aiohttp:
+                await paced(self.session, url, 1, 0.05, s.websub_latency_seconds, first)
+            else:
+                where = urllib.parse.urlsplit(url)
+                await rawload.post_paced(
+                    where.hostname or HOST,
+                    where.port or 80,
+                    where.path,
+                    lambda k, stamp: notification(first + k, 1, stamp),
+                    0.05,
+                    s.websub_latency_seconds,
+                )
             lat = await self.callbacks.expect(30)
         lat_note = "" if lat["complete"] else f"INCOMPLETE min {lat['min_count']}/{changes}"
 
@@ -1948,6 +1965,7 @@ async def conduct(
                 | {name: procs.procs[name].pid for name in urls if name != "hub"}
             ),
             idle_ctl=Control(session, urls["idle"]) if "idle" in urls else None,
+            websub_aiohttp=args.websub_publisher == "aiohttp",
         )
         steps: dict[str, Callable[[], Awaitable[None]]] = {
             "publish": bench.publishes,
@@ -2250,6 +2268,14 @@ def main() -> int:
         default="apart",
         help="apart (default): the hub and bare baselines on one CPU, the helpers and this "
         "conductor on the others; batch: helpers SCHED_BATCH; shared: left to the scheduler",
+    )
+    parser.add_argument(
+        "--websub-publisher",
+        choices=("raw", "aiohttp"),
+        default="raw",
+        help="figure 4's latency publishes: raw (default; stamped right before the bytes are "
+        "written, as the bare fan-out) or aiohttp (stamped before its client builds the "
+        "request: the figure before 2026-11-25)",
     )
     parser.add_argument(
         "--hub-src",

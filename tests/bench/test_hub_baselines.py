@@ -132,3 +132,53 @@ async def test_the_bare_fan_out_posts_each_change_to_every_callback_at_its_pace(
     for i in range(3):  # each callback got the five changes in order
         locs = [body.split(b"<loc>")[1].split(b"?")[0] for j, _, body, _ in got if j == i]
         assert locs == [b"http://bench/x/%d" % n for n in range(40, 45)]
+
+
+async def test_paced_raw_publishes_stamp_right_before_writing_and_fail_on_a_refusal() -> None:
+    """Figure 4's publisher (``bench/rawload.post_paced``): every tick's POST arrives, its
+    stamp taken at the tick (not earlier), on a few kept-alive connections; an answer other
+    than 202 fails the run."""
+    from bench.rawload import post_paced
+
+    arrivals: list[tuple[int, bytes]] = []
+    peers: set[tuple[str, int]] = set()
+    status = 202
+
+    async def publish(request: web.Request) -> web.Response:
+        body = await request.read()
+        arrivals.append((time.perf_counter_ns(), body))
+        peers.add(request.transport.get_extra_info("peername"))  # type: ignore[union-attr]
+        return web.Response(status=status, body=b'{"ok": true}')
+
+    app = web.Application()
+    app.router.add_post("/topics/t", publish)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        stamps: list[int] = []
+
+        def body_at(k: int, stamp: int) -> bytes:
+            stamps.append(stamp)
+            return notification(k, 1, stamp)
+
+        began = time.perf_counter_ns()
+        sent = await post_paced("127.0.0.1", port, "/topics/t", body_at, 0.01, 0.2)
+        assert sent == 20 == len(arrivals) == len(stamps)
+        assert began < stamps[0] and stamps == sorted(stamps)
+        for (arrived, body), stamp in zip(arrivals, stamps, strict=True):
+            assert f"t={stamp}".encode() in body and stamp < arrived
+        # paced, not sent at once: the last tick ~0.19 s after the first
+        assert stamps[-1] - stamps[0] >= 0.18e9
+        assert len(peers) <= 4  # kept alive, not a connection per POST
+        status = 503
+        try:
+            await post_paced("127.0.0.1", port, "/topics/t", body_at, 0.01, 0.03)
+        except RuntimeError as exc:
+            assert "HTTP 503" in str(exc)
+        else:
+            raise AssertionError("a 503 did not fail the paced run")
+    finally:
+        await runner.cleanup()
