@@ -1097,10 +1097,8 @@ async def paced(
 ) -> int:
     """POST ``per_post`` fresh changes every ``interval`` s for ``seconds``; changes sent.
     Each POST's round trip (ns, from its send stamp to the response read) goes to ``rtts``."""
-    ticks = round(seconds / interval)
     slots = asyncio.Semaphore(64)
     failures: list[int] = []
-    tasks: list[asyncio.Task[None]] = []
 
     async def one(k: int) -> None:
         async with slots:
@@ -1113,13 +1111,7 @@ async def paced(
             if rtts is not None:
                 rtts.append(time.perf_counter_ns() - stamp)
 
-    start = time.perf_counter()
-    for k in range(ticks):
-        delay = start + k * interval - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(k)))
-    await asyncio.wait_for(asyncio.gather(*tasks), 60)
+    ticks = await rawload.run_paced(one, interval, seconds)
     if failures:
         raise RuntimeError(f"paced publishes failed: {failures[:5]}")
     return ticks * per_post

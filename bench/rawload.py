@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import cast
 
 _HEADER_END = b"\r\n\r\n"
@@ -202,23 +202,34 @@ async def post_paced(
             failures.append(f"HTTP {status}")
         idle.append(conn)
 
+    try:
+        idle.extend([await connect(), await connect()])
+        ticks = await run_paced(one, interval, seconds)
+    finally:
+        for conn in opened:
+            if conn.transport is not None:
+                conn.transport.close()
+    if failures:
+        raise RuntimeError(f"paced publishes to {host}:{port}{path} failed: {failures[:5]}")
+    return ticks
+
+
+async def run_paced(
+    one: Callable[[int], Awaitable[None]], interval: float, seconds: float, limit: float = 60
+) -> int:
+    """Start ``one(k)`` every ``interval`` s for ``seconds`` (on schedule, not after the
+    previous one ends), then wait for all, ``limit`` s at most; the ticks run."""
     ticks = round(seconds / interval)
     tasks: list[asyncio.Task[None]] = []
     try:
-        idle.extend([await connect(), await connect()])
         start = time.perf_counter()
         for k in range(ticks):
             delay = start + k * interval - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             tasks.append(asyncio.create_task(one(k)))
-        await asyncio.wait_for(asyncio.gather(*tasks), 60)
+        await asyncio.wait_for(asyncio.gather(*tasks), limit)
     finally:
         for task in tasks:
             task.cancel()
-        for conn in opened:
-            if conn.transport is not None:
-                conn.transport.close()
-    if failures:
-        raise RuntimeError(f"paced publishes to {host}:{port}{path} failed: {failures[:5]}")
     return ticks
