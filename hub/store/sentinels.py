@@ -15,7 +15,6 @@ every Sentinel client made, whatever the list holds.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from redis.asyncio import Redis
@@ -38,9 +37,7 @@ class Sentinels(Sentinel):
 
     def _mend(self) -> None:
         """Each Sentinel once: the list's order of first appearance, then any it lost."""
-        if len(self.sentinels) == len(self.clients) and len(set(map(id, self.sentinels))) == len(
-            self.clients
-        ):
+        if len({id(c) for c in self.sentinels}) == len(self.sentinels) == len(self.clients):
             return
         seen: set[int] = set()
         mended: list[Redis] = []
@@ -51,10 +48,7 @@ class Sentinels(Sentinel):
         self.sentinels[:] = mended
 
     async def aclose(self) -> None:
-        """Close every Sentinel client made (each even if another's close fails)."""
-        results = await asyncio.gather(
-            *(client.aclose() for client in self.clients), return_exceptions=True
-        )
-        failed = next((r for r in results if isinstance(r, BaseException)), None)
-        if failed is not None:
-            raise failed
+        """Close every Sentinel client made, whatever the list holds now (redis-py's
+        ``aclose`` closes each even if another's close fails)."""
+        self.sentinels[:] = self.clients
+        await super().aclose()
