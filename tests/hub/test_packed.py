@@ -25,7 +25,7 @@ from hub.core.tasks import Tasks, cancel_and_wait
 from hub.live.feed import FeedHub
 from hub.live.ingest import Ingest
 from hub.store import keys
-from hub.store.event_store import EventStore
+from hub.store.event_store import EventStore, Retention
 
 
 def _change(loc: str, kind: str = "updated", **extra: Any) -> Change:
@@ -133,3 +133,39 @@ async def test_the_feed_takes_nothing_out_of_order_nor_twice(ingest: Ingest) -> 
     later = await ingest.append("t", [_change("http://example.org/3")])
     assert later.previous_id != first.ids[-1]
     assert [e.id for e in feed._events] == first.ids
+
+
+async def test_the_id_before_an_append_comes_from_the_stream_when_the_topic_facts_lack_it(
+    client: Any,
+) -> None:
+    """The script reads the last id from the topic's facts (one short field, not the whole
+    last entry); where they lack it, from the stream itself, so a feed never takes events
+    as following on from an id that is not the stream's last."""
+    store = EventStore(client)
+    try:
+        first = await store.append("t", [_change("http://example.org/1")])
+        second = await store.append("t", [_change("http://example.org/2")])
+        assert second.previous_id == first.ids[-1]
+        await client.hdel(keys.topic_meta("t"), keys.LAST_ID)
+        third = await store.append("t", [_change("http://example.org/3")])
+        assert third.previous_id == second.ids[-1]
+        await client.delete(keys.topic_meta("t"), keys.events("t"))
+        fourth = await store.append("t", [_change("http://example.org/4")])
+        assert fourth.previous_id == ""
+    finally:
+        await store.close()
+
+
+async def test_an_age_bound_older_than_every_id_trims_nothing_and_fails_nothing(
+    client: Any,
+) -> None:
+    """A retention period longer than the epoch's age (a cutoff before 0-0, which an
+    exclusive range cannot name): every publish is stored, nothing is trimmed."""
+    store = EventStore(client, retention=Retention(seconds=10**11))
+    try:
+        for i in range(3):
+            await store.append("t", [_change(f"http://example.org/{i}")])
+        assert await store.length("t") == 3
+        assert await store.trimmed_through("t") is None
+    finally:
+        await store.close()
