@@ -86,17 +86,21 @@ class Traced:
             timeout=60,
         )
 
+    def run(self, work: list[list[object]]) -> None:
+        """Send the pipelines of ``work`` (each a list of calls), one after another."""
+        for calls in work:
+            pipe = self.client.pipeline(transaction=False)
+            for call in calls:
+                pipe.execute_command(*call)  # type: ignore[no-untyped-call]
+            pipe.execute()
+
     def count(self, work: list[list[object]]) -> int:
         """Instructions Redis spent on the pipelines of ``work`` (each a list of calls)."""
         for old in self.out.parent.glob(self.out.name + "*"):
             old.unlink()
         self._control("-z")
         self._control("-i", "on")
-        for calls in work:
-            pipe = self.client.pipeline(transaction=False)
-            for call in calls:
-                pipe.execute_command(*call)  # type: ignore[no-untyped-call]
-            pipe.execute()
+        self.run(work)
         self._control("-i", "off")
         self._control("-d")
         deadline = time.monotonic() + 30
@@ -138,7 +142,7 @@ def append_calls(sha: str, topic: str, first: int, n: int) -> list[list[object]]
                 *(100_000, now - 14 * DAY_MS),
             ]
         )
-    return [calls[i : i + 8] for i in range(0, len(calls), 8)]  # type: ignore[misc]
+    return [calls[i : i + 8] for i in range(0, len(calls), 8)]
 
 
 def main() -> None:
@@ -159,11 +163,7 @@ def main() -> None:
             for round_ in range(args.rounds):
                 for name, sha in shas.items():
                     traced.client.flushall()
-                    for warm in append_calls(sha, "long", 0, args.long):
-                        pipe = traced.client.pipeline(transaction=False)
-                        for call in warm:
-                            pipe.execute_command(*call)  # type: ignore[no-untyped-call]
-                        pipe.execute()
+                    traced.run(append_calls(sha, "long", 0, args.long))
                     fresh = traced.count(append_calls(sha, "fresh", 0, args.calls))
                     long_ = traced.count(append_calls(sha, "long", args.long, args.calls))
                     print(
