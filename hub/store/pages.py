@@ -41,8 +41,12 @@ from hub.store.script_pipe import ScriptPipe
 #: How long after a window's end the page is closed by time, to absorb small backward
 #: steps of the Redis clock (stream ids never go back, but their ms part follows the clock).
 GRACE_MS = 1000
-#: Events one script call scans at most, so a long backlog never blocks Redis for long.
-SCAN_BUDGET = 100_000
+#: Events one script call scans at most, so that a long backlog never blocks Redis for long:
+#: reading entries into Lua costs ~2.7 us each here, so 100,000 (the budget before
+#: 2026-11-25) held Redis for 60-260 ms, stalling every other topic's publishes and live
+#: deliveries (WebSocket p99 30-96 ms in ``bench/hub.py``'s figure 3, by ``SLOWLOG``). One
+#: ``XRANGE`` of 1,000 is ~3 ms; the caller loops, other clients' commands in between.
+SCAN_BUDGET = 1_000
 
 
 @dataclass(frozen=True, slots=True)

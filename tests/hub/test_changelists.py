@@ -16,8 +16,11 @@ import redis.asyncio as aioredis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hub.core.events import Change
 from hub.core.settings import Settings
-from hub.store import keys
+from hub.store import keys, scripts
+from hub.store.event_store import EventStore
+from hub.store.pages import PageChain
 from resourcesync import ChangeList, parse
 from tests.conftest import Hub, start_hub
 from tests.hub.documents_support import Poller, crawl, event_id, get_doc, id_key
@@ -205,6 +208,35 @@ async def test_full_page_of_50000_entries(redis_url: str) -> None:
         result = await crawl(hub.session, hub.url, "big")
         sizes = [len(result.pages[e.loc].entries) for e in result.index.entries]
         assert sizes == [50_000, 1]
+
+
+async def test_a_backlog_is_scanned_a_thousand_events_per_script_call(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One ``advance_pages`` call blocks Redis for everyone: it reads at most 1,000 events
+    (~3 ms), and the chain loops until caught up. At 100,000 a call held Redis 60-260 ms."""
+    client = aioredis.Redis.from_url(redis_url)
+    store = EventStore(client)
+    try:
+        for start in range(0, 2_500, 500):
+            batch = [f"http://example.org/{i}" for i in range(start, start + 500)]
+            await store.append("t", [Change(loc, "updated", b"{}") for loc in batch])
+        scanned: list[int] = []
+        run = store.scripts.run
+
+        async def counted(script: Any, script_keys: Any, args: list[Any], **kw: Any) -> Any:
+            out = await run(script, script_keys, args, **kw)
+            if script is scripts.ADVANCE_PAGES:
+                scanned.append(int(out[4]))  # the open page's count after this call
+            return out
+
+        monkeypatch.setattr(store.scripts, "run", counted)
+        chain = await PageChain(store.scripts, window_seconds=3600, max_entries=50_000).advance("t")
+        assert scanned == [1_000, 2_000, 2_500]
+        assert (chain.open.n, chain.open.count, chain.closed) == (1, 2_500, ())
+    finally:
+        await store.close()
+        await client.aclose()
 
 
 # -- the poller never misses a change ---------------------------------------------------
