@@ -81,16 +81,18 @@ class Slowlog:
         self.client.slowlog_reset()
 
     def read(self) -> dict[str, Any]:
-        """The scripts run since :meth:`reset`: calls, the longest and their total (us)."""
+        """The scripts run since :meth:`reset`: calls, median, longest, total (us)."""
         entries = self.client.slowlog_get(100_000)
         scripts = [
             int(e["duration"])
             for e in entries
             if bytes(e["command"]).split(b" ", 1)[0].upper() in (b"EVALSHA", b"EVAL")
         ]
+        ran = sorted(scripts) or [0]
         return {
             "calls": len(scripts),
-            "longest_us": max(scripts, default=0),
+            "median_us": ran[len(ran) // 2],
+            "longest_us": ran[-1],
             "total_us": sum(scripts),
         }
 

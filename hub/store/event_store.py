@@ -28,8 +28,8 @@ from hub.store.stream_tail import StreamTail
 #: Events one XRANGE reads at most while a consumer catches up.
 READ_COUNT = 1000
 
-#: Script calls one :meth:`EventStore.trim` makes at most (2,000 events each: 4,000,000).
-TRIM_CALLS = 2000
+#: Script calls one :meth:`EventStore.trim` makes at most (1,000 events each by length).
+TRIM_CALLS = 10_000
 
 #: Topics whose append keys :class:`EventStore` keeps built.
 _APPEND_KEYS_CACHED = 4096
@@ -234,7 +234,7 @@ class EventStore:
     async def trim(self, topic: str) -> None:
         """Apply retention now (publishes do it too; this covers quiet topics).
 
-        One call cuts at most 2,000 events by length (``append.lua``: reading them holds
+        One call cuts at most 1,000 events by length (``append.lua``: reading them holds
         Redis), so a stream far beyond its bound takes several calls, awaited one by one
         so that other clients' commands run in between.
         """

@@ -1,5 +1,5 @@
 """Scripts that read stream entries hold Redis for everyone (~2.7 us an entry into Lua): each
-call reads at most ~2,000, the caller looping, and the answers stay what they were.
+call reads at most ~1,000, the caller looping, and the answers stay what they were.
 
 The bound is checked by what each call reads (its replies, or the ``COUNT`` of every
 ``XRANGE``/``XREVRANGE`` a script issues, seen by ``MONITOR``), never by timing.
@@ -159,9 +159,9 @@ async def test_an_age_trim_reads_no_expired_entries(redis_url: str) -> None:
         await client.aclose()
 
 
-async def test_a_length_trim_is_cut_two_thousand_a_call_to_the_same_end(redis_url: str) -> None:
+async def test_a_length_trim_is_cut_a_thousand_a_call_to_the_same_end(redis_url: str) -> None:
     """A stream 4,000 beyond its bound was read whole in one publish to learn the id to
-    trim through; now 2,000 a call, the rest by the next calls, to the same trimmed id."""
+    trim through; now 1,000 a call, the rest by the next calls, to the same trimmed id."""
     client = aioredis.Redis.from_url(redis_url)
     store = EventStore(client)
     bounded = EventStore(client, retention=Retention(max_events=1_000))
@@ -176,7 +176,7 @@ async def test_a_length_trim_is_cut_two_thousand_a_call_to_the_same_end(redis_ur
 
         reads = await stream_reads(redis_url, publish_one)
         every = ids + appended
-        assert reads and max(reads) <= 2_000
+        assert reads and max(reads) <= 1_000
         assert await bounded.length("m") == 1_000
         assert await bounded.trimmed_through("m") == every[-1_001]
         assert await bounded.first_id("m") == every[-1_000]
@@ -193,21 +193,52 @@ async def test_a_length_trim_is_cut_two_thousand_a_call_to_the_same_end(redis_ur
 async def test_one_publish_beyond_the_bound_is_trimmed_by_the_next_ones(
     redis_url: str,
 ) -> None:
-    """Each publish cuts 2,000 at most; the trimmed-through id is always the newest cut."""
+    """Each publish cuts 1,000 at most; the trimmed-through id is always the newest cut."""
     client = aioredis.Redis.from_url(redis_url)
     store = EventStore(client)
     bounded = EventStore(client, retention=Retention(max_events=100))
     try:
-        every = await publish(store, "n", 4_500)
+        every = await publish(store, "n", 2_300)
         lengths, trimmed = [], []
         for _ in range(3):
             every += (await bounded.append("n", [Change("http://e.org/x", "updated", b"{}")])).ids
             lengths.append(await bounded.length("n"))
             trimmed.append(await bounded.trimmed_through("n"))
-        assert lengths == [2_501, 502, 100]
+        assert lengths == [1_301, 302, 100]
         cut = len(every) - 100
-        assert trimmed == [every[1_999], every[3_999], every[cut - 1]]
+        assert trimmed == [every[999], every[1_999], every[cut - 1]]
     finally:
         await bounded.close()
+        await store.close()
+        await client.aclose()
+
+
+async def test_a_released_hold_is_trimmed_a_thousand_a_call_by_the_sweep(redis_url: str) -> None:
+    """A hold let go of 2,900 events: each call cuts 1,000 (was 2,000), and one
+    ``EventStore.trim`` (the retention sweep) goes on until the bound holds."""
+    client = aioredis.Redis.from_url(redis_url)
+    store = EventStore(client)
+    held = EventStore(
+        client, retention=Retention(max_events=100, hold_max_events=10_000, hold_seconds=3600)
+    )
+    try:
+        ids = await publish(store, "h", 3_000)
+        newest_ms = int(ids[-1].split("-")[0])
+        await client.hset(keys.cursors("h"), "http://cb.invalid/", ids[-1])
+        await client.zadd(keys.holds("h"), {"http://cb.invalid/": newest_ms + 1})
+        appended: list[str] = []
+
+        async def publish_and_sweep() -> None:
+            done = await held.append("h", [Change("http://e.org/1", "updated", b"{}")])
+            appended.extend(done.ids)
+            assert await held.length("h") == 3_001 - 1_000
+            await held.trim("h")
+
+        reads = await stream_reads(redis_url, publish_and_sweep)
+        assert reads and max(reads) <= 1_000
+        assert await held.length("h") == 100
+        assert await held.trimmed_through("h") == [*ids, *appended][-101]
+    finally:
+        await held.close()
         await store.close()
         await client.aclose()

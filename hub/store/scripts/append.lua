@@ -87,23 +87,23 @@ if ARGV[3] ~= '0' then
   local length = redis.call('XLEN', stream)
   local excess = length - tonumber(ARGV[3])
   if excess > 0 then
+    -- Only the newest cut id is wanted, and a stream has no index by position: reading
+    -- entries into Lua costs ~2.7 us each, so a call reads at most 1,000 of them or this
+    -- publish's own size (its XADDs cost as much); the rest goes over the next publishes
+    -- and EventStore.trim (it calls again while the reply says more).
+    local most = math.max(1000, #ids)
     local cut, last = excess, false
     if hold then
-      -- Cut only what no subscription needs, and what is over the hold's own bound. A
-      -- released hold is trimmed 2,000 events a call, so no one call blocks Redis long.
+      -- Cut only what no subscription needs, and what is over the hold's own bound.
       local free = {}
       if hold > 0 then
         local upto = string.format('(%d-0', hold)
-        free = redis.call('XRANGE', stream, '-', upto, 'COUNT', math.min(excess, 2000))
+        free = redis.call('XRANGE', stream, '-', upto, 'COUNT', math.min(excess, most))
       end
-      if #free == 2000 and excess > 2000 then more = 1 end
+      if #free == most and excess > most then more = 1 end
       cut = math.max(#free, excess - tonumber(ARGV[7]))
       if cut > 0 and #free >= cut then last = free[cut][1] end
     end
-    -- Only the newest cut id is wanted, and a stream has no index by position: reading
-    -- the excess into Lua costs ~2.7 us an entry, so at most this publish's own size or
-    -- 2,000 are cut a call; the rest goes over the next publishes and EventStore.trim.
-    local most = math.max(2000, #ids)
     if cut > most then cut, last, more = most, false, 1 end
     if cut > 0 then
       if not last then
