@@ -25,6 +25,8 @@ BACKLOG_BUDGET = 200_000
 #: Entries one script call reads at most, over all positions (~3 ms of Redis; a whole
 #: scrape's 200,000 in one call held Redis ~0.5 s before 2026-11-25).
 BACKLOG_CHUNK = 1_000
+#: Positions sent to one script call at most (the budget reaches only some of them).
+BACKLOG_POSITIONS = 200
 
 
 def backlog_cap(positions: int) -> int:
@@ -78,12 +80,13 @@ class StreamStats:
         after = list(positions)
         pending = list(range(len(positions)))
         while pending:
+            sent = pending[:BACKLOG_POSITIONS]
             args: list[str | int] = [BACKLOG_CHUNK]
-            for i in pending:
+            for i in sent:
                 args += [after[i], cap - counted[i]]
             replies = await self.scripts.run(scripts.BACKLOG, [keys.events(topic)], args)
             still = pending[len(replies) :]
-            for i, (count, first_id, last_id, done) in zip(pending, replies, strict=False):
+            for i, (count, first_id, last_id, done) in zip(sent, replies, strict=False):
                 counted[i] += int(count)
                 if first[i] is None:
                     first[i] = keys.text(first_id) or None

@@ -33,8 +33,11 @@ async def publish(store: EventStore, topic: str, n: int, batch: int = 500) -> li
     return ids
 
 
-def spy(store: EventStore, monkeypatch: pytest.MonkeyPatch, script: Any) -> list[Any]:
-    """The replies of every call of ``script`` through ``store.scripts``."""
+def spy(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch, script: Any, sent: list[int] | None = None
+) -> list[Any]:
+    """The replies of every call of ``script`` through ``store.scripts`` (and into ``sent``,
+    how many arguments each call had)."""
     replies: list[Any] = []
     run = store.scripts.run
 
@@ -42,6 +45,8 @@ def spy(store: EventStore, monkeypatch: pytest.MonkeyPatch, script: Any) -> list
         out = await run(called, script_keys, args, **kw)
         if called is script:
             replies.append(out)
+            if sent is not None:
+                sent.append(len(args))
         return out
 
     monkeypatch.setattr(store.scripts, "run", recorded)
@@ -103,6 +108,32 @@ async def test_a_backlog_scrape_reads_a_thousand_entries_per_call(
             (2_499, False, ids[1]),
         ]
         assert await stats.backlogs("b", []) == []
+    finally:
+        await store.close()
+        await client.aclose()
+
+
+async def test_a_scrape_of_many_positions_sends_two_hundred_a_call(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """450 subscriptions of one topic: each call carries at most 200 positions (the budget
+    reaches only some), not all of them again and again."""
+    client = aioredis.Redis.from_url(redis_url)
+    store = EventStore(client)
+    try:
+        ids = await publish(store, "p", 300)
+        sent: list[int] = []
+        replies = spy(store, monkeypatch, scripts.BACKLOG, sent)
+        positions = [ids[i % 300] for i in range(450)]
+        got = await StreamStats(client, store.scripts).backlogs("p", positions, cap=100)
+        assert max(sent) <= 1 + 2 * 200
+        assert max(sum(int(row[0]) for row in reply) for reply in replies) <= 1_000
+        expected = []
+        for i in range(450):
+            behind = 299 - i % 300
+            first = ids[i % 300 + 1] if behind else None
+            expected.append((min(behind, 100), behind >= 100, first))
+        assert [(b.events, b.capped, b.first_id) for b in got] == expected
     finally:
         await store.close()
         await client.aclose()
