@@ -77,7 +77,7 @@ if ARGV[4] ~= '' then
   -- first entry to compare costs its conversion (~20% of this script's work, issue 22).
   -- When one is older, XREVRANGE finds the newest older one at once (its radix seek
   -- lands: ~20 us), where reading all of them (10,000 a call, before 2026-11-25) held
-  -- Redis ~27 ms. (Nothing is older than 0-0, which an exclusive range cannot even name.)
+  -- Redis 30-55 ms. (Nothing is older than 0-0, which an exclusive range cannot name.)
   if cutoff > 0 and #redis.call('XRANGE', stream, '-', '(' .. minid, 'COUNT', 1) > 0 then
     trimmed = redis.call('XREVRANGE', stream, '(' .. minid, '-', 'COUNT', 1)[1][1]
     redis.call('XTRIM', stream, 'MINID', minid)
