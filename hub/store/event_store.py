@@ -28,6 +28,9 @@ from hub.store.stream_tail import StreamTail
 #: Events one XRANGE reads at most while a consumer catches up.
 READ_COUNT = 1000
 
+#: Script calls one :meth:`EventStore.trim` makes at most (1,000 events each by length).
+TRIM_CALLS = 10_000
+
 #: Topics whose append keys :class:`EventStore` keeps built.
 _APPEND_KEYS_CACHED = 4096
 
@@ -229,8 +232,18 @@ class EventStore:
         await self.scripts.close()
 
     async def trim(self, topic: str) -> None:
-        """Apply retention now (publishes do it too; this covers quiet topics)."""
-        await self.append(topic, [])
+        """Apply retention now (publishes do it too; this covers quiet topics).
+
+        One call cuts at most 1,000 events by length (``append.lua``: reading them holds
+        Redis), so a stream far beyond its bound takes several calls, awaited one by one
+        so that other clients' commands run in between.
+        """
+        empty = pack([])
+        for _ in range(TRIM_CALLS):
+            script_keys, args = self._append_call(topic, empty, "", None)
+            reply = await self.scripts.run(scripts.APPEND, script_keys, args)
+            if len(reply) < 4 or not int(reply[3]):
+                return
 
     # -- reading events ---------------------------------------------------------------
 

@@ -5,6 +5,8 @@
 -- ARGV: 1 body digest, 2 idempotency ttl, 3 maxlen (0 = none), 4 minid ('' = none),
 --       5 now-ms, 6 the changes: "loc NUL change NUL event-json NUL" repeated,
 --       7 hold max events (0 = no hold), 8 hold floor ms (events older are not held).
+-- Returns {0, ids joined by spaces, the last id before them, 1 if retention has more to trim
+-- than one call cuts (EventStore.trim calls again)}, or {1, the earlier reply} on a replay.
 -- The changes travel as one argument because encoding thousands of arguments costs the
 -- client more than the server's work. NUL cannot occur in XML text nor in JSON output.
 local stream, resources, meta, holds, cursors = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -47,7 +49,7 @@ while pos <= #packed do
 end
 -- Retention, exact so that '$TRIMMED_THROUGH' names the newest event ever trimmed: a client
 -- resuming from an older id is told it has a gap (Redis 6.2 does not report trimmed ids).
-local trimmed = false
+local trimmed, more = false, 0
 local ms = function(id) return tonumber(string.match(id, '^%d+')) or 0 end
 -- The hold: no event a WebSub subscription has yet to receive (ms >= its cursor's ms, the
 -- lowest score of the holds set) is trimmed, unless it is older than the floor or the
@@ -71,18 +73,13 @@ if ARGV[4] ~= '' then
   local minid = string.format('%d-0', cutoff)
   -- Look before trimming, forwards: when nothing is older (the usual case) this XRANGE
   -- stops at the first entry and returns none, where XREVRANGE from MINID walks the whole
-  -- stream on Redis 6.2, and reading the first entry to compare costs its conversion
-  -- (~20% of this script's work, issue 22).
-  -- (Nothing is older than 0-0, which an exclusive range cannot even name.)
-  local old = {}
-  if cutoff > 0 then
-    old = redis.call('XRANGE', stream, '-', '(' .. minid, 'COUNT', 10000)
-  end
-  if #old == 10000 then
-    old = redis.call('XREVRANGE', stream, '(' .. minid, '-', 'COUNT', 1)
-  end
-  if #old > 0 then
-    trimmed = old[#old][1]
+  -- stream on Redis 6.2 (measured 2026-11-25: 22 ms over 100,000 entries), and reading the
+  -- first entry to compare costs its conversion (~20% of this script's work, issue 22).
+  -- When one is older, XREVRANGE finds the newest older one at once (its radix seek
+  -- lands: ~20 us), where reading all of them (10,000 a call, before 2026-11-25) held
+  -- Redis 30-55 ms. (Nothing is older than 0-0, which an exclusive range cannot name.)
+  if cutoff > 0 and #redis.call('XRANGE', stream, '-', '(' .. minid, 'COUNT', 1) > 0 then
+    trimmed = redis.call('XREVRANGE', stream, '(' .. minid, '-', 'COUNT', 1)[1][1]
     redis.call('XTRIM', stream, 'MINID', minid)
   end
 end
@@ -90,18 +87,24 @@ if ARGV[3] ~= '0' then
   local length = redis.call('XLEN', stream)
   local excess = length - tonumber(ARGV[3])
   if excess > 0 then
+    -- Only the newest cut id is wanted, and a stream has no index by position: reading
+    -- entries into Lua costs ~2.7 us each, so a call reads at most 1,000 of them or this
+    -- publish's own size (its XADDs cost as much); the rest goes over the next publishes
+    -- and EventStore.trim (it calls again while the reply says more).
+    local most = math.max(1000, #ids)
     local cut, last = excess, false
     if hold then
-      -- Cut only what no subscription needs, and what is over the hold's own bound. A
-      -- released hold is trimmed 2,000 events a call, so no one call blocks Redis long.
+      -- Cut only what no subscription needs, and what is over the hold's own bound.
       local free = {}
       if hold > 0 then
         local upto = string.format('(%d-0', hold)
-        free = redis.call('XRANGE', stream, '-', upto, 'COUNT', math.min(excess, 2000))
+        free = redis.call('XRANGE', stream, '-', upto, 'COUNT', math.min(excess, most))
       end
+      if #free == most and excess > most then more = 1 end
       cut = math.max(#free, excess - tonumber(ARGV[7]))
       if cut > 0 and #free >= cut then last = free[cut][1] end
     end
+    if cut > most then cut, last, more = most, false, 1 end
     if cut > 0 then
       if not last then
         last = redis.call('XRANGE', stream, '-', '+', 'COUNT', cut)[cut][1]
@@ -119,4 +122,4 @@ if #ids > 0 then
   redis.call('HINCRBY', meta, '$PUBLISHED', #ids)
 end
 if #KEYS > 5 then redis.call('SET', KEYS[6], ARGV[1] .. '|' .. joined, 'EX', ARGV[2]) end
-return {0, joined, before}
+return {0, joined, before, more}
