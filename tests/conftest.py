@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,21 @@ from hub.store.embedded_redis import EmbeddedRedis
 from hub.web.app import RUNTIME, create_app, start
 from tests.redis_cluster import redis_cluster  # noqa: F401  (a session fixture)
 from tests.support import free_port
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test has its own node id. pytest 9 names schemathesis's per-operation items
+    (``tests/hub/test_openapi.py``) all alike, and pytest-xdist's ``--dist loadfile`` keys
+    its work by node id: it would run the first of them and silently drop the rest. So the
+    operation goes back into the id, and a duplicate id left anywhere stops the run."""
+    for item in items:
+        label = getattr(item, "operation_label", None)
+        if label and "[" not in item.nodeid:
+            item._id = item._id.with_params(label)  # type: ignore[attr-defined]
+    ids = Counter(item.nodeid for item in items)
+    twice = sorted(nodeid for nodeid, n in ids.items() if n > 1)
+    if twice:
+        raise pytest.UsageError(f"tests sharing a node id (one would not run): {twice[:5]}")
 
 
 @pytest.fixture(autouse=True)

@@ -42,9 +42,15 @@ def _bindable(port: int) -> bool:
 
 
 def _cluster_port() -> int:
-    """A free port whose cluster bus port (+10000, fixed in Redis 6.2) is free as well."""
+    """A free port whose cluster bus port (+10000, fixed in Redis 6.2) is free as well.
+    Each pytest-xdist worker draws from its own share of the range: two workers starting
+    their clusters at once cannot both find the same port free."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    share = 10000 // max(1, workers)
+    low = 20000 + share * (int(worker) % max(1, workers) if worker.isdigit() else 0)
     for _ in range(200):
-        port = random.randint(20000, 29999)  # below the ephemeral range, bus below 40000
+        port = random.randint(low, low + share - 1)  # below the ephemeral range, bus below 40000
         if _bindable(port) and _bindable(port + 10000):
             return port
     raise RuntimeError("no free port pair for a cluster node")

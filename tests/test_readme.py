@@ -84,6 +84,12 @@ def runs_forever(command: str) -> bool:
     )
 
 
+#: What the test suite itself writes into the checkout (hypothesis's database, the dashboard
+#: test's screenshot): another pytest-xdist worker may write there while the journeys run.
+#: No README command runs hypothesis or takes a screenshot, so nothing they leave hides here.
+SUITE_OUTPUT = (".hypothesis", "tests/artifacts")
+
+
 def git_status() -> set[str]:
     out = subprocess.run(
         ["git", "status", "--porcelain", "--ignored", "--untracked-files=all"],
@@ -96,7 +102,12 @@ def git_status() -> set[str]:
     for d, subdirs, _ in os.walk(ROOT):
         subdirs[:] = [s for s in subdirs if s not in (".git", ".venv", "__pycache__")]
         dirs.add(f"dir {Path(d).relative_to(ROOT)}")
-    return {line for line in out.splitlines() if "__pycache__" not in line} | dirs
+    status = {line for line in out.splitlines() if "__pycache__" not in line} | dirs
+    return {
+        line
+        for line in status
+        if not any(f" {top}/" in line or line.endswith(f" {top}") for top in SUITE_OUTPUT)
+    }
 
 
 class Shell:
