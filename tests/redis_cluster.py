@@ -73,7 +73,6 @@ class RedisClusterProcesses(RedisProcesses):
         self.nodes: list[tuple[str, int]] = []
         #: Replica ports, per master port.
         self.replica_ports: dict[int, list[int]] = {}
-        self.startup_seconds = 0.0
         self._by_port: dict[int, subprocess.Popen[bytes]] = {}
         self._killed: set[int] = set()
 
@@ -110,7 +109,6 @@ class RedisClusterProcesses(RedisProcesses):
             time.sleep(0.02)
 
     def start(self) -> RedisClusterProcesses:
-        started = time.monotonic()
         binary = find_redis_server()
         try:
             for _ in SLOT_RANGES:
@@ -166,7 +164,6 @@ class RedisClusterProcesses(RedisProcesses):
         except BaseException:
             self.stop()
             raise
-        self.startup_seconds = time.monotonic() - started
         return self
 
     def _start_node(self, binary: str) -> int:

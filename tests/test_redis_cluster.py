@@ -37,7 +37,6 @@ def test_three_masters_own_the_configured_slot_ranges(
     owners = _slot_owners(redis_cluster)
     assert sorted(owners) == sorted(SLOT_RANGES)
     assert sorted(owners.values()) == sorted(port for _, port in redis_cluster.nodes)
-    assert redis_cluster.startup_seconds < 5
     # One replica per master, following it (failover: tests/hub/test_redis_cluster_failover.py).
     client = redis_cluster.client(redis_cluster.nodes[0][1])
     nodes = client.cluster("NODES")
