@@ -15,7 +15,9 @@ reading those 1,000 entries into Lua):
 * lag: ``TopicAdmin.count_after`` of a position 99,999 behind (cap 100,000);
 * age trim: one publish that expires 50,000 events (a 1-hour age bound);
 * length trim: one publish to a 100,000-event stream bounded to 1,000 events, then
-  ``EventStore.trim`` (the retention sweep) until the bound holds.
+  ``EventStore.trim`` (the retention sweep) until the bound holds;
+* exact Resource List: ``ResourceSnapshots.exact`` of a 50,000-URI fold (its ``HSCAN``
+  and ``DEL`` counted with the scripts).
 
 Events are ~85 bytes of JSON. ``--hub-src PATH`` runs the same cases with another
 checkout's store code (a subprocess importing from PATH) against the same Redis, first::
@@ -56,6 +58,7 @@ from hub.store import keys  # noqa: E402
 from hub.store.embedded_redis import EmbeddedRedis  # noqa: E402
 from hub.store.event_store import EventStore, Retention  # noqa: E402
 from hub.store.pages import PageChain  # noqa: E402
+from hub.store.snapshots import ResourceSnapshots  # noqa: E402
 from hub.store.stream_stats import StreamStats, backlog_cap  # noqa: E402
 from hub.store.subscriptions import SubscriptionStore  # noqa: E402
 from hub.store.topic_admin import TopicAdmin  # noqa: E402
@@ -63,6 +66,7 @@ from hub.store.topic_admin import TopicAdmin  # noqa: E402
 BACKLOG = 100_000
 EXPIRED = 50_000
 POSITIONS = 20
+RESOURCES = 50_000
 
 
 def event(i: int) -> bytes:
@@ -80,13 +84,14 @@ class Slowlog:
     def reset(self) -> None:
         self.client.slowlog_reset()
 
-    def read(self) -> dict[str, Any]:
-        """The scripts run since :meth:`reset`: calls, median, longest, total (us)."""
+    def read(self, names: tuple[bytes, ...] = (b"EVALSHA", b"EVAL")) -> dict[str, Any]:
+        """The commands ``names`` (scripts by default) run since :meth:`reset`: calls,
+        median, longest, total (us)."""
         entries = self.client.slowlog_get(100_000)
         scripts = [
             int(e["duration"])
             for e in entries
-            if bytes(e["command"]).split(b" ", 1)[0].upper() in (b"EVALSHA", b"EVAL")
+            if bytes(e["command"]).split(b" ", 1)[0].upper() in names
         ]
         ran = sorted(scripts) or [0]
         return {
@@ -195,6 +200,18 @@ async def cases(url: str) -> dict[str, dict[str, Any]]:
         assert await bounded.length("t") == 1000
         assert await bounded.trimmed_through("t") == every[-1001]
         await bounded.close()
+
+        await fill(store, "rl", RESOURCES)
+        log.settle(keys.events("rl"))
+        resources = ResourceSnapshots(
+            client, store.scripts, page_entries=RESOURCES, reuse_seconds=60, ttl_seconds=60
+        )
+        log.reset()
+        exact = await resources.exact("rl")
+        out["exact Resource List of 50,000 URIs (scripts, HSCAN, DEL)"] = log.read(
+            (b"EVALSHA", b"EVAL", b"HSCAN", b"DEL")
+        )
+        assert exact is not None and len(exact.fold) == RESOURCES
     finally:
         await store.close()
         await client.aclose()

@@ -28,7 +28,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from hub.core import rendering
+from hub.core.events import format_id, parse_id
 from hub.core.topics import HubUrls
 from hub.store import keys, scripts
 from hub.store.redis_connection import Client
@@ -39,10 +42,41 @@ Offload = Callable[..., Awaitable[Any]]
 
 #: How long one process may take to write a snapshot before another may take over.
 _TAKING_MS = 60_000
-#: Fold entries one HSCAN reply carries (hiredis parses it in a few ms).
-SCAN_BATCH = 5000
+#: Fold entries one HSCAN asks for: Redis builds the reply while every other client waits
+#: (5,000 held it 5-20 ms, measured with ``bench/redis_blocking.py``), and hiredis parses
+#: 1,000 in well under a millisecond.
+SCAN_BATCH = 1000
 #: How long a reader's copy of the fold may outlive a reader that died while reading it.
 _COPY_MS = 60_000
+#: Reads by scan and replay before the fold is copied in one step (a topic changing so
+#: fast, or trimmed so tight, that every replay missed events).
+_SCAN_ATTEMPTS = 3
+#: Events one replay read takes (a script reading entries holds Redis ~2.7 us each).
+_REPLAY_BATCH = 1000
+
+
+class _Again:
+    """:meth:`ResourceSnapshots._scan_and_replay` could not vouch for its read: again."""
+
+
+_AGAIN = _Again()
+
+
+def _fold_into(fold: dict[bytes, bytes], event_id: str, stored: bytes) -> bool:
+    """One event folded as ``scripts/append.lua`` folds it; False if it cannot be read."""
+    try:
+        fields = orjson.loads(stored)
+    except orjson.JSONDecodeError:
+        return False
+    loc = fields.get("loc") if isinstance(fields, dict) else None
+    change = fields.get("change") if isinstance(fields, dict) else None
+    if not isinstance(loc, str) or not isinstance(change, str):
+        return False
+    if change == "deleted":
+        fold.pop(loc.encode(), None)
+    else:
+        fold[loc.encode()] = event_id.encode() + b" " + stored
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +140,74 @@ class ResourceSnapshots:
         return Probe(int(size), keys.optional_text(last_id), _ms((int(now[0]), int(now[1]))))
 
     async def exact(self, topic: str) -> Exact | None:
-        """The whole fold at one instant, or ``None`` when it needs pages."""
+        """The whole fold at one instant, or ``None`` when it needs pages.
+
+        Read without holding Redis: the live fold in ``HSCAN`` batches between two probes,
+        then the events appended meanwhile replayed onto it in stream order, as the append
+        script folds them. A ``COPY`` in one step held Redis 20-30 ms for a 50,000-URI fold
+        (every other client waiting, at every new version a reader builds). The result is
+        the fold at the second probe: each loc the scan may have read mid-change was changed
+        by an event it replays, and every other loc did not change while it was read. When
+        the replay cannot be trusted (events trimmed before it read them, one it cannot
+        read, a size that does not add up) it tries again, then copies as before.
+        """
+        for _ in range(_SCAN_ATTEMPTS):
+            read = await self._scan_and_replay(topic)
+            if not isinstance(read, _Again):
+                return read
+        return await self._copy(topic)
+
+    async def _scan_and_replay(self, topic: str) -> Exact | _Again | None:
+        before = await self.probe(topic)
+        if before.size > self.page_entries:
+            return None
+        fold = await self._scan(keys.resources(topic))
+        after = await self.probe(topic)
+        if after.size > self.page_entries:
+            return None
+        if after.last_id != before.last_id:
+            if after.last_id is None or not await self._replay(topic, fold, before, after):
+                return _AGAIN
+        if len(fold) != after.size:
+            return _AGAIN
+        return Exact(after.now_ms, after.last_id, fold)
+
+    async def _scan(self, key: str) -> dict[bytes, bytes]:
+        fold: dict[bytes, bytes] = {}
+        cursor = 0
+        while True:
+            reply = await self.redis.hscan(key, cursor, count=SCAN_BATCH)
+            cursor, batch = keys.hscan_reply(reply)
+            fold.update(batch)
+            if not cursor:
+                return fold
+
+    async def _replay(
+        self, topic: str, fold: dict[bytes, bytes], before: Probe, after: Probe
+    ) -> bool:
+        """Fold the events after ``before`` up to ``after`` into ``fold``; False when some
+        may be gone (retention trimmed past the last one read) or one is unreadable."""
+        assert after.last_id is not None
+        done, end = parse_id(before.last_id or "0-0"), parse_id(after.last_id)
+        while done < end:  # each read moves ``done`` on, or returns
+            rows, trimmed = await self.scripts.run(
+                scripts.RANGE_TRIMMED,
+                [keys.events(topic), keys.topic_meta(topic)],
+                [f"({format_id(done)}", after.last_id, _REPLAY_BATCH],
+            )
+            if trimmed and parse_id(keys.text(trimmed)) > done:
+                return False
+            events = keys.script_event_rows(rows)
+            if not events:  # the last id of the probe is gone: deleted meanwhile
+                return False
+            for event_id, stored in events:
+                if not _fold_into(fold, event_id, stored):
+                    return False
+            done = parse_id(events[-1][0])
+        return done == end
+
+    async def _copy(self, topic: str) -> Exact | None:
+        """The fold copied in one step (``scripts/exact_resourcelist.lua``), then read."""
         copy = keys.resourcelist_copy(topic, secrets.token_hex(8))
         out = await self.scripts.run(
             scripts.EXACT_RESOURCELIST,
@@ -117,16 +218,8 @@ class ResourceSnapshots:
             return None
         at_ms = _ms((int(out[0]), int(out[1])))
         last_id = keys.optional_text(out[2])
-        fold: dict[bytes, bytes] = {}
         try:
-            if int(out[3]):
-                cursor = 0
-                while True:
-                    reply = await self.redis.hscan(copy, cursor, count=SCAN_BATCH)
-                    cursor, batch = keys.hscan_reply(reply)
-                    fold.update(batch)
-                    if not cursor:
-                        break
+            fold = await self._scan(copy) if int(out[3]) else {}
         finally:
             await self.redis.delete(copy)
         return Exact(at_ms, last_id, fold)
