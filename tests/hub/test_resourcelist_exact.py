@@ -94,8 +94,8 @@ async def test_a_quiet_fold_is_read_by_scan_without_a_copy(client: Any) -> None:
         exact = await topic.snapshots.exact("t")
         assert isinstance(exact, Exact)
         assert exact.last_id == topic.log[-1][0]
-        assert exact.fold == topic.folded(exact.last_id) == await client.hgetall(
-            keys.resources("t")
+        assert (
+            exact.fold == topic.folded(exact.last_id) == await client.hgetall(keys.resources("t"))
         )
         assert scripts.EXACT_RESOURCELIST not in topic.scripts_run
     finally:
