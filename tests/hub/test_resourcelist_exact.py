@@ -86,76 +86,87 @@ class Topic:
         await self.store.close()
 
 
-async def test_a_quiet_fold_is_read_by_scan_without_a_copy(client: Any) -> None:
-    topic = Topic(client)
+@pytest.fixture
+async def topic(client: Any, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Topic]:
+    """A topic of 400 created locs, its fold scanned 25 at a time (several batches)."""
+    monkeypatch.setattr(snapshots, "SCAN_BATCH", 25)
+    made = Topic(client)
     try:
-        await topic.append([(loc, "created") for loc in LOCS])
-        await topic.append([(loc, "deleted") for loc in LOCS[::7]])
-        exact = await topic.snapshots.exact("t")
-        assert isinstance(exact, Exact)
-        assert exact.last_id == topic.log[-1][0]
-        assert (
-            exact.fold == topic.folded(exact.last_id) == await client.hgetall(keys.resources("t"))
-        )
-        assert scripts.EXACT_RESOURCELIST not in topic.scripts_run
+        await made.append([(loc, "created") for loc in LOCS])
+        yield made
     finally:
-        await topic.close()
+        await made.close()
+
+
+async def test_a_quiet_fold_is_read_by_scan_without_a_copy(client: Any, topic: Topic) -> None:
+    await topic.append([(loc, "deleted") for loc in LOCS[::7]])
+    exact = await topic.snapshots.exact("t")
+    assert isinstance(exact, Exact)
+    assert exact.last_id == topic.log[-1][0]
+    assert exact.fold == topic.folded(exact.last_id) == await client.hgetall(keys.resources("t"))
+    assert scripts.EXACT_RESOURCELIST not in topic.scripts_run
 
 
 async def test_publishes_during_the_scan_are_replayed_into_the_read(
-    client: Any, monkeypatch: pytest.MonkeyPatch
+    client: Any, topic: Topic
 ) -> None:
-    monkeypatch.setattr(snapshots, "SCAN_BATCH", 25)
-    topic = Topic(client)
-    try:
-        await topic.append([(loc, "created") for loc in LOCS])
-        # Each batch of the scan sees three more changes: an update, a delete, a create.
-        k = iter(range(10**6))
+    # Each batch of the scan sees three more changes: an update, a delete, a create.
+    k = iter(range(10**6))
 
-        def three() -> list[tuple[str, str]]:
-            i = next(k)
-            return [
-                (LOCS[(i * 3) % 400], "updated"),
-                (LOCS[(i * 5 + 1) % 400], "deleted"),
-                (f"http://example.org/new/{i}", "created"),
-            ]
+    def three() -> list[tuple[str, str]]:
+        i = next(k)
+        return [
+            (LOCS[(i * 3) % 400], "updated"),
+            (LOCS[(i * 5 + 1) % 400], "deleted"),
+            (f"http://example.org/new/{i}", "created"),
+        ]
 
-        topic.between_scan_batches(client, three)
-        exact = await topic.snapshots.exact("t")
-        assert isinstance(exact, Exact)
-        first_replayed = topic.log[len(LOCS)][0]
-        assert parse_id(exact.last_id or "0-0") >= parse_id(first_replayed)
-        assert exact.fold == topic.folded(exact.last_id)
-        assert scripts.RANGE_TRIMMED in topic.scripts_run  # the replay ran
-        assert scripts.EXACT_RESOURCELIST not in topic.scripts_run
-    finally:
-        await topic.close()
+    topic.between_scan_batches(client, three)
+    exact = await topic.snapshots.exact("t")
+    assert isinstance(exact, Exact)
+    first_replayed = topic.log[len(LOCS)][0]
+    assert parse_id(exact.last_id or "0-0") >= parse_id(first_replayed)
+    assert exact.fold == topic.folded(exact.last_id)
+    assert scripts.RANGE_TRIMMED in topic.scripts_run  # the replay ran
+    assert scripts.EXACT_RESOURCELIST not in topic.scripts_run
 
 
 @pytest.mark.parametrize("seed", range(6))
 async def test_seeded_publishes_between_batches_never_make_a_read_inexact(
-    client: Any, monkeypatch: pytest.MonkeyPatch, seed: int
+    client: Any, topic: Topic, seed: int
 ) -> None:
-    monkeypatch.setattr(snapshots, "SCAN_BATCH", 30)
     rng = random.Random(seed)
-    topic = Topic(client)
-    try:
-        await topic.append([(loc, "created") for loc in LOCS])
 
-        def some() -> list[tuple[str, str]]:
-            return [
-                (rng.choice(LOCS), rng.choice(["created", "updated", "deleted"]))
-                for _ in range(rng.randrange(0, 5))
-            ]
+    def some() -> list[tuple[str, str]]:
+        return [
+            (rng.choice(LOCS), rng.choice(["created", "updated", "deleted"]))
+            for _ in range(rng.randrange(0, 5))
+        ]
 
-        topic.between_scan_batches(client, some)
-        for _ in range(6):
-            exact = await topic.snapshots.exact("t")
-            assert isinstance(exact, Exact)
-            assert exact.fold == topic.folded(exact.last_id)
-        assert scripts.EXACT_RESOURCELIST not in topic.scripts_run
-    finally:
-        await topic.close()
+    topic.between_scan_batches(client, some)
+    for _ in range(6):
+        exact = await topic.snapshots.exact("t")
+        assert isinstance(exact, Exact)
+        assert exact.fold == topic.folded(exact.last_id)
+    assert scripts.EXACT_RESOURCELIST not in topic.scripts_run
+
+
+async def test_an_unreadable_event_sends_the_replay_to_the_copy(client: Any, topic: Topic) -> None:
+    async def opaque() -> None:  # an event the replay cannot fold: no loc in its JSON
+        appended = await topic.store.append("t", [Change(LOCS[0], "updated", b"{}")])
+        topic.log.append((appended.ids[0], LOCS[0], "updated", b"{}"))
+
+    hscan = client.hscan
+
+    async def interleaved(key: str, *args: Any, **kw: Any) -> Any:
+        await opaque()
+        return await hscan(key, *args, **kw)
+
+    client.hscan = interleaved
+    exact = await topic.snapshots.exact("t")
+    assert isinstance(exact, Exact)
+    assert scripts.EXACT_RESOURCELIST in topic.scripts_run
+    assert exact.fold == topic.folded(exact.last_id)
 
 
 async def test_events_trimmed_before_the_replay_read_them_send_it_to_the_copy(
@@ -175,32 +186,5 @@ async def test_events_trimmed_before_the_replay_read_them_send_it_to_the_copy(
         assert scripts.EXACT_RESOURCELIST in topic.scripts_run
         assert exact.fold == topic.folded(exact.last_id)
         assert exact.last_id == topic.log[-1][0]
-    finally:
-        await topic.close()
-
-
-async def test_an_unreadable_event_sends_the_replay_to_the_copy(
-    client: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(snapshots, "SCAN_BATCH", 25)
-    topic = Topic(client)
-    try:
-        await topic.append([(loc, "created") for loc in LOCS])
-
-        async def opaque() -> None:  # an event the replay cannot fold: no loc in its JSON
-            appended = await topic.store.append("t", [Change(LOCS[0], "updated", b"{}")])
-            topic.log.append((appended.ids[0], LOCS[0], "updated", b"{}"))
-
-        hscan = client.hscan
-
-        async def interleaved(key: str, *args: Any, **kw: Any) -> Any:
-            await opaque()
-            return await hscan(key, *args, **kw)
-
-        client.hscan = interleaved
-        exact = await topic.snapshots.exact("t")
-        assert isinstance(exact, Exact)
-        assert scripts.EXACT_RESOURCELIST in topic.scripts_run
-        assert exact.fold == topic.folded(exact.last_id)
     finally:
         await topic.close()
