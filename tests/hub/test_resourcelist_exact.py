@@ -16,11 +16,13 @@ from typing import Any
 import orjson
 import pytest
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 
 from hub.core.events import Change, parse_id
 from hub.store import keys, scripts, snapshots
 from hub.store.event_store import EventStore, Retention
 from hub.store.snapshots import Exact, ResourceSnapshots
+from tests.redis_cluster import RedisClusterProcesses
 
 LOCS = [f"http://example.org/r/{i}" for i in range(400)]
 
@@ -188,3 +190,36 @@ async def test_events_trimmed_before_the_replay_read_them_send_it_to_the_copy(
         assert exact.last_id == topic.log[-1][0]
     finally:
         await topic.close()
+
+
+async def test_the_scan_and_replay_on_a_redis_cluster(
+    redis_cluster: RedisClusterProcesses, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probes and the replay's reads are scripts on the topic's hash-tagged keys, the scan
+    an ``HSCAN`` of one key: all routed to the topic's node by the cluster client."""
+    for _, port in redis_cluster.nodes:
+        node = redis_cluster.client(port)
+        node.flushall()
+        node.close()
+    host, port = redis_cluster.nodes[0]
+    client = RedisCluster(host=host, port=port)
+    monkeypatch.setattr(snapshots, "SCAN_BATCH", 25)
+    topic = Topic(client)
+    try:
+        await topic.append([(loc, "created") for loc in LOCS])
+        k = iter(range(10**6))
+        topic.between_scan_batches(
+            client,
+            lambda: [
+                (LOCS[(next(k) * 11) % 400], "deleted"),
+                (f"http://example.org/c/{next(k)}", "created"),
+            ],
+        )
+        exact = await topic.snapshots.exact("t")
+        assert isinstance(exact, Exact)
+        assert exact.fold == topic.folded(exact.last_id)
+        assert scripts.RANGE_TRIMMED in topic.scripts_run
+        assert scripts.EXACT_RESOURCELIST not in topic.scripts_run
+    finally:
+        await topic.close()
+        await client.aclose()
