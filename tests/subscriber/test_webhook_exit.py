@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
@@ -21,7 +22,10 @@ async def subscriptions(hub: Hub) -> list[object]:
         return rows
 
 
-async def test_sigint_soon_after_subscribing_unsubscribes(hub: Hub) -> None:
+async def test_sigint_soon_after_subscribing_unsubscribes(
+    hub: Hub, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="hub.live.delivery")  # verification outcomes
     await hub.publish("t", notification([{"loc": "http://e.org/a", "change": "deleted"}]))
     for _ in range(4):  # the race showed 1 time in 4
         cmd = Command("subscribe", "--hub", hub.url, "--topic", "t", "--via", "webhook", "-v")
@@ -42,6 +46,13 @@ async def test_sigint_soon_after_subscribing_unsubscribes(hub: Hub) -> None:
         async def gone() -> bool:
             return not await subscriptions(hub)
 
-        await wait_for(gone, 5)
+        try:
+            await wait_for(gone, 5)
+        except AssertionError:  # say why (seen once in a loaded CI run, 2026-11-25)
+            hub_log = [r.getMessage() for r in caplog.records if "verif" in r.getMessage()]
+            raise AssertionError(
+                f"still subscribed 5 s after the command exited; the hub's verification "
+                f"log: {hub_log[-5:]}; the command's stderr:\n{cmd.stderr[-2000:]}"
+            ) from None
         # Gone at once (the command waited for the unsubscribe), not by lease expiry.
         assert time.monotonic() - started < 1.0 * TIME_SCALE
