@@ -124,7 +124,18 @@ class CallbackReceiver:
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
+        # Cancelled inside ``loop.create_server`` (its last step yields once), the server
+        # already listens but ``site`` never learns of it: a socket nobody closes. So the
+        # start runs to its end, and a cancelled start stops what it started.
+        starting = asyncio.ensure_future(site.start())
+        try:
+            await asyncio.shield(starting)
+        except BaseException:
+            with contextlib.suppress(BaseException):
+                await starting
+            await self._runner.cleanup()
+            self._runner = None
+            raise
         if self._callback_url is None:
             port = self._runner.addresses[0][1]
             self._callback_url = f"http://{self.host}:{port}{self._path}"
@@ -214,7 +225,10 @@ class CallbackReceiver:
                 text = await resp.text()
                 if resp.status >= 300:
                     raise PushUnavailable(f"hub refused {mode}: HTTP {resp.status} {text}")
-            await asyncio.wait_for(verified.wait(), timeout or self.verify_timeout)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel
+            # that lands as its awaitable finishes (SIGINT just as the hub verifies).
+            async with asyncio.timeout(timeout or self.verify_timeout):
+                await verified.wait()
         except (aiohttp.ClientError, OSError) as exc:
             if isinstance(exc, aiohttp.ClientConnectorError):
                 self._wanted.discard(mode)  # never sent: nothing for close() to undo

@@ -145,7 +145,13 @@ class Follower:
         self._new_topic = False
 
     async def __aenter__(self) -> Follower:
-        await self.start()
+        # ``async with`` runs no ``__aexit__`` when entering fails or is cancelled (SIGINT
+        # soon after subscribing): push may be subscribed by then, so undo it here.
+        try:
+            await self.start()
+        except BaseException:
+            await self.close()
+            raise
         return self
 
     async def __aexit__(
@@ -173,7 +179,8 @@ class Follower:
         if self.via != "poll":
             self._start_push()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._ready.wait(), wait)
+                async with asyncio.timeout(wait):  # keeps a cancel (3.11's wait_for may not)
+                    await self._ready.wait()
             if self._connected.is_set():
                 self._set_mode("push", "connected")
 
@@ -270,9 +277,8 @@ class Follower:
                 self._held = None
                 if item is None:
                     try:
-                        item = await asyncio.wait_for(
-                            self._queue.get(), self._save_interval if self._dirty else None
-                        )
+                        async with asyncio.timeout(self._save_interval if self._dirty else None):
+                            item = await self._queue.get()
                     except TimeoutError:
                         self.flush()
                         continue

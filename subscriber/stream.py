@@ -139,16 +139,14 @@ class HubStream:
         params = [("since", self.last_id)] if self.last_id else []
         params += self._filter_params()
         try:
-            ws = await asyncio.wait_for(
-                self.session.ws_connect(
+            async with asyncio.timeout(self.connect_timeout):  # keeps a cancel (wait_for may not)
+                ws = await self.session.ws_connect(
                     url,
                     params=params,
                     headers=self._headers,
                     heartbeat=self.heartbeat,
                     timeout=aiohttp.ClientWSTimeout(ws_close=self.connect_timeout),
-                ),
-                self.connect_timeout,
-            )
+                )
         except aiohttp.WSServerHandshakeError as exc:
             if refusal(exc.status):
                 # The handshake error has no body: ask again plainly for the hub's message.
@@ -188,12 +186,10 @@ class HubStream:
             headers["Last-Event-ID"] = self.last_id
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout)
         try:
-            resp = await asyncio.wait_for(
-                self.session.get(
+            async with asyncio.timeout(self.connect_timeout):  # keeps a cancel (wait_for may not)
+                resp = await self.session.get(
                     url, params=self._filter_params(), headers=headers, timeout=timeout
-                ),
-                self.connect_timeout,
-            )
+                )
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise PushUnavailable(f"cannot open {url}: {exc}") from exc
         async with resp:

@@ -41,6 +41,7 @@ from hub.live.callback_connections import Prefix, Started, header_block, length_
 from hub.live.feed import FeedHub, TopicFeed
 from hub.live.http_client import Answer, HttpClient
 from hub.live.ownership import Lease
+from hub.live.request_order import RequestOrder
 from hub.live.subscription_terms import Terms, apply_terms
 from hub.store.attempts import Attempt, AttemptStore, AttemptWriter
 from hub.store.dead_letters import DeadLetterStore
@@ -714,6 +715,8 @@ class DeliveryService:
             store.redis, store.scripts, settings.dead_letter_max_events
         )
         self._verify_slots = asyncio.Semaphore(64)
+        #: Verified requests are stored in the order they arrived (the latest wins).
+        self._order = RequestOrder()
         self.worker_ended = worker_ended
 
     async def close(self) -> None:
@@ -775,8 +778,18 @@ class DeliveryService:
 
     # -- WebSub requests, on whichever process receives them ---------------------------
 
-    def _spawn(self, name: str, coro: Coroutine[Any, Any, None]) -> None:
-        self._requests.spawn(name, coro, on_end=self._spawned_ended)
+    def _spawn(
+        self,
+        name: str,
+        coro: Coroutine[Any, Any, None],
+        on_end: Callable[[], None] | None = None,
+    ) -> None:
+        def ended(task: asyncio.Task[Any]) -> None:
+            if on_end is not None:
+                on_end()
+            self._spawned_ended(task)
+
+        self._requests.spawn(name, coro, on_end=ended)
 
     def _spawned_ended(self, task: asyncio.Task[Any]) -> None:
         """Report how ``task`` failed if it did (else asyncio would, as a "Task exception
@@ -791,8 +804,18 @@ class DeliveryService:
         request, not of its later verification: changes published after the subscriber
         got its 202 are delivered, whatever the verification takes.
         """
-        start = await self.last_id(req.topic) if req.since is None else None
-        self._spawn(f"verify:{req.callback}", self._verify(req, start or "0-0"))
+        key = (req.topic, req.callback)
+        number = self._order.arrived(key)
+        try:
+            start = await self.last_id(req.topic) if req.since is None else None
+            self._spawn(
+                f"verify:{req.callback}",
+                self._verify(req, start or "0-0", number),
+                on_end=lambda: self._order.ended(key),
+            )
+        except BaseException:
+            self._order.ended(key)
+            raise
 
     def deny(self, callback: str, topic_url: str, reason: str) -> None:
         self._spawn(f"deny:{callback}", self._send_denial(callback, topic_url, reason))
@@ -811,7 +834,7 @@ class DeliveryService:
                 return False
         return True
 
-    async def _verify(self, req: websub.SubscriptionRequest, start: str) -> None:
+    async def _verify(self, req: websub.SubscriptionRequest, start: str, number: int) -> None:
         challenge = websub.new_challenge()
         lease = req.lease_seconds if req.mode is websub.Mode.SUBSCRIBE else None
         url = websub.verification_url(req.callback, req.mode, req.topic_url, challenge, lease)
@@ -829,7 +852,16 @@ class DeliveryService:
                 answer.status,
             )
             return
-        await self._store_verified(req, start)
+        async with self._order.turn((req.topic, req.callback), number) as latest:
+            if latest:
+                await self._store_verified(req, start)
+            else:
+                log.info(
+                    "verified %s of %r to %s not stored: a later request for it was",
+                    req.mode,
+                    req.callback,
+                    req.topic,
+                )
 
     async def _store_verified(self, req: websub.SubscriptionRequest, start: str) -> None:
         """Store what the callback confirmed, retrying while Redis is away.

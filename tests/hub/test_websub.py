@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -399,3 +400,49 @@ async def test_changes_published_after_the_202_are_delivered(hub: Hub) -> None:
         assert slow.ids == after["ids"]
     finally:
         await slow.stop()
+
+
+async def test_a_subscribe_verified_after_a_later_unsubscribe_is_not_stored(
+    hub: Hub, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Requests are verified concurrently: a subscribe whose callback answers only after
+    the subscriber's later unsubscribe was verified and stored must not revive it (what
+    ``rshub subscribe`` stopped right after subscribing ran into)."""
+    caplog.set_level(logging.INFO, logger="hub.live.delivery")
+    cb = CallbackServer()
+    release = asyncio.Event()
+    original = cb._verify
+
+    async def held_subscribe(request: Any) -> Any:
+        if request.query.get("hub.mode") == "subscribe":
+            async with asyncio.timeout(10):
+                await release.wait()
+        return await original(request)
+
+    cb._verify = held_subscribe  # type: ignore[method-assign]
+    await cb.start()
+    try:
+        await hub.publish("t", notification(changes(1)))
+        form = {"hub.topic": f"{hub.url}/topics/t", "hub.callback": cb.url}
+        for mode in ("subscribe", "unsubscribe"):
+            resp = await hub.session.post(hub.url + "/", data={"hub.mode": mode, **form})
+            assert resp.status == 202, await resp.text()
+
+        def logged(word: str) -> bool:
+            return any(r.getMessage().startswith(word) for r in caplog.records)
+
+        await wait_for(lambda: logged("unsubscribed"))
+        release.set()
+        await wait_for(lambda: logged("verified subscribe") or logged("subscribed"))
+        assert not logged("subscribed"), [r.getMessage() for r in caplog.records]
+        listed = await (await hub.session.get(f"{hub.url}/topics/t/subscriptions")).json()
+        assert listed["subscriptions"] == [] and not hub_workers(hub)
+        from hub.web.app import RUNTIME
+
+        assert len(hub.app[RUNTIME].delivery._order) == 0  # nothing kept per subscription
+        # A later subscribe is stored as usual.
+        await subscribe(hub, cb)
+        await hub.publish("t", notification(changes(1, start=1)))
+        await wait_for(lambda: len(cb.ids) >= 1)
+    finally:
+        await cb.stop()
