@@ -41,7 +41,6 @@ from hub.live.callback_connections import Prefix, Started, header_block, length_
 from hub.live.feed import FeedHub, TopicFeed
 from hub.live.http_client import Answer, HttpClient
 from hub.live.ownership import Lease
-from hub.live.request_order import RequestOrder
 from hub.live.subscription_terms import Terms, apply_terms
 from hub.store.attempts import Attempt, AttemptStore, AttemptWriter
 from hub.store.dead_letters import DeadLetterStore
@@ -680,6 +679,13 @@ class DeliveryService:
     #: How long a verified (un)subscription retries to store itself while Redis is away.
     store_patience = 300.0
 
+    @property
+    def request_lifetime(self) -> float:
+        """Seconds after its arrival that a request may still be stored: a wait for a
+        verification slot, the callback's answer, then :attr:`store_patience`. Later, the
+        store may have forgotten that a later request for the same callback was stored."""
+        return self.store_patience + 2 * self.settings.verify_timeout + 60
+
     def __init__(
         self,
         settings: Settings,
@@ -715,8 +721,6 @@ class DeliveryService:
             store.redis, store.scripts, settings.dead_letter_max_events
         )
         self._verify_slots = asyncio.Semaphore(64)
-        #: Verified requests are stored in the order they arrived (the latest wins).
-        self._order = RequestOrder()
         self.worker_ended = worker_ended
 
     async def close(self) -> None:
@@ -778,18 +782,8 @@ class DeliveryService:
 
     # -- WebSub requests, on whichever process receives them ---------------------------
 
-    def _spawn(
-        self,
-        name: str,
-        coro: Coroutine[Any, Any, None],
-        on_end: Callable[[], None] | None = None,
-    ) -> None:
-        def ended(task: asyncio.Task[Any]) -> None:
-            if on_end is not None:
-                on_end()
-            self._spawned_ended(task)
-
-        self._requests.spawn(name, coro, on_end=ended)
+    def _spawn(self, name: str, coro: Coroutine[Any, Any, None]) -> None:
+        self._requests.spawn(name, coro, on_end=self._spawned_ended)
 
     def _spawned_ended(self, task: asyncio.Task[Any]) -> None:
         """Report how ``task`` failed if it did (else asyncio would, as a "Task exception
@@ -804,18 +798,10 @@ class DeliveryService:
         request, not of its later verification: changes published after the subscriber
         got its 202 are delivered, whatever the verification takes.
         """
-        key = (req.topic, req.callback)
-        number = self._order.arrived(key)
-        try:
-            start = await self.last_id(req.topic) if req.since is None else None
-            self._spawn(
-                f"verify:{req.callback}",
-                self._verify(req, start or "0-0", number),
-                on_end=lambda: self._order.ended(key),
-            )
-        except BaseException:
-            self._order.ended(key)
-            raise
+        number = await self.store.request_arrived(req.topic)
+        arrived = time.monotonic()
+        start = await self.last_id(req.topic) if req.since is None else None
+        self._spawn(f"verify:{req.callback}", self._verify(req, start or "0-0", (number, arrived)))
 
     def deny(self, callback: str, topic_url: str, reason: str) -> None:
         self._spawn(f"deny:{callback}", self._send_denial(callback, topic_url, reason))
@@ -834,7 +820,10 @@ class DeliveryService:
                 return False
         return True
 
-    async def _verify(self, req: websub.SubscriptionRequest, start: str, number: int) -> None:
+    async def _verify(
+        self, req: websub.SubscriptionRequest, start: str, arrival: tuple[int, float]
+    ) -> None:
+        """``arrival``: the request's number (the latest stored wins) and monotonic time."""
         challenge = websub.new_challenge()
         lease = req.lease_seconds if req.mode is websub.Mode.SUBSCRIBE else None
         url = websub.verification_url(req.callback, req.mode, req.topic_url, challenge, lease)
@@ -852,18 +841,11 @@ class DeliveryService:
                 answer.status,
             )
             return
-        async with self._order.turn((req.topic, req.callback), number) as latest:
-            if latest:
-                await self._store_verified(req, start)
-            else:
-                log.info(
-                    "verified %s of %r to %s not stored: a later request for it was",
-                    req.mode,
-                    req.callback,
-                    req.topic,
-                )
+        await self._store_verified(req, start, arrival)
 
-    async def _store_verified(self, req: websub.SubscriptionRequest, start: str) -> None:
+    async def _store_verified(
+        self, req: websub.SubscriptionRequest, start: str, arrival: tuple[int, float]
+    ) -> None:
         """Store what the callback confirmed, retrying while Redis is away.
 
         The subscriber had its 202 and confirmed its intent: failing here would drop the
@@ -874,7 +856,7 @@ class DeliveryService:
         """
         try:
             await retrying(
-                lambda: self._store(req, start),
+                lambda: self._store(req, start, arrival),
                 STORE_OUTAGE,
                 retry_on=StoreError,
                 log=log,
@@ -892,10 +874,26 @@ class DeliveryService:
                 exc,
             )
 
-    async def _store(self, req: websub.SubscriptionRequest, start: str) -> None:
+    async def _store(
+        self, req: websub.SubscriptionRequest, start: str, arrival: tuple[int, float]
+    ) -> None:
+        number, arrived = arrival
+        late = time.monotonic() - arrived
+        if late > self.request_lifetime:  # the store may have forgotten later requests
+            log.warning(
+                "verified %s of %r to %s not stored: %.0f s after the request",
+                req.mode,
+                req.callback,
+                req.topic,
+                late,
+            )
+            return
+        remember_ms = int((self.request_lifetime + 60) * 1000)
         if req.mode is websub.Mode.UNSUBSCRIBE:
-            await self.store.delete(req.topic, req.callback)
-            log.info("unsubscribed %r from %s", req.callback, req.topic)
+            if await self.store.delete_latest(req.topic, req.callback, number, remember_ms):
+                log.info("unsubscribed %r from %s", req.callback, req.topic)
+            else:
+                self._superseded(req)
             return
         previous = await self.store.get(req.topic, req.callback)
         cursor = req.since
@@ -914,5 +912,16 @@ class DeliveryService:
             untold_gap=previous.untold_gap if previous else None,
         )
         apply_terms(sub, req, previous, self.settings.secret_overlap_seconds)
-        await self.store.activate(sub, cursor)
+        if await self.store.activate_latest(sub, cursor, number, remember_ms) is None:
+            self._superseded(req)
+            return
         log.info("subscribed %r to %s", req.callback, req.topic)
+
+    @staticmethod
+    def _superseded(req: websub.SubscriptionRequest) -> None:
+        log.info(
+            "verified %s of %r to %s not stored: a later request for it was",
+            req.mode,
+            req.callback,
+            req.topic,
+        )

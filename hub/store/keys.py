@@ -123,6 +123,9 @@ SNAP_ID, SNAP_AT, SNAP_COMPLETED, SNAP_PAGES, SNAP_LAST_ID = (
     LAST_ID,
 )
 
+#: ``requests``: the topic's request counter (no callback URL is spelled so).
+REQUEST_SEQ = "#seq"
+
 #: Placeholders the Lua scripts may use (``$LAST_ID`` ...), with their values.
 SCRIPT_NAMES: dict[str, str] = {
     "EVENT_FIELD": EVENT_FIELD.decode(),
@@ -137,6 +140,7 @@ SCRIPT_NAMES: dict[str, str] = {
     "HEAD_SCANNED": HEAD_SCANNED,
     "HEAD_COUNT": HEAD_COUNT,
     "HEAD_WEND": HEAD_WEND,
+    "REQUEST_SEQ": REQUEST_SEQ,
 }
 
 
@@ -198,6 +202,19 @@ SUBSCRIPTION_CHANGES = PREFIX + "subscription-changes"
 
 #: String: the process that runs the hub-wide periodic jobs, with a TTL.
 LEADER = PREFIX + "{hub}:leader"
+
+
+def requests(topic: str) -> str:
+    """Hash: ``$REQUEST_SEQ`` -> the number of the topic's last (un)subscription request;
+    callback URL -> the number of the newest request stored for it (the latest request
+    wins, see ``SubscriptionStore.activate_latest``)."""
+    return f"{PREFIX}{{{topic}}}:requests"
+
+
+def request_marks(topic: str) -> str:
+    """Sorted set: callback URL -> when (ms) its number in ``requests`` may be forgotten, as
+    no request older than the one stored can be stored any more by then."""
+    return f"{PREFIX}{{{topic}}}:requests:marks"
 
 
 def owners(topic: str) -> str:

@@ -167,11 +167,42 @@ class SubscriptionStore:
         Returns the cursor in force. A re-subscription therefore updates the one existing
         (topic, callback) subscription and delivers nothing twice.
         """
+        in_force = await self._activate(sub, cursor, [])
+        assert in_force is not None  # only a request can be superseded
+        return in_force
+
+    async def request_arrived(self, topic: str) -> int:
+        """Number a WebSub (un)subscription request of ``topic`` as it is accepted."""
+        number: int = await self.scripts.run(
+            scripts.REQUEST_ARRIVED, [keys.requests(topic), keys.request_marks(topic)], []
+        )
+        return int(number)
+
+    async def activate_latest(
+        self, sub: Subscription, cursor: str | None, request: int, remember_ms: int
+    ) -> str | None:
+        """:meth:`activate` for the subscribe request numbered ``request``
+        (:meth:`request_arrived`), unless a later request for the same callback was stored
+        already, by any hub process: then nothing is saved (None). The number is kept for
+        ``remember_ms``, as long as an older request may still try to store itself."""
+        return await self._activate(sub, cursor, [request, remember_ms])
+
+    async def _activate(
+        self, sub: Subscription, cursor: str | None, request: list[int]
+    ) -> str | None:
         in_force = await self.scripts.run(
             scripts.ACTIVATE,
-            [keys.subscriptions(sub.topic), keys.cursors(sub.topic), keys.holds(sub.topic)],
-            [sub.callback, sub.to_json(), cursor or ""],
+            [
+                keys.subscriptions(sub.topic),
+                keys.cursors(sub.topic),
+                keys.holds(sub.topic),
+                keys.requests(sub.topic),
+                keys.request_marks(sub.topic),
+            ],
+            [sub.callback, sub.to_json(), cursor or "", *request],
         )
+        if in_force is None:
+            return None
         await self.redis.sadd(keys.SUBSCRIBED_TOPICS, sub.topic)
         await self._changed(sub.topic, sub.callback, ACTIVATED)
         return keys.text(in_force)
@@ -201,7 +232,18 @@ class SubscriptionStore:
         return None
 
     async def delete(self, topic: str, callback: str) -> None:
-        await self.scripts.run(
+        await self._delete(topic, callback, [])
+
+    async def delete_latest(
+        self, topic: str, callback: str, request: int, remember_ms: int
+    ) -> bool:
+        """:meth:`delete` for the unsubscribe request numbered ``request``, unless a later
+        request for the same callback was stored already (False then, nothing removed); see
+        :meth:`activate_latest`."""
+        return await self._delete(topic, callback, [request, remember_ms])
+
+    async def _delete(self, topic: str, callback: str, request: list[int]) -> bool:
+        removed = await self.scripts.run(
             scripts.DELETE_SUBSCRIPTION,
             [
                 keys.subscriptions(topic),
@@ -211,10 +253,15 @@ class SubscriptionStore:
                 keys.dead_letters(topic, subscription_id(topic, callback)),
                 keys.attempts(topic, subscription_id(topic, callback)),
                 keys.last_successes(topic),
+                keys.requests(topic),
+                keys.request_marks(topic),
             ],
-            [callback],
+            [callback, *request],
         )
+        if int(removed) < 0:
+            return False
         await self._changed(topic, callback, REMOVED)
+        return True
 
     async def topic_removed(self, topic: str) -> None:
         """Tell every hub process that ``topic`` was deleted."""

@@ -60,6 +60,8 @@ def fixed_keys(topic: str) -> list[str]:
         keys.topic_meta(topic),
         keys.pinged(topic),
         keys.last_successes(topic),
+        keys.requests(topic),
+        keys.request_marks(topic),
     ]
 
 

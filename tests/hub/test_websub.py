@@ -437,9 +437,6 @@ async def test_a_subscribe_verified_after_a_later_unsubscribe_is_not_stored(
         assert not logged("subscribed"), [r.getMessage() for r in caplog.records]
         listed = await (await hub.session.get(f"{hub.url}/topics/t/subscriptions")).json()
         assert listed["subscriptions"] == [] and not hub_workers(hub)
-        from hub.web.app import RUNTIME
-
-        assert len(hub.app[RUNTIME].delivery._order) == 0  # nothing kept per subscription
         # A later subscribe is stored as usual.
         await subscribe(hub, cb)
         await hub.publish("t", notification(changes(1, start=1)))

@@ -1,7 +1,19 @@
 -- Save a verified subscription and set (or keep) its delivery cursor, atomically.
--- KEYS: 1 subscriptions hash, 2 cursors hash, 3 holds sorted set (cursor ms, see append.lua)
--- ARGV: 1 callback, 2 record JSON, 3 cursor ('' = keep the existing one, else 0-0)
--- Returns the cursor in force.
+-- KEYS: 1 subscriptions hash, 2 cursors hash, 3 holds sorted set (cursor ms, see append.lua),
+--       4 requests hash, 5 request marks sorted set (4-5 only with ARGV 4)
+-- ARGV: 1 callback, 2 record JSON, 3 cursor ('' = keep the existing one, else 0-0),
+--       4 the request's number (see request_arrived.lua), 5 ms to remember that number
+-- Returns the cursor in force, or nil (nothing saved) when a later request for the same
+-- callback was stored already: the latest request wins.
+if ARGV[4] then
+  local stored = redis.call('HGET', KEYS[4], ARGV[1])
+  if stored and tonumber(stored) > tonumber(ARGV[4]) then
+    return false
+  end
+  local t = redis.call('TIME')
+  redis.call('HSET', KEYS[4], ARGV[1], ARGV[4])
+  redis.call('ZADD', KEYS[5], tonumber(t[1]) * 1000 + tonumber(ARGV[5]), ARGV[1])
+end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 if ARGV[3] ~= '' then
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])

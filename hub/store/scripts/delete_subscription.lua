@@ -1,13 +1,25 @@
 -- Remove a subscription with its cursor, its retention hold, its delivery lease, its
 -- dead letters and its attempt log, atomically.
 -- KEYS: 1 subscriptions hash, 2 cursors hash, 3 owners hash, 4 holds sorted set,
---       5 dead-letter stream, 6 attempts list, 7 last-success hash (5-7 optional)
--- ARGV: 1 callback
--- Returns 1 if the subscription existed.
+--       5 dead-letter stream, 6 attempts list, 7 last-success hash,
+--       8 requests hash, 9 request marks sorted set (8-9 only with ARGV 2)
+-- ARGV: 1 callback, 2 the unsubscribe request's number (see request_arrived.lua),
+--       3 ms to remember that number
+-- Returns 1 if the subscription existed, 0 if not, -1 (nothing removed) when a later
+-- request for the same callback was stored already: the latest request wins.
+if ARGV[2] then
+  local stored = redis.call('HGET', KEYS[8], ARGV[1])
+  if stored and tonumber(stored) > tonumber(ARGV[2]) then
+    return -1
+  end
+  local t = redis.call('TIME')
+  redis.call('HSET', KEYS[8], ARGV[1], ARGV[2])
+  redis.call('ZADD', KEYS[9], tonumber(t[1]) * 1000 + tonumber(ARGV[3]), ARGV[1])
+end
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
-if KEYS[5] then redis.call('DEL', KEYS[5]) end
-if KEYS[6] then redis.call('DEL', KEYS[6]) end
-if KEYS[7] then redis.call('HDEL', KEYS[7], ARGV[1]) end
+redis.call('DEL', KEYS[5])
+redis.call('DEL', KEYS[6])
+redis.call('HDEL', KEYS[7], ARGV[1])
 return redis.call('HDEL', KEYS[1], ARGV[1])
