@@ -160,9 +160,8 @@ class HttpClient:
         port = parts.port or (443 if parts.scheme == "https" else 80)
         loop = asyncio.get_running_loop()
         try:
-            infos = await asyncio.wait_for(
-                loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), 5.0
-            )
+            async with asyncio.timeout(5.0):  # keeps a cancel (3.11's wait_for may not)
+                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except (OSError, TimeoutError) as exc:
             raise BadRequest(f"{what} host {host!r} does not resolve: {exc}") from None
         for info in infos:

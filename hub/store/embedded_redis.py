@@ -150,14 +150,18 @@ def _ping(port: int, timeout: float, password: str | None = None) -> bool:
 
 async def _aping(port: int, timeout: float, password: str | None = None) -> bool:
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout)
+        # asyncio.timeout: 3.11's wait_for may lose a cancel and leave the socket open.
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
     except (TimeoutError, OSError):
         return False
     try:
         writer.write(_probe(password))
-        lines = [await asyncio.wait_for(reader.readline(), timeout)]
+        async with asyncio.timeout(timeout):
+            lines = [await reader.readline()]
         if password:
-            lines.append(await asyncio.wait_for(reader.readline(), timeout))
+            async with asyncio.timeout(timeout):
+                lines.append(await reader.readline())
         return lines[-1] == b"+PONG\r\n"
     except (TimeoutError, OSError):
         return False

@@ -80,7 +80,8 @@ class _Link(asyncio.Protocol):
     async def open(cls, options: dict[str, Any], timeout: float) -> _Link:
         loop = asyncio.get_running_loop()
         host, port = options.get("host", "127.0.0.1"), options.get("port", 6379)
-        _, link = await asyncio.wait_for(loop.create_connection(cls, host, port), timeout)
+        async with asyncio.timeout(timeout):  # keeps a cancel that 3.11's wait_for may lose
+            _, link = await loop.create_connection(cls, host, port)
         setup: list[tuple[Any, ...]] = []
         if options.get("password"):
             user = options.get("username")
