@@ -327,6 +327,10 @@ error_log {dir}/error.log warn;
 events {{ worker_connections 20000; }}
 http {{
   access_log off;
+  # nginx closes a keep-alive connection after 1,000 requests by default (rshub does not):
+  # the throughput phase's 8 publishers, which do not reconnect, then all stopped within
+  # its warm-up and Nchan was reported at 0 publishes/s.
+  keepalive_requests 100000000;
   client_body_temp_path {dir}/body;
   upstream rsredis {{ nchan_redis_server redis://{host}:{redis_port}; }}
   server {{
