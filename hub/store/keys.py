@@ -205,7 +205,8 @@ LEADER = PREFIX + "{hub}:leader"
 
 
 def requests(topic: str) -> str:
-    """Hash: ``$REQUEST_SEQ`` -> the number of the topic's last (un)subscription request;
+    """Hash: ``$REQUEST_SEQ`` -> the number of the topic's last (un)subscription request
+    (Redis's clock in microseconds, or one more);
     callback URL -> the number of the newest request stored for it (the latest request
     wins, see ``SubscriptionStore.activate_latest``)."""
     return f"{PREFIX}{{{topic}}}:requests"

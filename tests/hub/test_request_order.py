@@ -196,7 +196,11 @@ async def test_the_store_keeps_request_numbers_only_while_an_older_request_may_s
 
     try:
         first, second, third = [await store.request_arrived(topic) for _ in range(3)]
-        assert (first, second, third) == (1, 2, 3)
+        assert 0 < first < second < third
+        # Redis lost its data (the counter with it): later numbers are still larger.
+        await client.delete(keys.requests(topic))
+        assert await store.request_arrived(topic) > third
+        await client.delete(keys.requests(topic))
         cb = "http://cb.invalid/a"
         assert await store.activate_latest(sub(cb, 100), None, third, 60_000) == "0-0"
         assert await store.activate_latest(sub(cb, 200), None, first, 60_000) is None
