@@ -33,7 +33,11 @@ fragment ``POST /topics/{name}``. Each run alternates which server goes first. P
 After each start, both servers get ``WARM_UP_SECONDS`` (2 s) before a phase measures, so
 that start-up work (rshub defers some to a second after it serves) is not counted per
 delivery. Server CPU is read from ``/proc/PID/stat`` of the server's whole process tree
-(nginx master and workers; rshub and any children); Redis is counted separately.
+(nginx master and workers; rshub and any children); Redis is counted separately. So are
+the server's context switches per publish (``/proc/PID/task/*/status``): on this 2-core
+machine the server, its Redis and the clients share the cores, and an involuntary switch is
+the server preempted mid-burst by a process it just woke (a subscriber, Redis), whose
+caches then come back cold.
 ``--profile DIR`` also records rshub under ``py-spy`` in every 1-process phase and writes
 top-20 tables of own time (the profiler's CPU perturbs that run's figures).
 
@@ -170,6 +174,27 @@ def rss_kib(pids: Iterable[int]) -> int:
         except OSError:
             pass
     return total
+
+
+def switches_of(pids: Iterable[int]) -> tuple[int, int]:
+    """Voluntary and involuntary context switches of every thread of ``pids`` so far."""
+    voluntary = involuntary = 0
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/status") as f:
+                    for line in f:
+                        if line.startswith("voluntary_ctxt_switches:"):
+                            voluntary += int(line.split()[1])
+                        elif line.startswith("nonvoluntary_ctxt_switches:"):
+                            involuntary += int(line.split()[1])
+            except OSError:
+                pass
+    return voluntary, involuntary
 
 
 def client_cpu() -> float:
@@ -706,12 +731,14 @@ async def stream_phase(
         ws_rec.clear()
         pids = server.pids()
         s0, r0, c0 = cpu_of(pids), cpu_of([redis.pid]), client_cpu()
+        x0 = switches_of(pids)
         w0 = time.perf_counter()
         rtts, failed = await publish_paced(server, topic, rate, seconds)
         expected = (len(rtts) - failed) * len(subs)
         complete = await wait_until(lambda: len(sse_rec) + len(ws_rec) >= expected, 15)
         wall = time.perf_counter() - w0
         s1, r1, c1 = cpu_of(pids), cpu_of([redis.pid]), client_cpu()
+        x1 = switches_of(pids)
     finally:
         for sub in subs:
             sub.close()
@@ -727,6 +754,7 @@ async def stream_phase(
         "server_cpu": cpu_delta(s0, s1),
         "redis_cpu": cpu_delta(r0, r1),
         "client_cpu": c1 - c0,
+        "switches": ((x1[0] - x0[0]) / max(1, len(rtts)), (x1[1] - x0[1]) / max(1, len(rtts))),
         "wall": wall,
     }
 
@@ -934,11 +962,14 @@ def record_stream(
     if name in ("mixed", "mixed2"):
         v[f"Redis CPU ms per 1,000 deliveries ({label})"] = float(got["redis_cpu"]) * per_k * 1000  # type: ignore[arg-type]
         v[f"client CPU ms per 1,000 deliveries ({label})"] = float(got["client_cpu"]) * per_k * 1000  # type: ignore[arg-type]
+    voluntary, involuntary = got["switches"]  # type: ignore[misc]
+    v[f"server context switches per publish, involuntary ({label})"] = involuntary
     wall = float(got["wall"])  # type: ignore[arg-type]
     figures.notes.append(
         f"{name}: {got['delivered']} deliveries in {wall:.1f} s; server "
         f"{float(got['server_cpu']) / wall:.2f} cores, Redis {float(got['redis_cpu']) / wall:.2f}, "  # type: ignore[arg-type]
-        f"client {float(got['client_cpu']) / wall:.2f}"  # type: ignore[arg-type]
+        f"client {float(got['client_cpu']) / wall:.2f}; server context switches per "  # type: ignore[arg-type]
+        f"publish {voluntary:.1f} voluntary, {involuntary:.1f} involuntary"
     )
     if not got["complete"]:
         figures.incomplete.append(

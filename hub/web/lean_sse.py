@@ -162,8 +162,11 @@ class LeanStream(asyncio.Protocol):
     def _write_now(self, events: list[Event]) -> bool:
         if self._paused or self._transport.is_closing():
             return False
-        assert self._pump is not None
-        self._transport.write(self._pump.sse_events(events, chunked=True))
+        pump = self._pump
+        assert pump is not None
+        # Unfiltered (a lean stream has no filter): the feed's shared chunk, without the
+        # pump's call in between (issue 22: this runs once per client and publish).
+        self._transport.write(pump.feed.sse_events(events, chunked=True))
         return True  # the feed counts the message
 
     def _beat(self) -> None:

@@ -224,16 +224,17 @@ def _ws_writer(
 ) -> Writer:
     """The feed's fan-out loop calls this for every live WebSocket client: one transport
     write of the shared frame, or False to leave the batch to the sender task. The feed
-    counts the message, once per batch for all clients."""
+    counts the message, once per batch for all clients. Everything it calls is looked up
+    once, here: it runs once per client and publish (issue 22: a fifth of the fan-out's
+    Python time went to attribute and method lookups)."""
+    frame = pump.feed.ws_frame if pump.filter is None else pump.frame
+    write, is_closing = transport.write, transport.is_closing
+    buffered = transport.get_write_buffer_size
 
     def write_now(events: list[Event]) -> bool:
-        if (
-            ws.closed
-            or transport.is_closing()
-            or transport.get_write_buffer_size() > DIRECT_WRITE_LIMIT
-        ):
+        if ws.closed or is_closing() or buffered() > DIRECT_WRITE_LIMIT:
             return False
-        transport.write(pump.frame(events))
+        write(frame(events))
         return True
 
     return write_now
@@ -252,11 +253,14 @@ def _sse_writer(
     Nchan's, where WebSockets, written directly, were at par.
     """
     chunked = resp.headers.get(hdrs.TRANSFER_ENCODING) == "chunked"
+    encode = pump.feed.sse_events if pump.filter is None else pump.sse_events
+    write, is_closing = transport.write, transport.is_closing
+    buffered = transport.get_write_buffer_size
 
     def write_now(events: list[Event]) -> bool:  # the feed counts the message
-        if transport.is_closing() or transport.get_write_buffer_size() > DIRECT_WRITE_LIMIT:
+        if is_closing() or buffered() > DIRECT_WRITE_LIMIT:
             return False
-        transport.write(pump.sse_events(events, chunked=chunked))
+        write(encode(events, chunked=chunked))
         return True
 
     return write_now
