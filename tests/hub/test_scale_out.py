@@ -159,10 +159,10 @@ async def subscribe_all(
 
 async def settled(
     session: aiohttp.ClientSession, hubs: list[HubProcess], callbacks: Callbacks
-) -> None:
+) -> dict[int, str]:
     """Wait until each subscription is delivered by the process rendezvous hashing picks
-    among the live ones: right after start-up, a process that has not yet seen the last
-    one join may briefly hold a share that then moves."""
+    among the live ones (right after start-up, a process that has not yet seen the last
+    one join may briefly hold a share that then moves); that owner of each callback."""
     nodes = [await node_of(session, hub) for hub in hubs]
     want = {
         i: placement.owner((TOPIC, callbacks.url(i)), nodes) for i in range(len(callbacks.received))
@@ -174,6 +174,7 @@ async def settled(
         return all(r.deliveries[-1][1] == want[i] for i, r in enumerate(callbacks.received))
 
     await wait_for(placed, timeout=30, interval=0.5)
+    return want
 
 
 async def publish(
@@ -253,8 +254,9 @@ async def test_three_hubs_deliver_every_change_once_in_order(
 ) -> None:
     async with Callbacks(20) as callbacks:
         await subscribe_all(session, hubs, callbacks)
-        await settled(session, hubs, callbacks)
+        want = await settled(session, hubs, callbacks)
         already = {i: len(r.ids) for i, r in enumerate(callbacks.received)}
+        delivered = {i: len(r.deliveries) for i, r in enumerate(callbacks.received)}
         last = (await publish(session, hubs[0], changes(1, prefix="http://example.org/mark")))[0]
         await wait_for(lambda: all(last in r.ids for r in callbacks.received), timeout=20)
         streams = [
@@ -276,8 +278,17 @@ async def test_three_hubs_deliver_every_change_once_in_order(
             for client in streams:
                 assert client.task is not None
                 client.task.cancel()
-    owners = Counter(node for r in callbacks.received for _, node, _ in r.deliveries)
-    assert len(owners) == 3, f"deliveries should come from all three processes: {owners}"
+    # Rendezvous hashing spreads the 20 subscriptions over the three processes, but by
+    # chance (node ids are random) one of them may own none: 3 * (2/3)**20, about 0.1% of
+    # runs. So: every process that placement names delivered, and it names more than one.
+    placed = set(want.values())
+    assert len(placed) >= 2, f"placement put every subscription on one process: {want}"
+    owners = Counter(
+        node
+        for i, r in enumerate(callbacks.received)
+        for _, node, _ in r.deliveries[delivered[i] :]
+    )
+    assert placed <= set(owners), f"deliveries should come from {placed}: {owners}"
     for i, r in enumerate(callbacks.received):
         mine = r.ids[already[i] :]
         after = mine[mine.index(last) + 1 :]
