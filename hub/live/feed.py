@@ -1,11 +1,16 @@
 """Live fan-out: the in-memory tail of each followed topic, and each client's cursor in it.
 
-One task per topic blocks on ``XREAD`` and appends what arrives to a bounded ring of
-:class:`Event`\\ s. Consumers (WebSocket and SSE clients, WebSub delivery workers) ask for
-the events after their cursor: from the ring when it covers the cursor, from Redis
-(``XRANGE``) when the cursor is older, so a consumer never sees a gap and every live event
-is read from Redis once however many consumers follow it. Encodings (the client JSON, the
-``<url>`` XML, WebSocket messages) are computed once and shared.
+Each followed topic has a bounded ring of :class:`Event`\\ s, fed by this process's own
+appends (handed over from the append's reply) and by the other processes' appends, heard of
+by tail notice (:mod:`hub.store.tail_notices`): a notice that does not follow on from the
+ring, or an own append that does not, is a gap, closed by reading the stream from the ring's
+last id. Where the store has no connection of its own for notices (TLS, unix sockets, a
+Cluster), one task per topic blocks on ``XREAD`` instead. Consumers (WebSocket and SSE
+clients, WebSub delivery workers) ask for the events after their cursor: from the ring when
+it covers the cursor, from Redis (``XRANGE``) when the cursor is older, so a consumer never
+sees a gap and every live event is read from Redis once however many consumers follow it.
+Encodings (the client JSON, the ``<url>`` XML, WebSocket messages) are computed once and
+shared.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
+import secrets
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -25,6 +31,7 @@ from hub.core.tasks import Tasks, cancel_and_wait
 from hub.store.event_store import Appended, EventStore
 from hub.store.redis_connection import StoreError
 from hub.store.stream_tail import StreamTail
+from hub.store.tail_notices import Notice, TailNotices
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +39,8 @@ log = logging.getLogger(__name__)
 _BLOCK_MS = 5000
 #: Events a client catching up reads per step.
 _READ_BATCH = 1000
+#: Seconds to connect and subscribe for tail notices.
+_NOTICES_TIMEOUT = 10.0
 #: What :meth:`Follower.offer` names when it wrote a batch directly (counted per batch).
 _TRANSPORTS = ("ws", "sse")
 
@@ -97,6 +106,14 @@ class TopicFeed:
         self._reader: StreamTail | None = None
         self.consumers = 0
         self._followers: set[Follower] = set()
+        #: This process's node id when the feed follows by tail notice (None: by XREAD).
+        self._node: str | None = None
+        self._tasks: Tasks | None = None
+        #: Reading the stream to close a gap, and whether another gap came meanwhile.
+        self._catching: asyncio.Task[None] | None = None
+        self._again = False
+        #: A notice or an own append came before the start knew where the ring begins.
+        self._missed = False
         self._encodings: OrderedDict[tuple[str, str], _Encoding] = OrderedDict()
         #: The batch being fanned out and its encoding: every live client of it asks for
         #: the same list, found by identity before the keyed cache.
@@ -143,16 +160,30 @@ class TopicFeed:
         self._last = (events, encoding)
         return encoding
 
-    async def start(self, tasks: Tasks) -> None:
-        """Start tailing, in a task of ``tasks`` (the hub's feeds group)."""
+    async def start(self, tasks: Tasks, node: str | None = None) -> None:
+        """Start following: by tail notice when ``node`` (this process's id in the topics'
+        tails sets) is given, else by a blocked XREAD in a task of ``tasks`` (the hub's
+        feeds group, which also runs the reads that close gaps)."""
+        self._tasks = tasks
+        if node is not None:
+            self._node = node
+            last = await self.store.follow(self.topic, node)
+            self.base = parse_id(last) if last else (0, 0)
+            if self._missed:
+                self.catch_up()
+            return
         last = await self.store.last_id(self.topic)
         self.base = parse_id(last) if last else (0, 0)
         self._reader = self.store.tail(self.topic)
         self._reader.arrived = self._take_rows
         self._task = tasks.spawn(f"feed:{self.topic}", self._tail())
 
+    @property
+    def by_notice(self) -> bool:
+        return self._node is not None
+
     async def stop(self) -> None:
-        await cancel_and_wait([self._task])
+        await cancel_and_wait([self._task, self._catching])
         if self._reader is not None:
             self._reader.arrived = None  # no cycle back to this feed once it stopped
             self._reader.close()
@@ -228,6 +259,65 @@ class TopicFeed:
             return False
         self._add(events)
         return True
+
+    def notice(self, notice: Notice) -> None:
+        """Another process appended ``notice.rows``: taken when they follow on from the
+        ring, ignored when the ring has them already, else the gap is read from Redis."""
+        if self.base is None:
+            self._missed = True
+            return
+        rows = notice.rows
+        if self.follows_on(notice.previous_id):
+            self._add([Event(eid, data) for eid, data in rows])
+        elif parse_id(rows[-1][0]) > self.last_key:
+            self.catch_up()
+
+    def appended_here(self, previous_id: str, ids: list[str]) -> bool:
+        """Whether this process's own append of ``ids`` left a gap only a read closes
+        (a notice of another process's append still on its way, say): then it is read."""
+        if self.base is None:
+            self._missed = True
+            return True
+        if self._node is None or not ids or parse_id(ids[-1]) <= self.last_key:
+            return False
+        self.catch_up()
+        return True
+
+    def catch_up(self) -> None:
+        """Read the stream from the ring's last event on, in a task (one at a time: a gap
+        found meanwhile makes it read again)."""
+        if self.base is None:
+            self._missed = True
+            return
+        if self._catching is not None and not self._catching.done():
+            self._again = True
+            return
+        assert self._tasks is not None
+        self._again = False
+        try:
+            self._catching = self._tasks.spawn(f"catch-up:{self.topic}", self._catch_up())
+        except RuntimeError:  # shutting down
+            pass
+
+    async def _catch_up(self) -> None:
+        while True:
+            self._again = False
+            after = f"({format_id(self.last_key)}"
+
+            async def read(after: str = after) -> list[tuple[str, bytes]]:
+                return await self.store.range(self.topic, after, "+", self.read_count)
+
+            rows = await retrying(
+                read,
+                STORE_OUTAGE,
+                retry_on=StoreError,
+                log=log,
+                what=f"feed {self.topic}: reading a gap",
+                failed=lambda _error, _delay: metrics.redis_error(),
+            )
+            self._take_rows(rows)
+            if len(rows) < self.read_count and not self._again:
+                return
 
     def follows_on(self, previous_id: str) -> bool:
         """Whether events appended after ``previous_id`` would follow on from the ring."""
@@ -345,7 +435,19 @@ class FeedHub:
         self.tasks = tasks
         self.feed_options = feed_options
         self._feeds: dict[str, TopicFeed] = {}
+        #: Feeds being started (a notice for one is kept for it: see TopicFeed.notice).
+        self._starting: dict[str, TopicFeed] = {}
         self._lock = asyncio.Lock()
+        #: This process's id in the topics' tails sets.
+        self.node = secrets.token_hex(8)
+        self._notices = TailNotices(store.scripts, self.node)
+        #: Whether feeds follow by tail notice; None until the first feed decides.
+        self._by_notice: bool | None = None
+        self._relisten = False
+        self._listening: asyncio.Task[None] | None = None
+        #: Topics this process is told of but no longer follows, being left.
+        self._leaving: set[str] = set()
+        store.uncertain = self.unsure
 
     @property
     def consumer_count(self) -> int:
@@ -355,8 +457,13 @@ class FeedHub:
         async with self._lock:
             feed = self._feeds.get(topic)
             if feed is None:
-                feed = TopicFeed(self.store, topic, **self.feed_options)
-                await feed.start(self.tasks)
+                if self._by_notice is None:
+                    self._by_notice = await self._listen()
+                feed = self._starting[topic] = TopicFeed(self.store, topic, **self.feed_options)
+                try:
+                    await feed.start(self.tasks, self.node if self._by_notice else None)
+                finally:
+                    del self._starting[topic]
                 self._feeds[topic] = feed
             feed.consumers += 1
             return feed
@@ -389,17 +496,21 @@ class FeedHub:
                 if self._feeds.get(feed.topic) is feed:
                     del self._feeds[feed.topic]
                 await feed.stop()
+                if feed.by_notice and feed.topic not in self._feeds:
+                    await self._unfollow(feed.topic)
 
     def published(self, topic: str, appended: Appended) -> None:
         """This process appended to ``topic``: hand the events to its feed, if followed
         (:class:`hub.live.ingest.Ingest` calls this, and nothing else does)."""
-        feed = self._feeds.get(topic)
+        feed = self._feeds.get(topic) or self._starting.get(topic)
         if feed is None or appended.previous_id is None or not appended.ids:
             return
-        # Usually the feed's XREAD, answered in the same Redis step, brought them already:
+        # By XREAD, the read answered in the same Redis step usually brought them already:
         # then the events are not even made (issue 22, server CPU per delivery).
         if feed.follows_on(appended.previous_id):
             feed.take_local(appended.previous_id, appended.events)
+        else:
+            feed.appended_here(appended.previous_id, appended.ids)
 
     async def end(self, topic: str) -> None:
         """The topic was deleted: stop following it and end its consumers' streams.
@@ -416,10 +527,106 @@ class FeedHub:
             await feed.stop()
 
     async def close(self) -> None:
+        self._notices.close()
+        await cancel_and_wait([self._listening])
         for feed in list(self._feeds.values()):
             await feed.stop()
         self._feeds.clear()
         await self.tasks.stop()
+
+    # -- tail notices (hub.store.tail_notices) ----------------------------------------
+
+    def follow_by_xread(self) -> None:
+        """Feeds started from now on follow by XREAD, as where the store has no connection
+        of its own for notices (TLS, unix sockets, a Cluster): that path's tests."""
+        self._by_notice = False
+
+    def following(self, topic: str) -> bool:
+        """Whether this process follows ``topic`` by tail notice."""
+        feed = self._feeds.get(topic)
+        return feed is not None and feed.by_notice
+
+    @property
+    def own_node(self) -> str:
+        """What this process's appends name as their caller: its node id once its feeds
+        follow by notice (it is not told of its own appends then), else ``""``."""
+        return self.node if self._by_notice else ""
+
+    def unsure(self, topic: str) -> None:
+        """This process appended to ``topic`` but may not have handed what it stored to its
+        feed (the append failed once it may have run, or was a replay): read the stream."""
+        feed = self._feeds.get(topic) or self._starting.get(topic)
+        if feed is not None and feed.by_notice:
+            feed.catch_up()
+
+    async def _listen(self) -> bool:
+        """Subscribe for tail notices; False where the store cannot (feeds use XREAD)."""
+        return await self._notices.open(self._noticed, self._notices_lost, _NOTICES_TIMEOUT)
+
+    def _noticed(self, notice: Notice) -> None:
+        feed = self._feeds.get(notice.topic) or self._starting.get(notice.topic)
+        if feed is not None:
+            feed.notice(notice)
+        elif notice.topic not in self._leaving:  # followed no more: stop being told
+            self._leaving.add(notice.topic)
+            try:
+                self.tasks.spawn(f"unfollow:{notice.topic}", self._leave(notice.topic))
+            except RuntimeError:  # shutting down
+                self._leaving.discard(notice.topic)
+
+    async def _leave(self, topic: str) -> None:
+        try:
+            async with self._lock:
+                if topic not in self._feeds and topic not in self._starting:
+                    await self._unfollow(topic)
+        finally:
+            self._leaving.discard(topic)
+
+    async def _unfollow(self, topic: str) -> None:
+        """Leave ``topic``'s tails set (with the lock held: no feed of it starts meanwhile).
+        Best effort: a follower left behind costs notices, which are ignored, not
+        correctness, and the next ``_noticed`` tries again."""
+        try:
+            await self.store.unfollow(topic, self.node)
+        except StoreError as exc:
+            log.info("leaving %r's tail notices failed: %s", topic, exc)
+
+    def _notices_lost(self, exc: Exception) -> None:
+        """The notices' connection ended: every followed topic's notices since are lost,
+        so listen again, follow again (the append script may have dropped this process)
+        and read every feed up to date."""
+        log.warning("tail notices: the connection to Redis ended (%s); subscribing again", exc)
+        metrics.redis_error()
+        self._relisten = True
+        if self._listening is None or self._listening.done():
+            try:
+                self._listening = self.tasks.spawn("tail-notices", self._listen_again())
+            except RuntimeError:  # shutting down
+                pass
+
+    async def _listen_again(self) -> None:
+        async def subscribe() -> None:
+            if not await self._listen():
+                raise StoreError("tail notices: no connection of its own any more")
+
+        while self._relisten:
+            self._relisten = False
+            await retrying(
+                subscribe,
+                STORE_OUTAGE,
+                retry_on=StoreError,
+                log=log,
+                what="tail notices: subscribing",
+                failed=lambda _error, _delay: metrics.redis_error(),
+            )
+            try:
+                async with self._lock:
+                    for feed in list(self._feeds.values()):
+                        await self.store.follow(feed.topic, self.node)
+                        feed.catch_up()
+            except StoreError as exc:
+                log.warning("tail notices: following again failed (%s); retrying", exc)
+                self._relisten = True
 
 
 class ClientStream:

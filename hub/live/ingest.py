@@ -2,10 +2,12 @@
 
 Appending returns the stored events; this process's own feed of the topic takes them at
 once when it is at exactly the stream's id before them (read in the same atomic step as the
-append), so local subscribers need not wait for the feed's ``XREAD``. Otherwise that
-``XREAD`` brings them, in stream order, with whatever other processes appended: either
-way every event reaches the feed once, in order. A replayed publish (its Idempotency-Key
-seen before) stored nothing and hands nothing over.
+append), and is not told of them by notice. Otherwise (another process's append came in
+between) the feed reads the stream (by XREAD, that read brings them): either way every
+event reaches the feed once, in order. A replayed publish (its Idempotency-Key seen before)
+stored nothing now, but its first time's answer may have been lost, so the feed reads the
+stream then too, as after an append that failed once it may have run
+(:attr:`EventStore.uncertain`).
 """
 
 from __future__ import annotations
@@ -34,14 +36,16 @@ class Ingest:
         """Store ``changes`` atomically (:meth:`EventStore.append`), then hand them to the
         live feed: the 202 goes out with the fan-out already under way."""
         stored = await self.store.append(
-            topic, changes, digest=digest, idempotency_key=idempotency_key
+            topic, changes, digest=digest, idempotency_key=idempotency_key, node=self.feeds.own_node
         )
         return self.appended(topic, stored)
 
     def appended(self, topic: str, stored: Appended) -> Appended:
         """What was stored in ``topic``, handed to the live feed (:meth:`append` does it;
         a caller of :meth:`EventStore.append_now` calls it with what it stored)."""
-        if not stored.replayed:
+        if stored.replayed:
+            self.feeds.unsure(topic)
+        else:
             self.feeds.published(topic, stored)
         return stored
 

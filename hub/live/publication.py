@@ -80,7 +80,10 @@ class Publishing:
         """:meth:`store` begun without a coroutine (the lean publish, issue 22): the store's
         call under way, which :meth:`stored` reads once done; None when only :meth:`store`
         can (the topic's first publish in this process)."""
-        return self.ingest.store.append_now(topic, changes, _digest(body, key), key)
+        ingest = self.ingest
+        return ingest.store.append_now(
+            topic, changes, _digest(body, key), key, ingest.feeds.own_node
+        )
 
     def stored(
         self,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,8 +125,12 @@ class EventStore:
         wait = ReplicaWait(wait_replicas, max(1, round(wait_seconds * 1000)))
         self.scripts = ScriptPipe(redis, wait=wait if wait_replicas else None)
         self._known_topics: set[str] = set()
-        #: Each topic's five append keys, built once (a bounded cache: cleared when full).
+        #: Each topic's six append keys, built once (a bounded cache: cleared when full).
         self._append_keys: dict[str, tuple[str, ...]] = {}
+        #: Told the topic of an append made for a node (``node=``) whose caller may not
+        #: learn what it stored: it failed, or was cancelled, once it may have run. That
+        #: node's feed is not told by notice, so it reads the stream (hub.live.feed).
+        self.uncertain: Callable[[str], None] | None = None
 
     async def append(
         self,
@@ -134,30 +139,52 @@ class EventStore:
         *,
         digest: str = "",
         idempotency_key: str | None = None,
+        node: str = "",
     ) -> Appended:
-        """Store all ``changes`` atomically; return what was stored, in order."""
+        """Store all ``changes`` atomically; return what was stored, in order. The followers
+        of the topic are told by notice (:mod:`hub.store.tail_notices`), all but ``node``,
+        whose caller takes what was stored from the answer."""
         packed = changes if isinstance(changes, Packed) else pack(changes)
         if packed.changes and topic not in self._known_topics:
             await self.redis.sadd(keys.TOPICS, topic)
             self._known_topics.add(topic)
-        script_keys, args = self._append_call(topic, packed, digest, idempotency_key)
-        reply = await self.scripts.run(
-            scripts.APPEND, script_keys, args, replicated=bool(packed.changes)
-        )
+        script_keys, args = self._append_call(topic, packed, digest, idempotency_key, node)
+        try:
+            reply = await self.scripts.run(
+                scripts.APPEND, script_keys, args, replicated=bool(packed.changes)
+            )
+        except BaseException:
+            if node and self.uncertain is not None:
+                self.uncertain(topic)
+            raise
         return self._appended(reply, packed, digest, idempotency_key)
 
     def append_now(
-        self, topic: str, packed: Packed, digest: str, idempotency_key: str | None
+        self,
+        topic: str,
+        packed: Packed,
+        digest: str,
+        idempotency_key: str | None,
+        node: str = "",
     ) -> asyncio.Future[Any] | None:
         """:meth:`append` without a coroutine (the lean publish, issue 22: no task or frames
         per publish): the script call under way, whose outcome :meth:`appended` reads; None
         when the topic must first be recorded (its first publish here): :meth:`append`."""
         if packed.changes and topic not in self._known_topics:
             return None
-        script_keys, args = self._append_call(topic, packed, digest, idempotency_key)
-        return self.scripts.call_script(
+        script_keys, args = self._append_call(topic, packed, digest, idempotency_key, node)
+        pending = self.scripts.call_script(
             scripts.APPEND, script_keys, args, replicated=bool(packed.changes)
         )
+        uncertain = self.uncertain
+        if node and uncertain is not None:
+
+            def failed(done: asyncio.Future[Any]) -> None:
+                if done.cancelled() or done.exception() is not None:
+                    uncertain(topic)
+
+            pending.add_done_callback(failed)
+        return pending
 
     def appended(
         self,
@@ -176,7 +203,7 @@ class EventStore:
         return self._appended(reply, packed, digest, idempotency_key)
 
     def _append_call(
-        self, topic: str, packed: Packed, digest: str, idempotency_key: str | None
+        self, topic: str, packed: Packed, digest: str, idempotency_key: str | None, node: str
     ) -> tuple[tuple[str, ...], list[Any]]:
         """The append script's keys and arguments."""
         now_ms = int(time.time() * 1000)
@@ -193,6 +220,7 @@ class EventStore:
                 keys.topic_meta(topic),
                 keys.holds(topic),
                 keys.cursors(topic),
+                keys.tails(topic),
             )
         hold = retention.hold_max_events if retention.hold_seconds else 0
         hold_floor_ms = now_ms - retention.hold_seconds * 1000
@@ -207,6 +235,8 @@ class EventStore:
             packed.data,
             hold,
             hold_floor_ms,
+            node,
+            topic,
         ]
         return script_keys, args
 
@@ -240,7 +270,7 @@ class EventStore:
         """
         empty = pack([])
         for _ in range(TRIM_CALLS):
-            script_keys, args = self._append_call(topic, empty, "", None)
+            script_keys, args = self._append_call(topic, empty, "", None, "")
             reply = await self.scripts.run(scripts.APPEND, script_keys, args)
             if len(reply) < 4 or not int(reply[3]):
                 return
@@ -264,6 +294,17 @@ class EventStore:
             [start, end, count],
         )
         return keys.script_event_rows(rows), keys.text(trimmed) or None
+
+    async def follow(self, topic: str, node: str) -> str | None:
+        """Have ``node`` told of every later append to ``topic`` (but its own); the
+        stream's last id as it starts, read in the same atomic step."""
+        reply = await self.scripts.run(
+            scripts.FOLLOW, [keys.tails(topic), keys.events(topic)], [node]
+        )
+        return keys.text(reply) or None
+
+    async def unfollow(self, topic: str, node: str) -> None:
+        await self.redis.srem(keys.tails(topic), node)
 
     def tail(self, topic: str) -> StreamTail:
         """A blocked read of ``topic``'s new events on a connection of its own (the live

@@ -37,6 +37,16 @@ def subscriptions(topic: str) -> str:
     return f"{PREFIX}{{{topic}}}:subs"
 
 
+def tails(topic: str) -> str:
+    """Set of the hub processes (node ids) whose live feed follows the topic by notice: the
+    append script tells each of them but its caller what it appended (hub.live.feed)."""
+    return f"{PREFIX}{{{topic}}}:tails"
+
+
+#: Pub/sub channel of a process's tail notices, its node id appended.
+TAIL_CHANNEL = PREFIX + "tail:"
+
+
 def cursors(topic: str) -> str:
     """Hash: callback URL -> id of the last event delivered to it."""
     return f"{PREFIX}{{{topic}}}:cursors"
@@ -129,6 +139,7 @@ REQUEST_SEQ = "#seq"
 #: Placeholders the Lua scripts may use (``$LAST_ID`` ...), with their values.
 SCRIPT_NAMES: dict[str, str] = {
     "EVENT_FIELD": EVENT_FIELD.decode(),
+    "TAIL_CHANNEL": TAIL_CHANNEL,
     "LAST_ID": LAST_ID,
     "LAST_PUBLISH_MS": LAST_PUBLISH_MS,
     "CREATED_MS": CREATED_MS,

@@ -75,6 +75,10 @@ class _Link(asyncio.Protocol):
         #: Called with a :meth:`run`'s replies where they arrive, before its caller
         #: resumes (:mod:`hub.store.stream_tail`: the feed's fan-out, without a task hop).
         self.on_replies: Callable[[list[Any]], None] | None = None
+        #: Once set, what Redis sends unasked (pub/sub messages) goes to it, reply by reply
+        #: (:mod:`hub.store.tail_notices`); and :attr:`on_lost` learns of the end.
+        self.on_push: Callable[[Any], None] | None = None
+        self.on_lost: Callable[[Exception], None] | None = None
 
     @classmethod
     async def open(cls, options: dict[str, Any], timeout: float) -> _Link:
@@ -104,7 +108,12 @@ class _Link(asyncio.Protocol):
         self.parser.feed(data)
         waiter = self._waiter
         if waiter is None and self._done is None:
-            self._unasked = True
+            push = self.on_push
+            if push is None:
+                self._unasked = True
+                return
+            while (reply := self.parser.gets()) is not False:
+                push(reply)
             return
         replies = self._replies
         while len(replies) < self._expected:
@@ -125,6 +134,10 @@ class _Link(asyncio.Protocol):
             except Exception:  # the caller gets the replies all the same, and goes on
                 log.exception("handling a Redis reply where it arrived failed")
         waiter.set_result(replies)
+        push = self.on_push
+        if push is not None:  # what came right behind the replies (a subscription's first)
+            while (reply := self.parser.gets()) is not False:
+                push(reply)
 
     def eof_received(self) -> bool:
         self._fail(RedisConnectionError("Redis closed the connection"))
@@ -136,6 +149,9 @@ class _Link(asyncio.Protocol):
     def _fail(self, exc: Exception) -> None:
         if self._lost is None:
             self._lost = exc
+            lost = self.on_lost
+            if lost is not None:
+                lost(exc)
         waiter, self._waiter = self._waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_exception(exc)

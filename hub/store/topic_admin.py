@@ -49,6 +49,7 @@ def fixed_keys(topic: str) -> list[str]:
         keys.subscriptions(topic),
         keys.cursors(topic),
         keys.holds(topic),
+        keys.tails(topic),
         keys.owners(topic),
         keys.owner_epoch(topic),
         keys.owner_heartbeats(topic),

@@ -48,6 +48,7 @@ class TaskRecorder:
 
 async def test_another_process_events_are_fanned_out_where_redis_answers(hub: Hub) -> None:
     runtime = hub.app[RUNTIME]
+    runtime.feeds.follow_by_xread()  # where the store has no connection of its own
     await runtime.store.append("t", change(0))
     feed, client, _ = await live(hub, "t")
     recorder = client.writer = TaskRecorder()

@@ -101,6 +101,7 @@ async def test_a_failed_read_is_counted_and_logged_once_and_the_feed_reads_on(
     """The feed reads without the retrying loop until a read fails; that first failure is
     still counted (``rshub_redis_errors``) and logged like any other, then read again."""
     runtime = hub.app[RUNTIME]
+    runtime.feeds.follow_by_xread()  # where the store has no connection of its own
     await runtime.ingest.append("f", change(0))
     feed, client, recorder = await live(hub, "f")
     try:

@@ -165,9 +165,10 @@ async def test_every_long_lived_task_is_in_the_runtime_tree_and_stops_with_the_a
             "hub/ownership/ownership",
             "hub/ownership/subscription-changes",
             f"hub/delivery/workers/deliver:{callback.url}",
-            "hub/feeds/feed:t",
         ):
             assert expected in names, names
+        # The feed follows by tail notice: no task of its own (by XREAD: "hub/feeds/feed:t").
+        assert runtime.feeds.following("t") and "hub/feeds/feed:t" not in names
         # Nothing long-lived of the hub runs outside the tree.
         outside = _hub_tasks() - set(runtime.tasks.running())
         assert not outside, outside

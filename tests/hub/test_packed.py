@@ -120,6 +120,7 @@ async def test_the_process_feed_takes_its_own_appends_at_once(ingest: Ingest) ->
 
 
 async def test_the_feed_takes_nothing_out_of_order_nor_twice(ingest: Ingest) -> None:
+    ingest.feeds.follow_by_xread()  # what this checks is the XREAD path's hand-over
     feed = await ingest.feeds.acquire("t")
     await cancel_and_wait([feed._task])
     body = [_change("http://example.org/1")]

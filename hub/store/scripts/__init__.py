@@ -42,6 +42,7 @@ def load(name: str) -> Script:
 
 
 APPEND = load("append")
+FOLLOW = load("follow")
 ADVANCE_PAGES = load("advance_pages")
 CLAIM = load("claim")
 RENEW = load("renew")

@@ -1,23 +1,24 @@
 -- The publish: every change XADDed (all or none), the Resource List fold, retention and
 -- the Idempotency-Key, in one atomic step (see hub.store.event_store).
 -- KEYS: 1 events stream, 2 resources hash, 3 meta hash, 4 holds sorted set, 5 cursors hash,
---       [6 idempotency key]
+--       6 tails set, [7 idempotency key]
 -- ARGV: 1 body digest, 2 idempotency ttl, 3 maxlen (0 = none), 4 minid ('' = none),
 --       5 now-ms, 6 the changes: "loc NUL change NUL event-json NUL" repeated,
---       7 hold max events (0 = no hold), 8 hold floor ms (events older are not held).
+--       7 hold max events (0 = no hold), 8 hold floor ms (events older are not held),
+--       9 the caller's node id in the tails set ('' = none), 10 the topic.
 -- Returns {0, ids joined by spaces, the last id before them, 1 if retention has more to trim
 -- than one call cuts (EventStore.trim calls again)}, or {1, the earlier reply} on a replay.
 -- The changes travel as one argument because encoding thousands of arguments costs the
 -- client more than the server's work. NUL cannot occur in XML text nor in JSON output.
 local stream, resources, meta, holds, cursors = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-if #KEYS > 5 then
-  local prev = redis.call('GET', KEYS[6])
+if #KEYS > 6 then
+  local prev = redis.call('GET', KEYS[7])
   if prev then
     -- A write the replicas see (the key's own TTL again), so that a WAIT after a replay
     -- covers the first publish where WAIT counts from the connection's own last replicated
     -- write (newer Redis; 6.2 counts from its last command of any kind).
-    local ttl = redis.call('PTTL', KEYS[6])
-    if ttl > 0 then redis.call('PEXPIRE', KEYS[6], ttl) end
+    local ttl = redis.call('PTTL', KEYS[7])
+    if ttl > 0 then redis.call('PEXPIRE', KEYS[7], ttl) end
     return {1, prev}
   end
 end
@@ -31,7 +32,7 @@ if not before then
   before = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)
   before = #before > 0 and before[1][1] or ''
 end
-local ids = {}
+local ids, events = {}, {}
 local packed, pos, find, sub = ARGV[6], 1, string.find, string.sub
 while pos <= #packed do
   local a = find(packed, '\0', pos, true)
@@ -40,6 +41,7 @@ while pos <= #packed do
   local loc, event = sub(packed, pos, a - 1), sub(packed, b + 1, c - 1)
   local id = redis.call('XADD', stream, '*', '$EVENT_FIELD', event)
   ids[#ids + 1] = id
+  events[#ids] = event
   if sub(packed, a + 1, b - 1) == 'deleted' then
     redis.call('HDEL', resources, loc)
   else
@@ -121,5 +123,25 @@ if #ids > 0 then
   redis.call('HSETNX', meta, '$CREATED_MS', ARGV[5])
   redis.call('HINCRBY', meta, '$PUBLISHED', #ids)
 end
-if #KEYS > 5 then redis.call('SET', KEYS[6], ARGV[1] .. '|' .. joined, 'EX', ARGV[2]) end
+if #KEYS > 6 then redis.call('SET', KEYS[7], ARGV[1] .. '|' .. joined, 'EX', ARGV[2]) end
+-- Tail notices: every other process whose feed follows this topic is told what was
+-- appended, after what (its feed checks it follows on, else reads the stream). The caller
+-- takes its own events from this reply, so it is not told (no echo, issue 22). A follower
+-- nobody listens for any more (its process died, or its connection is being replaced, which
+-- then follows again) leaves the set.
+if #ids > 0 then
+  local tails = redis.call('SMEMBERS', KEYS[6])
+  if #tails > 0 then
+    local notice = nil
+    for _, node in ipairs(tails) do
+      if node ~= ARGV[9] then
+        notice = notice or (ARGV[10] .. '\n' .. before .. '\n' .. joined .. '\n'
+          .. table.concat(events, '\0'))
+        if redis.call('PUBLISH', '$TAIL_CHANNEL' .. node, notice) == 0 then
+          redis.call('SREM', KEYS[6], node)
+        end
+      end
+    end
+  end
+end
 return {0, joined, before, more}

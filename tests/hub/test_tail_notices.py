@@ -1,0 +1,210 @@
+"""Tail notices (hub.store.tail_notices): how a process's live feeds hear of the other
+processes' appends, without being told back their own (issue 22: the XREAD echo).
+
+Real Redis, several "processes" in one loop: each an EventStore, a FeedHub and an Ingest of
+its own, as ``rshub serve`` builds them. Named cases, then a seeded fuzz of appends from
+every process and from outside, killed notice connections and feeds started and stopped,
+under the watchdog; every live client must end with every event once, in stream order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+import redis.asyncio as aioredis
+
+from hub.core.events import Change, Event
+from hub.core.tasks import Tasks
+from hub.live.feed import ClientStream, FeedHub, TopicFeed
+from hub.live.ingest import Ingest
+from hub.store import keys
+from hub.store.event_store import EventStore
+from hub.store.tail_notices import Notice
+from tests.support import wait_for
+from tests.watchdog import Watchdog
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+
+    def __call__(self, batch: list[Event]) -> bool:
+        self.ids.extend(e.id for e in batch)
+        return True
+
+
+class Process:
+    """One hub process's store, feeds and ingest, counting the notices it is told."""
+
+    def __init__(self, url: str) -> None:
+        self.client = aioredis.Redis.from_url(url)
+        self.store = EventStore(self.client)
+        self.feeds = FeedHub(self.store, Tasks("feeds", peers=True))
+        self.ingest = Ingest(self.store, self.feeds)
+        self.told: list[str] = []
+        noticed = self.feeds._noticed
+
+        def counting(notice: Notice) -> None:
+            self.told.extend(eid for eid, _ in notice.rows)
+            noticed(notice)
+
+        self.feeds._noticed = counting  # type: ignore[method-assign]
+
+    async def close(self) -> None:
+        await self.feeds.close()
+        await self.store.close()
+        await self.client.aclose()
+
+
+def change(i: int) -> list[Change]:
+    loc = f"http://example.org/r{i}"
+    return [Change(loc, "updated", orjson.dumps({"loc": loc, "change": "updated"}))]
+
+
+async def live(process: Process, topic: str) -> tuple[TopicFeed, ClientStream, Recorder]:
+    feed, client, recorder, _ = await live_from(process, topic)
+    return feed, client, recorder
+
+
+async def live_from(process: Process, topic: str) -> tuple[TopicFeed, ClientStream, Recorder, str]:
+    """A live client of ``topic`` on ``process``, and the XRANGE start of what it gets."""
+    feed = await process.feeds.acquire(topic)
+    recorder = Recorder()
+    start = feed.last_key
+    client = ClientStream(feed, start, capacity=100_000, writer=recorder)
+    assert await client.next(0.01) is None
+    assert client.live and feed.by_notice
+    return feed, client, recorder, f"({start[0]}-{start[1]}"
+
+
+async def stream_ids(client: Any, topic: str, after: str = "-") -> list[str]:
+    rows = await client.xrange(keys.events(topic), after, "+")
+    return [eid.decode() for eid, _ in rows]
+
+
+async def kill_notices(redis: Any, process: Process) -> int:
+    """Close ``process``'s notices connection from Redis's side."""
+    link = process.feeds._notices._link
+    assert link is not None and link.transport is not None
+    host, port = link.transport.get_extra_info("sockname")[:2]
+    return 1 if await redis.client_kill(f"{host}:{port}") else 0
+
+
+@pytest.fixture
+async def redis(redis_url: str) -> AsyncIterator[Any]:
+    client = aioredis.Redis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def two(redis_url: str) -> AsyncIterator[tuple[Process, Process]]:
+    a, b = Process(redis_url), Process(redis_url)
+    yield a, b
+    await a.close()
+    await b.close()
+
+
+async def test_a_process_is_told_of_the_others_appends_not_of_its_own(
+    two: tuple[Process, Process], redis: Any
+) -> None:
+    a, b = two
+    await a.ingest.append("t", change(0))
+    _, _, seen_a = await live(a, "t")
+    _, _, seen_b = await live(b, "t")
+    mine = [(await a.ingest.append("t", change(i))).ids[0] for i in range(1, 4)]
+    theirs = [(await b.ingest.append("t", change(i))).ids[0] for i in range(4, 7)]
+    expected = await stream_ids(redis, "t", f"({mine[0]}")
+    expected.insert(0, mine[0])
+    await wait_for(lambda: seen_a.ids == expected and seen_b.ids == expected, 10)
+    assert a.told == theirs and b.told == mine  # no echo
+
+
+async def test_a_killed_notices_connection_loses_nothing_and_is_counted_once(
+    two: tuple[Process, Process], redis: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    a, b = two
+    _, _, seen = await live(a, "t")
+    await b.ingest.append("t", change(0))
+    await wait_for(lambda: len(seen.ids) == 1, 10)
+    assert await kill_notices(redis, a) == 1
+    for i in range(1, 30):  # some while a subscribes again, some after
+        await b.ingest.append("t", change(i))
+        if i % 10 == 0:
+            await asyncio.sleep(0.05)
+    expected = await stream_ids(redis, "t")
+    await wait_for(lambda: seen.ids == expected, 10)
+    lost = [r for r in caplog.records if "tail notices: the connection" in r.getMessage()]
+    assert len(lost) == 1 and lost[0].levelno == logging.WARNING
+    assert a.feeds.node.encode() in await redis.smembers(keys.tails("t"))
+
+
+async def test_a_follower_nobody_hears_is_dropped_and_one_done_with_a_topic_leaves(
+    two: tuple[Process, Process], redis: Any
+) -> None:
+    a, b = two
+    feed, client, _ = await live(a, "t")
+    await redis.sadd(keys.tails("t"), "gone")  # a process that died
+    await b.ingest.append("t", change(0))
+    members = await redis.smembers(keys.tails("t"))
+    assert members == {a.feeds.node.encode()}
+    client.close()
+    await a.feeds.release(feed)
+    assert await redis.smembers(keys.tails("t")) == set()
+    # Told of a topic it follows no more (it was added back behind its back): it leaves.
+    await redis.sadd(keys.tails("t"), a.feeds.node)
+    await b.ingest.append("t", change(1))
+    await wait_for(lambda: a.told, 10)
+    await wait_for(lambda: a.feeds._leaving == set(), 10)
+    assert await redis.smembers(keys.tails("t")) == set()
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_seeded_fuzz_every_live_client_gets_every_event_once_in_order(
+    redis_url: str, redis: Any, seed: int
+) -> None:
+    rng = random.Random(seed)
+    processes = [Process(redis_url) for _ in range(3)]
+    topics = ["t0", "t1"]
+    clients: list[tuple[str, str, ClientStream, Recorder, Process, TopicFeed]] = []
+    counter = 0
+    await redis.ping()  # its connection is there before the watchdog counts sockets
+    try:
+        async with Watchdog() as dog:
+            for step in range(150):
+                op = rng.random()
+                process = rng.choice(processes)
+                topic = rng.choice(topics)
+                counter += 1
+                if op < 0.45:
+                    await process.ingest.append(topic, change(counter))
+                elif op < 0.6:  # from outside any process's feeds (a tool, a test)
+                    await process.store.append(topic, change(counter))
+                elif op < 0.7 and process.feeds._notices._link is not None:
+                    await kill_notices(redis, process)
+                elif op < 0.9 or not clients:
+                    feed, client, seen, start = await live_from(process, topic)
+                    clients.append((topic, start, client, seen, process, feed))
+                else:
+                    gone = clients.pop(rng.randrange(len(clients)))
+                    gone[2].close()
+                    await gone[4].feeds.release(gone[5])
+                if step % 7 == 0:
+                    await asyncio.sleep(0)
+            for topic, start, _, seen, _, _ in clients:
+                expected = await stream_ids(redis, topic, start)
+                await wait_for(lambda s=seen, e=expected: len(s.ids) >= len(e), 15)
+                assert seen.ids == expected, (seed, topic)
+    finally:
+        for _, _, client, _, process, feed in clients:
+            client.close()
+            await process.feeds.release(feed)
+        for process in processes:
+            await process.close()
+    await dog.sockets_back()
