@@ -15,28 +15,18 @@ import random
 from collections.abc import AsyncIterator
 from typing import Any
 
-import orjson
 import pytest
 import redis.asyncio as aioredis
 
-from hub.core.events import Change, Event
 from hub.core.tasks import Tasks
 from hub.live.feed import ClientStream, FeedHub, TopicFeed
 from hub.live.ingest import Ingest
 from hub.store import keys
 from hub.store.event_store import EventStore
 from hub.store.tail_notices import Notice
+from tests.hub.test_feed_tail import Recorder, change
 from tests.support import wait_for
 from tests.watchdog import Watchdog
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.ids: list[str] = []
-
-    def __call__(self, batch: list[Event]) -> bool:
-        self.ids.extend(e.id for e in batch)
-        return True
 
 
 class Process:
@@ -60,11 +50,6 @@ class Process:
         await self.feeds.close()
         await self.store.close()
         await self.client.aclose()
-
-
-def change(i: int) -> list[Change]:
-    loc = f"http://example.org/r{i}"
-    return [Change(loc, "updated", orjson.dumps({"loc": loc, "change": "updated"}))]
 
 
 async def live(process: Process, topic: str) -> tuple[TopicFeed, ClientStream, Recorder]:
