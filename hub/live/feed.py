@@ -22,7 +22,7 @@ import secrets
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from hub.core import frames, metrics, sse
 from hub.core.events import Event, EventFilter, EventKey, format_id, parse_id
@@ -35,6 +35,8 @@ from hub.store.tail_notices import Notice, TailNotices
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 #: XREAD BLOCK time; the store's blocking client has no socket timeout.
 _BLOCK_MS = 5000
 #: Events a client catching up reads per step.
@@ -43,6 +45,18 @@ _READ_BATCH = 1000
 _NOTICES_TIMEOUT = 10.0
 #: What :meth:`Follower.offer` names when it wrote a batch directly (counted per batch).
 _TRANSPORTS = ("ws", "sse")
+
+
+async def _through_outage(attempt: Callable[[], Awaitable[T]], what: str) -> T:
+    """``attempt()`` until Redis answers: each failure counted, logged and backed off from."""
+    return await retrying(
+        attempt,
+        STORE_OUTAGE,
+        retry_on=StoreError,
+        log=log,
+        what=what,
+        failed=lambda _error, _delay: metrics.redis_error(),
+    )
 
 
 def _expire(waiter: asyncio.Future[bool]) -> None:
@@ -239,14 +253,7 @@ class TopicFeed:
                 raise failure.pop()
             return await read()
 
-        return await retrying(
-            attempt,
-            STORE_OUTAGE,
-            retry_on=StoreError,
-            log=log,
-            what=f"feed {self.topic}: XREAD",
-            failed=lambda _error, _delay: metrics.redis_error(),
-        )
+        return await _through_outage(attempt, f"feed {self.topic}: XREAD")
 
     def take_local(self, previous_id: str, events: list[Event]) -> bool:
         """Events this process just appended, handed over without waiting for ``XREAD``.
@@ -272,16 +279,14 @@ class TopicFeed:
         elif parse_id(rows[-1][0]) > self.last_key:
             self.catch_up()
 
-    def appended_here(self, previous_id: str, ids: list[str]) -> bool:
-        """Whether this process's own append of ``ids`` left a gap only a read closes
-        (a notice of another process's append still on its way, say): then it is read."""
-        if self.base is None:
-            self._missed = True
-            return True
-        if self._node is None or not ids or parse_id(ids[-1]) <= self.last_key:
-            return False
-        self.catch_up()
-        return True
+    def appended_here(self, ids: list[str]) -> None:
+        """This process's own append of ``ids`` did not follow on from the ring (a notice of
+        another process's append still on its way, say): the gap is read, unless the ring
+        has them already."""
+        if self._node is None or not ids:
+            return
+        if self.base is None or parse_id(ids[-1]) > self.last_key:
+            self.catch_up()  # before the start knew the ring's beginning: read after it
 
     def catch_up(self) -> None:
         """Read the stream from the ring's last event on, in a task (one at a time: a gap
@@ -307,14 +312,7 @@ class TopicFeed:
             async def read(after: str = after) -> list[tuple[str, bytes]]:
                 return await self.store.range(self.topic, after, "+", self.read_count)
 
-            rows = await retrying(
-                read,
-                STORE_OUTAGE,
-                retry_on=StoreError,
-                log=log,
-                what=f"feed {self.topic}: reading a gap",
-                failed=lambda _error, _delay: metrics.redis_error(),
-            )
+            rows = await _through_outage(read, f"feed {self.topic}: reading a gap")
             self._take_rows(rows)
             if len(rows) < self.read_count and not self._again:
                 return
@@ -510,7 +508,7 @@ class FeedHub:
         if feed.follows_on(appended.previous_id):
             feed.take_local(appended.previous_id, appended.events)
         else:
-            feed.appended_here(appended.previous_id, appended.ids)
+            feed.appended_here(appended.ids)
 
     async def end(self, topic: str) -> None:
         """The topic was deleted: stop following it and end its consumers' streams.
@@ -611,14 +609,7 @@ class FeedHub:
 
         while self._relisten:
             self._relisten = False
-            await retrying(
-                subscribe,
-                STORE_OUTAGE,
-                retry_on=StoreError,
-                log=log,
-                what="tail notices: subscribing",
-                failed=lambda _error, _delay: metrics.redis_error(),
-            )
+            await _through_outage(subscribe, "tail notices: subscribing")
             try:
                 async with self._lock:
                     for feed in list(self._feeds.values()):
