@@ -18,6 +18,7 @@ from hub.core.settings import Settings
 from hub.store.embedded_redis import EmbeddedRedis
 from hub.web.app import RUNTIME, create_app, start
 from tests.redis_cluster import redis_cluster  # noqa: F401  (a session fixture)
+from tests.redis_transports import TlsFront, UnixRedis
 from tests.support import free_port
 
 
@@ -67,6 +68,34 @@ def redis_url(redis_server: EmbeddedRedis) -> str:
     client.flushall()
     client.close()
     return redis_server.url
+
+
+@pytest.fixture(scope="session")
+def unix_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UnixRedis]:
+    """A redis-server on a unix socket only, for the session."""
+    with UnixRedis(tmp_path_factory.mktemp("unix-redis")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def tls_redis(unix_redis: UnixRedis, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The ``rediss://`` URL of ``unix_redis`` behind TLS (:class:`TlsFront`)."""
+    front = TlsFront(unix_redis, tmp_path_factory.mktemp("redis-tls")).start()
+    yield front.url
+    front.stop()
+
+
+@pytest.fixture(params=["tcp", "unix", "tls"])
+def any_redis_url(request: pytest.FixtureRequest, redis_url: str) -> str:
+    """A Redis URL over each transport the hub speaks (the unix one emptied for the test);
+    the TCP one is ``redis_url``."""
+    if request.param == "tcp":
+        return redis_url
+    unix: UnixRedis = request.getfixturevalue("unix_redis")
+    client = redis.Redis.from_url(unix.url)
+    client.flushall()
+    client.close()
+    return unix.url if request.param == "unix" else str(request.getfixturevalue("tls_redis"))
 
 
 @dataclass

@@ -4,8 +4,8 @@ Each followed topic has a bounded ring of :class:`Event`\\ s, fed by this proces
 appends (handed over from the append's reply) and by the other processes' appends, heard of
 by tail notice (:mod:`hub.store.tail_notices`): a notice that does not follow on from the
 ring, or an own append that does not, is a gap, closed by reading the stream from the ring's
-last id. Where the store has no connection of its own for notices (TLS, unix sockets, a
-Cluster), one task per topic blocks on ``XREAD`` instead. Consumers (WebSocket and SSE
+last id. On a Redis Cluster, where the store has no connection of its own for notices, one
+task per topic blocks on ``XREAD`` instead. Consumers (WebSocket and SSE
 clients, WebSub delivery workers) ask for the events after their cursor: from the ring when
 it covers the cursor, from Redis (``XRANGE``) when the cursor is older, so a consumer never
 sees a gap and every live event is read from Redis once however many consumers follow it.
@@ -536,7 +536,7 @@ class FeedHub:
 
     def follow_by_xread(self) -> None:
         """Feeds started from now on follow by XREAD, as where the store has no connection
-        of its own for notices (TLS, unix sockets, a Cluster): that path's tests."""
+        of its own for notices (a Cluster): that path's tests."""
         self._by_notice = False
 
     def following(self, topic: str) -> bool:

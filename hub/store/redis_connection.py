@@ -34,13 +34,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import ssl
 import time
 from typing import Any, TypeAlias
 
 import redis
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import RedisError
+from redis.exceptions import AuthenticationError, NoPermissionError, RedisError
 
 from hub.core import sentinel_url
 from hub.core.exceptions import RedisUnavailable
@@ -100,6 +101,28 @@ def connect(url: str, *, cluster: bool = False, **options: Any) -> Client:
         plain = "redis://" + url.removeprefix(CLUSTER_SCHEME) if is_cluster_url(url) else url
         return RedisCluster.from_url(plain, **_named(), **options)
     return Redis.from_url(url, **_checked_pool(), **_named(), **options)
+
+
+def refused_for_good(exc: BaseException) -> bool:
+    """Whether Redis answered and refused the hub in a way waiting cannot change: its
+    credentials (``WRONGPASS``, ``NOAUTH``, ``NOPERM``) or a TLS certificate it does not
+    trust (redis-py wraps the ``ssl`` error in its own)."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a bounded walk of the chain of causes
+        if seen is None:
+            return False
+        if isinstance(seen, (AuthenticationError, NoPermissionError, ssl.SSLCertVerificationError)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+class _Refused(Exception):
+    """Carries a :func:`refused_for_good` error past the retrying loop."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(error)
+        self.error = error
 
 
 def _named() -> dict[str, Any]:
@@ -172,7 +195,8 @@ class Connections:
     ) -> None:
         """Ping until Redis answers, backing off (doubling up to ``max_delay``); after
         ``within`` seconds raise :class:`RedisUnavailable`. A hub started beside its Redis
-        (containers, service managers) thus waits for it instead of exiting."""
+        (containers, service managers) thus waits for it instead of exiting; but a Redis
+        that answers and refuses the hub (:func:`refused_for_good`) is an error at once."""
         deadline = time.monotonic() + within
         attempt = 0
 
@@ -182,6 +206,8 @@ class Connections:
             try:
                 await asyncio.wait_for(self.main.ping(), timeout=max(1.0, max_delay))
             except (RedisError, OSError, TimeoutError) as exc:
+                if refused_for_good(exc):
+                    raise _Refused(exc) from None
                 if time.monotonic() >= deadline:
                     raise RedisUnavailable(
                         f"Redis at {_redacted(self.url)} (RSHUB_REDIS_URL) did not answer within "
@@ -201,14 +227,17 @@ class Connections:
                 until_deadline(delay),
             )
 
-        await retrying(
-            ping,
-            Backoff(first_delay, max_delay, jitter=0.0),
-            retry_on=(RedisError, OSError, TimeoutError),
-            log=None,
-            failed=failed,
-            pause=lambda delay: asyncio.sleep(until_deadline(delay)),
-        )
+        try:
+            await retrying(
+                ping,
+                Backoff(first_delay, max_delay, jitter=0.0),
+                retry_on=(RedisError, OSError, TimeoutError),
+                log=None,
+                failed=failed,
+                pause=lambda delay: asyncio.sleep(until_deadline(delay)),
+            )
+        except _Refused as refused:
+            raise refused.error from None
         if attempt > 1:
             log.info("Redis at %s answered after %d attempts", _redacted(self.url), attempt)
 

@@ -7,7 +7,9 @@ Here every concurrent ``EVALSHA`` is packed by hiredis, written in one ``write``
 on one TCP connection, and the replies are read in order with a hiredis reader. On a Redis
 Cluster there is one such connection per primary, and each call goes to the primary of its
 first key's hash slot (a ``MOVED``/``ASK`` reply, during resharding, is retried through
-redis-py, which follows it). TLS and unix sockets use redis-py's pipeline.
+redis-py, which follows it). It speaks to Redis however redis-py's connection class for the
+URL would: plain TCP, TLS (the context redis-py builds from the URL's ``ssl_*`` options, made
+once, in a thread) or a unix socket (:class:`Dial`).
 
 A connection Redis closed (it restarted, say) is replaced before a batch is written, never
 after: see :meth:`_Link.sound`. A batch that fails once written is not re-sent, since Redis
@@ -26,14 +28,25 @@ import asyncio
 import contextlib
 import logging
 import select
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
 import hiredis
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.connection import Connection
-from redis.asyncio.sentinel import SentinelConnectionPool, SentinelManagedConnection
+from redis.asyncio.connection import (
+    AbstractConnection,
+    Connection,
+    RedisSSLContext,
+    SSLConnection,
+    UnixDomainSocketConnection,
+)
+from redis.asyncio.sentinel import (
+    SentinelConnectionPool,
+    SentinelManagedConnection,
+    SentinelManagedSSLConnection,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -50,8 +63,55 @@ def _reply_error(message: str) -> ResponseError:
     return ResponseError(message)
 
 
+#: redis-py's connection classes whose way of connecting :class:`Dial` repeats.
+_DIALLED: tuple[type[AbstractConnection], ...] = (
+    Connection,
+    SSLConnection,
+    UnixDomainSocketConnection,
+    SentinelManagedConnection,
+    SentinelManagedSSLConnection,
+)
+
+
+class Dial:
+    """How redis-py's connection class for the hub's Redis URL reaches it: TCP, TLS over
+    TCP, or a unix socket; :class:`_Link` connects the same way.
+
+    The TLS context is the one redis-py builds from the URL's ``ssl_*`` options (by its own
+    class, so every option it knows is honoured), made at the first connection and in a
+    thread: loading CA files blocks.
+    """
+
+    def __init__(self, path: str | None = None, tls: RedisSSLContext | None = None) -> None:
+        #: The unix socket's path; None for TCP.
+        self.path = path
+        self._tls = tls
+
+    @classmethod
+    def of(cls, connection_class: type[AbstractConnection], kwargs: dict[str, Any]) -> Dial | None:
+        """The dial of a redis-py pool's (or Cluster's) connection class and keyword
+        arguments; None for a class the pipe does not know (its calls then go through
+        redis-py)."""
+        if connection_class not in _DIALLED:
+            return None
+        if issubclass(connection_class, UnixDomainSocketConnection):
+            return cls(path=str(kwargs.get("path", "")))
+        if issubclass(connection_class, SSLConnection):
+            options = {k: v for k, v in kwargs.items() if k.startswith("ssl_")}
+            return cls(tls=SSLConnection(**options).ssl_context)
+        return cls()
+
+    async def tls(self) -> ssl.SSLContext | None:
+        """The TLS context to connect with; None for plain TCP and unix sockets."""
+        if self._tls is None:
+            return None
+        if self._tls.context is None:
+            return await asyncio.to_thread(self._tls.get)
+        return self._tls.get()
+
+
 class _Link(asyncio.Protocol):
-    """One TCP connection to Redis speaking RESP2, requests answered in order.
+    """One connection to Redis speaking RESP2, requests answered in order.
 
     A protocol rather than a stream reader and writer: each reply is parsed where the
     loop hands over the bytes, and a batch's waiter is woken once with all its replies
@@ -81,11 +141,14 @@ class _Link(asyncio.Protocol):
         self.on_lost: Callable[[Exception], None] | None = None
 
     @classmethod
-    async def open(cls, options: dict[str, Any], timeout: float) -> _Link:
+    async def open(cls, options: dict[str, Any], timeout: float, dial: Dial) -> _Link:
         loop = asyncio.get_running_loop()
         host, port = options.get("host", "127.0.0.1"), options.get("port", 6379)
         async with asyncio.timeout(timeout):  # keeps a cancel that 3.11's wait_for may lose
-            _, link = await loop.create_connection(cls, host, port)
+            if dial.path is not None:
+                _, link = await loop.create_unix_connection(cls, dial.path)
+            else:
+                _, link = await loop.create_connection(cls, host, port, ssl=await dial.tls())
         setup: list[tuple[Any, ...]] = []
         if options.get("password"):
             user = options.get("username")
@@ -279,14 +342,17 @@ class ScriptPipe:
         self._cluster = isinstance(redis, RedisCluster)
         if isinstance(redis, RedisCluster):
             self._options = dict(redis.get_connection_kwargs())
-            self._raw = not self._options.get("ssl")
+            connection_class: type[AbstractConnection] = (
+                self._options.pop("connection_class", None) or Connection
+            )
         else:
             pool = redis.connection_pool
             self._options = dict(pool.connection_kwargs)
-            plain = pool.connection_class in (Connection, SentinelManagedConnection)
-            self._raw = plain and not self._options.get("ssl")
+            connection_class = pool.connection_class
             if isinstance(pool, SentinelConnectionPool):
                 self._master = pool.get_master_address
+        self._dial = Dial.of(connection_class, self._options)
+        self._raw = self._dial is not None
         self._link: _Link | None = None
         self._node_links: dict[tuple[str, int], _Link] = {}
         self._reread_slots = False
@@ -299,15 +365,15 @@ class ScriptPipe:
 
     async def open_link(self, timeout: float) -> _Link | None:
         """A new connection of the same kind, for a caller's own use (a blocking read:
-        :mod:`hub.store.stream_tail`); None where calls go through redis-py (TLS, unix
-        sockets, a Cluster)."""
-        if not self._raw or self._cluster:
+        :mod:`hub.store.stream_tail`); None where calls go through redis-py (an unknown
+        connection class) and on a Cluster."""
+        if self._dial is None or self._cluster:
             return None
         options = self._options
         if self._master is not None:
             host, port = await self._master()
             options = {**options, "host": host, "port": port}
-        return await _Link.open(options, timeout)
+        return await _Link.open(options, timeout, self._dial)
 
     async def run(
         self, script: Script, keys: Sequence[str], args: list[Any], *, replicated: bool = False
@@ -468,7 +534,10 @@ class ScriptPipe:
                     link = None
                 if link is None:
                     options = {**self._options, "host": address[0], "port": address[1]}
-                    link = self._node_links[address] = await _Link.open(options, self.timeout)
+                    assert self._dial is not None  # raw: see _send
+                    link = self._node_links[address] = await _Link.open(
+                        options, self.timeout, self._dial
+                    )
                 try:
                     replies = await link.run(
                         [hiredis.pack_command(c) for c in commands], self.timeout

@@ -6,8 +6,9 @@ redis-py each read took a connection from the pool and gave it back, and went th
 command, retry and response-callback layers: about a third of the read's CPU in
 ``bench/peer_nchan.py``'s stream phases (issue 22: server CPU per delivery). Here the
 connection is held for the feed's life and the command packed and read by hiredis, as
-:mod:`hub.store.script_pipe` does for scripts. Where that pipe goes through redis-py (TLS,
-unix sockets, a Cluster), so does this read.
+:mod:`hub.store.script_pipe` does for scripts (over TCP, TLS or a unix socket alike).
+On a Cluster, where that pipe gives no connection of its own, this read goes through
+redis-py.
 
 A connection that fails, times out, or is cancelled mid-read is closed, never reused (its
 reply would be out of step); the next read opens a fresh one, which is safe: ``XREAD``

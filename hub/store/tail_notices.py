@@ -15,8 +15,10 @@ it (:mod:`hub.live.feed`). A follower nobody listens for is dropped from the set
 next append, so a process whose connection ended follows every topic again once it has a
 new one, then reads each up to date.
 
-Only where the script pipe makes connections of its own (plain TCP: not TLS, unix sockets or
-a Cluster, :meth:`ScriptPipe.open_link`); there the feeds keep the blocked ``XREAD``.
+The notices connection is named ``rshub:tail:<node>`` (``CLIENT LIST`` shows one per
+process). Only where the script pipe makes connections of its own (TCP, TLS or a unix
+socket: not on a Cluster, :meth:`ScriptPipe.open_link`); there the feeds keep the blocked
+``XREAD``.
 """
 
 from __future__ import annotations
@@ -97,17 +99,18 @@ class TailNotices:
                 log.exception("handling a tail notice for %r failed", notice.topic)
 
         link.on_push = pushed
-        subscribe: tuple[Any, ...] = ("SUBSCRIBE", channel)
+        commands: list[tuple[Any, ...]] = [("CLIENT", "SETNAME", channel), ("SUBSCRIBE", channel)]
         try:
-            [reply] = await link.run([hiredis.pack_command(subscribe)], timeout)
+            replies = await link.run([hiredis.pack_command(c) for c in commands], timeout)
         except BaseException as exc:
             link.close()
             if isinstance(exc, (OSError, EOFError, TimeoutError)):
                 raise StoreError(f"tail notices: SUBSCRIBE failed: {exc!r}") from exc
             raise
-        if isinstance(reply, Exception):
+        refused = next((r for r in replies if isinstance(r, Exception)), None)
+        if refused is not None:
             link.close()
-            raise StoreError(f"tail notices: SUBSCRIBE refused: {reply}")
+            raise StoreError(f"tail notices: SUBSCRIBE refused: {refused}")
         link.on_lost = on_lost
         if not link.alive():  # it ended before on_lost was there to hear it
             link.on_lost = None

@@ -5,6 +5,7 @@ Real Redis, several "processes" in one loop: each an EventStore, a FeedHub and a
 its own, as ``rshub serve`` builds them. Named cases, then a seeded fuzz of appends from
 every process and from outside, killed notice connections and feeds started and stopped,
 under the watchdog; every live client must end with every event once, in stream order.
+Each over TCP, a unix socket and TLS (``any_redis_url``).
 """
 
 from __future__ import annotations
@@ -74,23 +75,23 @@ async def stream_ids(client: Any, topic: str, after: str = "-") -> list[str]:
 
 
 async def kill_notices(redis: Any, process: Process) -> int:
-    """Close ``process``'s notices connection from Redis's side."""
-    link = process.feeds._notices._link
-    assert link is not None and link.transport is not None
-    host, port = link.transport.get_extra_info("sockname")[:2]
-    return 1 if await redis.client_kill(f"{host}:{port}") else 0
+    """Close ``process``'s notices connection from Redis's side, found by its name."""
+    name = f"{keys.TAIL_CHANNEL}{process.feeds.node}"
+    ids = [c["id"] for c in await redis.client_list() if c.get("name") == name]
+    killed = [await redis.client_kill_filter(_id=i) for i in ids]
+    return sum(1 for k in killed if k)
 
 
 @pytest.fixture
-async def redis(redis_url: str) -> AsyncIterator[Any]:
-    client = aioredis.Redis.from_url(redis_url)
+async def redis(any_redis_url: str) -> AsyncIterator[Any]:
+    client = aioredis.Redis.from_url(any_redis_url)
     yield client
     await client.aclose()
 
 
 @pytest.fixture
-async def two(redis_url: str) -> AsyncIterator[tuple[Process, Process]]:
-    a, b = Process(redis_url), Process(redis_url)
+async def two(any_redis_url: str) -> AsyncIterator[tuple[Process, Process]]:
+    a, b = Process(any_redis_url), Process(any_redis_url)
     yield a, b
     await a.close()
     await b.close()
@@ -152,10 +153,10 @@ async def test_a_follower_nobody_hears_is_dropped_and_one_done_with_a_topic_leav
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 async def test_seeded_fuzz_every_live_client_gets_every_event_once_in_order(
-    redis_url: str, redis: Any, seed: int
+    any_redis_url: str, redis: Any, seed: int
 ) -> None:
     rng = random.Random(seed)
-    processes = [Process(redis_url) for _ in range(3)]
+    processes = [Process(any_redis_url) for _ in range(3)]
     topics = ["t0", "t1"]
     clients: list[tuple[str, str, ClientStream, Recorder, Process, TopicFeed]] = []
     counter = 0

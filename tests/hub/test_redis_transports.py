@@ -1,0 +1,193 @@
+"""The hub on each transport to Redis: TCP, a unix socket (``unix://``) and TLS
+(``rediss://``, ``tests.redis_transports.TlsFront``), through ``any_redis_url``.
+
+Two hubs on one Redis, as two processes of ``rshub serve`` would be: a publish to either
+reaches the live clients of both, the publish going by the script pipe's own connection and
+the feeds following by tail notice on every transport; the documents are read through
+redis-py on the same URL. A Redis that answers but refuses the hub (a TLS certificate it
+cannot trust, a wrong password) stops ``rshub serve`` at once, with one line naming the
+problem, instead of being waited for like a Redis not up yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import ssl
+import sys
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+import redis.asyncio as aioredis
+from lxml import etree
+from redis.exceptions import AuthenticationError, NoPermissionError
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from hub.core.settings import Settings
+from hub.store.redis_connection import refused_for_good
+from hub.web.app import RUNTIME
+from tests.conftest import Hub, start_hub
+from tests.hub.test_streams import sse_collect, ws_collect
+from tests.support import changes, free_port, notification, wait_for
+
+
+@pytest.fixture
+async def two_hubs(any_redis_url: str) -> AsyncIterator[tuple[Hub, Hub]]:
+    runners = []
+    hubs = []
+    async with aiohttp.ClientSession() as session:
+        try:
+            for _ in range(2):
+                settings = Settings(host="127.0.0.1", port=free_port())
+                runner, app = await start_hub(settings, any_redis_url)
+                runners.append(runner)
+                hubs.append(Hub(settings.public_url, app, settings, session))
+            yield hubs[0], hubs[1]
+        finally:
+            for runner in runners:
+                await runner.cleanup()
+
+
+def _wrapped(cause: BaseException) -> RedisConnectionError:
+    """``cause`` as redis-py raises it: its own error, raised while handling ``cause``."""
+    try:
+        try:
+            raise cause
+        except OSError as exc:
+            raise RedisConnectionError(f"Error connecting: {exc}") from None
+    except RedisConnectionError as wrapped:
+        wrapped.__context__ = cause
+        return wrapped
+
+
+def _consumers(hub: Hub, topic: str) -> int:
+    feed = hub.app[RUNTIME].feeds._feeds.get(topic)
+    return feed.consumers if feed else 0
+
+
+async def test_publishes_to_either_hub_reach_the_live_clients_of_both(
+    two_hubs: tuple[Hub, Hub],
+) -> None:
+    a, b = two_hubs
+    async with (
+        a.session.ws_connect(f"{a.url}/topics/t/ws") as ws,
+        b.session.get(f"{b.url}/topics/t/events") as sse,
+    ):
+        assert sse.status == 200
+        await wait_for(lambda: _consumers(a, "t") == 1 and _consumers(b, "t") == 1, 10)
+        for hub in (a, b):  # the lean paths, not redis-py's: on every transport
+            runtime = hub.app[RUNTIME]
+            assert runtime.store.scripts._raw
+            assert runtime.feeds._feeds["t"].by_notice
+        first = await a.publish("t", notification(changes(3)))
+        second = await b.publish("t", notification(changes(2, start=3)))
+        assert first.status == second.status == 202
+        ids = (await first.json())["ids"] + (await second.json())["ids"]
+        assert [e["id"] for e in await ws_collect(ws, 5)] == ids
+        assert [e["id"] for e in await sse_collect(sse, 5)] == ids
+
+    async with b.session.get(f"{b.url}/topics/t/changelist.xml") as resp:
+        assert resp.status == 200
+        body = await resp.read()
+    root = etree.fromstring(body)
+    sitemap = "{http://www.sitemaps.org/schemas/sitemap/0.9}"
+    pages = [loc.text for loc in root.iter(f"{sitemap}loc")]
+    locs: list[str] = []
+    for page in pages:
+        async with b.session.get(page) as resp:
+            locs += [e.text for e in etree.fromstring(await resp.read()).iter(f"{sitemap}loc")]
+    assert sorted(loc for loc in locs if "/r" in loc) == sorted(
+        f"http://example.org/r{i}" for i in range(5)
+    )
+
+
+@pytest.mark.parametrize("refusal", ["untrusted TLS certificate", "wrong password"])
+async def test_a_redis_that_refuses_the_hub_stops_start_up_at_once_with_one_line(
+    refusal: str, request: pytest.FixtureRequest
+) -> None:
+    if refusal == "untrusted TLS certificate":  # no ssl_ca_certs: the test CA is not trusted
+        url, expected = str(request.getfixturevalue("tls_redis")).split("?", 1)[0], "CERTIFICATE"
+    else:
+        good = str(request.getfixturevalue("redis_url"))
+        url = re.sub(r"//[^@]*@", "//:not-the-password@", good)
+        expected = "invalid username-password pair"
+        assert url != good
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rshub",
+        "serve",
+        "--port",
+        str(free_port()),
+        "--redis-url",
+        url,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with asyncio.timeout(60):
+        out, err = await proc.communicate()
+    assert proc.returncode == 2, (out, err)
+    message = err.decode()
+    assert "bad setting: redis_url" in message and expected in message, message
+    assert "retrying" not in message and "Traceback" not in message, message
+    assert "not-the-password" not in message  # the URL's secret stays redacted
+
+
+async def test_connections_redis_closes_are_replaced_and_no_change_is_lost(
+    two_hubs: tuple[Hub, Hub], any_redis_url: str
+) -> None:
+    """As after a Redis restart: every connection of both hubs closed by Redis, the pipe's,
+    the notices' and redis-py's pools alike; the next publishes go through and the live
+    clients miss nothing."""
+    a, b = two_hubs
+    admin = aioredis.Redis.from_url(any_redis_url)
+    try:
+        async with (
+            a.session.ws_connect(f"{a.url}/topics/t/ws") as ws,
+            b.session.get(f"{b.url}/topics/t/events") as sse,
+        ):
+            await wait_for(lambda: _consumers(a, "t") == 1 and _consumers(b, "t") == 1, 10)
+            ids = []
+            for round_ in range(3):
+                for hub in (a, b):
+                    resp = await hub.publish("t", notification(changes(1, start=len(ids))))
+                    assert resp.status == 202, await resp.text()
+                    ids += (await resp.json())["ids"]
+                killed = 0
+                for kind in ("normal", "pubsub"):
+                    killed += await admin.execute_command(
+                        "CLIENT", "KILL", "TYPE", kind, "SKIPME", "yes"
+                    )
+                assert killed >= 4, (round_, killed)  # each hub's pipe and notices at least
+            for hub in (a, b):
+                resp = await hub.publish("t", notification(changes(1, start=len(ids))))
+                assert resp.status == 202, await resp.text()
+                ids += (await resp.json())["ids"]
+            assert [e["id"] for e in await ws_collect(ws, len(ids))] == ids
+            assert [e["id"] for e in await sse_collect(sse, len(ids))] == ids
+    finally:
+        await admin.aclose()
+
+
+@pytest.mark.parametrize(
+    ("error", "for_good"),
+    [
+        (AuthenticationError("invalid username-password pair"), True),
+        (NoPermissionError("no permissions to run the 'ping' command"), True),
+        (_wrapped(ssl.SSLCertVerificationError(1, "certificate verify failed")), True),
+        (RedisConnectionError("Error 111 connecting to 127.0.0.1:1. Connection refused."), False),
+        (_wrapped(ConnectionRefusedError(111, "Connection refused")), False),
+        (_wrapped(ssl.SSLEOFError(8, "EOF occurred in violation of protocol")), False),
+        (TimeoutError(), False),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else str(v),
+)
+def test_what_refuses_the_hub_for_good(error: BaseException, for_good: bool) -> None:
+    assert refused_for_good(error) is for_good
+
+
+def test_a_cycle_of_causes_ends_the_walk() -> None:
+    first, second = RedisConnectionError("a"), RedisConnectionError("b")
+    first.__context__, second.__context__ = second, first
+    assert refused_for_good(first) is False

