@@ -85,6 +85,16 @@ def tls_redis(unix_redis: UnixRedis, tmp_path_factory: pytest.TempPathFactory) -
     front.stop()
 
 
+@pytest.fixture(scope="session")
+def mtls_redis(
+    unix_redis: UnixRedis, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TlsFront]:
+    """``unix_redis`` behind TLS that asks for a client certificate (:class:`TlsFront`)."""
+    front = TlsFront(unix_redis, tmp_path_factory.mktemp("redis-mtls"), client_certificates=True)
+    yield front.start()
+    front.stop()
+
+
 @pytest.fixture(params=["tcp", "unix", "tls"])
 def any_redis_url(request: pytest.FixtureRequest, redis_url: str) -> str:
     """A Redis URL over each transport the hub speaks (the unix one emptied for the test);

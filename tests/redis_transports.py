@@ -6,6 +6,8 @@ listening on a unix socket only. The wheel's Redis is built without TLS, so
 an asyncio TLS server on 127.0.0.1 with a ``trustme`` certificate for that address, each
 connection piped to the unix socket, in a thread of its own (the tests' event loop and its
 watchdog see only the hub's side). A connection Redis closes is closed on the TLS side too.
+With ``client_certificates``, the front asks for a client certificate from its own CA
+(mutual TLS); :attr:`TlsFront.client_options` names one it accepts.
 """
 
 from __future__ import annotations
@@ -68,13 +70,27 @@ class UnixRedis(RedisProcesses):
 class TlsFront:
     """A TLS endpoint on 127.0.0.1 in front of ``backend``'s unix socket."""
 
-    def __init__(self, backend: UnixRedis, root: Path) -> None:
+    def __init__(
+        self, backend: UnixRedis, root: Path, *, client_certificates: bool = False
+    ) -> None:
         self.backend = backend
         ca = trustme.CA()
         self.ca_file = root / "redis-ca.pem"
         ca.cert_pem.write_to_path(str(self.ca_file))
         self._context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ca.issue_cert("127.0.0.1").configure_cert(self._context)
+        #: The ``ssl_certfile``/``ssl_keyfile`` URL options of a client certificate the
+        #: front accepts ("" without ``client_certificates``).
+        self.client_options = ""
+        if client_certificates:
+            clients = trustme.CA()
+            clients.configure_trust(self._context)
+            self._context.verify_mode = ssl.CERT_REQUIRED
+            issued = clients.issue_cert("rshub-hub")
+            cert, key = root / "client.pem", root / "client.key"
+            issued.cert_chain_pems[0].write_to_path(str(cert))
+            issued.private_key_pem.write_to_path(str(key))
+            self.client_options = f"&ssl_certfile={cert}&ssl_keyfile={key}"
         self.port = 0
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()

@@ -105,8 +105,10 @@ def connect(url: str, *, cluster: bool = False, **options: Any) -> Client:
 
 def refused_for_good(exc: BaseException) -> bool:
     """Whether Redis answered and refused the hub in a way waiting cannot change: its
-    credentials (``WRONGPASS``, ``NOAUTH``, ``NOPERM``) or a TLS certificate it does not
-    trust (redis-py wraps the ``ssl`` error in its own)."""
+    credentials (``WRONGPASS``, ``NOAUTH``, ``NOPERM``) or a TLS certificate the hub does
+    not trust (redis-py raises its own error, the ``ssl`` one in its chain). A server that
+    closes the TLS handshake (it wants a client certificate) looks like a Redis going away,
+    and is waited for."""
     seen: BaseException | None = exc
     for _ in range(8):  # a bounded walk of the chain of causes
         if seen is None:

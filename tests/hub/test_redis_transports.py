@@ -29,6 +29,7 @@ from hub.store.redis_connection import refused_for_good
 from hub.web.app import RUNTIME
 from tests.conftest import Hub, start_hub
 from tests.hub.test_streams import sse_collect, ws_collect
+from tests.redis_transports import TlsFront
 from tests.support import changes, free_port, notification, wait_for
 
 
@@ -134,6 +135,25 @@ async def test_a_redis_that_refuses_the_hub_stops_start_up_at_once_with_one_line
     assert "not-the-password" not in message  # the URL's secret stays redacted
 
 
+async def test_a_redis_asking_for_a_client_certificate_gets_the_urls_one(
+    mtls_redis: TlsFront,
+) -> None:
+    settings = Settings(host="127.0.0.1", port=free_port())
+    runner, app = await start_hub(settings, mtls_redis.url + mtls_redis.client_options)
+    try:
+        async with aiohttp.ClientSession() as session:
+            hub = Hub(settings.public_url, app, settings, session)
+            async with session.get(f"{hub.url}/topics/m/events") as sse:
+                await wait_for(lambda: _consumers(hub, "m") == 1, 10)
+                assert app[RUNTIME].feeds._feeds["m"].by_notice
+                resp = await hub.publish("m", notification(changes(2)))
+                assert resp.status == 202, await resp.text()
+                ids = (await resp.json())["ids"]
+                assert [e["id"] for e in await sse_collect(sse, 2)] == ids
+    finally:
+        await runner.cleanup()
+
+
 async def test_connections_redis_closes_are_replaced_and_no_change_is_lost(
     two_hubs: tuple[Hub, Hub], any_redis_url: str
 ) -> None:
@@ -179,6 +199,7 @@ async def test_connections_redis_closes_are_replaced_and_no_change_is_lost(
         (RedisConnectionError("Error 111 connecting to 127.0.0.1:1. Connection refused."), False),
         (_wrapped(ConnectionRefusedError(111, "Connection refused")), False),
         (_wrapped(ssl.SSLEOFError(8, "EOF occurred in violation of protocol")), False),
+        (_wrapped(ssl.SSLError(1, "[SSL: DECRYPTION_FAILED_OR_BAD_RECORD_MAC]")), False),
         (TimeoutError(), False),
     ],
     ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else str(v),
