@@ -914,10 +914,16 @@ async def run_server(
             # no reason of the start's own (2026-11-25, a script timing both).
             await asyncio.sleep(WARM_UP_SECONDS)
             server.kill()
+            client_before = client_cpu()
             began = time.perf_counter()
             server.start()
             try:
                 v["restart→serving s"] = await serving_probe(server, "restart", 15, began)
+                figures.notes.append(
+                    f"restart: server CPU {sum(cpu_of(server.pids()).values()):.2f} s, client "
+                    f"CPU {client_cpu() - client_before:.2f} s of "
+                    f"{v['restart→serving s']:.3f} s"
+                )
             except RuntimeError:
                 v["restart→serving s"] = float("nan")
                 figures.incomplete.append("restart: not serving within 15 s")
