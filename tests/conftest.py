@@ -18,7 +18,7 @@ from hub.core.settings import Settings
 from hub.store.embedded_redis import EmbeddedRedis
 from hub.web.app import RUNTIME, create_app, start
 from tests.redis_cluster import redis_cluster  # noqa: F401  (a session fixture)
-from tests.redis_transports import TlsFront, UnixRedis
+from tests.redis_transports import TlsCluster, TlsFront, UnixRedis
 from tests.support import free_port
 
 
@@ -93,6 +93,14 @@ def mtls_redis(
     front = TlsFront(unix_redis, tmp_path_factory.mktemp("redis-mtls"), client_certificates=True)
     yield front.start()
     front.stop()
+
+
+@pytest.fixture(scope="session")
+def tls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsCluster]:
+    """A three-master Redis Cluster reached only over TLS (:class:`TlsCluster`)."""
+    cluster = TlsCluster(tmp_path_factory.mktemp("redis-tls-cluster")).start()
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture(params=["tcp", "unix", "tls"])

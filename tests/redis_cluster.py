@@ -63,9 +63,17 @@ class RedisClusterProcesses(RedisProcesses):
     """
 
     def __init__(
-        self, root: Path, *, timeout: float = 20.0, replicas: int = 1, node_timeout_ms: int = 5000
+        self,
+        root: Path,
+        *,
+        timeout: float = 20.0,
+        replicas: int = 1,
+        node_timeout_ms: int = 5000,
+        announce: Callable[[int], int] | None = None,
     ) -> None:
         super().__init__(root)
+        #: The port each node tells clients to use, given its own (None: its own).
+        self.announce = announce
         self.timeout = timeout * TIME_SCALE
         self.replicas = replicas
         self.node_timeout_ms = node_timeout_ms
@@ -94,6 +102,10 @@ class RedisClusterProcesses(RedisProcesses):
         args += ["--appendonly", "no", "--save", "", "--daemonize", "no"]
         args += ["--repl-diskless-sync-delay", "0"]
         args += ["--logfile", str(node_dir / "redis.log"), "--protected-mode", "yes"]
+        if self.announce is not None:  # the cluster bus stays on port + 10000
+            args += ["--cluster-announce-ip", "127.0.0.1"]
+            args += ["--cluster-announce-port", str(self.announce(port))]
+            args += ["--cluster-announce-bus-port", str(port + 10000)]
         return subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, preexec_fn=die_with_parent()
         )

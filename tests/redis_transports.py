@@ -8,6 +8,10 @@ connection piped to the unix socket, in a thread of its own (the tests' event lo
 watchdog see only the hub's side). A connection Redis closes is closed on the TLS side too.
 With ``client_certificates``, the front asks for a client certificate from its own CA
 (mutual TLS); :attr:`TlsFront.client_options` names one it accepts.
+
+:class:`TlsCluster` is a three-master Redis Cluster reached only through such fronts: each
+node announces its front's port (``cluster-announce-port``), so ``CLUSTER SLOTS`` and
+``MOVED`` send a client to TLS endpoints.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pathlib import Path
 import trustme
 
 from hub.store.embedded_redis import die_with_parent, find_redis_server
+from tests.redis_cluster import RedisClusterProcesses
 from tests.redis_processes import RedisProcesses
 from tests.support import TIME_SCALE
 
@@ -68,13 +73,19 @@ class UnixRedis(RedisProcesses):
 
 
 class TlsFront:
-    """A TLS endpoint on 127.0.0.1 in front of ``backend``'s unix socket."""
+    """A TLS endpoint on 127.0.0.1 in front of ``backend``: a :class:`UnixRedis`, or a
+    Redis's TCP port (the nodes of a cluster). Fronts given the same ``ca`` share it."""
 
     def __init__(
-        self, backend: UnixRedis, root: Path, *, client_certificates: bool = False
+        self,
+        backend: UnixRedis | int,
+        root: Path,
+        *,
+        client_certificates: bool = False,
+        ca: trustme.CA | None = None,
     ) -> None:
         self.backend = backend
-        ca = trustme.CA()
+        ca = ca or trustme.CA()
         self.ca_file = root / "redis-ca.pem"
         ca.cert_pem.write_to_path(str(self.ca_file))
         self._context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -145,7 +156,10 @@ class TlsFront:
 
     async def _pipe(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         try:
-            redis_r, redis_w = await asyncio.open_unix_connection(str(self.backend.path))
+            if isinstance(self.backend, UnixRedis):
+                redis_r, redis_w = await asyncio.open_unix_connection(str(self.backend.path))
+            else:
+                redis_r, redis_w = await asyncio.open_connection("127.0.0.1", self.backend)
         except OSError:
             client_w.close()
             return
@@ -172,3 +186,44 @@ class TlsFront:
                 with contextlib.suppress(OSError, ssl.SSLError, TimeoutError):
                     async with asyncio.timeout(5):
                         await writer.wait_closed()
+
+
+class TlsCluster:
+    """A three-master cluster (no replicas) whose nodes clients reach by TLS fronts: each
+    node announces its front's port from its start."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._ca = trustme.CA()
+        self.fronts: list[TlsFront] = []
+        self.cluster = RedisClusterProcesses(root / "nodes", replicas=0, announce=self._front)
+
+    @property
+    def url(self) -> str:
+        """A ``rediss://`` startup node (with ``RSHUB_REDIS_CLUSTER=true``)."""
+        return self.fronts[0].url
+
+    def _front(self, port: int) -> int:
+        front = TlsFront(port, self.root, ca=self._ca).start()
+        self.fronts.append(front)
+        return front.port
+
+    def start(self) -> TlsCluster:
+        try:
+            self.cluster.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def flush(self) -> None:
+        for _, port in self.cluster.nodes:
+            node = self.cluster.client(port)
+            node.flushall()
+            node.close()
+
+    def stop(self) -> None:
+        self.cluster.stop()
+        for front in self.fronts:
+            front.stop()
+        self.fronts.clear()

@@ -4,7 +4,9 @@
 Two hubs on one Redis, as two processes of ``rshub serve`` would be: a publish to either
 reaches the live clients of both, the publish going by the script pipe's own connection and
 the feeds following by tail notice on every transport; the documents are read through
-redis-py on the same URL. A Redis that answers but refuses the hub (a TLS certificate it
+redis-py on the same URL. Mutual TLS (a client certificate in the URL) and a Redis Cluster
+behind TLS (``tests.redis_transports.TlsCluster``) work the same. A Redis that answers but
+refuses the hub (a TLS certificate it
 cannot trust, a wrong password) stops ``rshub serve`` at once, with one line naming the
 problem, instead of being waited for like a Redis not up yet.
 """
@@ -21,6 +23,7 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 from lxml import etree
+from redis.crc import key_slot
 from redis.exceptions import AuthenticationError, NoPermissionError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
@@ -29,7 +32,8 @@ from hub.store.redis_connection import refused_for_good
 from hub.web.app import RUNTIME
 from tests.conftest import Hub, start_hub
 from tests.hub.test_streams import sse_collect, ws_collect
-from tests.redis_transports import TlsFront
+from tests.redis_cluster import SLOT_RANGES
+from tests.redis_transports import TlsCluster, TlsFront
 from tests.support import changes, free_port, notification, wait_for
 
 
@@ -60,6 +64,18 @@ def _wrapped(cause: BaseException) -> RedisConnectionError:
     except RedisConnectionError as wrapped:
         wrapped.__context__ = cause
         return wrapped
+
+
+def _one_topic_per_master() -> list[str]:
+    """A topic whose keys hash to each master's slots (``tests.redis_cluster.SLOT_RANGES``)."""
+    found: dict[int, str] = {}
+    for i in range(1000):
+        slot = key_slot(f"t{i}".encode())
+        master = next(n for n, (lo, hi) in enumerate(SLOT_RANGES) if lo <= slot <= hi)
+        found.setdefault(master, f"t{i}")
+        if len(found) == len(SLOT_RANGES):
+            return [found[n] for n in sorted(found)]
+    raise AssertionError("no topic for some master")
 
 
 def _consumers(hub: Hub, topic: str) -> int:
@@ -150,6 +166,37 @@ async def test_a_redis_asking_for_a_client_certificate_gets_the_urls_one(
                 assert resp.status == 202, await resp.text()
                 ids = (await resp.json())["ids"]
                 assert [e["id"] for e in await sse_collect(sse, 2)] == ids
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_cluster_reached_over_tls_takes_publishes_on_every_master(
+    tls_cluster: TlsCluster,
+) -> None:
+    """Each master behind TLS: the script pipe's links to the masters speak TLS too (before,
+    they spoke plain TCP to the TLS ports and every publish failed)."""
+    tls_cluster.flush()
+    settings = Settings(host="127.0.0.1", port=free_port(), redis_cluster=True)
+    runner, app = await start_hub(settings, tls_cluster.url)
+    try:
+        async with aiohttp.ClientSession() as session:
+            hub = Hub(settings.public_url, app, settings, session)
+            topics = _one_topic_per_master()
+            streams = [await session.get(f"{hub.url}/topics/{t}/events") for t in topics]
+            try:
+                await wait_for(lambda: all(_consumers(hub, t) == 1 for t in topics), 10)
+                published = {}
+                for topic in topics:
+                    resp = await hub.publish(topic, notification(changes(2)))
+                    assert resp.status == 202, await resp.text()
+                    published[topic] = (await resp.json())["ids"]
+                for topic, sse in zip(topics, streams, strict=True):
+                    assert [e["id"] for e in await sse_collect(sse, 2)] == published[topic]
+            finally:
+                for sse in streams:
+                    sse.close()
+            scripts = app[RUNTIME].store.scripts
+            assert scripts._raw and len(scripts._node_links) == 3  # its own TLS link to each
     finally:
         await runner.cleanup()
 
