@@ -74,6 +74,8 @@ class RedisClusterProcesses(RedisProcesses):
         super().__init__(root)
         #: The port each node tells clients to use, given its own (None: its own).
         self.announce = announce
+        #: A node's own port, by the port it announces.
+        self._announced: dict[int, int] = {}
         self.timeout = timeout * TIME_SCALE
         self.replicas = replicas
         self.node_timeout_ms = node_timeout_ms
@@ -104,7 +106,9 @@ class RedisClusterProcesses(RedisProcesses):
         args += ["--logfile", str(node_dir / "redis.log"), "--protected-mode", "yes"]
         if self.announce is not None:  # the cluster bus stays on port + 10000
             args += ["--cluster-announce-ip", "127.0.0.1"]
-            args += ["--cluster-announce-port", str(self.announce(port))]
+            announced = self.announce(port)
+            self._announced[announced] = port
+            args += ["--cluster-announce-port", str(announced)]
             args += ["--cluster-announce-bus-port", str(port + 10000)]
         return subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, preexec_fn=die_with_parent()
@@ -186,7 +190,7 @@ class RedisClusterProcesses(RedisProcesses):
         return port
 
     def owner(self, slot: int) -> int:
-        """The port of the master that serves ``slot`` now, as a live node sees it."""
+        """The (own) port of the master that serves ``slot`` now, as a live node sees it."""
         for port, proc in self._by_port.items():
             if proc.poll() is not None:
                 continue
@@ -194,7 +198,7 @@ class RedisClusterProcesses(RedisProcesses):
             try:
                 for first, last, (_host, owner, *_), *_replicas in client.cluster("SLOTS"):
                     if first <= slot <= last:
-                        return int(owner)
+                        return self._announced.get(int(owner), int(owner))
             finally:
                 client.close()
         raise RuntimeError(f"no live node knows who serves slot {slot}")

@@ -83,8 +83,10 @@ class TlsFront:
         *,
         client_certificates: bool = False,
         ca: trustme.CA | None = None,
+        plaintext_too: bool = False,
     ) -> None:
         self.backend = backend
+        self._plaintext_too = plaintext_too
         ca = ca or trustme.CA()
         self.ca_file = root / "redis-ca.pem"
         ca.cert_pem.write_to_path(str(self.ca_file))
@@ -135,24 +137,59 @@ class TlsFront:
     async def _serve(self) -> None:
         self._stopped = self._loop.create_future()
         pipes: set[asyncio.Task[None]] = set()
-
-        async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            task = asyncio.current_task()
-            assert task is not None
-            pipes.add(task)
-            try:
-                await self._pipe(reader, writer)
-            finally:
-                pipes.discard(task)
-
-        server = await asyncio.start_server(accepted, "127.0.0.1", 0, ssl=self._context)
-        self.port = server.sockets[0].getsockname()[1]
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(128)
+        listener.setblocking(False)
+        self.port = listener.getsockname()[1]
         self._ready.set()
-        async with server:
+
+        async def accepting() -> None:
+            while True:
+                conn, _ = await self._loop.sock_accept(listener)
+                task = asyncio.ensure_future(self._accepted(conn))
+                pipes.add(task)
+                task.add_done_callback(pipes.discard)
+
+        accepter = asyncio.ensure_future(accepting())
+        try:
             await self._stopped
+        finally:
+            accepter.cancel()
             for task in list(pipes):
                 task.cancel()
-            await asyncio.gather(*pipes, return_exceptions=True)
+            await asyncio.gather(accepter, *pipes, return_exceptions=True)
+            listener.close()
+
+    async def _accepted(self, conn: socket.socket) -> None:
+        """TLS, or with ``plaintext_too`` plain RESP when the first byte is not a TLS
+        handshake's (0x16): what the cluster's own replicas use to reach a master."""
+        conn.setblocking(False)
+        tls = True
+        if self._plaintext_too:
+            readable = self._loop.create_future()
+            self._loop.add_reader(conn.fileno(), readable.set_result, None)
+            try:
+                async with asyncio.timeout(10):
+                    await readable
+            except TimeoutError:
+                conn.close()
+                return
+            finally:
+                self._loop.remove_reader(conn.fileno())
+            tls = conn.recv(1, socket.MSG_PEEK) == b"\x16"
+        reader = asyncio.StreamReader()
+        protocol = asyncio.StreamReaderProtocol(reader)
+        try:
+            async with asyncio.timeout(10):
+                transport, _ = await self._loop.connect_accepted_socket(
+                    lambda: protocol, conn, ssl=self._context if tls else None
+                )
+        except (OSError, ssl.SSLError, TimeoutError):
+            conn.close()
+            return
+        writer = asyncio.StreamWriter(transport, protocol, reader, self._loop)
+        await self._pipe(reader, writer)
 
     async def _pipe(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         try:
@@ -189,14 +226,23 @@ class TlsFront:
 
 
 class TlsCluster:
-    """A three-master cluster (no replicas) whose nodes clients reach by TLS fronts: each
-    node announces its front's port from its start."""
+    """A three-master cluster whose nodes clients reach by TLS fronts: each node (replicas
+    too) announces its front's port from its start. The fronts let plain RESP through as
+    well, for the replicas' own connections to their masters (this Redis has no TLS).
+    ``cluster`` is the plain side, for the test's own look at the nodes and killing one."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, replicas: int = 0, node_timeout_ms: int = 5000) -> None:
         self.root = root
         self._ca = trustme.CA()
         self.fronts: list[TlsFront] = []
-        self.cluster = RedisClusterProcesses(root / "nodes", replicas=0, announce=self._front)
+        #: Each node's front, by the node's own port.
+        self.front_of: dict[int, TlsFront] = {}
+        self.cluster = RedisClusterProcesses(
+            root / "nodes",
+            replicas=replicas,
+            node_timeout_ms=node_timeout_ms,
+            announce=self._front,
+        )
 
     @property
     def url(self) -> str:
@@ -204,8 +250,9 @@ class TlsCluster:
         return self.fronts[0].url
 
     def _front(self, port: int) -> int:
-        front = TlsFront(port, self.root, ca=self._ca).start()
+        front = TlsFront(port, self.root, ca=self._ca, plaintext_too=True).start()
         self.fronts.append(front)
+        self.front_of[port] = front
         return front.port
 
     def start(self) -> TlsCluster:
@@ -227,3 +274,10 @@ class TlsCluster:
         for front in self.fronts:
             front.stop()
         self.fronts.clear()
+        self.front_of.clear()
+
+    def __enter__(self) -> TlsCluster:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

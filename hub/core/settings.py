@@ -421,12 +421,6 @@ class Settings(BaseSettings):
                 "redis_cluster (RSHUB_REDIS_CLUSTER) cannot be combined with a "
                 "redis+sentinel:// redis_url: a Cluster fails over by itself"
             )
-        tls_cluster = self.redis_cluster and (self.redis_url or "").startswith("rediss:")
-        if self.redis_wait_replicas and tls_cluster:
-            raise ValueError(
-                "redis_wait_replicas (RSHUB_REDIS_WAIT_REPLICAS) is not supported on a Redis "
-                "Cluster reached over TLS (rediss://)"
-            )
         if self.redis_wait_replicas and self.redis_url is None:
             raise ValueError(
                 "redis_wait_replicas (RSHUB_REDIS_WAIT_REPLICAS) needs a redis_url "

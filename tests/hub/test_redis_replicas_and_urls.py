@@ -72,14 +72,6 @@ def test_bad_wait_values_are_refused(values: dict[str, object], field: str) -> N
         Settings(redis_url="redis://127.0.0.1:6379/0", **values)
 
 
-def test_wait_on_a_tls_cluster_is_refused() -> None:
-    """Its publishes go through redis-py's cluster pipeline, which would send the WAIT to
-    some node, not to the one that ran the publish."""
-    with pytest.raises(ValueError, match="TLS"):
-        Settings(redis_url="rediss://10.0.0.1:7000", redis_cluster=True, redis_wait_replicas=1)
-    Settings(redis_url="rediss://10.0.0.1:6380", redis_wait_replicas=1)  # one TLS Redis: fine
-
-
 @pytest.mark.parametrize(
     "env,argv,names",
     [
