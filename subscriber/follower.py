@@ -413,7 +413,7 @@ class Follower:
                     self.hub,
                     self.topic,
                     transport=self.via,  # type: ignore[arg-type]
-                    since=self.position.event_id,
+                    since=self._push_since(),
                     token=self.token,
                     event_filter=self.event_filter,
                 )
@@ -432,6 +432,14 @@ class Follower:
         finally:
             self._connected.clear()
             self._ready.set()
+
+    def _push_since(self) -> str | None:
+        """Where push starts: after the last event delivered; on a topic that was empty
+        when we looked, at its beginning ("0"), so a first publish made before push
+        connected is replayed, not missed; else at the live end."""
+        if self.position.event_id is not None:
+            return self.position.event_id
+        return "0" if self._new_topic else None
 
     def _on_connected(self, task: asyncio.Task[bool]) -> None:
         if not task.cancelled():
@@ -464,7 +472,7 @@ class Follower:
             )
             await self._receiver.start()
         receiver = self._receiver
-        await receiver.subscribe(since=self.position.event_id)
+        await receiver.subscribe(since=self._push_since())
         self._push_started()
         self._connected.set()
         self._ready.set()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 import orjson
@@ -45,6 +46,43 @@ async def test_follower_delivers_each_change_once(hub: Hub, via: str) -> None:
         assert got == expected
     else:  # push starts live: the last two (and nothing twice)
         assert got[-2:] == expected[-2:] and len(set(got)) == len(got)
+
+
+class _PublishingAfterTheCheck(Follower):
+    """A follower whose topic gets its first publish right after it found the topic empty,
+    before push connects: the window the CLI's users hit (1 in ~6 runs of
+    test_client_mistakes' fresh-topic case)."""
+
+    publish: Callable[[], Awaitable[object]]
+
+    async def _check_topic(self) -> None:
+        await super()._check_topic()
+        await self.publish()
+
+
+@pytest.mark.parametrize("via", ["ws", "sse", "webhook"])
+async def test_a_first_publish_before_push_connects_is_not_missed(hub: Hub, via: str) -> None:
+    async with aiohttp.ClientSession() as session:
+        follower = _PublishingAfterTheCheck(
+            session,
+            EventCursor(),
+            hub=hub.url,
+            topic="new",
+            via=via,
+            poll_interval=0.1,  # type: ignore[arg-type]
+        )
+        follower.publish = lambda: hub.publish("new", notification(changes(1)))
+        got: list[str] = []
+
+        async def consume() -> None:
+            async for event in follower.events():
+                got.append(event.loc)
+                return
+
+        async with follower:
+            assert follower._new_topic
+            await asyncio.wait_for(consume(), 15)
+    assert got == ["http://example.org/r0"]
 
 
 async def test_rshub_subscribe_prints_json_lines(hub: Hub) -> None:
