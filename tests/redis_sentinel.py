@@ -30,9 +30,22 @@ class RedisSentinelProcesses(RedisProcesses):
     """Start, await and tear down a master, ``replicas`` replicas and three Sentinels."""
 
     def __init__(
-        self, root: Path, *, replicas: int = 1, sentinels: int = 3, timeout: float = 20.0
+        self,
+        root: Path,
+        *,
+        replicas: int = 1,
+        sentinels: int = 3,
+        timeout: float = 20.0,
+        announce: Callable[[int], int] | None = None,
     ) -> None:
         super().__init__(root)
+        #: The port each server is known by to Sentinels and clients, given its own (None:
+        #: its own): replicas announce it, the Sentinels monitor the master by it.
+        self.announce = announce
+        #: A server's own port, by the port it is known by.
+        self._own: dict[int, int] = {}
+        #: The port a server is known by, by its own.
+        self._known: dict[int, int] = {}
         self.replicas = replicas
         self.sentinels = sentinels
         self.timeout = timeout * TIME_SCALE
@@ -67,6 +80,10 @@ class RedisSentinelProcesses(RedisProcesses):
         args += ["--logfile", str(node / "redis.log"), "--repl-diskless-sync-delay", "0"]
         if master is not None:
             args += ["--replicaof", "127.0.0.1", str(master)]
+        if self.announce is not None:
+            known = self.announce(port)
+            self._own[known], self._known[port] = port, known
+            args += ["--replica-announce-ip", "127.0.0.1", "--replica-announce-port", str(known)]
         proc = self._spawn(args, str(port))
         self.servers[port] = proc
         self._procs.append(proc)
@@ -77,7 +94,7 @@ class RedisSentinelProcesses(RedisProcesses):
         conf = node / "sentinel.conf"  # Sentinel rewrites it: a file of its own
         conf.write_text(
             f"port {port}\nbind 127.0.0.1\ndir {node}\nlogfile {node / 'sentinel.log'}\n"
-            f"sentinel monitor {SERVICE} 127.0.0.1 {master} 2\n"
+            f"sentinel monitor {SERVICE} 127.0.0.1 {self._known.get(master, master)} 2\n"
             f"sentinel down-after-milliseconds {SERVICE} 400\n"
             f"sentinel failover-timeout {SERVICE} 2000\n"
             f"sentinel parallel-syncs {SERVICE} 2\n"
@@ -112,7 +129,7 @@ class RedisSentinelProcesses(RedisProcesses):
             time.sleep(0.02)
 
     def master_port(self) -> int:
-        """The master's port as the first Sentinel that answers names it."""
+        """The master's (own) port as the first Sentinel that answers names it."""
         for port in self.sentinel_ports:
             try:
                 sentinel = self.client(port)
@@ -120,7 +137,7 @@ class RedisSentinelProcesses(RedisProcesses):
                     _host, master = sentinel.sentinel_get_master_addr_by_name(SERVICE)
                 finally:
                     sentinel.close()
-                return int(master)
+                return self._own.get(int(master), int(master))
             except (redis.RedisError, OSError, TypeError):
                 continue
         raise RuntimeError("no Sentinel answered")

@@ -30,6 +30,7 @@ import trustme
 from hub.store.embedded_redis import die_with_parent, find_redis_server
 from tests.redis_cluster import RedisClusterProcesses
 from tests.redis_processes import RedisProcesses
+from tests.redis_sentinel import RedisSentinelProcesses
 from tests.support import TIME_SCALE
 
 
@@ -281,3 +282,49 @@ class TlsCluster:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+class TlsSentinel:
+    """A master, its replicas and three Sentinels, the servers reached by TLS fronts that
+    let plain RESP through too (the Sentinels' and the replicas' own connections): each
+    server announces its front's port, and the Sentinels monitor the master by it.
+
+    Not for failovers: with the fronts, a failover here promoted both replicas now and
+    then (Sentinel tells instances apart by address, and every front's peer is the same),
+    which a real TLS Redis does not show."""
+
+    def __init__(self, root: Path, *, replicas: int = 1) -> None:
+        self.root = root
+        self._ca = trustme.CA()
+        self.fronts: list[TlsFront] = []
+        self.redis = RedisSentinelProcesses(
+            root / "servers", replicas=replicas, announce=self._front
+        )
+
+    def _front(self, port: int) -> int:
+        front = TlsFront(port, self.root, ca=self._ca, plaintext_too=True).start()
+        self.fronts.append(front)
+        return front.port
+
+    @property
+    def url(self) -> str:
+        """The ``rediss+sentinel://`` URL, trusting the fronts' CA."""
+        plain = self.redis.url.replace("redis+sentinel://", "rediss+sentinel://", 1)
+        return f"{plain}?ssl_ca_certs={self.fronts[0].ca_file}"
+
+    def __enter__(self) -> TlsSentinel:
+        try:
+            self.redis.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self.redis.stop()
+        for front in self.fronts:
+            front.stop()
+        self.fronts.clear()

@@ -4,8 +4,11 @@ Form: ``redis+sentinel://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/SERVICE[
 with optional ``?sentinel_username=U&sentinel_password=P``. The hosts are Sentinels (port
 26379 when omitted), ``SERVICE`` is the master's name in their configuration, the user and
 password are the Redis master's and replicas' (Sentinel hands out their address only);
-Sentinels that ask for a password of their own take ``sentinel_password``. Pure: the
-settings check start-up with it, and :mod:`hub.store.redis_connection` connects with it.
+Sentinels that ask for a password of their own take ``sentinel_password``.
+``rediss+sentinel://`` reaches the master and replicas over TLS (the Sentinels themselves
+in plain RESP), with ``ssl_ca_certs``, ``ssl_certfile`` and ``ssl_keyfile`` as in a
+``rediss://`` URL. Pure: the settings check start-up with it, and
+:mod:`hub.store.redis_connection` connects with it.
 """
 
 from __future__ import annotations
@@ -14,8 +17,17 @@ from dataclasses import dataclass
 from urllib.parse import parse_qs, unquote, urlsplit
 
 SCHEME = "redis+sentinel"
+#: The same, the master and replicas reached over TLS.
+TLS_SCHEME = "rediss+sentinel"
 DEFAULT_PORT = 26379
 _QUERY = ("sentinel_username", "sentinel_password")
+#: A ``rediss+sentinel://`` URL's TLS options, as redis-py names them.
+_TLS_QUERY = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+
+
+def is_sentinel(url: str) -> bool:
+    """Whether ``url`` names a Redis behind Sentinel (either scheme)."""
+    return url.startswith((f"{SCHEME}:", f"{TLS_SCHEME}:"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +39,9 @@ class SentinelUrl:
     password: str | None = None
     sentinel_username: str | None = None
     sentinel_password: str | None = None
+    #: The master and replicas over TLS (``rediss+sentinel://``), with these options.
+    tls: bool = False
+    tls_options: tuple[tuple[str, str], ...] = ()
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -54,8 +69,9 @@ def parse(url: str) -> SentinelUrl:
         parts = urlsplit(url)
     except ValueError as exc:
         raise ValueError(f"not a valid URL ({exc})") from None
-    if parts.scheme != SCHEME:
-        raise ValueError(f"not a {SCHEME}:// URL")
+    if parts.scheme not in (SCHEME, TLS_SCHEME):
+        raise ValueError(f"not a {SCHEME}:// or {TLS_SCHEME}:// URL")
+    tls = parts.scheme == TLS_SCHEME
     userinfo, at, hosts = parts.netloc.rpartition("@")
     username = password = None
     if at:
@@ -81,9 +97,12 @@ def parse(url: str) -> SentinelUrl:
             raise ValueError(f"the database must be a number, not {segments[1]!r}")
         db = int(segments[1])
     query = parse_qs(parts.query, keep_blank_values=True)
-    unknown = sorted(set(query) - set(_QUERY))
+    known = _QUERY + _TLS_QUERY if tls else _QUERY
+    unknown = sorted(set(query) - set(known))
     if unknown:
-        raise ValueError(f"unknown option {unknown[0]!r} (known: {', '.join(_QUERY)})")
+        hint = f" ({TLS_SCHEME}:// takes the ssl_ ones)" if unknown[0] in _TLS_QUERY else ""
+        raise ValueError(f"unknown option {unknown[0]!r} (known: {', '.join(known)}){hint}")
+    tls_options = tuple((k, query[k][-1]) for k in _TLS_QUERY if k in query and query[k][-1])
     if parts.fragment:
         raise ValueError("a fragment (#...) means nothing here")
     return SentinelUrl(
@@ -94,4 +113,6 @@ def parse(url: str) -> SentinelUrl:
         password=password,
         sentinel_username=query.get("sentinel_username", [None])[-1] or None,
         sentinel_password=query.get("sentinel_password", [None])[-1] or None,
+        tls=tls,
+        tls_options=tls_options,
     )

@@ -395,7 +395,7 @@ class Settings(BaseSettings):
     def _check_redis_url(cls, value: str | None) -> str | None:
         if value is None:
             return value
-        if value.startswith(f"{sentinel_url.SCHEME}:"):
+        if sentinel_url.is_sentinel(value):
             sentinel_url.parse(value)  # its ValueError names what is wrong
             return value
         try:
@@ -405,7 +405,8 @@ class Settings(BaseSettings):
             raise ValueError(f"not a valid URL ({exc})") from None
         if parts.scheme not in ("redis", "rediss", "unix", "redis+cluster"):
             raise ValueError(
-                "must be a redis://, rediss://, unix://, redis+cluster:// or redis+sentinel:// URL"
+                "must be a redis://, rediss://, unix://, redis+cluster://, redis+sentinel:// or "
+                "rediss+sentinel:// URL"
             )
         if parts.scheme != "unix" and not parts.hostname:
             raise ValueError("must name a host (redis://HOST:PORT/DB)")
@@ -415,7 +416,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _check_redis_topology(self) -> Settings:
-        sentinel = (self.redis_url or "").startswith(f"{sentinel_url.SCHEME}:")
+        sentinel = sentinel_url.is_sentinel(self.redis_url or "")
         if sentinel and self.redis_cluster:
             raise ValueError(
                 "redis_cluster (RSHUB_REDIS_CLUSTER) cannot be combined with a "

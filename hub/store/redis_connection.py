@@ -65,7 +65,7 @@ def is_cluster_url(url: str) -> bool:
 
 
 def is_sentinel_url(url: str) -> bool:
-    return url.startswith(f"{sentinel_url.SCHEME}://")
+    return sentinel_url.is_sentinel(url)
 
 
 def sentinel_for(url: str) -> tuple[Sentinels, sentinel_url.SentinelUrl]:
@@ -82,6 +82,7 @@ def sentinel_for(url: str) -> tuple[Sentinels, sentinel_url.SentinelUrl]:
 def _master_of(sentinel: Sentinels, spec: sentinel_url.SentinelUrl, **options: Any) -> Redis:
     """A client of the master the Sentinels name for the service, asked again at each new
     connection (:class:`redis.asyncio.sentinel.SentinelConnectionPool`)."""
+    tls: dict[str, Any] = {"ssl": True, **dict(spec.tls_options)} if spec.tls else {}
     client: Redis = sentinel.master_for(
         spec.service,
         db=spec.db,
@@ -89,6 +90,7 @@ def _master_of(sentinel: Sentinels, spec: sentinel_url.SentinelUrl, **options: A
         password=spec.password,
         **_checked_pool(),
         **_named(),
+        **tls,
         **options,
     )
     return client

@@ -35,6 +35,9 @@ def test_the_sentinel_url_form() -> None:
     assert (bare.username, bare.password, bare.db) == (None, "pw", 0)
     shown = _redacted("redis+sentinel://u:pw@h:1,h:2/svc?sentinel_password=sp")
     assert "pw" not in shown and "sp" not in shown and "h:1,h:2/svc" in shown
+    tls = sentinel_url.parse("rediss+sentinel://h/svc?ssl_ca_certs=/ca.pem&ssl_certfile=/c.pem")
+    assert tls.tls and tls.tls_options == (("ssl_ca_certs", "/ca.pem"), ("ssl_certfile", "/c.pem"))
+    assert not bare.tls and bare.tls_options == ()
 
 
 @pytest.mark.parametrize(
@@ -50,6 +53,8 @@ def test_the_sentinel_url_form() -> None:
         ("redis+sentinel://h/main/db1", "database"),
         ("redis+sentinel://h/main/1/2", "/SERVICE/DB"),
         ("redis+sentinel://h/main?db=1", "unknown option 'db'"),
+        ("redis+sentinel://h/main?ssl_ca_certs=/ca.pem", "rediss+sentinel:// takes the ssl_"),
+        ("rediss+sentinel://h/main?ssl_password=x", "unknown option 'ssl_password'"),
     ],
 )
 def test_a_bad_sentinel_url_names_its_problem(url: str, problem: str) -> None:
@@ -191,6 +196,7 @@ def test_sentinel_urls_fuzzed_are_read_or_refused_with_a_value_error() -> None:
     seeds = [
         "redis+sentinel://u:p@h1:1,h2:2/svc/3?sentinel_password=x",
         "redis+sentinel://[::1]:26379,[::1]/svc",
+        "rediss+sentinel://h1:1/svc?ssl_ca_certs=/c&ssl_keyfile=/k",
     ]
     read = refused = 0
     for _ in range(2000):
@@ -202,7 +208,7 @@ def test_sentinel_urls_fuzzed_are_read_or_refused_with_a_value_error() -> None:
             else:
                 text.insert(i, rng.choice(alphabet))
         url = "".join(text)
-        if not url.startswith("redis+sentinel:"):
+        if not sentinel_url.is_sentinel(url):
             continue
         try:
             spec = sentinel_url.parse(url)

@@ -18,6 +18,7 @@ import re
 import ssl
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -33,7 +34,7 @@ from hub.web.app import RUNTIME
 from tests.conftest import Hub, start_hub
 from tests.hub.test_streams import sse_collect, ws_collect
 from tests.redis_cluster import SLOT_RANGES
-from tests.redis_transports import TlsCluster, TlsFront
+from tests.redis_transports import TlsCluster, TlsFront, TlsSentinel
 from tests.support import changes, free_port, notification, wait_for
 
 
@@ -199,6 +200,30 @@ async def test_a_cluster_reached_over_tls_takes_publishes_on_every_master(
             assert scripts._raw and len(scripts._node_links) == 3  # its own TLS link to each
     finally:
         await runner.cleanup()
+
+
+async def test_a_redis_behind_sentinel_over_tls_takes_waited_publishes(tmp_path: Path) -> None:
+    """``rediss+sentinel://``: the Sentinels name the master (its TLS front), the hub's
+    own links reach it over TLS, and a publish with ``RSHUB_REDIS_WAIT_REPLICAS=1`` is
+    acknowledged by the replica."""
+    with TlsSentinel(tmp_path / "redis", replicas=1) as tls:
+        settings = Settings(
+            host="127.0.0.1", port=free_port(), redis_url=tls.url, redis_wait_replicas=1
+        )
+        runner, app = await start_hub(settings, tls.url)
+        try:
+            async with aiohttp.ClientSession() as session:
+                hub = Hub(settings.public_url, app, settings, session)
+                async with session.get(f"{hub.url}/topics/s/events") as sse:
+                    await wait_for(lambda: _consumers(hub, "s") == 1, 10)
+                    assert app[RUNTIME].feeds._feeds["s"].by_notice
+                    resp = await hub.publish("s", notification(changes(2)))
+                    assert resp.status == 202, await resp.text()
+                    ids = (await resp.json())["ids"]
+                    assert [e["id"] for e in await sse_collect(sse, 2)] == ids
+            assert app[RUNTIME].store.scripts._raw
+        finally:
+            await runner.cleanup()
 
 
 async def test_connections_redis_closes_are_replaced_and_no_change_is_lost(
