@@ -290,7 +290,7 @@ class TlsSentinel:
     server announces its front's port, and the Sentinels monitor the master by it.
 
     Not for failovers: with the fronts, a SIGKILLed master's failover here left both
-    replicas promoted in 2 of 3 tries (each server's connections arrive from a front,
+    replicas promoted or unattached in 6 of 8 tries (each server's connections arrive from a front,
     not from the peer itself; the cause is not pinned down)."""
 
     def __init__(self, root: Path, *, replicas: int = 1) -> None:
