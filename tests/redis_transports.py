@@ -289,9 +289,9 @@ class TlsSentinel:
     let plain RESP through too (the Sentinels' and the replicas' own connections): each
     server announces its front's port, and the Sentinels monitor the master by it.
 
-    Not for failovers: with the fronts, a SIGKILLed master's failover here left both
-    replicas promoted or unattached in 6 of 8 tries (each server's connections arrive from a front,
-    not from the peer itself; the cause is not pinned down)."""
+    Not for failovers: with the fronts, a SIGKILLed master's failover here left the
+    replicas promoted or unattached in 6 of 8 tries (each server's connections arrive
+    from a front, not from the peer itself; the cause is not pinned down)."""
 
     def __init__(self, root: Path, *, replicas: int = 1) -> None:
         self.root = root
