@@ -226,18 +226,38 @@ class TlsFront:
                         await writer.wait_closed()
 
 
-class TlsCluster:
+class _Fronted:
+    """Redis servers each behind a :class:`TlsFront` of one CA, made as each server
+    starts (its ``announce`` hook: the front's port is the one it announces)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._ca = trustme.CA()
+        self.fronts: list[TlsFront] = []
+        #: Each server's front, by the server's own port.
+        self.front_of: dict[int, TlsFront] = {}
+
+    def _front(self, port: int) -> int:
+        front = TlsFront(port, self.root, ca=self._ca, plaintext_too=True).start()
+        self.fronts.append(front)
+        self.front_of[port] = front
+        return front.port
+
+    def _stop_fronts(self) -> None:
+        for front in self.fronts:
+            front.stop()
+        self.fronts.clear()
+        self.front_of.clear()
+
+
+class TlsCluster(_Fronted):
     """A three-master cluster whose nodes clients reach by TLS fronts: each node (replicas
     too) announces its front's port from its start. The fronts let plain RESP through as
     well, for the replicas' own connections to their masters (this Redis has no TLS).
     ``cluster`` is the plain side, for the test's own look at the nodes and killing one."""
 
     def __init__(self, root: Path, *, replicas: int = 0, node_timeout_ms: int = 5000) -> None:
-        self.root = root
-        self._ca = trustme.CA()
-        self.fronts: list[TlsFront] = []
-        #: Each node's front, by the node's own port.
-        self.front_of: dict[int, TlsFront] = {}
+        super().__init__(root)
         self.cluster = RedisClusterProcesses(
             root / "nodes",
             replicas=replicas,
@@ -249,12 +269,6 @@ class TlsCluster:
     def url(self) -> str:
         """A ``rediss://`` startup node (with ``RSHUB_REDIS_CLUSTER=true``)."""
         return self.fronts[0].url
-
-    def _front(self, port: int) -> int:
-        front = TlsFront(port, self.root, ca=self._ca, plaintext_too=True).start()
-        self.fronts.append(front)
-        self.front_of[port] = front
-        return front.port
 
     def start(self) -> TlsCluster:
         try:
@@ -272,10 +286,7 @@ class TlsCluster:
 
     def stop(self) -> None:
         self.cluster.stop()
-        for front in self.fronts:
-            front.stop()
-        self.fronts.clear()
-        self.front_of.clear()
+        self._stop_fronts()
 
     def __enter__(self) -> TlsCluster:
         return self.start()
@@ -284,7 +295,7 @@ class TlsCluster:
         self.stop()
 
 
-class TlsSentinel:
+class TlsSentinel(_Fronted):
     """A master, its replicas and three Sentinels, the servers reached by TLS fronts that
     let plain RESP through too (the Sentinels' and the replicas' own connections): each
     server announces its front's port, and the Sentinels monitor the master by it.
@@ -294,17 +305,10 @@ class TlsSentinel:
     from a front, not from the peer itself; the cause is not pinned down)."""
 
     def __init__(self, root: Path, *, replicas: int = 1) -> None:
-        self.root = root
-        self._ca = trustme.CA()
-        self.fronts: list[TlsFront] = []
+        super().__init__(root)
         self.redis = RedisSentinelProcesses(
             root / "servers", replicas=replicas, announce=self._front
         )
-
-    def _front(self, port: int) -> int:
-        front = TlsFront(port, self.root, ca=self._ca, plaintext_too=True).start()
-        self.fronts.append(front)
-        return front.port
 
     @property
     def url(self) -> str:
@@ -325,6 +329,4 @@ class TlsSentinel:
 
     def stop(self) -> None:
         self.redis.stop()
-        for front in self.fronts:
-            front.stop()
-        self.fronts.clear()
+        self._stop_fronts()

@@ -19,6 +19,7 @@ import ssl
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -152,23 +153,30 @@ async def test_a_redis_that_refuses_the_hub_stops_start_up_at_once_with_one_line
     assert "not-the-password" not in message  # the URL's secret stays redacted
 
 
-async def test_a_redis_asking_for_a_client_certificate_gets_the_urls_one(
-    mtls_redis: TlsFront,
-) -> None:
-    settings = Settings(host="127.0.0.1", port=free_port())
-    runner, app = await start_hub(settings, mtls_redis.url + mtls_redis.client_options)
+async def _serves_a_publish(redis_url: str, **settings: Any) -> None:
+    """A hub on ``redis_url`` takes a publish to an SSE subscriber, by its own lean paths
+    (the script pipe's link, the feed following by tail notice)."""
+    hub_settings = Settings(host="127.0.0.1", port=free_port(), redis_url=redis_url, **settings)
+    runner, app = await start_hub(hub_settings, redis_url)
     try:
         async with aiohttp.ClientSession() as session:
-            hub = Hub(settings.public_url, app, settings, session)
-            async with session.get(f"{hub.url}/topics/m/events") as sse:
-                await wait_for(lambda: _consumers(hub, "m") == 1, 10)
-                assert app[RUNTIME].feeds._feeds["m"].by_notice
-                resp = await hub.publish("m", notification(changes(2)))
+            hub = Hub(hub_settings.public_url, app, hub_settings, session)
+            async with session.get(f"{hub.url}/topics/s/events") as sse:
+                await wait_for(lambda: _consumers(hub, "s") == 1, 10)
+                assert app[RUNTIME].feeds._feeds["s"].by_notice
+                resp = await hub.publish("s", notification(changes(2)))
                 assert resp.status == 202, await resp.text()
                 ids = (await resp.json())["ids"]
                 assert [e["id"] for e in await sse_collect(sse, 2)] == ids
+        assert app[RUNTIME].store.scripts._raw
     finally:
         await runner.cleanup()
+
+
+async def test_a_redis_asking_for_a_client_certificate_gets_the_urls_one(
+    mtls_redis: TlsFront,
+) -> None:
+    await _serves_a_publish(mtls_redis.url + mtls_redis.client_options)
 
 
 async def test_a_cluster_reached_over_tls_takes_publishes_on_every_master(
@@ -207,23 +215,7 @@ async def test_a_redis_behind_sentinel_over_tls_takes_waited_publishes(tmp_path:
     own links reach it over TLS, and a publish with ``RSHUB_REDIS_WAIT_REPLICAS=1`` is
     acknowledged by the replica."""
     with TlsSentinel(tmp_path / "redis", replicas=1) as tls:
-        settings = Settings(
-            host="127.0.0.1", port=free_port(), redis_url=tls.url, redis_wait_replicas=1
-        )
-        runner, app = await start_hub(settings, tls.url)
-        try:
-            async with aiohttp.ClientSession() as session:
-                hub = Hub(settings.public_url, app, settings, session)
-                async with session.get(f"{hub.url}/topics/s/events") as sse:
-                    await wait_for(lambda: _consumers(hub, "s") == 1, 10)
-                    assert app[RUNTIME].feeds._feeds["s"].by_notice
-                    resp = await hub.publish("s", notification(changes(2)))
-                    assert resp.status == 202, await resp.text()
-                    ids = (await resp.json())["ids"]
-                    assert [e["id"] for e in await sse_collect(sse, 2)] == ids
-            assert app[RUNTIME].store.scripts._raw
-        finally:
-            await runner.cleanup()
+        await _serves_a_publish(tls.url, redis_wait_replicas=1)
 
 
 async def test_connections_redis_closes_are_replaced_and_no_change_is_lost(
