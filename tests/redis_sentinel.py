@@ -37,8 +37,11 @@ class RedisSentinelProcesses(RedisProcesses):
         sentinels: int = 3,
         timeout: float = 20.0,
         announce: Callable[[int], int] | None = None,
+        down_after_ms: int = 400,
     ) -> None:
         super().__init__(root)
+        #: Sentinel's ``down-after-milliseconds``: how long a server may not answer.
+        self.down_after_ms = down_after_ms
         #: The port each server is known by to Sentinels and clients, given its own (None:
         #: its own): replicas announce it, the Sentinels monitor the master by it.
         self.announce = announce
@@ -95,7 +98,7 @@ class RedisSentinelProcesses(RedisProcesses):
         conf.write_text(
             f"port {port}\nbind 127.0.0.1\ndir {node}\nlogfile {node / 'sentinel.log'}\n"
             f"sentinel monitor {SERVICE} 127.0.0.1 {self._known.get(master, master)} 2\n"
-            f"sentinel down-after-milliseconds {SERVICE} 400\n"
+            f"sentinel down-after-milliseconds {SERVICE} {self.down_after_ms}\n"
             f"sentinel failover-timeout {SERVICE} 2000\n"
             f"sentinel parallel-syncs {SERVICE} 2\n"
         )

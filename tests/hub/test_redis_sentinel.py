@@ -1,10 +1,12 @@
 """A hub on ``redis+sentinel://`` follows a failover without a restart: a real master, two
 replicas and three Sentinels (tests.redis_sentinel), the master SIGKILLed while two hubs
-publish. With ``RSHUB_REDIS_WAIT_REPLICAS=1`` no acknowledged change is lost."""
+publish. With ``RSHUB_REDIS_WAIT_REPLICAS=1`` no acknowledged change is lost. The same on
+``rediss+sentinel://``, every server behind a TLS front (tests.redis_transports)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -12,14 +14,24 @@ import pytest
 from hub.store.redis_connection import sentinel_for
 from tests.hub.failover import run_failover
 from tests.redis_sentinel import SERVICE, RedisSentinelProcesses
+from tests.redis_transports import TlsSentinel
 from tests.support import TIME_SCALE
 from tests.watchdog import open_sockets, sockets_back
 
 
 @pytest.mark.timeout(60)
-async def test_publishes_and_reads_follow_a_sentinel_failover(tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport", ["tcp", "tls"])
+async def test_publishes_and_reads_follow_a_sentinel_failover(
+    tmp_path: Path, transport: str
+) -> None:
     # Two replicas: after the failover the promoted one still has a replica to WAIT for.
-    with RedisSentinelProcesses(tmp_path / "redis", replicas=2) as redis:
+    with contextlib.ExitStack() as stack:
+        url = ""
+        if transport == "tls":  # rediss+sentinel://, every server behind a TLS front
+            tls = stack.enter_context(TlsSentinel(tmp_path / "redis", replicas=2))
+            redis, url = tls.redis, tls.url
+        else:
+            redis = stack.enter_context(RedisSentinelProcesses(tmp_path / "redis", replicas=2))
 
         async def stored_ids(key: str) -> set[str]:
             client = redis.client(redis.master_port())
@@ -29,7 +41,7 @@ async def test_publishes_and_reads_follow_a_sentinel_failover(tmp_path: Path) ->
                 client.close()
 
         failover, figures, messages = await run_failover(
-            redis.url,
+            url or redis.url,
             kill=redis.kill_master,
             await_failover=redis.await_failover,
             stored_ids=stored_ids,
