@@ -119,11 +119,15 @@ async def test_a_killed_notices_connection_loses_nothing_and_is_counted_once(
     _, _, seen = await live(a, "t")
     await b.ingest.append("t", change(0))
     await wait_for(lambda: len(seen.ids) == 1, 10)
+    killed = a.feeds._notices._link
     assert await kill_notices(redis, a) == 1
-    for i in range(1, 30):  # some while a subscribes again, some after
+    for i in range(1, 30):  # some while a subscribes again, the rest once it has
         await b.ingest.append("t", change(i))
-        if i % 10 == 0:
-            await asyncio.sleep(0.05)
+        if i == 15:
+            await wait_for(
+                lambda: (link := a.feeds._notices._link) not in (None, killed) and link.alive(),
+                10,
+            )
     expected = await stream_ids(redis, "t")
     await wait_for(lambda: seen.ids == expected, 10)
     lost = [r for r in caplog.records if "tail notices: the connection" in r.getMessage()]
