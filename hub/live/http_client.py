@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from hub.core.addresses import refusal
+from hub.core.addresses import ascii_host, refusal
 from hub.core.exceptions import BadGateway, BadRequest, CallbackFailed, PayloadTooLarge
 from hub.core.settings import Settings
 from hub.core.tasks import Tasks
@@ -160,10 +160,13 @@ class HttpClient:
         port = parts.port or (443 if parts.scheme == "https" else 80)
         loop = asyncio.get_running_loop()
         try:
+            # Looked up as the client will connect (IDNA2008), never through the resolver's
+            # own IDNA step, whose UnicodeError was a 500 (a 3,000-character label).
+            name = ascii_host(host)
             async with asyncio.timeout(5.0):  # keeps a cancel (3.11's wait_for may not)
-                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except (OSError, TimeoutError) as exc:
-            raise BadRequest(f"{what} host {host!r} does not resolve: {exc}") from None
+                infos = await loop.getaddrinfo(name, port, type=socket.SOCK_STREAM)
+        except (OSError, TimeoutError, UnicodeError) as exc:  # idna.IDNAError is one
+            raise BadRequest(f"{what} host {host[:100]!r} does not resolve: {exc}") from None
         for info in infos:
             address = str(info[4][0])
             why = refusal(address)

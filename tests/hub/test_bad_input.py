@@ -20,7 +20,7 @@ def form(hub: Hub, **fields: str) -> bytes:
     base = {
         "hub.mode": "subscribe",
         "hub.topic": f"{hub.url}/topics/t",
-        "hub.callback": "http://example.org/cb",
+        "hub.callback": "http://cb.invalid/cb",
     }
     base.update(fields)
     from urllib.parse import urlencode
@@ -44,10 +44,15 @@ async def post(hub: Hub, path: str, body: bytes, headers: dict[str, str]) -> tup
     [
         ("superscript lease", {"hub.lease_seconds": "²"}),
         ("bad IPv6 callback", {"hub.callback": "http://[::1/x"}),
-        ("bad port callback", {"hub.callback": "http://example.org:99999/x"}),
-        ("CRLF in callback", {"hub.callback": "http://example.org/a\r\nX-Injected: 1"}),
-        ("tab in callback", {"hub.callback": "http://example.org/a\tb"}),
+        ("bad port callback", {"hub.callback": "http://cb.invalid:99999/x"}),
+        ("CRLF in callback", {"hub.callback": "http://cb.invalid/a\r\nX-Injected: 1"}),
+        ("tab in callback", {"hub.callback": "http://cb.invalid/a\tb"}),
         ("bad IPv6 ping", {"hub.mode": "publish", "hub.url": "http://[::1/x"}),
+        # A host the resolver's IDNA step refuses: its UnicodeError was a 500.
+        ("3000-char label ping", {"hub.mode": "publish", "hub.url": "http://" + "a" * 3000}),
+        ("long label ping", {"hub.mode": "publish", "hub.url": f"http://{'a' * 64}.invalid/"}),
+        ("empty label ping", {"hub.mode": "publish", "hub.url": "http://a..invalid/"}),
+        ("long label callback", {"hub.callback": f"http://{'a' * 64}.invalid/cb"}),
     ],
 )
 async def test_bad_websub_fields_are_400(
@@ -73,7 +78,7 @@ async def test_a_5000_digit_lease_gets_the_longest_lease(
         {
             "hub.mode": "subscribe",
             "hub.topic": f"{hub.url}/topics/t",
-            "hub.callback": "http://example.org/cb",
+            "hub.callback": "http://cb.invalid/cb",
             "hub.lease_seconds": "9" * 5000,
         },
         urls=HubUrls(hub.url),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hub.core.addresses import check_http_url, is_public, refusal
+from hub.core.addresses import ascii_host, check_http_url, is_public, refusal
 from hub.core.exceptions import BadRequest
 
 
@@ -82,9 +82,43 @@ def test_good_urls(url: str) -> None:
         ("http:///nohost", "absolute http(s)"),
         ("http://user:pw@example.org/", "credentials"),
         ("http://example.org/" + "a" * 3000, "longer than"),
+        # Names the resolver's IDNA step would fail on with a UnicodeError (a 500 once).
+        ("http://" + "a" * 64 + ".invalid/", "a label longer than 63"),
+        ("http://" + "a" * 2000 + "/", "longer than 253"),
+        ("http://a..invalid/", "an empty label"),
+        ("http://.invalid/", "an empty label"),
+        ("http://" + "a." * 127 + "invalid/", "longer than 253"),
+        ("http://" + "ä" * 70 + ".invalid/", "internationalized domain name"),
     ],
 )
 def test_bad_urls(url: str, says: str) -> None:
     with pytest.raises(BadRequest) as err:
         check_http_url(url, "hub.callback")
     assert says in err.value.message and "hub.callback" in err.value.message
+
+
+@pytest.mark.parametrize(
+    "url", ["http://cb.invalid./x", "http://" + "a" * 63 + ".invalid/", "http://bücher.invalid/"]
+)
+def test_host_names_at_their_limits_are_good(url: str) -> None:
+    assert check_http_url(url, "hub.callback").hostname
+
+
+def test_every_host_the_check_passes_can_be_looked_up() -> None:
+    """Seeded fuzz: whatever host check_http_url lets through, the resolver's own encoding
+    (what getaddrinfo does to a str) takes without a UnicodeError, once as_uri's form."""
+    import random
+
+    rng = random.Random(2211)
+    alphabet = ["a", "b", "-", ".", "ä", "ß", "xn--", "1", "‍", "."]
+    passed = 0
+    for _ in range(3000):
+        host = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 90)))
+        try:
+            parts = check_http_url(f"http://{host}/x", "hub.callback")
+        except BadRequest:
+            continue
+        passed += 1
+        name = ascii_host(parts.hostname or "")
+        name.encode("idna")  # raises UnicodeError for a label Python's resolver refuses
+    assert passed > 100
