@@ -21,6 +21,7 @@ from resourcesync import Document, DocumentError, parse
 from resourcesync.namespaces import MAX_BYTES
 
 from .exceptions import NotResourceSync, SourceError
+from .host_names import url_host_problem
 
 __all__ = ["DocumentClient", "Fetched", "Validators"]
 
@@ -104,6 +105,9 @@ class DocumentClient:
         Raises:
             SourceError: an HTTP error, no answer, or not a ResourceSync document.
         """
+        problem = url_host_problem(url)
+        if problem is not None:  # a link in a Source's document, say: no lookup can take it
+            raise SourceError(f"GET {url[:300]}: {problem}")
         cached = self._cache.get(url)
         headers = {"Accept": _ACCEPT, "Accept-Encoding": "gzip"}
         if cached is not None:

@@ -6,6 +6,8 @@ import argparse
 import os
 from urllib.parse import urlsplit
 
+from rsclient.host_names import host_problem
+
 DEFAULT_HUB = "http://127.0.0.1:8080"
 
 
@@ -25,6 +27,9 @@ def hub_url_problem(url: str) -> str | None:
         return f"--hub {url!r} is not a URL ({exc}); {example}"
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return f"--hub {url!r} needs http:// or https:// and a host, {example}"
+    problem = host_problem(parts.hostname)
+    if problem is not None:
+        return f"--hub {url[:200]!r}: its host is not a valid host name ({problem}), {example}"
     if parts.query or parts.fragment:
         return f"--hub {url!r}: the hub's base URL has no query or fragment, {example}"
     segments = parts.path.split("/")

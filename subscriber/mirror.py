@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from resourcesync import Entry
 from rsclient.backoff import Backoff, Retrier, parse_retry_after
+from rsclient.host_names import url_host_problem
 from rsclient.statefile import write_atomically
 
 from .events import ChangeEvent
@@ -161,6 +162,10 @@ class Mirror:
 
     async def _fetch(self, loc: str, path: Path, *, length: int | None, hash: str | None) -> None:
         data: bytes | None = None
+        error = url_host_problem(loc)
+        if error is not None:  # no lookup can take its host: failed at once, not retried
+            self._fetch_failed(loc, length, hash, error)
+            return
         error = ""
         retry = Retrier(_FETCH_BACKOFF, attempts=self.retries + 1)
         async for _ in retry:
@@ -184,14 +189,7 @@ class Mirror:
                 error = str(exc) or type(exc).__name__
             retry.failed(asked)  # no wait after the last attempt
         if data is None:
-            self.stats.failed += 1
-            self.failed.failed(loc, length, hash)
-            if loc in self._said_failed:  # said once this run: its retries are quiet
-                self.stats.problems.append(f"failed {loc}: {error}")
-                log.info("failed again %s: %s", loc, error)
-            else:
-                self._said_failed.add(loc)
-                self._problem(f"failed {loc}: {error}")
+            self._fetch_failed(loc, length, hash, error)
             return
         self.failed.succeeded(loc)
         self._said_failed.discard(loc)
@@ -212,6 +210,16 @@ class Mirror:
             self._problem(f"failed {loc}: cannot write {path}: {exc}")
             return
         self.stats.fetched += 1
+
+    def _fetch_failed(self, loc: str, length: int | None, hash: str | None, error: str) -> None:
+        self.stats.failed += 1
+        self.failed.failed(loc, length, hash)
+        if loc in self._said_failed:  # said once this run: its retries are quiet
+            self.stats.problems.append(f"failed {loc}: {error}")
+            log.info("failed again %s: %s", loc, error)
+        else:
+            self._said_failed.add(loc)
+            self._problem(f"failed {loc}: {error}")
 
     async def retry_failed(self, *, all: bool = False) -> int:
         """Fetch again the failed resources that are due (``all``: every one); return how

@@ -55,8 +55,16 @@ async def finished(cmd: Command, timeout: float = 20.0) -> tuple[int, float]:
 
 @pytest.mark.parametrize(
     "hub_url",
-    ["127.0.0.1:{port}", "http://127.0.0.1:{port}/topics/demo", "ftp://127.0.0.1:{port}"],
-    ids=["no-scheme", "topic-url", "not-http"],
+    [
+        "127.0.0.1:{port}",
+        "http://127.0.0.1:{port}/topics/demo",
+        "ftp://127.0.0.1:{port}",
+        # Hosts the resolver's IDNA step refuses: a traceback (subscribe) or retries until
+        # killed (publish), before.
+        "http://" + "a" * 64 + ".invalid:{port}",
+        "http://hub..invalid:{port}",
+    ],
+    ids=["no-scheme", "topic-url", "not-http", "long-label", "empty-label"],
 )
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 async def test_a_hub_url_that_cannot_work_is_a_usage_error_at_once(
@@ -263,3 +271,18 @@ async def test_wikipedia_keeps_a_position_per_topic(
     assert (await finished(third, 60))[0] == 0, third.stderr
     again = await stored_events(redis_url, "b")
     assert len(again) > len(b) and not {e["loc"] for e in again[len(b) :]} <= {e["loc"] for e in b}
+
+
+async def test_sync_says_once_that_a_loc_host_cannot_be_looked_up(hub: Hub, tmp_path: Path) -> None:
+    """A Source's loc whose host the resolver's IDNA step refuses is one failed fetch, said
+    once, like any other (its UnicodeError is not a lookup's OSError)."""
+    good = f"http://127.0.0.1:{free_port()}/r"
+    bad = ["http://" + "a" * 64 + ".invalid/r", "http://r..invalid/r"]
+    resp = await hub.publish("t", notification([{"loc": loc} for loc in [*bad, good]]))
+    assert resp.status == 202
+    cmd = Command("sync", "--hub", hub.url, "--topic", "t", "--dest", str(tmp_path), "--once")
+    code, _ = await finished(cmd, 40)
+    assert code == 1, cmd.stderr  # failed fetches, no crash
+    assert "Traceback" not in cmd.stderr, cmd.stderr
+    for loc in [*bad, good]:
+        assert sum(loc in line for line in stderr_lines(cmd)) == 1, cmd.stderr

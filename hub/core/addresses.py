@@ -31,6 +31,7 @@ from urllib.parse import SplitResult, quote, urlsplit, urlunsplit
 import idna
 
 from hub.core.exceptions import BadRequest
+from rsclient.host_names import ascii_host, host_problem
 
 MAX_URL_LENGTH = 2048
 
@@ -92,38 +93,6 @@ def check_http_url(url: str, what: str) -> SplitResult:
             f"{what} host {parts.hostname[:100]!r} is not a valid host name: {problem}"
         )
     return parts
-
-
-#: RFC 1035 §2.3.4 (RFC 1123 §2.1): a name of at most 253 characters, 63 per label.
-_MAX_NAME, _MAX_LABEL = 253, 63
-
-
-def ascii_host(host: str) -> str:
-    """``host`` as it is looked up: IDNA2008 with UTS #46 mapping when not ASCII (as
-    :func:`as_uri` stores it). Raises :class:`idna.IDNAError` or :class:`UnicodeError`."""
-    return host if host.isascii() else idna.encode(host, uts46=True).decode("ascii")
-
-
-def host_problem(host: str) -> str | None:
-    """Why a URL's ``host`` (a name, or an address: IPv6 ones without brackets) could never
-    be looked up, or None. A lookup of such a name fails inside the resolver's IDNA step
-    (``UnicodeError``), not as a failed lookup: caught here, it is a 400 naming the rule."""
-    if ":" in host:  # an IPv6 literal: urlsplit checked its brackets
-        return None
-    try:
-        name = ascii_host(host)
-    except (idna.IDNAError, UnicodeError) as exc:
-        return f"not a valid internationalized domain name (IDNA2008, RFC 5891): {exc}"
-    labels = name.split(".")
-    if labels[-1] == "":  # the root's empty label of a fully qualified name
-        labels.pop()
-    if len(name) > _MAX_NAME:
-        return f"longer than {_MAX_NAME} characters"
-    if not labels or "" in labels:
-        return "an empty label"
-    if any(len(label) > _MAX_LABEL for label in labels):
-        return f"a label longer than {_MAX_LABEL} characters"
-    return None
 
 
 #: What stays as it is in a URI's path, query and fragment: RFC 3986's unreserved and

@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from hub.core.addresses import ascii_host, refusal
+from hub.core.addresses import refusal
 from hub.core.exceptions import BadGateway, BadRequest, CallbackFailed, PayloadTooLarge
 from hub.core.settings import Settings
 from hub.core.tasks import Tasks
 from hub.live.callback_connections import CallbackConnections, Prefix, Started, tls_context
+from rsclient.host_names import ascii_host
 
 _PING_HEADERS = {"Accept": "application/xml"}
 

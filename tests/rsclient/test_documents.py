@@ -196,3 +196,18 @@ async def test_discovery_dead_ends(source: Source, session: aiohttp.ClientSessio
         await discover(fetch, f"{b}/dump.xml")
     with pytest.raises(DiscoveryError, match="nested more than 4 levels"):
         await discover(fetch, f"{b}/loop.xml")
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["a" * 64 + ".invalid", "cl..invalid", "a." * 127 + "invalid"],
+    ids=["label", "empty", "name"],
+)
+async def test_a_link_whose_host_no_lookup_takes_is_a_source_error(
+    session: aiohttp.ClientSession, host: str
+) -> None:
+    """A link (in a Source's document, say) to a host the resolver's IDNA step refuses: a
+    SourceError naming the rule, as any failed GET is; its UnicodeError went through every
+    caller before."""
+    with pytest.raises(SourceError, match="not a valid host name"):
+        await DocumentClient(session).fetch(f"http://{host}/cl.xml")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from hub.core.addresses import ascii_host, check_http_url, is_public, refusal
+from hub.core.addresses import check_http_url, is_public, refusal
 from hub.core.exceptions import BadRequest
+from rsclient.host_names import ascii_host
 
 
 @pytest.mark.parametrize(
