@@ -121,7 +121,8 @@ class DocumentClient:
                     raise SourceError(f"GET {url}: HTTP {resp.status}{detail}", status=resp.status)
                 body = await _read_bounded(resp.content, self.max_bytes + 1)
                 validators = Validators(resp.headers.get("ETag"), resp.headers.get("Last-Modified"))
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        # UnicodeError: a redirect to a host no lookup can take (the resolver's IDNA step).
+        except (TimeoutError, aiohttp.ClientError, OSError, UnicodeError) as exc:
             raise SourceError(f"GET {url}: {type(exc).__name__}: {exc}") from exc
         try:
             # Real Sources are not all strictly valid (a Change List without `from`, say):

@@ -185,7 +185,8 @@ class Mirror:
                     if resp.status < 500 and resp.status != 429:
                         break
                     asked = parse_retry_after(resp.headers.get("Retry-After"))
-            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            # UnicodeError: a redirect to a host no lookup can take (the resolver's IDNA step).
+            except (aiohttp.ClientError, OSError, TimeoutError, UnicodeError) as exc:
                 error = str(exc) or type(exc).__name__
             retry.failed(asked)  # no wait after the last attempt
         if data is None:

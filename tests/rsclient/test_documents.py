@@ -211,3 +211,20 @@ async def test_a_link_whose_host_no_lookup_takes_is_a_source_error(
     caller before."""
     with pytest.raises(SourceError, match="not a valid host name"):
         await DocumentClient(session).fetch(f"http://{host}/cl.xml")
+
+
+async def test_a_redirect_to_a_host_no_lookup_takes_is_a_source_error(
+    session: aiohttp.ClientSession,
+) -> None:
+    async def redirect(request: web.Request) -> web.Response:
+        raise web.HTTPFound(f"http://{'a' * 64}.invalid/cl.xml")
+
+    app = web.Application()
+    app.router.add_get("/cl.xml", redirect)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        with pytest.raises(SourceError, match="UnicodeError"):
+            await DocumentClient(session).fetch(str(server.make_url("/cl.xml")))
+    finally:
+        await server.close()
