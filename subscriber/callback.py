@@ -295,10 +295,14 @@ class CallbackReceiver:
             last = request.headers.get(LAST_ID_HEADER)
             unknown: list[str | None] = [None] * (len(doc.entries) - 1)
             ids = [*unknown, last] if doc.entries else []
-        batch = [
-            ChangeEvent.from_entry(entry, id=event_id, topic=self.topic)
-            for entry, event_id in zip(doc.entries, ids, strict=True)
-        ]
+        try:
+            batch = [
+                ChangeEvent.from_entry(entry, id=event_id, topic=self.topic)
+                for entry, event_id in zip(doc.entries, ids, strict=True)
+            ]
+        except ValueError as exc:  # an entry without a change or a time: a 500, once
+            log.warning("dropped a delivery that is not a change notification: %s", exc)
+            return web.Response(status=400, text=str(exc))
         if request.headers.get(REPLAY_HEADER) == "dead-letter":
             # Not signed: at worst an old event is considered, and judged per resource.
             batch = [replace(e, replayed=True) for e in batch]

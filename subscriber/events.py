@@ -19,6 +19,8 @@ from resourcesync import Entry, format_datetime, parse_datetime
 
 __all__ = ["ChangeEvent", "Gap", "event_order"]
 
+_CHANGES = frozenset({"created", "updated", "deleted"})
+
 
 @dataclass(frozen=True, slots=True)
 class ChangeEvent:
@@ -55,19 +57,46 @@ class ChangeEvent:
         return self.time if self.time is not None else parse_datetime(self.lastmod)
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> ChangeEvent:
-        """From the hub's JSON event (WebSocket, SSE)."""
-        lastmod = _normal(str(obj["lastmod"]))
+    def from_json(cls, obj: Any) -> ChangeEvent:
+        """From the hub's JSON event (WebSocket, SSE).
+
+        Raises :class:`ValueError` naming the first field that is not what the hub writes:
+        the stream is another party's bytes, and a field taken as it came (a ``change`` of
+        ``"moved"`` fetched as an update, an unparseable ``lastmod``) failed only later,
+        far from its cause.
+        """
+        if not isinstance(obj, dict):
+            raise ValueError(f"an event is a JSON object, not {type(obj).__name__}")
+        loc, lastmod, change = obj.get("loc"), obj.get("lastmod"), obj.get("change")
+        if not isinstance(loc, str) or not loc:
+            raise ValueError(f"an event's loc is a non-empty string, not {loc!r:.100}")
+        if not isinstance(change, str) or change not in _CHANGES:
+            raise ValueError(
+                f"an event's change is created, updated or deleted, not {change!r:.60}"
+            )
+        if not isinstance(lastmod, str):
+            raise ValueError(f"an event's lastmod is a W3C datetime, not {lastmod!r:.60}")
+        lastmod = format_datetime(parse_datetime(lastmod))  # its ValueError says why
+        strings = {name: obj.get(name) for name in ("id", "topic", "hash", "type")}
+        for name, value in strings.items():
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"an event's {name} is a string, not {value!r:.60}")
+        length = obj.get("length")
+        if length is not None and (type(length) is not int or length < 0):
+            raise ValueError(f"an event's length is a non-negative integer, not {length!r:.60}")
+        links = obj.get("links") or []
+        if not isinstance(links, list) or not all(isinstance(ln, dict) for ln in links):
+            raise ValueError(f"an event's links are a list of objects, not {links!r:.100}")
         return cls(
-            loc=str(obj["loc"]),
+            loc=loc,
             lastmod=lastmod,
-            change=str(obj["change"]),
-            id=None if obj.get("id") is None else str(obj["id"]),
-            topic=obj.get("topic"),
-            hash=obj.get("hash"),
-            length=None if obj.get("length") is None else int(obj["length"]),
-            type=obj.get("type"),
-            links=tuple(obj.get("links") or ()),
+            change=change,
+            id=strings["id"],
+            topic=strings["topic"],
+            hash=strings["hash"],
+            length=length,
+            type=strings["type"],
+            links=tuple(links),
         )
 
     @classmethod
@@ -144,13 +173,6 @@ class Gap:
     trimmed_through: str
     #: The topic's Resource List, as the hub named it (``rs:ln rel="resourcelist"``).
     resourcelist: str | None = None
-
-
-def _normal(value: str) -> str:
-    try:
-        return format_datetime(parse_datetime(value))
-    except ValueError:
-        return value
 
 
 def event_order(event_id: str) -> tuple[int, int] | None:

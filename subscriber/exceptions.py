@@ -4,7 +4,8 @@ The tree::
 
     SubscriberError               root of everything this package raises
     ├── PushUnavailable           the hub's push channel cannot be reached or was lost
-    │   └── StreamClosed          the hub closed a stream on purpose (code, reason)
+    │   ├── StreamClosed          the hub closed a stream on purpose (code, reason)
+    │   └── MalformedEvent        the stream carried what is not a change event
     ├── HubRefused                the hub answered 4xx (bad topic name, bad since): fatal
     │   └── ChangesTrimmed        the hub trimmed changes before delivering them (WebSub)
     ├── SourceError               a Source or hub answered wrongly (the peer's fault)
@@ -28,6 +29,7 @@ __all__ = [
     "DiscoveryError",
     "HubRefused",
     "IntegrityError",
+    "MalformedEvent",
     "PositionError",
     "PushUnavailable",
     "SourceError",
@@ -43,6 +45,11 @@ class SubscriberError(Exception):
 
 class PushUnavailable(SubscriberError):
     """The push channel (WebSocket, SSE, WebSub) is unreachable or was lost."""
+
+
+class MalformedEvent(PushUnavailable):
+    """The push stream carried a message that is not a change event (not JSON, a field
+    missing or of the wrong kind): push is left for polling, which loses nothing."""
 
 
 class StreamClosed(PushUnavailable):

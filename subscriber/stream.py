@@ -25,7 +25,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any, Literal
+from dataclasses import replace
+from typing import Literal
 
 import aiohttp
 import orjson
@@ -35,7 +36,7 @@ from rsclient.exceptions import EventStreamError
 from rsclient.sse import EventParser, event_batches
 
 from .events import ChangeEvent
-from .exceptions import HubRefused, PushUnavailable, StreamClosed
+from .exceptions import HubRefused, MalformedEvent, PushUnavailable, StreamClosed
 from .filters import ChangeFilter
 from .refusal import error_message, refusal
 
@@ -51,15 +52,20 @@ RESUMABLE_CLOSE_CODES = frozenset({1001, 1008, 1013})
 GOING_AWAY = 1001
 
 
-def _events(payload: Any, topic: str) -> list[ChangeEvent]:
-    items = payload if isinstance(payload, list) else [payload]
-    out = []
-    for item in items:
-        event = ChangeEvent.from_json(item)
-        out.append(
-            event if event.topic is not None else ChangeEvent.from_json({**item, "topic": topic})
-        )
-    return out
+def _events(data: str | bytes, topic: str) -> list[ChangeEvent]:
+    """The changes of one message (a JSON event, or an array of them).
+
+    Raises :class:`MalformedEvent` (a :class:`PushUnavailable`) for anything else: the
+    follower then leaves push for the hub's Change Lists, which lose nothing, where a
+    message skipped would lose its changes and one raised as it came ended the command.
+    """
+    try:
+        payload = orjson.loads(data)
+        items = payload if isinstance(payload, list) else [payload]
+        events = [ChangeEvent.from_json(item) for item in items]
+    except ValueError as exc:  # orjson.JSONDecodeError is one
+        raise MalformedEvent(f"not a change event ({exc}): {data[:200]!r}") from None
+    return [e if e.topic is not None else replace(e, topic=topic) for e in events]
 
 
 class HubStream:
@@ -164,9 +170,9 @@ class HubStream:
                 except (aiohttp.ClientError, OSError) as exc:
                     raise PushUnavailable(f"{url}: {exc}") from exc
                 if msg.type == aiohttp.WSMsgType.TEXT:
-                    yield _events(orjson.loads(msg.data), self.topic)
+                    yield _events(msg.data, self.topic)
                 elif msg.type == aiohttp.WSMsgType.BINARY:
-                    yield _events(orjson.loads(msg.data), self.topic)
+                    yield _events(msg.data, self.topic)
                 elif msg.type in (
                     aiohttp.WSMsgType.CLOSE,
                     aiohttp.WSMsgType.CLOSING,
@@ -208,9 +214,9 @@ class HubStream:
                             raise StreamClosed(GOING_AWAY, msg.data)
                         if msg.event not in ("message", "change"):
                             continue
-                        batch = _events(orjson.loads(msg.data), self.topic)
+                        batch = _events(msg.data, self.topic)
                         if msg.id and batch and batch[-1].id is None:
-                            batch[-1] = ChangeEvent.from_json({**batch[-1].to_json(), "id": msg.id})
+                            batch[-1] = replace(batch[-1], id=msg.id)
                         yield batch
             except EventStreamError as exc:
                 raise PushUnavailable(f"{url}: {exc}") from exc

@@ -1,0 +1,195 @@
+"""The subscriber's push streams against a hub that sends what is not a change event.
+
+Whatever a stream carries (not JSON, a field missing or of the wrong kind, a bare value),
+:meth:`HubStream.batches` yields the good messages before it and then raises
+:class:`MalformedEvent`, a :class:`PushUnavailable`, naming the problem: the follower then
+falls back to the hub's Change Lists, losing nothing. Before, ``orjson``'s or a field's
+own error escaped and ended ``rshub subscribe``/``sync`` with a traceback. Named cases and
+a seeded fuzz over both transports, under the watchdog; a WebSub delivery that is no change
+notification is a 400, not a 500.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from resourcesync import Entry, Metadata, ResourceList, serialize
+from subscriber.callback import CallbackReceiver
+from subscriber.events import ChangeEvent
+from subscriber.exceptions import MalformedEvent
+from subscriber.stream import HubStream
+from subscriber.websub import sign
+from tests.publisher.helpers import serve
+from tests.watchdog import Watchdog
+
+GOOD = {
+    "id": "1-0",
+    "topic": "t",
+    "loc": "http://r.invalid/a",
+    "lastmod": "2026-01-01T00:00:00Z",
+    "change": "created",
+    "hash": "md5:" + "0" * 32,
+    "length": 3,
+    "type": "text/plain",
+}
+
+NAMED: list[tuple[str, str]] = [
+    ("not JSON", "{not json"),
+    ("empty", ""),
+    ("a bare number", "7"),
+    ("a string", '"created"'),
+    ("null", "null"),
+    ("no loc", json.dumps({k: v for k, v in GOOD.items() if k != "loc"})),
+    ("a number for loc", json.dumps({**GOOD, "loc": 5})),
+    ("an empty loc", json.dumps({**GOOD, "loc": ""})),
+    ("an unknown change", json.dumps({**GOOD, "change": "moved"})),
+    ("no lastmod", json.dumps({k: v for k, v in GOOD.items() if k != "lastmod"})),
+    ("a lastmod that is no time", json.dumps({**GOOD, "lastmod": "yesterday"})),
+    ("a negative length", json.dumps({**GOOD, "length": -1})),
+    ("a string length", json.dumps({**GOOD, "length": "3"})),
+    ("a boolean length", json.dumps({**GOOD, "length": True})),
+    ("a number for an id", json.dumps({**GOOD, "id": 7})),
+    ("links not a list", json.dumps({**GOOD, "links": "x"})),
+    ("a link not an object", json.dumps({**GOOD, "links": [1]})),
+    ("an array holding a bad one", json.dumps([GOOD, {**GOOD, "change": 1}])),
+]
+
+
+def mutate(rng: random.Random) -> str:
+    """A hub event, an array of them or a fragment, with one field or byte gone wrong."""
+    event: dict[str, object] = dict(GOOD)
+    field = rng.choice([*GOOD, "links", "extra"])
+    event[field] = rng.choice(
+        [None, 0, -5, 1.5, True, "", "x", [], {}, [1], "2026-13-01T00:00:00Z", "\u0000", "ü"]
+    )
+    if rng.random() < 0.3:
+        del event[rng.choice(list(event))]
+    text = json.dumps(rng.choice([event, [event], [GOOD, event], event.get("loc")]))
+    if rng.random() < 0.3:
+        cut = rng.randrange(len(text) + 1)
+        text = text[:cut] + rng.choice(["", "}", "\\", '"', "\u2028", "\x00"]) + text[cut + 1 :]
+    return text
+
+
+def accepted(text: str) -> list[ChangeEvent] | None:
+    """What the subscriber makes of ``text``, or None when it is not change events."""
+    try:
+        payload = json.loads(text)
+        items = payload if isinstance(payload, list) else [payload]
+        return [ChangeEvent.from_json(item) for item in items]
+    except ValueError:
+        return None
+
+
+def hostile_hub(messages: list[str]) -> web.Application:
+    """A hub whose SSE and WebSocket streams of topic ``t`` carry ``messages``, in order."""
+
+    async def sse(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for n, text in enumerate(messages):
+            lines = "".join(f"data: {line}\n" for line in text.split("\n"))
+            await resp.write(f"id: {n + 1}-0\n{lines}\n".encode())
+        return resp
+
+    async def ws(request: web.Request) -> web.WebSocketResponse:
+        socket = web.WebSocketResponse()
+        await socket.prepare(request)
+        for text in messages:
+            await socket.send_str(text)
+        await socket.close()
+        return socket
+
+    app = web.Application()
+    app.router.add_get("/topics/t/events", sse)
+    app.router.add_get("/topics/t/ws", ws)
+    return app
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+async def outcome(
+    session: aiohttp.ClientSession, messages: list[str], transport: str
+) -> tuple[list[ChangeEvent], MalformedEvent | None]:
+    """The events a stream yields from a hub sending ``messages``, and how it ended."""
+    got: list[ChangeEvent] = []
+    async with serve(hostile_hub(messages)) as base:
+        stream = HubStream(session, base, "t", transport=transport)  # type: ignore[arg-type]
+        try:
+            async for batch in stream.batches():
+                got.extend(batch)
+        except MalformedEvent as exc:
+            return got, exc
+        except Exception as exc:  # the stream's normal end: "stream ended"
+            assert type(exc).__name__ in ("PushUnavailable", "StreamClosed"), repr(exc)
+    return got, None
+
+
+@pytest.mark.parametrize("transport", ["sse", "ws"])
+@pytest.mark.parametrize("name,text", NAMED, ids=[n for n, _ in NAMED])
+async def test_a_message_that_is_no_change_event_ends_push_with_its_reason(
+    session: aiohttp.ClientSession, transport: str, name: str, text: str
+) -> None:
+    async with Watchdog() as dog:
+        got, error = await outcome(session, [json.dumps(GOOD), text], transport)
+    await dog.sockets_back()
+    assert [e.loc for e in got] == [GOOD["loc"]], name  # what came before it is kept
+    assert error is not None, name
+    assert "not a change event" in str(error), str(error)
+
+
+@pytest.mark.parametrize("transport", ["sse", "ws"])
+async def test_fuzz_push_streams_yield_events_or_say_why_not(
+    session: aiohttp.ClientSession, transport: str
+) -> None:
+    rng = random.Random(9152 + len(transport))
+    cases = [[mutate(rng) for _ in range(rng.randint(1, 4))] for _ in range(60)]
+    ended_malformed = 0
+    async with Watchdog() as dog:
+        for messages in cases:
+            got, error = await outcome(session, messages, transport)
+            # Exactly the messages before the first bad one are yielded.
+            expected: list[ChangeEvent] = []
+            bad = None
+            for text in messages:
+                events = accepted(text)
+                if events is None:
+                    bad = text
+                    break
+                expected.extend(events)
+            assert [(e.loc, e.change) for e in got] == [(e.loc, e.change) for e in expected]
+            assert (error is None) == (bad is None), (messages, error)
+            ended_malformed += error is not None
+    await dog.sockets_back()
+    assert 10 < ended_malformed < len(cases)  # the seed reaches both outcomes
+
+
+async def test_a_webhook_delivery_that_is_no_change_notification_is_a_400(
+    session: aiohttp.ClientSession,
+) -> None:
+    """Signed, and a valid ResourceSync document, but its entry is no change (a Resource
+    List): a 400 the hub records, where it was a 500 with a traceback."""
+    receiver = CallbackReceiver(session, "http://hub.invalid", "t")
+    await receiver.start()
+    try:
+        at = datetime(2026, 1, 1, tzinfo=UTC)
+        entry = Entry(loc="http://r.invalid/a")
+        body = serialize(ResourceList(md=Metadata(at=at), entries=(entry,)))
+        headers = {"X-Hub-Signature": sign(receiver.secret, body)}
+        async with Watchdog():
+            async with session.post(receiver.callback_url, data=body, headers=headers) as resp:
+                assert resp.status == 400, await resp.text()
+                assert "not a change entry" in await resp.text()
+    finally:
+        await receiver.close()
