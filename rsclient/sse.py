@@ -58,13 +58,17 @@ class EventParser:
         self._started = False
         self._skip_lf = False  # the previous chunk ended in CR; a leading LF belongs to it
         self._data: list[str] = []
+        #: Characters in ``_data``: one event is bounded like one line, or a server that
+        #: sends ``data`` lines and never a blank one would grow it without end.
+        self._data_chars = 0
         self._event = ""
 
     def feed(self, chunk: bytes) -> list[Event]:
         """Consume ``chunk``; return the events it completes, in order.
 
         Raises:
-            EventStreamError: a line grew beyond ``max_line_bytes`` characters.
+            EventStreamError: a line, or an event's data, grew beyond ``max_line_bytes``
+                characters.
         """
         text = self._decoder.decode(chunk)
         if not self._started and text:
@@ -103,7 +107,11 @@ class EventParser:
         return events
 
     def feed_line(self, line: str) -> Event | None:
-        """Consume one line without its end-of-line; the event it dispatches, if any."""
+        """Consume one line without its end-of-line; the event it dispatches, if any.
+
+        Raises:
+            EventStreamError: the event's data grew beyond ``max_line_bytes`` characters.
+        """
         if not line:
             return self._dispatch()
         if line.startswith(":"):
@@ -112,6 +120,11 @@ class EventParser:
         if colon and value.startswith(" "):
             value = value[1:]
         if name == "data":
+            self._data_chars += len(value) + 1
+            if self._data_chars > self.max_line_bytes:
+                raise EventStreamError(
+                    f"event-stream event longer than {self.max_line_bytes} characters"
+                )
             self._data.append(value)
         elif name == "event":
             self._event = value
@@ -126,7 +139,7 @@ class EventParser:
     def _dispatch(self) -> Event | None:
         self.block_event_id = self.last_event_id
         data, event = self._data, self._event
-        self._data, self._event = [], ""
+        self._data, self._event, self._data_chars = [], "", 0
         if not data:
             return None
         return Event(data="\n".join(data), event=event or "message", id=self.last_event_id)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+import re
+
 import aiohttp
 import pytest
 from aiohttp import web
@@ -160,3 +163,66 @@ async def test_event_batches_reads_a_response_body() -> None:
             events += batch
     assert events == [Event("a", id="1"), Event("b", id="2")]
     assert parser.block_event_id == "2"
+
+
+def test_an_event_that_never_ends_is_refused() -> None:
+    """``data`` lines without a blank line: each line short, the event bounded all the same."""
+    parser = EventParser(max_line_bytes=100)
+    with pytest.raises(EventStreamError, match="event longer than 100"):
+        for _ in range(30):
+            parser.feed(b"data: 0123456789\n")
+    again = EventParser(max_line_bytes=100)
+    for _ in range(30):  # the same lines, dispatched one by one, are fine
+        assert again.feed(b"data: 0123456789\n\n") == [Event("0123456789")]
+
+
+def reference(stream: bytes) -> tuple[list[Event], str, int | None]:
+    """WHATWG HTML §9.2.6 read literally, on the whole stream at once: the events, the last
+    event id and the reconnection time. What the incremental parser must agree with."""
+    text = stream.decode("utf-8", errors="replace")
+    text = text.removeprefix("\ufeff")
+    *lines, _unfinished = re.split(r"\r\n|\r|\n", text)
+    events, data, event, last_id, retry = [], [], "", "", None
+    for line in lines:
+        if line == "":
+            if data:
+                events.append(Event("\n".join(data), event or "message", last_id))
+            data, event = [], ""
+            continue
+        if line.startswith(":"):
+            continue
+        name, colon, value = line.partition(":")
+        value = value[1:] if colon and value.startswith(" ") else value
+        if name == "data":
+            data.append(value)
+        elif name == "event":
+            event = value
+        elif name == "id" and "\0" not in value:
+            last_id = value
+        elif name == "retry" and value.isascii() and value.isdigit():
+            retry = int(value)
+    return events, last_id, retry
+
+
+PIECES = [
+    b"data", b"data:", b"data: x", b"data:  two spaces", b"event: e", b"event:", b"id: 7",
+    b"id:", b"id: a\0b", b"retry: 250", b"retry: x", b"retry:", b": comment", b":", b"x",
+    b"nocolon", b"\r", b"\n", b"\r\n", b"\r\r", b"\n\n", b"\xef\xbb\xbf", b"\xc3\xbc",
+    b"\xff", b"\xe2\x82", b"\xac", b" ", b"\0", b"data: \xf0\x9f\x98\x80",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fuzz_chunked_anyhow_the_parser_reads_as_the_standard_does(seed: int) -> None:
+    """Seeded differential fuzz: random streams, cut into random chunks, against
+    :func:`reference`. The same events, last event id and retry, whatever the cuts."""
+    rng = random.Random(31_337 + seed)
+    for _ in range(300):
+        stream = b"".join(rng.choice(PIECES) for _ in range(rng.randint(0, 40)))
+        if rng.random() < 0.3:
+            stream = b"\xef\xbb\xbf" + stream
+        cuts = sorted(rng.sample(range(len(stream) + 1), min(len(stream) + 1, rng.randint(0, 8))))
+        chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+        parser = EventParser()
+        got = [event for chunk in chunks for event in parser.feed(chunk)]
+        assert (got, parser.last_event_id, parser.retry) == reference(stream), (stream, cuts)
