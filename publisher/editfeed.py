@@ -34,7 +34,7 @@ from .client import Publisher
 from .exceptions import FeedError
 from .sse import EventSource
 from .state import StateFile
-from .wikipedia import EditFilter, changes_from_event
+from .wikipedia import EditFilter, changes_from_event, meta_of
 
 __all__ = [
     "DEFAULT_STREAM",
@@ -221,7 +221,7 @@ async def follow(
         async for event in events:
             stats.read += 1
             data = event.data
-            if (data.get("meta") or {}).get("domain") == "canary" or not edit_filter.accepts(data):
+            if meta_of(data).get("domain") == "canary" or not edit_filter.accepts(data):
                 stats.filtered += 1
                 tracker.add(event.id, None)
             else:

@@ -38,11 +38,12 @@ revision links (``rs:ln``, Z39.99 Section 14, relation types from RFC 5829):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from resourcesync import Change, Entry, Link, Metadata, parse_datetime
 
@@ -76,13 +77,45 @@ class EditFilter:
 
     def accepts(self, event: Mapping[str, Any]) -> bool:
         if self.wikis:
-            meta = event.get("meta") or {}
-            names = {event.get("wiki"), event.get("server_name"), meta.get("domain")}
+            names = (event.get("wiki"), event.get("server_name"), meta_of(event).get("domain"))
             if not self.wikis & {n for n in names if isinstance(n, str)}:
                 return False
-        if self.namespaces and event.get("namespace") not in self.namespaces:
-            return False
+        if self.namespaces:
+            namespace = event.get("namespace")
+            if type(namespace) is not int or namespace not in self.namespaces:
+                return False
         return self.bots or not event.get("bot", False)
+
+
+def meta_of(event: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The event's ``meta`` object, or an empty one when the feed sent something else."""
+    meta = event.get("meta")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _integer(value: Any) -> int | None:
+    """``value`` when it is an integer (not a bool, which Python counts as one)."""
+    return value if type(value) is int else None
+
+
+#: C0 controls, space, DEL and C1 controls: a URL the hub takes as a ``loc`` holds none.
+_CONTROL = re.compile(r"[\x00-\x20\x7f-\x9f]")
+
+
+def _server(event: Mapping[str, Any]) -> str:
+    """The event's ``server_url`` if it is an absolute http(s) URL a ``loc`` can start
+    with; else ValueError: one ``loc`` the hub refuses fails its whole notification."""
+    server = event.get("server_url")
+    if not isinstance(server, str) or not server or _CONTROL.search(server):
+        raise ValueError(f"event's server_url is no http(s) URL: {server!r:.100}")
+    parts = urlsplit(server)
+    if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"event's server_url is no http(s) URL: {server!r:.100}")
+    return server
 
 
 def page_url(server_url: str, title: str) -> str:
@@ -102,15 +135,18 @@ def revision_url(
 
 
 def _event_time(event: Mapping[str, Any]) -> datetime:
-    dt = (event.get("meta") or {}).get("dt")
+    dt = meta_of(event).get("dt")
     if isinstance(dt, str):
         try:
             return parse_datetime(dt)
         except ValueError:
             pass
     stamp = event.get("timestamp")
-    if isinstance(stamp, int | float):
-        return datetime.fromtimestamp(stamp, tz=UTC)
+    if isinstance(stamp, int | float) and not isinstance(stamp, bool):
+        try:
+            return datetime.fromtimestamp(stamp, tz=UTC)
+        except (OverflowError, OSError, ValueError):  # out of range, NaN
+            raise ValueError(f"event's timestamp {stamp!r:.40} is no time") from None
     raise ValueError("event has neither meta.dt nor timestamp")
 
 
@@ -119,22 +155,25 @@ def _truthy(value: Any) -> bool:
 
 
 def _revision_links(event: Mapping[str, Any], server: str, title: str) -> tuple[Link, ...]:
-    revision = event.get("revision") or {}
-    new, old = revision.get("new"), revision.get("old")
-    script = str(event.get("server_script_path") or "/w")
+    revision = _mapping(event.get("revision"))
+    new, old = _integer(revision.get("new")), _integer(revision.get("old"))
+    script = event.get("server_script_path") or "/w"
+    if not isinstance(script, str) or not script.startswith("/") or _CONTROL.search(script):
+        return ()  # no revision URL can be made: the change goes without its links
+    script = quote(script, safe="/")
     links: list[Link] = []
-    if isinstance(new, int):
+    if new is not None:
         links.append(Link(rel="latest-version", href=revision_url(server, script, title, new)))
-    if isinstance(old, int):
+    if old is not None:
         links.append(Link(rel="predecessor-version", href=revision_url(server, script, title, old)))
-    if isinstance(new, int):
-        length = (event.get("length") or {}).get("new")
+    if new is not None:
+        length = _integer(_mapping(event.get("length")).get("new"))
         links.append(
             Link(
                 rel="alternate",
                 href=revision_url(server, script, title, new, raw=True),
                 type=WIKITEXT_TYPE,
-                length=length if isinstance(length, int) else None,
+                length=length if length is not None and length >= 0 else None,
             )
         )
     return tuple(links)
@@ -152,9 +191,10 @@ def changes_from_event(event: Mapping[str, Any], *, categorize: bool = False) ->
         ValueError: the event lacks what a change needs (server URL, title, time).
     """
     kind = event.get("type")
-    server, title = event.get("server_url"), event.get("title")
-    if not isinstance(server, str) or not isinstance(title, str) or not server or not title:
-        raise ValueError("event has no server_url or title")
+    title = event.get("title")
+    if not isinstance(title, str) or not title:
+        raise ValueError("event has no title")
+    server = _server(event)
     when = _event_time(event)
     loc = page_url(server, title)
     if kind == "new":
@@ -166,8 +206,9 @@ def changes_from_event(event: Mapping[str, Any], *, categorize: bool = False) ->
     if kind != "log":
         return []
     log_type, action = event.get("log_type"), event.get("log_action")
-    params = event.get("log_params")
-    params = params if isinstance(params, Mapping) else {}
+    if not isinstance(action, str):  # compared with sets below: hashable text only
+        return []
+    params = _mapping(event.get("log_params"))
     if log_type == "delete" and action in _DELETE_ACTIONS:
         return [_entry(loc, Change.DELETED, when)]
     if log_type == "delete" and action == "restore":

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
 
-from publisher.wikipedia import EditFilter, changes_from_event, page_url, revision_url
+from publisher.wikipedia import EditFilter, changes_from_event, meta_of, page_url, revision_url
 from resourcesync import Change, parse_datetime
 
 SERVER = "https://en.wikipedia.org"
@@ -153,3 +154,53 @@ def test_filters() -> None:
     assert not EditFilter.of(wikis=["dewiki"]).accepts(ev)
     assert EditFilter.of(namespaces=[0, 1]).accepts(ev)
     assert not EditFilter.of(namespaces=[0]).accepts(ev)
+
+
+#: Values a hostile or broken feed may put in any field.
+HOSTILE = [
+    None, 0, -1, 10**30, 1.5, float("nan"), True, "", " ", "x", "x y", "\x00", "\u2028",
+    "ftp://x.invalid", "javascript:alert(1)", "http://x.invalid/a b", "https://ok.invalid",
+    "/w x", "?a#b", [], [1], {}, {"dt": "soon"}, {"new": "7"}, {"target": 5},
+    "2026-13-40T99:00:00Z", "ü" * 3,
+]  # fmt: skip
+FIELDS = [
+    "type", "title", "server_url", "server_script_path", "meta", "timestamp", "revision",
+    "length", "log_type", "log_action", "log_params", "namespace", "bot", "wiki",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_fuzz_an_event_gives_changes_the_hub_takes_or_a_value_error(seed: int) -> None:
+    """Seeded fuzz: whatever a recentchange event holds, changes_from_event either raises
+    ValueError (the event is skipped, said once) or returns changes the hub accepts: one
+    loc or href the hub refuses would fail the whole notification, other events' changes
+    with it."""
+    from hub.core.events import LOC  # the hub's rule for a loc, read in the test only
+
+    rng = random.Random(1207 + seed)
+    kinds = [
+        event("edit", revision={"new": 2, "old": 1}, length={"new": 5}),
+        event("new", revision={"new": 2}),
+        log_event("move", "move", {"target": "Bar", "noredir": "1"}),
+        log_event("delete", "delete"),
+        event("categorize"),
+    ]
+    picky = EditFilter.of(wikis=["enwiki"], namespaces=[0], bots=False)
+    made = 0
+    for _ in range(400):
+        ev = dict(rng.choice(kinds))
+        for _ in range(rng.randint(1, 3)):
+            ev[rng.choice(FIELDS)] = rng.choice(HOSTILE)
+        # The feed loop's filter and canary check take any event too (they raised before).
+        assert picky.accepts(ev) in (True, False)
+        assert meta_of(ev).get("domain") in (None, "en.wikipedia.org")
+        try:
+            entries = changes_from_event(ev, categorize=True)
+        except ValueError:
+            continue
+        for entry in entries:
+            made += 1
+            assert LOC.fullmatch(entry.loc), (ev, entry.loc)
+            for link in entry.links:
+                assert LOC.fullmatch(link.href), (ev, link.href)
+    assert made > 100
