@@ -37,6 +37,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         raise pytest.UsageError(f"tests sharing a node id (one would not run): {twice[:5]}")
 
 
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    """A plain client session for the test, closed after it."""
+    async with aiohttp.ClientSession() as client:
+        yield client
+
+
 @pytest.fixture(autouse=True)
 def _hermetic_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """No ``RSHUB_*`` variable of the caller's changes a test (only the time scale)."""

@@ -15,7 +15,7 @@ import re
 import signal
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -219,12 +219,6 @@ class StreamClient:
     task: asyncio.Task[None] | None = None
     #: Reconnect (and resume from the last id) when the connection is lost.
     persistent: bool = False
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as s:
-        yield s
 
 
 async def follow(session: aiohttp.ClientSession, client: StreamClient) -> None:

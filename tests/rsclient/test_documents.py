@@ -67,12 +67,6 @@ async def source() -> AsyncIterator[Source]:
         yield src
 
 
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as s:
-        yield s
-
-
 async def test_304_returns_the_kept_document_or_none(
     source: Source, session: aiohttp.ClientSession
 ) -> None:

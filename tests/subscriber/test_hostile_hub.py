@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import aiohttp
@@ -111,12 +110,6 @@ def hostile_hub(messages: list[str]) -> web.Application:
     app.router.add_get("/topics/t/events", sse)
     app.router.add_get("/topics/t/ws", ws)
     return app
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
 
 
 async def outcome(

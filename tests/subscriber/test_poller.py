@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import aiohttp
@@ -13,12 +12,6 @@ from subscriber.poller import Poller
 from subscriber.position import EventCursor
 
 from .source import TestSource
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as s:
-        yield s
 
 
 @pytest.mark.parametrize(("spec", "index"), [("1.0", True), ("1.1", True), ("1.1", False)])
