@@ -17,6 +17,7 @@ from resourcesync import (
     validate,
 )
 from resourcesync.models import construct
+from resourcesync.validate import HTTP_LOC
 
 from .exceptions import UsageError
 
@@ -63,6 +64,13 @@ def check_change(entry: Entry) -> None:
         validate(doc)
     except DocumentError as exc:
         raise UsageError(f"not a valid change for {entry.loc!r}: {exc}") from None
+    # The hub refuses the whole notification for one such loc: a bridge stopped at it,
+    # and again at every restart.
+    if HTTP_LOC.fullmatch(entry.loc) is None:
+        raise UsageError(
+            f"not a valid change for {entry.loc[:200]!r}: loc must be an absolute http(s) "
+            "URL without spaces or control characters"
+        )
 
 
 def notification(entries: Sequence[Entry], *, up: str | None = None) -> bytes:

@@ -31,7 +31,7 @@ from .exceptions import ValidationError
 from .models import Capability, Change, Document, Entry, Link, Metadata
 from .namespaces import CHANGEFREQ_VALUES, HASH_HEX_LENGTHS, MAX_ENTRIES
 
-__all__ = ["PROFILES", "Profile", "check_hash", "check_path", "validate"]
+__all__ = ["HTTP_LOC", "PROFILES", "Profile", "check_hash", "check_path", "validate"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +71,12 @@ PROFILES: dict[tuple[Capability, bool], Profile] = {
     (_C.CHANGELIST_NOTIFICATION, False): Profile(entry_md=True, changes=True),
     (_C.CHANGEDUMP_NOTIFICATION, False): Profile(),
 }
+
+#: A ``<loc>`` a change can travel with: an absolute http(s) URL with a host, and no spaces
+#: or control characters (the Sitemap protocol's "begin with the protocol"; subscribers
+#: fetch it, and a relative or bare word means nothing). The hub refuses a notification
+#: holding another, and publishers skip such an entry rather than send it.
+HTTP_LOC = re.compile(r"(?i:https?)://[^\x00-\x20\x7f-\x9f/?#]+(?:[/?#][^\x00-\x20\x7f-\x9f]*)?")
 
 _HASH_TOKEN = r"(?:md5:[0-9a-fA-F]{32}|sha-1:[0-9a-fA-F]{40}|sha-256:[0-9a-fA-F]{64})"
 #: A valid ``hash`` value, whole: what :func:`check_hash` accepts without a word.

@@ -32,6 +32,7 @@ from resourcesync import (
     parse,
     parse_tree,
 )
+from resourcesync.validate import HTTP_LOC
 
 #: An event id as a comparable tuple: ``(ms, seq)``.
 EventKey = tuple[int, int]
@@ -47,9 +48,8 @@ ID_RULE = (
 )
 #: What a publish with no body gets (400).
 EMPTY_BODY = "empty body: expected a changelist-notification XML document"
-#: What a published ``<loc>`` must be: an absolute http(s) URL with a host, and no spaces
-#: or control characters (subscribers fetch it; a relative or bare word means nothing).
-LOC = re.compile(r"(?i:https?)://[^\x00-\x20\x7f-\x9f/?#]+(?:[/?#][^\x00-\x20\x7f-\x9f]*)?")
+#: What a published ``<loc>`` must be (the one rule, shared with the publishers).
+LOC = HTTP_LOC
 
 
 def parse_id(value: str) -> EventKey:

@@ -212,6 +212,29 @@ async def test_since_now_skips_what_is_listed(hub: Hub, redis_url: str) -> None:
     assert [e["loc"] for e in await stored_events(redis_url, "src")] == ["http://src.example/new"]
 
 
+@pytest.mark.parametrize(
+    "bad", ["relative/path", "ftp://src.example/x", "http://src.example/a b", "urn:x:y"]
+)
+async def test_an_entry_whose_loc_the_hub_refuses_is_skipped_not_a_stop(
+    hub: Hub, redis_url: str, caplog: Any, bad: str
+) -> None:
+    """One such entry in a Source's Change List failed the hub's whole notification, and
+    the bridge stopped there at every restart: it is skipped and said, the rest published."""
+    source = StaticSource()
+    async with serve(source.app) as base:
+        odd = Entry(loc=bad, lastmod=t(2), md=Metadata(change="created"))
+        source.docs["/cl.xml"] = changelist(
+            [v10("a", "created", 1), odd, v10("b", "updated", 3)], 0
+        )
+        async with Publisher(hub.url, "src", retry=FAST) as pub:
+            assert (await Bridge(base + "/cl.xml", pub).poll()).published == 2
+    assert [e["loc"] for e in await stored_events(redis_url, "src")] == [
+        "http://src.example/a",
+        "http://src.example/b",
+    ]
+    assert "skipping an entry the hub would refuse" in caplog.text and bad in caplog.text
+
+
 async def test_broken_source_is_reported_and_polled_again(hub: Hub, caplog: Any) -> None:
     source = StaticSource()
     async with serve(source.app) as base:
