@@ -20,7 +20,14 @@ from tqdm import tqdm
 
 from resourcesync import ChangeList, ChangeListNotification, DocumentError, Link, parse
 from rsclient import interrupt
-from rsclient.options import add_client_options, env_default
+from rsclient.options import (
+    add_client_options,
+    count,
+    env_default,
+    interval,
+    non_negative,
+    whole,
+)
 from rsclient.progress import add_progress_options, progress_bar
 
 from .batching import BatchPolicy
@@ -71,7 +78,7 @@ def _add_publish(subparsers: Any) -> None:
     )
     parser.add_argument("--lastmod", help="W3C datetime of the change (default: now)")
     parser.add_argument("--hash", help="e.g. md5:... or sha-256:...")
-    parser.add_argument("--length", type=int, help="length in bytes")
+    parser.add_argument("--length", type=whole, help="length in bytes")
     parser.add_argument("--type", help="media type")
     parser.add_argument(
         "--link",
@@ -83,7 +90,7 @@ def _add_publish(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--retry-for",
-        type=float,
+        type=non_negative,
         default=_RETRY_FOR,
         metavar="SECONDS",
         help="keep retrying an unreachable or failing hub this long, then give up "
@@ -91,7 +98,7 @@ def _add_publish(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--batch-size",
-        type=int,
+        type=count,
         default=1000,
         help="changes per notification when sending a file (default %(default)s)",
     )
@@ -222,7 +229,7 @@ def _add_wikipedia(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--rate",
-        type=float,
+        type=non_negative,
         default=0.0,
         help="replay this many events per second (default: as fast as possible)",
     )
@@ -256,7 +263,7 @@ def _add_wikipedia(subparsers: Any) -> None:
         help="file keeping the last published event id (default %(default)s)",
     )
     parser.add_argument("--from-start", action="store_true", help="ignore the saved position")
-    parser.add_argument("--limit", type=int, help="stop after reading this many events")
+    parser.add_argument("--limit", type=count, help="stop after reading this many events")
     parser.add_argument("--log-level", default="INFO")
     add_progress_options(parser)
     parser.set_defaults(run=run_wikipedia)
@@ -341,7 +348,10 @@ def _add_bridge(subparsers: Any) -> None:
     add_client_options(parser)
     parser.add_argument("--source", required=True, help="URL of the Source's document")
     parser.add_argument(
-        "--interval", type=float, default=60.0, help="seconds between polls (default %(default)s)"
+        "--interval",
+        type=interval,
+        default=60.0,
+        help="seconds between polls (default %(default)s)",
     )
     parser.add_argument(
         "--state",

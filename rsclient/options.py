@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from urllib.parse import urlsplit
 
@@ -40,6 +41,54 @@ def hub_url_problem(url: str) -> str | None:
             f"give --hub {base} (and the topic with --topic)"
         )
     return None
+
+
+def _whole(text: str, least: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"{text!r}: at least {least}")
+    return value
+
+
+def count(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (changes, events, parallel fetches).
+    Zero or less made a command hang (``--concurrency 0``) or fail with a traceback."""
+    return _whole(text, 1)
+
+
+def whole(text: str) -> int:
+    """An argparse type: a whole number of zero or more (a length in bytes)."""
+    return _whole(text, 0)
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def non_negative(text: str) -> float:
+    """An argparse type: a finite number of zero or more (seconds, a rate)."""
+    value = _number(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: not negative")
+    return value
+
+
+def interval(text: str) -> float:
+    """An argparse type: a finite interval of more than zero seconds (a poll loop of 0 s,
+    or of a negative or NaN one, asked the hub or Source again at once, without end)."""
+    value = _number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: more than 0 seconds")
+    return value
 
 
 def add_client_options(

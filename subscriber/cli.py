@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
@@ -18,7 +19,7 @@ import aiohttp
 import rsclient.exceptions
 from resourcesync import Entry, format_datetime
 from rsclient import interrupt
-from rsclient.options import add_client_options, env_default
+from rsclient.options import add_client_options, count, env_default, interval, non_negative
 from rsclient.progress import add_progress_options, progress_bar
 
 from .events import Gap
@@ -59,19 +60,19 @@ def _add_follow_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--interval",
-        type=float,
-        default=float(env_default("interval", "5") or 5),
+        type=interval,
+        default=env_default("interval", "5"),  # a string: argparse checks it as given
         help="polling interval in seconds (default %(default)s)",
     )
     parser.add_argument(
         "--push-retry",
-        type=float,
+        type=interval,
         default=10.0,
         help="while polling, retry push every N seconds (default %(default)s)",
     )
     parser.add_argument(
         "--overlap",
-        type=float,
+        type=non_negative,
         default=30.0,
         help="seconds of Change List re-read after the last change, the clock "
         "skew tolerated between Source and subscriber (default %(default)s)",
@@ -120,7 +121,7 @@ def add_parsers(subparsers: Any) -> None:
     sub.add_argument(
         "--state", default=None, help="keep the position in this file and resume from it"
     )
-    sub.add_argument("--limit", type=int, default=None, help="exit after N changes")
+    sub.add_argument("--limit", type=count, default=None, help="exit after N changes")
     sub.set_defaults(run=run_subscribe)
 
     text = "keep a local directory mirrored from a topic (or a ResourceSync Source)"
@@ -143,12 +144,12 @@ def add_parsers(subparsers: Any) -> None:
         help="baseline if needed, catch up by polling once, then exit",
     )
     sync.add_argument(
-        "--concurrency", type=int, default=16, help="parallel fetches (default %(default)s)"
+        "--concurrency", type=count, default=16, help="parallel fetches (default %(default)s)"
     )
     add_progress_options(sync)
     sync.add_argument(
         "--resourcelist-interval",
-        type=float,
+        type=interval,
         default=None,
         metavar="SECONDS",
         help="baseline synchronization only: every SECONDS re-read the whole Resource "
@@ -267,11 +268,23 @@ def run_subscribe(args: argparse.Namespace) -> int:
 
 def run_sync(args: argparse.Namespace) -> int:
     _setup_logging(args)
-    problem = _check_target(args)
+    problem = _check_target(args) or _dest_problem(Path(args.dest))
     if problem:
         print(f"rshub sync: {problem}", file=sys.stderr)
         return 2
     return _run("sync", _sync(args))
+
+
+def _dest_problem(dest: Path) -> str | None:
+    """Why ``dest`` cannot be the mirror directory (made if missing), or None: said before
+    any request, where a file there (``/dev/null``) was a traceback."""
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"--dest {str(dest)!r} cannot be the mirror directory: {exc.strerror or exc}"
+    if not os.access(dest, os.W_OK | os.X_OK):
+        return f"--dest {str(dest)!r} cannot be the mirror directory: not writable"
+    return None
 
 
 def _identity(args: argparse.Namespace) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 import time
@@ -13,8 +14,10 @@ from tests.support import TIME_SCALE
 class Command:
     """``python -m rshub ARGV`` with its stderr collected as it comes."""
 
-    def __init__(self, *argv: str) -> None:
+    def __init__(self, *argv: str, env: dict[str, str] | None = None) -> None:
         self.argv = argv
+        #: Variables set for the child on top of the test process's environment.
+        self.env = env
         self.err = b""
         self.out = b""
         self.proc: asyncio.subprocess.Process | None = None
@@ -29,6 +32,7 @@ class Command:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
+            env=None if self.env is None else {**os.environ, **self.env},
         )
         self._reader = asyncio.create_task(self._read())
         return self

@@ -286,3 +286,59 @@ async def test_sync_says_once_that_a_loc_host_cannot_be_looked_up(hub: Hub, tmp_
     assert "Traceback" not in cmd.stderr, cmd.stderr
     for loc in [*bad, good]:
         assert sum(loc in line for line in stderr_lines(cmd)) == 1, cmd.stderr
+
+
+#: Number flags out of their range: each a traceback, a hang (--concurrency 0) or a poll loop
+#: with no pause (--interval -1, nan), before.
+BAD_NUMBERS = [
+    ("sync", ["--concurrency", "0"]),
+    ("sync", ["--interval", "-1"]),
+    ("sync", ["--interval", "nan"]),
+    ("sync", ["--overlap", "inf"]),
+    ("sync", ["--resourcelist-interval", "0"]),
+    ("subscribe", ["--limit", "0"]),
+    ("subscribe", ["--push-retry", "-5"]),
+    ("publish", ["--batch-size", "0"]),
+    ("publish", ["--length", "-3"]),
+    ("publish", ["--retry-for", "nan"]),
+    ("wikipedia", ["--limit", "-1"]),
+    ("wikipedia", ["--rate", "-2"]),
+    ("bridge", ["--interval", "0"]),
+]
+
+
+@pytest.mark.parametrize(
+    "command,bad", BAD_NUMBERS, ids=[f"{c}{''.join(b)}" for c, b in BAD_NUMBERS]
+)
+async def test_a_number_out_of_range_is_a_usage_error_naming_it(
+    command: str, bad: list[str], tmp_path: Path
+) -> None:
+    flags = [f.format(tmp=tmp_path) for f in COMMANDS[command]]
+    cmd = Command(command, "--hub", f"http://127.0.0.1:{free_port()}", *flags, *bad)
+    code, elapsed = await finished(cmd)
+    assert code == 2, cmd.stderr
+    assert f"argument {bad[0]}: {bad[1]!r}" in cmd.stderr, cmd.stderr
+    assert "Traceback" not in cmd.stderr
+    assert elapsed < 5 * TIME_SCALE  # refused before any connection or wait
+    assert empty(tmp_path)
+
+
+async def test_a_bad_number_from_the_environment_is_a_usage_error(tmp_path: Path) -> None:
+    cmd = Command("sync", "--hub", f"http://127.0.0.1:{free_port()}", "--topic", "t",
+                  "--dest", str(tmp_path / "m"), env={"RSHUB_INTERVAL": "soon"})  # fmt: skip
+    code, _ = await finished(cmd)
+    assert code == 2 and "argument --interval: 'soon' is not a number" in cmd.stderr, cmd.stderr
+
+
+@pytest.mark.parametrize("dest", ["file", "file/below"])
+async def test_a_dest_that_cannot_be_a_directory_is_a_usage_error(
+    tmp_path: Path, dest: str
+) -> None:
+    (tmp_path / "file").write_bytes(b"x")
+    target = tmp_path / dest
+    cmd = Command("sync", "--hub", f"http://127.0.0.1:{free_port()}", "--topic", "t",
+                  "--dest", str(target), "--once")  # fmt: skip
+    code, _ = await finished(cmd)
+    assert code == 2, cmd.stderr
+    [line] = stderr_lines(cmd)
+    assert line.startswith(f"rshub sync: --dest {str(target)!r} cannot be the mirror directory")
