@@ -244,7 +244,11 @@ def run_subscribe(args: argparse.Namespace) -> int:
         print(f"rshub subscribe: {problem}", file=sys.stderr)
         return 2
     store = EventCursorFile(args.state) if args.state else None
-    position = store.load() if store else EventCursor()
+    try:
+        position = store.load() if store else EventCursor()
+    except SubscriberError as exc:  # a corrupt --state: one line, as from sync
+        print(f"rshub subscribe: {exc}", file=sys.stderr)
+        return 1
     if args.since:
         position.event_id = args.since
 

@@ -139,10 +139,12 @@ class EventCursor:
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> EventCursor:
         if obj.get("version") != _VERSION:
-            raise PositionError(f"unknown position version {obj.get('version')!r}")
-        watermark = obj.get("watermark")
+            raise ValueError(f"unknown position version {obj.get('version')!r:.40}")
+        watermark, event_id = obj.get("watermark"), obj.get("event_id")
+        if event_id is not None and not isinstance(event_id, str):
+            raise ValueError(f"event_id is a string, not {event_id!r:.40}")
         return cls(
-            event_id=obj.get("event_id"),
+            event_id=event_id,
             watermark=None if watermark is None else parse_datetime(watermark),
             recent=OrderedDict(
                 ((str(loc), str(lastmod), str(change)), None)

@@ -342,3 +342,32 @@ async def test_a_dest_that_cannot_be_a_directory_is_a_usage_error(
     assert code == 2, cmd.stderr
     [line] = stderr_lines(cmd)
     assert line.startswith(f"rshub sync: --dest {str(target)!r} cannot be the mirror directory")
+
+
+#: A position file another hand or a crash of the disk left: each one line and exit 1
+#: (``subscribe --state`` was a traceback), never a start from nowhere.
+CORRUPT_STATES = ["{not json", "", "[]", '"text"', '{"version": 99}', '{"feeds": 5}',
+                  '{"version": 1, "event_id": 5}', '{"version": 1, "recent": 5}',
+                  '{"version": 1, "watermark": "soon"}']  # fmt: skip
+
+
+@pytest.mark.parametrize("content", CORRUPT_STATES)
+@pytest.mark.parametrize("command", ["subscribe", "sync"])
+async def test_a_corrupt_position_file_is_one_line_naming_it(
+    command: str, content: str, tmp_path: Path
+) -> None:
+    if command == "sync":
+        state = tmp_path / "m" / ".rshub" / "state.json"
+        flags = ["--dest", str(tmp_path / "m"), "--once"]
+    else:
+        state = tmp_path / "state.json"
+        flags = ["--state", str(state)]
+    state.parent.mkdir(parents=True, exist_ok=True)
+    state.write_text(content)
+    hub = f"http://127.0.0.1:{free_port()}"
+    cmd = Command(command, "--hub", hub, "--topic", "t", *flags)
+    code, _ = await finished(cmd)
+    assert code == 1, cmd.stderr
+    [line] = stderr_lines(cmd)
+    assert line.startswith(f"rshub {command}: {state}: corrupt position file"), line
+    assert state.read_text() == content  # left as it was, for its owner to look at
