@@ -38,6 +38,7 @@ import aiohttp
 from aiohttp import web
 
 from resourcesync import DocumentError, parse
+from rsclient.client_faults import install_client_fault_filter
 
 from .events import ChangeEvent, Gap
 from .exceptions import ChangesTrimmed, HubRefused, PushUnavailable
@@ -118,6 +119,7 @@ class CallbackReceiver:
 
     async def start(self) -> None:
         """Start listening (does not subscribe yet)."""
+        install_client_fault_filter()  # anyone may send it an over-long URL: not an ERROR
         app = web.Application(client_max_size=self._max_body)
         app.router.add_get(self._path, self._verify)
         app.router.add_post(self._path, self._deliver)
@@ -266,8 +268,11 @@ class CallbackReceiver:
         if challenge is None:
             return web.Response(status=404, text="no such subscription request")
         mode = query["hub.mode"]
-        if mode == "subscribe" and query.get("hub.lease_seconds", "").isdigit():
-            self.granted_lease = int(query["hub.lease_seconds"])
+        lease = query.get("hub.lease_seconds", "")
+        # ASCII digits, and few: "²" is a digit to isdigit() and 5,000 digits are past
+        # int()'s limit, each a ValueError (a 500) before.
+        if mode == "subscribe" and lease.isascii() and lease.isdigit() and len(lease) <= 12:
+            self.granted_lease = int(lease)
         waiter = self._verified.get(mode)
         if waiter is not None:
             waiter.set()

@@ -49,13 +49,9 @@ from hub.web import websub as web_websub
 from hub.web.cache import Builds, ByteCache
 from hub.web.error_responses import error_response, storage_failure
 from hub.web.lean_connection import Lean
-from hub.web.listener import (
-    ClientGone,
-    ConnectionGuard,
-    GuardedSite,
-    install_client_fault_filter,
-)
+from hub.web.listener import ClientGone, ConnectionGuard, GuardedSite
 from resourcesync import DocumentError
+from rsclient.client_faults import install_client_fault_filter
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
-from aiohttp.web_protocol import RequestHandler, RequestPayloadError
+from aiohttp.web_protocol import RequestHandler
 
 from hub.core.exceptions import BadRequest, RequestTimeout
 from hub.core.settings import Settings
@@ -298,31 +297,6 @@ async def read_form(request: web.Request, settings: Settings) -> dict[str, str]:
             "a WebSub request must be a UTF-8 form (invalid UTF-8 in the body)"
         ) from None
     return {k: str(v) for k, v in posted.items()}
-
-
-class ClientFaultFilter(logging.Filter):
-    """aiohttp logs some client faults as ERROR with a traceback before any hub code runs (a
-    ``Content-Encoding`` it cannot decode, an over-long request line, a peer gone mid-write);
-    each is answered (400) or moot. This filter turns them into one DEBUG line."""
-
-    FAULTS = (HttpProcessingError, RequestPayloadError, ConnectionError)
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        if not isinstance(exc, self.FAULTS):
-            return True
-        record.msg = f"{record.getMessage()}: client fault: {exc!r}"[:500]
-        record.args = None
-        record.exc_info = record.exc_text = None
-        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
-
-
-def install_client_fault_filter() -> None:
-    """Once per process (idempotent): the filter sits on aiohttp's server logger."""
-    logger = logging.getLogger("aiohttp.server")
-    if not any(isinstance(f, ClientFaultFilter) for f in logger.filters):
-        logger.addFilter(ClientFaultFilter())
 
 
 class ClientGone(web.Response):

@@ -11,9 +11,13 @@ notification is a 400, not a 500.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import random
 from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
@@ -26,6 +30,7 @@ from subscriber.exceptions import MalformedEvent
 from subscriber.stream import HubStream
 from subscriber.websub import sign
 from tests.publisher.helpers import serve
+from tests.support import notification
 from tests.watchdog import Watchdog
 
 GOOD = {
@@ -186,3 +191,74 @@ async def test_a_webhook_delivery_that_is_no_change_notification_is_a_400(
                 assert "not a change entry" in await resp.text()
     finally:
         await receiver.close()
+
+
+def hostile_request(rng: random.Random, receiver: CallbackReceiver) -> dict[str, Any]:
+    """A request anyone who knows (or guesses) the callback URL may send."""
+    path = urlsplit(receiver.callback_url).path
+    path = rng.choice([path, path, path + "x", "/websub/", "/", path + "/.."])
+    values = ["subscribe", "unsubscribe", "x", "", "²", "-1", "9" * 5000, "0", "60", "é",
+              receiver.topic_uri, receiver.topic_uri + "x", "\u2028", "a" * 3000]  # fmt: skip
+    if rng.random() < 0.5:
+        query = {
+            name: rng.choice(values)
+            for name in ("hub.mode", "hub.topic", "hub.challenge", "hub.lease_seconds")
+            if rng.random() < 0.8
+        }
+        if rng.random() < 0.3:  # a verification of our subscription, its lease anything
+            query.update({"hub.mode": "subscribe", "hub.topic": receiver.topic_uri})
+            query.update({"hub.challenge": "c", "hub.lease_seconds": rng.choice(values)})
+        return {"method": "GET", "path": path, "params": query}
+    body = rng.choice(
+        [b"", b"<x/>", b"\xff\xfe", b"<urlset/>" * 3, rng.randbytes(rng.randint(0, 300))]
+    )
+    headers = {}
+    if rng.random() < 0.7:
+        headers["X-Hub-Signature"] = rng.choice(
+            ["", "sha256=", "sha256=00", "md5=x", "sha1=" + "0" * 40, sign(receiver.secret, body)]
+        )
+    return {"method": "POST", "path": path, "data": body, "headers": headers}
+
+
+async def test_fuzz_the_callback_server_answers_anyone_without_a_5xx(
+    session: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Seeded fuzz of the WebSub callback server: verification GETs and deliveries with any
+    query, body and signature. No 5xx and no error logged (a ``hub.lease_seconds`` of "²"
+    or of 5,000 digits was a 500), nothing queued that is not a signed change, and a good
+    delivery afterwards still arrives."""
+    receiver = CallbackReceiver(session, "http://hub.invalid", "t")
+    await receiver.start()
+    # As after subscribe() (which needs a hub): verifications of it are answered, so the
+    # fuzz reaches the lease it reads from them.
+    receiver._wanted.add("subscribe")
+    rng = random.Random(5150)
+    statuses: list[int] = []
+    try:
+        async with Watchdog() as dog:
+            # Its own client, closed before the sockets are counted: a pooled keep-alive
+            # connection is no leak of the server's.
+            async with aiohttp.ClientSession() as client:
+                base = receiver.callback_url.split("/websub/")[0]
+                for _ in range(400):
+                    case = hostile_request(rng, receiver)
+                    url = base + case.pop("path")
+                    async with client.request(case.pop("method"), url, **case) as resp:
+                        statuses.append(resp.status)
+                        await resp.read()
+                good = notification([{"loc": "http://r.invalid/a"}])
+                headers = {"X-Hub-Signature": sign(receiver.secret, good)}
+                async with client.post(receiver.callback_url, data=good, headers=headers) as r:
+                    assert r.status == 204, await r.text()
+            deliveries = receiver.deliveries()
+            first = await asyncio.wait_for(deliveries.__anext__(), 5)
+            await deliveries.aclose()
+        await dog.sockets_back()
+    finally:
+        receiver._wanted.discard("subscribe")  # nothing to unsubscribe from: no hub
+        await receiver.close()
+    assert max(statuses) < 500, sorted(set(statuses))
+    assert {200, 400, 404, 202} <= set(statuses)  # answered, refused and dropped alike
+    assert receiver.granted_lease in (0, 60)
+    assert isinstance(first, list) and [e.loc for e in first] == ["http://r.invalid/a"]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
