@@ -38,14 +38,14 @@ revision links (``rs:ln``, Z39.99 Section 14, relation types from RFC 5829):
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from resourcesync import Change, Entry, Link, Metadata, parse_datetime
+from resourcesync.validate import HTTP_LOC
 
 __all__ = ["EditFilter", "changes_from_event", "page_url", "revision_url"]
 
@@ -102,18 +102,12 @@ def _integer(value: Any) -> int | None:
     return value if type(value) is int else None
 
 
-#: C0 controls, space, DEL and C1 controls: a URL the hub takes as a ``loc`` holds none.
-_CONTROL = re.compile(r"[\x00-\x20\x7f-\x9f]")
-
-
 def _server(event: Mapping[str, Any]) -> str:
     """The event's ``server_url`` if it is an absolute http(s) URL a ``loc`` can start
-    with; else ValueError: one ``loc`` the hub refuses fails its whole notification."""
+    with (the hub's rule); else ValueError: one ``loc`` the hub refuses fails its whole
+    notification, other events' changes with it."""
     server = event.get("server_url")
-    if not isinstance(server, str) or not server or _CONTROL.search(server):
-        raise ValueError(f"event's server_url is no http(s) URL: {server!r:.100}")
-    parts = urlsplit(server)
-    if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+    if not isinstance(server, str) or HTTP_LOC.fullmatch(server) is None:
         raise ValueError(f"event's server_url is no http(s) URL: {server!r:.100}")
     return server
 
@@ -158,9 +152,9 @@ def _revision_links(event: Mapping[str, Any], server: str, title: str) -> tuple[
     revision = _mapping(event.get("revision"))
     new, old = _integer(revision.get("new")), _integer(revision.get("old"))
     script = event.get("server_script_path") or "/w"
-    if not isinstance(script, str) or not script.startswith("/") or _CONTROL.search(script):
+    if not isinstance(script, str) or not script.startswith("/"):
         return ()  # no revision URL can be made: the change goes without its links
-    script = quote(script, safe="/")
+    script = quote(script, safe="/")  # whatever else it holds, escaped
     links: list[Link] = []
     if new is not None:
         links.append(Link(rel="latest-version", href=revision_url(server, script, title, new)))
