@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from resourcesync import ChangeList, ChangeListNotification, DocumentError, Link, parse
 from rsclient import interrupt
+from rsclient.host_names import url_host_problem
 from rsclient.options import (
     add_client_options,
     count,
@@ -278,6 +279,8 @@ async def _wikipedia(args: argparse.Namespace) -> int:
         path = sample_path() if args.replay == "sample" else Path(args.replay)
         if not path.exists():
             raise UsageError(f"--replay: no such file {path}")
+    elif (problem := url_host_problem(args.stream)) is not None:
+        raise UsageError(f"--stream {args.stream[:200]!r}: {problem}")
     source = str(path) if path else args.stream
     topic = args.topic or "wikipedia"
     # The position is the feed's as published to this topic: another topic (new filters,

@@ -73,7 +73,9 @@ class EventSource:
                         retry.succeeded()
                         yield event
                     reason = "server closed the stream"
-                except (aiohttp.ClientError, TimeoutError) as exc:
+                # UnicodeError: redirected to a host no lookup can take (the resolver's
+                # IDNA step), a failure to connect like any other.
+                except (aiohttp.ClientError, TimeoutError, UnicodeError) as exc:
                     reason = f"{type(exc).__name__}: {exc}"
                 except _Retryable as exc:
                     reason, retry_after = str(exc), exc.retry_after

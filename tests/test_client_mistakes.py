@@ -371,3 +371,15 @@ async def test_a_corrupt_position_file_is_one_line_naming_it(
     [line] = stderr_lines(cmd)
     assert line.startswith(f"rshub {command}: {state}: corrupt position file"), line
     assert state.read_text() == content  # left as it was, for its owner to look at
+
+
+async def test_wikipedia_with_a_stream_host_no_lookup_takes_is_a_usage_error(
+    tmp_path: Path,
+) -> None:
+    stream = f"http://{'a' * 64}.invalid/v2/stream/recentchange"
+    cmd = Command("wikipedia", "--hub", f"http://127.0.0.1:{free_port()}", "--topic", "t",
+                  "--stream", stream, "--state", str(tmp_path / "w.json"))  # fmt: skip
+    code, _ = await finished(cmd)
+    assert code == 2, cmd.stderr
+    [line] = stderr_lines(cmd)
+    assert line.startswith(f"rshub wikipedia: --stream {stream!r}: its host is not a valid"), line

@@ -100,9 +100,9 @@ class SSEServer:
         self.cut_after = cut_after
         self.last_event_ids: list[str | None] = []
         self.app = web.Application()
-        self.app.router.add_get("/stream", self._stream)
+        self.app.router.add_get("/stream", self.stream)
 
-    async def _stream(self, request: web.Request) -> web.StreamResponse:
+    async def stream(self, request: web.Request) -> web.StreamResponse:
         last = request.headers.get("Last-Event-ID")
         self.last_event_ids.append(last)
         ids = [event_id for event_id, _ in self.events]

@@ -51,3 +51,28 @@ async def test_overlong_line_fails_the_feed() -> None:
         with pytest.raises(FeedError, match="longer"):
             async for _ in EventSource(f"{base}/stream", max_line_bytes=10):
                 pass
+
+
+async def test_a_redirect_to_a_host_no_lookup_takes_is_retried_like_a_failed_connect(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The stream first redirects to a host the resolver's IDNA step refuses (a
+    UnicodeError, which ended ``rshub wikipedia`` with a traceback), then serves."""
+    server = SSEServer([("1", '{"n": 1}')])
+    redirects = 0
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        nonlocal redirects
+        if redirects == 0:
+            redirects += 1
+            raise web.HTTPFound(f"http://{'a' * 64}.invalid/stream")
+        return await server.stream(request)
+
+    app = web.Application()
+    app.router.add_get("/stream", stream)
+    async with serve(app) as base:
+        source = EventSource(f"{base}/stream", reconnect_delay=0.01)
+        async for event in source:
+            assert event.id == "1"
+            break
+    assert redirects == 1 and "UnicodeError" in caplog.text
