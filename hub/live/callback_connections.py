@@ -702,8 +702,10 @@ class CallbackConnections:
                 f"TLS certificate of {host}:{port} not trusted: {exc.verify_message}"
                 " (a private CA goes in RSHUB_CALLBACK_CA_FILE)"
             ) from None
-        except (OSError, ssl.SSLError) as exc:
-            raise CallbackFailed(f"cannot connect to {host}:{port}: {exc}") from None
+        # UnicodeError: a host the resolver's own IDNA step refuses (a ping URL's non-ASCII
+        # host, which IDNA2008 took): a failed connect, never a 500.
+        except (OSError, ssl.SSLError, UnicodeError) as exc:
+            raise CallbackFailed(f"cannot connect to {host[:100]}:{port}: {exc}") from None
         self._open.add(connection)
         return connection
 
