@@ -25,10 +25,10 @@ from tests.watchdog import Watchdog
 
 def test_the_sentinel_url_form() -> None:
     spec = sentinel_url.parse(
-        "redis+sentinel://app:s%40cret@10.0.0.1,10.0.0.2:26380,[::1]:5000/main/3"
+        "redis+sentinel://app:s%40cret@s1.invalid,s2.invalid:26380,[::1]:5000/main/3"
         "?sentinel_password=sp&sentinel_username=su"
     )
-    assert spec.sentinels == (("10.0.0.1", 26379), ("10.0.0.2", 26380), ("::1", 5000))
+    assert spec.sentinels == (("s1.invalid", 26379), ("s2.invalid", 26380), ("::1", 5000))
     assert (spec.service, spec.db, spec.username, spec.password) == ("main", 3, "app", "s@cret")
     assert (spec.sentinel_username, spec.sentinel_password) == ("su", "sp")
     bare = sentinel_url.parse("redis+sentinel://:pw@h/svc")

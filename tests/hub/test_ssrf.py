@@ -35,17 +35,17 @@ def hub_settings() -> dict[str, Any]:
     return {"allow_private_callbacks": False}
 
 
+#: Loopback spellings only, as everywhere in the tests: the other classes the hub refuses
+#: (link-local, cloud metadata, private, NAT64, 6to4) are the pure classifier's cases in
+#: tests/hub/core/test_addresses.py and test_address_registry.py, which connect nowhere.
 @pytest.mark.parametrize(
     "host,why",
     [
-        ("[64:ff9b::7f00:1]", "NAT64"),
         ("[::127.0.0.1]", "IPv4-compatible"),
-        ("[2002:7f00:1::1]", "6to4"),
         ("[::ffff:127.0.0.1]", "IPv4-mapped"),
         ("127.0.0.1", "loopback"),
+        ("127.1", "loopback"),
         ("[::1]", "loopback"),
-        ("169.254.169.254", "link-local"),
-        ("10.0.0.1", "private"),
     ],
 )
 async def test_callbacks_on_non_public_addresses_are_refused(
