@@ -27,10 +27,13 @@ from resourcesync import Entry, Metadata, ResourceList, serialize
 from subscriber.callback import CallbackReceiver
 from subscriber.events import ChangeEvent
 from subscriber.exceptions import MalformedEvent
+from subscriber.follower import Follower
+from subscriber.position import EventCursor
 from subscriber.stream import HubStream
 from subscriber.websub import sign
+from tests.conftest import Hub
 from tests.publisher.helpers import serve
-from tests.support import notification
+from tests.support import changes, notification
 from tests.watchdog import Watchdog
 
 GOOD = {
@@ -262,3 +265,79 @@ async def test_fuzz_the_callback_server_answers_anyone_without_a_5xx(
     assert receiver.granted_lease in (0, 60)
     assert isinstance(first, list) and [e.loc for e in first] == ["http://r.invalid/a"]
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+class InjectingProxy:
+    """The hub behind a proxy that slips one message that is no change event into the
+    first SSE stream, right after its first event; everything else passes through."""
+
+    def __init__(self, upstream: str, session: aiohttp.ClientSession) -> None:
+        self.upstream = upstream
+        self.session = session
+        self.injected = False
+        self.app = web.Application()
+        self.app.router.add_get("/topics/{name}/events", self.events)
+        self.app.router.add_get("/{path:.*}", self.passthrough)
+
+    def _headers(self, request: web.Request) -> dict[str, str]:
+        keep = ("accept", "last-event-id", "if-none-match", "if-modified-since")
+        return {k: v for k, v in request.headers.items() if k.lower() in keep}
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        timeout = aiohttp.ClientTimeout(total=None)
+        url = self.upstream + request.path_qs
+        async with self.session.get(url, headers=self._headers(request), timeout=timeout) as up:
+            resp = web.StreamResponse(status=up.status, headers={"Content-Type": up.content_type})
+            await resp.prepare(request)
+            seen = b""
+            async for chunk in up.content.iter_any():
+                await resp.write(chunk)
+                seen += chunk
+                if not self.injected and b"\nid:" in b"\n" + seen and seen.endswith(b"\n\n"):
+                    self.injected = True
+                    await resp.write(b"data: {not a change\n\n")
+            return resp
+
+    async def passthrough(self, request: web.Request) -> web.Response:
+        url = self.upstream + request.path_qs
+        async with self.session.get(url, headers=self._headers(request)) as up:
+            keep = ("Content-Type", "ETag", "Last-Modified")
+            headers = {k: up.headers[k] for k in keep if k in up.headers}
+            return web.Response(status=up.status, body=await up.read(), headers=headers)
+
+
+async def test_a_malformed_push_message_loses_no_change(
+    hub: Hub, session: aiohttp.ClientSession
+) -> None:
+    """End to end: after the hub's stream carries what is no change event, the follower
+    says why, polls the hub's Change Lists, and every change arrives once."""
+    modes: list[tuple[str, str]] = []
+    assert (await hub.publish("m", notification(changes(1)))).status == 202  # before: not ours
+    proxy = InjectingProxy(hub.url, session)
+    async with serve(proxy.app) as base:
+        follower = Follower(
+            session,
+            EventCursor(),
+            hub=base,
+            topic="m",
+            via="sse",
+            poll_interval=0.1,
+            push_retry=0.5,
+            on_mode=lambda mode, why: modes.append((mode, why)),
+        )
+        got: list[str] = []
+
+        async def consume(n: int) -> None:
+            async for event in follower.events():
+                got.append(event.loc)
+                if len(got) >= n:
+                    return
+
+        async with follower:  # push is connected when this returns
+            await hub.publish("m", notification(changes(1, start=1)))
+            await asyncio.wait_for(consume(1), 10)
+            await hub.publish("m", notification(changes(2, start=2)))
+            await asyncio.wait_for(consume(3), 15)
+    assert proxy.injected
+    assert got == [f"http://example.org/r{i}" for i in (1, 2, 3)], got
+    assert any(m == "poll" and "not a change event" in why for m, why in modes), modes
