@@ -12,6 +12,7 @@ notification is a 400, not a 500.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
@@ -269,7 +270,8 @@ async def test_fuzz_the_callback_server_answers_anyone_without_a_5xx(
 
 class InjectingProxy:
     """The hub behind a proxy that slips one message that is no change event into the
-    first SSE stream, right after its first event; everything else passes through."""
+    first SSE or WebSocket stream, right after its first event; everything else passes
+    through."""
 
     def __init__(self, upstream: str, session: aiohttp.ClientSession) -> None:
         self.upstream = upstream
@@ -277,6 +279,7 @@ class InjectingProxy:
         self.injected = False
         self.app = web.Application()
         self.app.router.add_get("/topics/{name}/events", self.events)
+        self.app.router.add_get("/topics/{name}/ws", self.websocket)
         self.app.router.add_get("/{path:.*}", self.passthrough)
 
     def _headers(self, request: web.Request) -> dict[str, str]:
@@ -298,6 +301,30 @@ class InjectingProxy:
                     await resp.write(b"data: {not a change\n\n")
             return resp
 
+    async def websocket(self, request: web.Request) -> web.WebSocketResponse:
+        client = web.WebSocketResponse()
+        url = self.upstream.replace("http", "ws", 1) + request.path_qs
+        # Upstream first: the client counts as connected once it is answered.
+        async with self.session.ws_connect(url, headers=self._headers(request)) as up:
+            await client.prepare(request)
+
+            async def relay() -> None:
+                async for message in up:
+                    if message.type != aiohttp.WSMsgType.TEXT:
+                        return
+                    await client.send_str(message.data)
+                    if not self.injected:
+                        self.injected = True
+                        await client.send_str("{not a change")
+
+            relaying = asyncio.ensure_future(relay())
+            async for _message in client:  # until the client goes: then the relay ends too
+                pass
+            relaying.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+                await relaying
+        return client
+
     async def passthrough(self, request: web.Request) -> web.Response:
         url = self.upstream + request.path_qs
         async with self.session.get(url, headers=self._headers(request)) as up:
@@ -306,8 +333,9 @@ class InjectingProxy:
             return web.Response(status=up.status, body=await up.read(), headers=headers)
 
 
+@pytest.mark.parametrize("via", ["sse", "ws"])
 async def test_a_malformed_push_message_loses_no_change(
-    hub: Hub, session: aiohttp.ClientSession
+    hub: Hub, session: aiohttp.ClientSession, via: str
 ) -> None:
     """End to end: after the hub's stream carries what is no change event, the follower
     says why, polls the hub's Change Lists, and every change arrives once."""
@@ -320,7 +348,7 @@ async def test_a_malformed_push_message_loses_no_change(
             EventCursor(),
             hub=base,
             topic="m",
-            via="sse",
+            via=via,  # type: ignore[arg-type]
             poll_interval=0.1,
             push_retry=0.5,
             on_mode=lambda mode, why: modes.append((mode, why)),
