@@ -80,17 +80,25 @@ def run_inspect(args: argparse.Namespace) -> int:
         with urllib.request.urlopen(
             urllib.request.Request(url, headers=headers), timeout=_TIMEOUT
         ) as resp:
-            record = json.loads(resp.read())
+            body = resp.read()
     except urllib.error.HTTPError as exc:
         print(f"rshub inspect: {exc.code}: {_error(exc.read())}", file=sys.stderr)
         return 1
     except (urllib.error.URLError, OSError) as exc:
         print(f"rshub inspect: cannot reach {args.hub}: {exc}", file=sys.stderr)
         return 1
-    if args.json:
-        print(json.dumps(record, indent=2))
-    else:
-        print(human(record))
+    try:
+        record = json.loads(body)
+        text = json.dumps(record, indent=2) if args.json else human(record)
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        # Not the hub's record (another server at --hub, an older hub): a traceback before.
+        print(
+            f"rshub inspect: {url} answered what is not a subscription record "
+            f"({type(exc).__name__}: {str(exc)[:120]}): {body[:120]!r}",
+            file=sys.stderr,
+        )
+        return 1
+    print(text)
     return 0
 
 

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from hub.core.placement import subscription_id
 from rshub.cli import main
@@ -16,6 +17,7 @@ from tests.conftest import Hub
 from tests.hub.callback_server import CallbackServer
 from tests.hub.test_subscription_record import attempts_logged
 from tests.hub.test_websub import subscribe
+from tests.publisher.helpers import serve
 from tests.support import changes, notification, wait_for
 
 SECRET = "inspect-secret"
@@ -72,3 +74,31 @@ async def test_inspect_prints_the_record_for_the_subscriber_and_the_admin(
     assert code == 1 and "401" in err and "X-RSHub-Signature" in err
     code, _, err = await inspect(capsys, "--hub", hub.url, "--topic", "t")
     assert code == 2 and "--callback" in err
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"<html>not a hub</html>", b"[]", b'{"id": "x"}', b'{"attempts": 5}', b"null"],
+    ids=["html", "list", "missing-fields", "wrong-kind", "null"],
+)
+@pytest.mark.parametrize("as_json", [False, True])
+async def test_inspect_of_what_is_no_subscription_record_is_one_line(
+    capsys: pytest.CaptureFixture[str], body: bytes, as_json: bool
+) -> None:
+    """Another server at --hub (or an older hub) answering 200 with something else: one
+    line naming the URL and the problem, exit 1, where it was a traceback."""
+
+    async def record(request: web.Request) -> web.Response:
+        return web.Response(body=body, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/admin/subscriptions/{id}", record)
+    async with serve(app) as base:
+        flags = ["--json"] if as_json else []
+        code, out, err = await inspect(capsys, "--hub", base, "--id", "abc", *flags)
+    if as_json and body != b"<html>not a hub</html>":
+        assert code == 0 and json.loads(out) == json.loads(body)  # JSON is printed as it is
+        return
+    assert code == 1 and out == "", (out, err)
+    [line] = err.splitlines()
+    assert line.startswith(f"rshub inspect: {base}/admin/subscriptions/abc answered what is not")
