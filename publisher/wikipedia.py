@@ -89,8 +89,7 @@ class EditFilter:
 
 def meta_of(event: Mapping[str, Any]) -> Mapping[str, Any]:
     """The event's ``meta`` object, or an empty one when the feed sent something else."""
-    meta = event.get("meta")
-    return meta if isinstance(meta, Mapping) else {}
+    return _mapping(event.get("meta"))
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

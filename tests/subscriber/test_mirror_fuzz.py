@@ -14,6 +14,7 @@ import hashlib
 import random
 from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import aiohttp
 import pytest
@@ -88,7 +89,10 @@ def random_loc(rng: random.Random, base: str) -> str:
 
 def random_event(rng: random.Random, base: str, n: int) -> ChangeEvent:
     loc = random_loc(rng, base)
-    data = body_of(loc.split("/", 3)[-1] if "://" in loc else loc)
+    try:  # the bytes the Source serves at the loc's path, for a hash and length that match
+        data = body_of(unquote(urlsplit(loc).path))
+    except ValueError:  # an unbalanced bracket: no path to serve
+        data = b""
     return ChangeEvent(
         loc=loc,
         lastmod=f"2026-01-01T00:00:{n % 60:02d}Z",

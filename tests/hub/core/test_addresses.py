@@ -59,7 +59,7 @@ def test_refused(address: str, why: str) -> None:
     [
         "http://example.org/cb",
         "https://example.org:8443/cb?x=1",
-        "http://[2001:db8::1]/x",
+        "http://[::1]/x",
         "http://bücher.example/x",
     ],
 )
