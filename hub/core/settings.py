@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import AfterValidator, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -24,6 +24,61 @@ from pydantic_settings import (
 from hub.core import sentinel_url
 from hub.core.cors import origin_of
 from hub.core.read_tokens import check_key
+from hub.core.topics import TOPIC_NAME, base_origin
+
+#: Upper bounds of the durations and counts below: far beyond any sensible setting, and
+#: small enough that every value the hub derives from them (Redis expiries and stream IDs
+#: in milliseconds, C ints, timers) stays in range. Without them, values such as ``inf``
+#: or ``1e30`` passed validation and broke the hub later (a traceback at start, or every
+#: publish of a topic refused).
+DAY = 86_400
+YEAR = 365 * DAY
+MAX_EVENTS = 10**12
+
+
+def _token(value: str) -> str:
+    """What ``Authorization: Bearer <token>`` can carry: the hub compares the token the
+    header gives, stripped, so an empty token or one with spaces could never match."""
+    if not 1 <= len(value) <= 4096 or not all("!" <= c <= "~" for c in value):
+        raise ValueError(
+            "a token must be 1-4096 visible ASCII characters, without spaces "
+            "(what 'Authorization: Bearer <token>' carries)"
+        )
+    return value
+
+
+def _topic_name(value: str) -> str:
+    """A topic named in a setting is one a URL can name, or the setting never applies."""
+    if not TOPIC_NAME.fullmatch(value):
+        raise ValueError(
+            f"{value[:140]!r} is not a topic name ([A-Za-z0-9][A-Za-z0-9._-]{{0,127}})"
+        )
+    return value
+
+
+def _base_url(value: str) -> str:
+    """A base URL the hub builds links from, or recognises its topic URLs under."""
+    try:
+        parts = urlsplit(value)
+    except ValueError as exc:
+        raise ValueError(f"{value[:200]!r} is not a URL ({exc})") from None
+    if base_origin(value) is None or parts.query or parts.fragment or parts.username:
+        raise ValueError(
+            f"{value[:200]!r} is not a base URL: http:// or https://, a host, an optional "
+            "port and path prefix, no query, fragment or user"
+        )
+    return value
+
+
+Token = Annotated[str, AfterValidator(_token)]
+TopicName = Annotated[str, AfterValidator(_topic_name)]
+
+
+def _printable(text: str) -> str:
+    """One line, whatever a message repeats of a value (a newline in a file name, say)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 def describe_error(exc: Exception) -> str:
@@ -32,12 +87,18 @@ def describe_error(exc: Exception) -> str:
     if callable(errors):  # pydantic's ValidationError: one entry per bad field
         parts = []
         for error in errors():
-            field = ".".join(str(p) for p in error.get("loc", ()))
-            name = f"{field} (RSHUB_{field.upper()})" if field else "settings"
-            parts.append(f"{name}: {error.get('msg', '')}")
-        return "; ".join(parts)
+            loc = error.get("loc", ())
+            message = str(error.get("msg", "")).removeprefix("Value error, ")
+            if not loc:  # a rule across settings: its message names them
+                parts.append(message)
+                continue
+            name = f"{loc[0]} (RSHUB_{str(loc[0]).upper()})"
+            # Where in a list or map: an index, or a key (a topic name, never a value).
+            name += "".join(f"[{p!r}]" for p in loc[1:] if p != "[key]")
+            parts.append(f"{name}: {message}")
+        return _printable("; ".join(parts))
     # pydantic-settings' SettingsError: 'error parsing value for field "tokens" from ...'
-    message = " ".join(str(exc).split())
+    message = _printable(" ".join(str(exc).split()))
     field = message.split('field "', 1)[1].split('"', 1)[0] if 'field "' in message else ""
     if field:
         hint = " (lists and maps are JSON, e.g. RSHUB_TOKENS='[\"s3cret\"]')"
@@ -57,11 +118,13 @@ class Settings(BaseSettings):
     #: Port to listen on (0: any free port).
     port: int = Field(8080, ge=0, le=65535)
     #: Public base URL (scheme://host[:port][/prefix]) when the hub sits behind a proxy.
-    base_url: str | None = None
+    base_url: Annotated[str, AfterValidator(_base_url)] | None = None
     #: Other base URLs clients may use to reach this hub (``http://hub:8080``): their
     #: ``/topics/...`` URLs name the same topics. Documents link with ``base_url`` (but see
     #: ``alias_links``). Comma-separated or a JSON list in ``RSHUB_ALIAS_URLS``.
-    alias_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    alias_urls: Annotated[list[Annotated[str, AfterValidator(_base_url)]], NoDecode] = Field(
+        default_factory=list
+    )
     #: Documents fetched by a direct client (no proxy headers) under an alias link under
     #: that alias, so the client can follow them: compose, where the base is the name the
     #: containers use and the host reaches the published port. Off by default: behind a
@@ -72,7 +135,7 @@ class Settings(BaseSettings):
     #: ``Forwarded`` headers name one more accepted base URL for their request.
     forwarded_allow_ips: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
-    #: Hub processes ``rshub serve`` runs on this port (``auto``: one per core). Each
+    #: Hub processes ``rshub serve`` runs on this port (1-256, ``auto``: one per core). Each
     #: serves every route; WebSub deliveries are spread across them.
     workers: int | Literal["auto"] = 1
     #: Bind with ``SO_REUSEPORT`` so several processes share the port (set for the
@@ -81,7 +144,7 @@ class Settings(BaseSettings):
 
     #: Open connections at most (WebSocket/SSE clients included); over it, 503 and close.
     #: Keep ``ulimit -n`` above it.
-    max_connections: int = Field(10_000, ge=1)
+    max_connections: int = Field(10_000, ge=1, le=1_000_000)
     #: A new connection must send complete request headers within this many seconds.
     header_timeout_seconds: float = Field(10.0, gt=0, le=300)
     #: A request body must arrive completely within this many seconds (else 408); at the
@@ -108,19 +171,20 @@ class Settings(BaseSettings):
 
     # -- publishing --------------------------------------------------------------------
     #: Bearer tokens that may publish to any topic.
-    tokens: list[str] = Field(default_factory=list)
+    #: Every token (here and below) is 1-4096 visible ASCII characters, without spaces.
+    tokens: list[Token] = Field(default_factory=list)
     #: Bearer tokens per topic name: ``{"news": ["t1", "t2"]}``.
-    topic_tokens: dict[str, list[str]] = Field(default_factory=dict)
+    topic_tokens: dict[TopicName, list[Token]] = Field(default_factory=dict)
     #: Allow a non-loopback bind without any token (anyone may publish).
     open: bool = False
 
     # -- reading and operating ---------------------------------------------------------
     #: Bearer tokens that may read every topic; when set, no topic is readable without one.
-    read_tokens: list[str] = Field(default_factory=list)
+    read_tokens: list[Token] = Field(default_factory=list)
     #: Bearer tokens per topic that make the topic private: ``{"news": ["r1"]}``.
-    topic_read_tokens: dict[str, list[str]] = Field(default_factory=dict)
+    topic_read_tokens: dict[TopicName, list[Token]] = Field(default_factory=dict)
     #: Bearer token of the ``/admin`` API (without it: loopback clients of an open hub only).
-    admin_token: str | None = None
+    admin_token: Token | None = None
     #: Largest request body accepted (a publish, a form); larger is 413.
     max_body_bytes: int = Field(10 * 1024 * 1024, ge=1024, le=50 * 1024 * 1024)
     #: Parse limits of a published document; over one, the publish is 400 naming it.
@@ -135,31 +199,38 @@ class Settings(BaseSettings):
     publish_max_links: int = Field(1024, ge=0, le=50_000)
     #: Bodies up to this size are parsed on the event loop (fast for small documents);
     #: larger ones in a worker pool, so no publish stalls other requests.
-    parse_inline_bytes: int = Field(64 * 1024, ge=0)
+    parse_inline_bytes: int = Field(64 * 1024, ge=0, le=50 * 1024 * 1024)
     #: ``process`` (default: parsing is mostly Python holding the GIL, so only a process
     #: keeps the event loop free) or ``thread``.
     parse_pool: Literal["process", "thread"] = "process"
     #: Workers of the parse pool (default: one fewer than the CPUs, at least one).
-    parse_workers: int = Field(default_factory=lambda: max(1, (os.cpu_count() or 2) - 1), ge=1)
+    parse_workers: int = Field(
+        default_factory=lambda: max(1, (os.cpu_count() or 2) - 1), ge=1, le=256
+    )
     #: Retention per topic: events older than this many seconds are trimmed (0 = keep).
-    retention_seconds: int = Field(7 * 24 * 3600, ge=0)
+    retention_seconds: int = Field(7 * DAY, ge=0, le=100 * YEAR)
     #: Retention per topic: at most this many events are kept (0 = no length bound).
-    retention_max_events: int = Field(1_000_000, ge=0)
+    retention_max_events: int = Field(1_000_000, ge=0, le=MAX_EVENTS)
     #: Per-topic overrides of the two retention bounds: ``{"news": 3600}``.
-    topic_retention_seconds: dict[str, int] = Field(default_factory=dict)
+    topic_retention_seconds: dict[TopicName, Annotated[int, Field(ge=0, le=100 * YEAR)]] = Field(
+        default_factory=dict
+    )
     #: ``{"news": 10000}``: the per-topic override of ``retention_max_events``.
-    topic_retention_max_events: dict[str, int] = Field(default_factory=dict)
+    topic_retention_max_events: dict[TopicName, Annotated[int, Field(ge=0, le=MAX_EVENTS)]] = Field(
+        default_factory=dict
+    )
     #: How often quiet topics are trimmed (publishes trim their topic anyway).
-    retention_sweep_seconds: float = Field(60.0, gt=0)
+    retention_sweep_seconds: float = Field(60.0, ge=0.05, le=DAY)
     #: How long an Idempotency-Key is remembered.
-    idempotency_seconds: int = Field(24 * 3600, ge=1)
+    idempotency_seconds: int = Field(DAY, ge=1, le=YEAR)
 
     # -- WebSub ------------------------------------------------------------------------
     #: WebSub lease when the subscriber asks for none (``hub.lease_seconds``).
-    lease_seconds_default: int = Field(10 * 24 * 3600, ge=60)
-    #: Shortest and longest lease granted; a request outside is clamped into them.
-    lease_seconds_min: int = Field(60, ge=1)
-    lease_seconds_max: int = Field(30 * 24 * 3600, ge=60)
+    lease_seconds_default: int = Field(10 * DAY, ge=60, le=10 * YEAR)
+    #: Shortest and longest lease granted; a request outside is clamped into them (the
+    #: shortest may not exceed the longest).
+    lease_seconds_min: int = Field(60, ge=1, le=10 * YEAR)
+    lease_seconds_max: int = Field(30 * DAY, ge=60, le=10 * YEAR)
     #: Let the hub connect to loopback, private, link-local and other non-public addresses
     #: (callbacks, publish-ping URLs). Off by default, even on a loopback bind: a hub behind
     #: a local reverse proxy is reachable from outside. For development on one machine only.
@@ -170,37 +241,39 @@ class Settings(BaseSettings):
     delivery_timeout: float = Field(10.0, gt=0, le=120)
     #: Most changes, and most bytes, in one delivery body.
     delivery_batch_max_changes: int = Field(1000, ge=1, le=50_000)
-    delivery_batch_max_bytes: int = Field(1024 * 1024, ge=1024)
+    delivery_batch_max_bytes: int = Field(1024 * 1024, ge=1024, le=256 * 1024 * 1024)
     #: Delivery POSTs in flight at once in this process (also idle connections kept per
     #: callback origin).
     delivery_concurrency: int = Field(256, ge=1, le=10_000)
     #: A failed delivery is retried after about this, doubling (with jitter) per failure up
-    #: to ``retry_max_seconds``; ``Retry-After`` is honoured within that cap.
-    retry_base_seconds: float = Field(1.0, gt=0)
-    retry_max_seconds: float = Field(300.0, gt=0)
+    #: to ``retry_max_seconds`` (not below the base); ``Retry-After`` is honoured within
+    #: that cap.
+    retry_base_seconds: float = Field(1.0, ge=0.01, le=DAY)
+    retry_max_seconds: float = Field(300.0, ge=0.01, le=30 * DAY)
     #: Consecutive failures after which a subscription is suspended (probed, not deleted).
-    suspend_after_failures: int = Field(10, ge=1)
+    suspend_after_failures: int = Field(10, ge=1, le=1_000_000)
     #: How long a hub process's hold on a subscription (and its heartbeat) lasts unless
     #: renewed; renewed every third of it. When a process dies, another resumes its
     #: subscriptions within about 4/3 of this (see docs/scaling.md).
     ownership_lease_seconds: float = Field(3.0, ge=0.3, le=300)
     #: How often every process re-reads the whole set of subscriptions (changes are also
     #: followed as they happen; this is the safety net).
-    ownership_reconcile_seconds: float = Field(10.0, gt=0, le=3600)
+    ownership_reconcile_seconds: float = Field(10.0, ge=0.05, le=3600)
 
     # -- streams -----------------------------------------------------------------------
     #: How often an idle WebSocket/SSE stream gets a ping or comment (keeps proxies open).
-    heartbeat_seconds: float = Field(15.0, gt=0, le=300)
+    heartbeat_seconds: float = Field(15.0, ge=0.1, le=300)
     #: Events a WebSocket/SSE client may have queued before it is dropped as too slow.
-    client_buffer_events: int = Field(10_000, ge=10)
+    client_buffer_events: int = Field(10_000, ge=10, le=10_000_000)
 
     # -- materialized documents --------------------------------------------------------
     #: A Change List page closes after this many seconds (or at 50,000 entries).
-    changelist_page_seconds: int = Field(3600, ge=1)
+    changelist_page_seconds: int = Field(3600, ge=1, le=YEAR)
     #: A Change List page closes at this many entries (the Sitemaps limit is the maximum).
     changelist_page_entries: int = Field(50_000, ge=1, le=50_000)
     #: How often a background task brings every topic's page boundaries up to date (0 = only
-    #: when a document is requested). Keep it far below the retention period.
+    #: when a document is requested; else at least 0.01). Keep it far below the retention
+    #: period.
     changelist_scan_seconds: float = Field(1.0, ge=0, le=3600)
     #: Resource List entries per document; above this the Resource List becomes an index.
     resourcelist_page_entries: int = Field(50_000, ge=1, le=50_000)
@@ -216,7 +289,7 @@ class Settings(BaseSettings):
     #: default of 700). The hub allocates many short-lived objects per request and keeps a
     #: large ring of live events; collecting less often was worth ~20% of WebSocket fan-out
     #: throughput in bench/hub.py. Garbage without cycles is freed at once regardless.
-    gc_young_threshold: int = Field(50_000, ge=0)
+    gc_young_threshold: int = Field(50_000, ge=0, le=1_000_000_000)
     #: Run the event loop on uvloop (libuv) when it is installed (it is a dependency on
     #: Linux and macOS). Socket writes and reads, timers and task switches cost less there:
     #: bench/hub.py measures both loops (``--loop``). ``false`` runs the standard asyncio
@@ -236,17 +309,17 @@ class Settings(BaseSettings):
     # -- secrets: who may read /metrics ------------------------------------------------
     #: Bearer token ``/metrics`` asks for when set (the admin token is accepted too);
     #: unset, ``/metrics`` is public (private topics folded under ``(private)``).
-    metrics_token: str | None = Field(None, min_length=1)
+    metrics_token: Token | None = None
 
     # -- retention holds for WebSub subscribers (no change lost untold) ----------------
     #: Retention does not trim events a WebSub subscription (active or suspended) has yet
     #: to receive, but a topic's stream grows at most this many events beyond
     #: ``retention_max_events`` for it; past that the oldest are trimmed and the subscriber
     #: gets a gap notice (``X-RSHub-Gap``, docs/hub.md). 0 = no hold.
-    retention_hold_max_events: int = Field(100_000, ge=0)
+    retention_hold_max_events: int = Field(100_000, ge=0, le=MAX_EVENTS)
     #: Held events older than this many seconds are trimmed anyway (with a gap notice); keep
     #: it above ``retention_seconds`` or the hold never extends the age bound. 0 = no hold.
-    retention_hold_seconds: int = Field(14 * 24 * 3600, ge=0)
+    retention_hold_seconds: int = Field(14 * DAY, ge=0, le=100 * YEAR)
 
     # -- dropped stream clients (restart task) -----------------------------------------
     #: How long a WebSocket/SSE client the hub ends (too slow, topic deleted, failed
@@ -292,11 +365,11 @@ class Settings(BaseSettings):
     # -- issue 21: retry window and dead letters ------------------------------------------
     #: How long a failing delivery batch is retried, from its first failure, before it is
     #: moved to the subscription's dead-letter stream and the next batch is tried.
-    retry_window_seconds: float = Field(3 * 24 * 3600, gt=0)
+    retry_window_seconds: float = Field(3 * DAY, gt=0, le=10 * YEAR)
     #: How long a subscription may keep failing (429 and 503 do not count) from the first
     #: failure after its last success before it is disabled (no more deliveries; the
     #: subscriber is sent ``hub.mode=denied``) until re-subscribed or resumed.
-    disable_after_seconds: float = Field(7 * 24 * 3600, gt=0)
+    disable_after_seconds: float = Field(7 * DAY, gt=0, le=10 * YEAR)
     #: Dead-lettered events kept per subscription; past it the oldest are dropped.
     dead_letter_max_events: int = Field(10_000, ge=1, le=1_000_000)
 
@@ -304,7 +377,7 @@ class Settings(BaseSettings):
     #: After a re-subscription changes ``hub.secret``, deliveries are signed with the old
     #: secret too for this many seconds (Standard Webhooks: both signatures; WebSub's
     #: ``X-Hub-Signature``: the old one until then), so subscribers can roll the new one out.
-    secret_overlap_seconds: int = Field(24 * 3600, ge=0, le=30 * 24 * 3600)
+    secret_overlap_seconds: int = Field(DAY, ge=0, le=30 * DAY)
     #: Default delivery rate limit of every subscription, in deliveries (POSTs) per second
     #: (0 = none); a subscriber's ``hub.rate_limit`` or the admin API overrides it. Events
     #: published faster wait and go out together in bigger batches: none is dropped.
@@ -335,8 +408,8 @@ class Settings(BaseSettings):
     #: Publish pings (``hub.mode=publish``) one client address may send per second on
     #: average, after a burst of ``ping_burst``; beyond, 429 with ``Retry-After``. 0 = no
     #: limit. The address is the peer's, or what a trusted proxy says it is.
-    ping_rate_per_second: float = Field(10.0, ge=0)
-    ping_burst: int = Field(100, ge=1)
+    ping_rate_per_second: float = Field(10.0, ge=0, le=1_000_000)
+    ping_burst: int = Field(100, ge=1, le=1_000_000_000)
 
     # -- issue 22: lean SSE subscribe ------------------------------------------------------
     #: Serve a plain SSE subscribe (``GET /topics/{name}/events`` of an open topic, no
@@ -356,16 +429,26 @@ class Settings(BaseSettings):
     @field_validator("callback_ca_file", "callback_client_cert", "callback_client_key")
     @classmethod
     def _check_readable_file(cls, value: Path | None) -> Path | None:
-        if value is not None and not value.is_file():
-            raise ValueError(f"{value} is not a readable file")
+        try:
+            readable = value is None or value.is_file()
+        except OSError as exc:  # a name too long, say: is_file() lets those through
+            raise ValueError(f"{str(value)[:200]!r} cannot be read ({exc.strerror})") from None
+        if not readable:
+            raise ValueError(f"{str(value)[:200]!r} is not a readable file")
         return value
 
-    @field_validator("workers")
+    @field_validator("workers", mode="before")
     @classmethod
-    def _check_workers(cls, value: int | str) -> int | str:
-        if isinstance(value, int) and value < 1:
-            raise ValueError("workers must be at least 1, or auto")
-        return value
+    def _check_workers(cls, value: object) -> object:
+        """One message for both forms (the union's would name each branch)."""
+        if value == "auto":
+            return value
+        text = value.strip() if isinstance(value, str) else value
+        if isinstance(text, str) and text.isascii() and text.isdigit() and len(text) < 4:
+            text = int(text)
+        if not isinstance(text, int) or isinstance(text, bool) or not 1 <= text <= 256:
+            raise ValueError("workers must be 1 to 256, or auto")
+        return text
 
     @field_validator("alias_urls", "forwarded_allow_ips", "cors_origins", mode="before")
     @classmethod
@@ -415,6 +498,21 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
+    def _check_ranges(self) -> Settings:
+        """Pairs that bound each other: a reversed pair would clamp every value to one end."""
+        if self.lease_seconds_min > self.lease_seconds_max:
+            raise ValueError(
+                "lease_seconds_min (RSHUB_LEASE_SECONDS_MIN) is above lease_seconds_max "
+                "(RSHUB_LEASE_SECONDS_MAX)"
+            )
+        if self.retry_base_seconds > self.retry_max_seconds:
+            raise ValueError(
+                "retry_base_seconds (RSHUB_RETRY_BASE_SECONDS) is above retry_max_seconds "
+                "(RSHUB_RETRY_MAX_SECONDS)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _check_redis_topology(self) -> Settings:
         sentinel = sentinel_url.is_sentinel(self.redis_url or "")
         if sentinel and self.redis_cluster:
@@ -434,6 +532,13 @@ class Settings(BaseSettings):
     def _check_fsync(cls, value: str) -> str:
         if value not in {"always", "everysec", "no"}:
             raise ValueError("appendfsync must be always, everysec or no")
+        return value
+
+    @field_validator("changelist_scan_seconds")
+    @classmethod
+    def _check_scan(cls, value: float) -> float:
+        if 0 < value < 0.01:  # a scan of every topic hundreds of times a second
+            raise ValueError("changelist_scan_seconds must be 0 (off) or at least 0.01")
         return value
 
     @field_validator("log_level")

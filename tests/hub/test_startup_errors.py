@@ -45,6 +45,12 @@ def serve(
         ({}, ["--redis-url", "notaurl"], "RSHUB_REDIS_URL"),
         ({}, ["--redis-url", "redis://[::1"], "RSHUB_REDIS_URL"),
         ({}, ["--redis-url", "redis://127.0.0.1:99999"], "RSHUB_REDIS_URL"),
+        # Each of these was taken, then broke the hub (tests/hub/test_settings_fuzz.py).
+        ({"RSHUB_GC_YOUNG_THRESHOLD": str(10**30)}, [], "RSHUB_GC_YOUNG_THRESHOLD"),
+        ({"RSHUB_WORKERS": str(10**30)}, [], "RSHUB_WORKERS"),
+        ({"RSHUB_TOPIC_RETENTION_MAX_EVENTS": '{"t": -1}'}, [], "RSHUB_TOPIC_RETENTION_MAX_EVENTS"),
+        ({"RSHUB_ADMIN_TOKEN": ""}, [], "RSHUB_ADMIN_TOKEN"),
+        ({"RSHUB_CALLBACK_CA_FILE": "ca\n.pem"}, [], "RSHUB_CALLBACK_CA_FILE"),
     ],
 )
 def test_a_bad_setting_is_one_line_naming_it(
