@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from hub.core.exceptions import BadRequest
+from hub.core.exceptions import BadRequest, DamagedData
 from hub.core.packed import Packed, pack
 from resourcesync import (
     DEFAULT_LIMITS,
@@ -115,7 +115,25 @@ def with_id(event_id: str, topic: str, stored: bytes) -> bytes:
 
 
 def decode(stored: bytes) -> dict[str, Any]:
-    return orjson.loads(stored)  # type: ignore[no-any-return]
+    """A stored change (as :func:`packed_from_document` wrote it) as a dict.
+
+    Raises:
+        DamagedData: it is not one (Redis held something else under the key).
+    """
+    try:
+        change = orjson.loads(stored)
+    except orjson.JSONDecodeError as exc:
+        raise DamagedData(f"a stored change is not JSON ({exc})") from None
+    try:  # spelled out: a generator over the names tripled the cost of a decode
+        if (
+            type(change["loc"]) is str
+            and type(change["lastmod"]) is str
+            and type(change["change"]) is str
+        ):
+            return change  # type: ignore[no-any-return]
+    except (KeyError, TypeError):  # not an object, or one without them
+        pass
+    raise DamagedData(f"a stored change lacks loc, lastmod or change: {bytes(stored[:100])!r}")
 
 
 # -- from ResourceSync documents ----------------------------------------------------------

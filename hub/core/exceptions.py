@@ -9,6 +9,7 @@
     ├── ConfigurationError          settings that cannot work (e.g. open bind without tokens)
     ├── RedisUnavailable            an external Redis did not answer during start-up
     ├── CallbackFailed              a callback (or a pinged URL) could not be reached in time
+    ├── DamagedData                 Redis holds what the hub did not write (500, said once)
     └── RequestError                the peer was wrong; carries ``http_status``
         ├── BadRequest              400
         │   └── UnknownHubName      a hub topic URL on a host the hub does not know
@@ -77,6 +78,12 @@ class RedisUnavailable(HubError):
 
 class CallbackFailed(HubError):
     """A request to a callback or a pinged URL failed before any HTTP answer."""
+
+
+class DamagedData(HubError):
+    """What Redis holds is not what the hub wrote: a record another program wrote or
+    edited, or a restored backup of another shape. It concerns one topic or record, never
+    the hub: requests that need it answer 500 naming it, hub-wide jobs go on without it."""
 
 
 class RequestError(HubError):

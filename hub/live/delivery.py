@@ -29,8 +29,9 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, NamedTuple
 
 from hub.core import metrics, rendering, websub
+from hub.core.damage import DamageLog
 from hub.core.events import Event, parse_id
-from hub.core.exceptions import CallbackFailed
+from hub.core.exceptions import CallbackFailed, DamagedData
 from hub.core.failure_policy import Decision, FailurePolicy, Track, Verdict
 from hub.core.placement import SubscriptionKey, subscription_id
 from hub.core.retrying import STORE_OUTAGE, retrying
@@ -716,6 +717,7 @@ class DeliveryService:
         )
         self._requests = tasks.group("requests", peers=True)
         self._workers = tasks.group("workers", peers=True)
+        self.damage = DamageLog(log)
         self.bodies = Bodies(HubUrls(settings.public_url), settings.delivery_batch_max_bytes)
         self.dead_letters = DeadLetterStore(
             store.redis, store.scripts, settings.dead_letter_max_events
@@ -737,7 +739,15 @@ class DeliveryService:
         return set(self.workers)
 
     async def start_worker(self, key: SubscriptionKey, lease: Lease) -> None:
-        sub = await self.store.get(*key)
+        """Start delivering ``key`` (nothing for a damaged record: said once, tried again
+        each round, so a re-subscription that rewrites it is delivered at once)."""
+        try:
+            sub = await self.store.get(*key)
+        except DamagedData as exc:
+            self.damage.damaged(f"subscription of {key[1]!r} to topic {key[0]!r}", exc)
+            return
+        if self.damage:
+            self.damage.whole(f"subscription of {key[1]!r} to topic {key[0]!r}")
         if sub is None:
             return
         if sub.expired:
@@ -774,8 +784,11 @@ class DeliveryService:
 
     def _ended(self, key: SubscriptionKey, worker: DeliveryWorker) -> None:
         task = worker.task
-        if task is not None and not task.cancelled() and task.exception() is not None:
-            log.error("delivery worker %s -> %s failed: %r", key[0], key[1], task.exception())
+        failure = None if task is None or task.cancelled() else task.exception()
+        if isinstance(failure, DamagedData):  # met again at each restart: said once
+            self.damage.damaged(f"delivery of topic {key[0]!r} to {key[1]!r}", failure)
+        elif failure is not None:
+            log.error("delivery worker %s -> %s failed: %r", key[0], key[1], failure)
         if self.workers.get(key) is worker:
             del self.workers[key]
             self.worker_ended()
@@ -895,7 +908,11 @@ class DeliveryService:
             else:
                 self._superseded(req)
             return
-        previous = await self.store.get(req.topic, req.callback)
+        try:
+            previous = await self.store.get(req.topic, req.callback)
+        except DamagedData as exc:  # the new record replaces it
+            log.warning("re-subscription replaces a damaged record: %s", exc)
+            previous = None
         cursor = req.since
         if cursor is None and previous is None:
             cursor = start

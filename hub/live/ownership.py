@@ -39,6 +39,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
 from hub.core import placement
+from hub.core.exceptions import DamagedData
 from hub.core.placement import SubscriptionKey
 from hub.core.retrying import STORE_OUTAGE, retrying
 from hub.core.tasks import Tasks
@@ -236,7 +237,7 @@ class Ownership:
             full = time.monotonic() - self._last_full >= self.reconcile_seconds
             try:
                 await self._reconcile(full=full)
-            except StoreError as exc:
+            except (StoreError, DamagedData) as exc:  # a damaged record is skipped: defensive
                 log.warning("ownership round failed (will retry): %s", exc)
 
     async def _follow_changes(self) -> None:

@@ -17,6 +17,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 from hub.core import metrics
+from hub.core.damage import DamageLog
+from hub.core.exceptions import DamagedData
 from hub.core.health import PING_TIMEOUT, RedisHealth
 from hub.core.presence import StreamCounts
 from hub.core.settings import Settings
@@ -29,6 +31,7 @@ from hub.live.ingest import Ingest
 from hub.live.ownership import Ownership
 from hub.live.parsing import DocumentParser
 from hub.live.presence import PresenceReporter
+from hub.store import keys
 from hub.store.embedded_redis import EmbeddedRedis
 from hub.store.event_store import EventStore, Retention
 from hub.store.leases import Leases
@@ -69,6 +72,7 @@ class Runtime:
         #: The redis-server ``rshub serve`` started, if it did (supervised here).
         self.embedded = embedded
         self.node = uuid.uuid4().hex[:16]
+        self.damage = DamageLog(log)
         #: Every long-lived task of the process, a group per component.
         self.tasks = Tasks("hub")
         self.store = EventStore(
@@ -282,14 +286,27 @@ class Runtime:
             self.health.succeeded(loop.time())
 
     async def _sweep_retention(self) -> None:
-        for topic in await self.store.topics():
-            await self.store.trim(topic)
+        await self._each_topic("retention", self.store.trim)
 
     async def _scan_pages(self) -> None:
         """Advance every topic's page chain, so boundaries are recorded before retention
         trims."""
+        await self._each_topic("page scan", lambda topic: self.pages.advance(topic))
+
+    async def _each_topic(self, job: str, step: Callable[[str], Awaitable[object]]) -> None:
+        """``step`` for every topic; a topic whose keys are damaged is said once and
+        skipped, not the end of the round: a sweep that stopped at one let every topic
+        after it grow. An outage (any other store error) still ends the round."""
         for topic in await self.store.topics():
-            await self.pages.advance(topic)
+            try:
+                await step(topic)
+            except (DamagedData, StoreError) as exc:
+                if isinstance(exc, StoreError) and not keys.is_damage(exc):
+                    raise
+                self.damage.damaged(f"topic {topic!r} ({job})", exc)
+            else:
+                if self.damage:  # something was said: perhaps this topic, now whole
+                    self.damage.whole(f"topic {topic!r} ({job})")
 
 
 def _redis_error(_exc: BaseException) -> None:

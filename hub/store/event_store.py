@@ -10,6 +10,7 @@ the number of changes.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
+from hub.core.damage import DamageLog
 from hub.core.events import Change, Event
 from hub.core.exceptions import Conflict
 from hub.core.packed import Packed, pack, stored_json
@@ -25,6 +27,8 @@ from hub.store.redis_connection import Client
 from hub.store.replicas import ReplicaWait
 from hub.store.script_pipe import ScriptPipe
 from hub.store.stream_tail import StreamTail
+
+log = logging.getLogger(__name__)
 
 #: Events one XRANGE reads at most while a consumer catches up.
 READ_COUNT = 1000
@@ -119,6 +123,7 @@ class EventStore:
         #: Client for XREAD BLOCK only: no socket timeout to trip over while it waits.
         self.blocking = blocking or redis
         self.retention = retention or Retention()
+        self.damage = DamageLog(log)
         self.idempotency_seconds = idempotency_seconds
         #: ``wait_replicas``: a publish is answered once that many replicas have it
         #: (:mod:`hub.store.replicas`).
@@ -328,7 +333,10 @@ class EventStore:
     # -- topics -----------------------------------------------------------------------
 
     async def topics(self) -> list[str]:
-        return sorted(keys.text(t) for t in await self.redis.smembers(keys.TOPICS))
+        names, others = keys.topic_names(await self.redis.smembers(keys.TOPICS))
+        for member in others:
+            self.damage.damaged(f"topic set member {member!r}", "not a topic name")
+        return names
 
     def forget(self, topic: str) -> None:
         """``topic`` was deleted: do not take it for known any longer."""
@@ -364,8 +372,8 @@ class EventStore:
         async with self.redis.pipeline(transaction=False) as pipe:
             for name in topics:
                 pipe.hget(keys.topic_meta(name), keys.CREATED_MS)
-            values = await pipe.execute()
-        return [int(v) if v else 0 for v in values]
+            values = await pipe.execute(raise_on_error=False)
+        return [keys.count(group[0]) if group else 0 for group in keys.per_topic(values, 1)]
 
     # -- publish pings ----------------------------------------------------------------
 

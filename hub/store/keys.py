@@ -11,7 +11,14 @@ end are the one place where the hub states what it expects back, so the rest sta
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Iterator
 from typing import Any
+
+from redis.exceptions import ResponseError
+
+from hub.core.exceptions import DamagedData
+from hub.core.topics import TOPIC_NAME
 
 PREFIX = "rshub:"
 
@@ -167,6 +174,63 @@ def optional_text(value: bytes | str | int | None) -> str | None:
     return None if value is None else text(value)
 
 
+def shown_text(value: bytes | str | None) -> str | None:
+    """A value for a listing, whatever its bytes (undecodable ones replaced)."""
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return value
+
+
+def topic_names(members: Iterable[bytes | str]) -> tuple[list[str], list[bytes | str]]:
+    """The members of :data:`TOPICS` (or :data:`SUBSCRIBED_TOPICS`) that are topic names,
+    sorted, and the others: a member the hub did not write (not UTF-8, not a name) is left
+    out, or one such member stopped every job that walks the topics."""
+    names, others = [], []
+    for member in members:
+        try:
+            name = text(member)
+        except UnicodeDecodeError:
+            others.append(member)
+            continue
+        if TOPIC_NAME.fullmatch(name):
+            names.append(name)
+        else:
+            others.append(member)
+    return sorted(names), others
+
+
+def count(value: bytes | str | None) -> int:
+    """A counter or time of a meta hash for a listing: 0 when absent or not a number (one
+    topic's damaged figure must not fail the listing of every topic)."""
+    try:
+        return int(value) if value else 0
+    except ValueError:
+        return 0
+
+
+#: What Redis answers a command on a key that holds another type, and a script's error on
+#: a value it could not read: a damaged topic (see :func:`is_damage`), not an outage.
+_DAMAGE = re.compile(r"WRONGTYPE|Error running script|user_script")
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Whether a Redis error says what a key holds is not what the hub wrote."""
+    return isinstance(exc, ResponseError) and _DAMAGE.search(str(exc)) is not None
+
+
+def per_topic(replies: list[Any], each: int) -> Iterator[list[Any] | None]:
+    """The replies of a ``raise_on_error=False`` pipeline of ``each`` commands per topic,
+    topic by topic: None for a topic with a damaged key (a listing shows it empty rather
+    than fail for every topic); any other error (an outage) is raised."""
+    for start in range(0, len(replies), each):
+        group = replies[start : start + each]
+        errors = [r for r in group if isinstance(r, Exception)]
+        for error in errors:
+            if not is_damage(error):
+                raise error
+        yield None if errors else group
+
+
 def as_bytes(value: bytes | str) -> bytes:
     return value if isinstance(value, bytes) else value.encode()
 
@@ -178,17 +242,31 @@ def hscan_reply(reply: Any) -> tuple[int, dict[bytes, bytes]]:
 
 
 def event_rows(rows: Any) -> list[tuple[str, bytes]]:
-    """An XRANGE/XREVRANGE reply of event entries: ``[(id, stored JSON), ...]``."""
-    return [(text(eid), as_bytes(fields[EVENT_FIELD])) for eid, fields in rows or ()]
+    """An XRANGE/XREVRANGE reply of event entries: ``[(id, stored JSON), ...]``.
+
+    Raises:
+        DamagedData: an entry has no change (another program's XADD).
+    """
+    try:
+        return [(text(eid), as_bytes(fields[EVENT_FIELD])) for eid, fields in rows or ()]
+    except KeyError:
+        raise _entry_damaged(rows, lambda fields: EVENT_FIELD in fields) from None
 
 
 def script_event_rows(rows: Any) -> list[tuple[str, bytes]]:
     """Event entries as a script returns an XRANGE: ``[[id, [field, value, ...]], ...]``."""
     out = []
     for eid, fields in rows or ():
-        values = dict(zip(map(as_bytes, fields[::2]), fields[1::2], strict=True))
+        values = dict(zip(map(as_bytes, fields[::2]), fields[1::2], strict=False))
+        if EVENT_FIELD not in values:
+            raise _entry_damaged([(eid, values)], lambda fields: False)
         out.append((text(eid), as_bytes(values[EVENT_FIELD])))
     return out
+
+
+def _entry_damaged(rows: Any, whole: Any) -> DamagedData:
+    eid = next(eid for eid, fields in rows if not whole(fields))
+    return DamagedData(f"stream entry {shown_text(eid)} holds no change (no field 'e')")
 
 
 def first_row_id(rows: Any) -> str | None:

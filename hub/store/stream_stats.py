@@ -56,17 +56,18 @@ class StreamStats:
                 pipe.hmget(
                     keys.topic_meta(name), [keys.PUBLISHED, keys.LAST_ID, keys.LAST_PUBLISH_MS]
                 )
-            replies = await pipe.execute()
+            # One topic's damaged keys (a WRONGTYPE) leave its row empty, not the listing.
+            replies = await pipe.execute(raise_on_error=False)
         rows = []
-        for i, name in enumerate(topics):
-            length, (published, last_id, last_ms) = replies[2 * i], replies[2 * i + 1]
+        for name, group in zip(topics, keys.per_topic(replies, 2), strict=True):
+            length, (published, last_id, last_ms) = group or (0, (None, None, None))
             rows.append(
                 TopicRow(
                     name=name,
                     length=int(length),
-                    published=int(published) if published else 0,
-                    last_id=keys.optional_text(last_id),
-                    last_publish_ms=int(last_ms) if last_ms else None,
+                    published=keys.count(published),
+                    last_id=keys.shown_text(last_id),
+                    last_publish_ms=keys.count(last_ms) or None,
                 )
             )
         return rows

@@ -54,7 +54,14 @@ class StreamTail:
     async def after(self, after: str, count: int, block_ms: int) -> list[tuple[str, bytes]]:
         """Events with id > ``after``, waiting up to ``block_ms`` for the first one."""
         if not self._raw:
-            result = await self._blocking.xread({self._key: after}, count=count, block=block_ms)
+            try:
+                result = await self._blocking.xread({self._key: after}, count=count, block=block_ms)
+            except AttributeError as exc:
+                # CPython 3.11's SSL transport, closed under redis-py's write, raises this
+                # from writelines (its protocol is gone) where a plain socket raises a
+                # connection error; uncaught, it ended the topic's feed for good (seen in
+                # a Redis Cluster failover over TLS, tests/hub/test_redis_cluster_failover).
+                raise RedisConnectionError(f"connection lost under a write ({exc})") from exc
             return keys.xread_rows(result)
         link = self._link
         # alive(), not sound(): the feed asks again as soon as a read is answered, so there

@@ -22,6 +22,8 @@ import orjson
 from redis.exceptions import RedisError
 
 from hub.core import metrics
+from hub.core.damage import DamageLog
+from hub.core.exceptions import DamagedData
 from hub.core.placement import subscription_id
 from hub.core.retrying import STORE_OUTAGE, retrying
 from hub.core.tasks import Tasks, cancel_and_wait
@@ -108,10 +110,22 @@ class Subscription:
 
     @classmethod
     def from_json(cls, data: bytes | str) -> Subscription:
-        raw = orjson.loads(data)
-        raw["state"] = State(raw.get("state", State.ACTIVE))
-        # Fields a newer hub added are left out, so processes of two versions can share Redis.
-        return cls(**{k: v for k, v in raw.items() if k in _FIELDS})
+        """Raises :class:`DamagedData` for a record that is not one the hub wrote."""
+        try:
+            raw = orjson.loads(data)
+            raw["state"] = State(raw.get("state", State.ACTIVE))
+            # Fields a newer hub added are left out, so processes of two versions can share
+            # Redis.
+            sub = cls(**{k: v for k, v in raw.items() if k in _FIELDS})
+        except (ValueError, TypeError, AttributeError, KeyError) as exc:  # JSON errors too
+            raise DamagedData(f"not a subscription record ({exc})") from None
+        texts = (sub.topic, sub.topic_url, sub.callback)
+        numbers = (sub.lease_seconds, sub.expires_at)
+        if not all(isinstance(v, str) for v in texts) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in numbers
+        ):
+            raise DamagedData("not a subscription record (a field of the wrong type)")
+        return sub
 
     def recovered(self) -> None:
         """Back to active with no failure on record (a 2xx, or an operator's resume)."""
@@ -160,6 +174,7 @@ class SubscriptionStore:
         self.redis = redis
         self.scripts = scripts or ScriptPipe(redis)
         self.blocking = blocking or redis
+        self.damage = DamageLog(log)
 
     async def activate(self, sub: Subscription, cursor: str | None) -> str:
         """Save ``sub``; set its cursor to ``cursor`` if given, keep an existing one otherwise.
@@ -217,6 +232,7 @@ class SubscriptionStore:
         return bool(int(saved))
 
     async def get(self, topic: str, callback: str) -> Subscription | None:
+        """Raises :class:`DamagedData` if the record is not the hub's."""
         data = await self.redis.hget(keys.subscriptions(topic), callback)
         return Subscription.from_json(data) if data else None
 
@@ -279,7 +295,10 @@ class SubscriptionStore:
         return keys.optional_text(await self.redis.hget(keys.cursors(topic), callback))
 
     async def subscribed_topics(self) -> list[str]:
-        return sorted(keys.text(t) for t in await self.redis.smembers(keys.SUBSCRIBED_TOPICS))
+        names, others = keys.topic_names(await self.redis.smembers(keys.SUBSCRIBED_TOPICS))
+        for member in others:
+            self.damage.damaged(f"subscribed-topic set member {member!r}", "not a topic name")
+        return names
 
     async def all(self) -> list[Subscription]:
         subs: list[Subscription] = []
@@ -302,8 +321,16 @@ class SubscriptionStore:
         return found
 
     async def for_topic(self, topic: str) -> list[Subscription]:
+        """Every subscription of ``topic`` but damaged records (said once, left out)."""
         rows = await self.redis.hgetall(keys.subscriptions(topic))
-        return [Subscription.from_json(data) for data in rows.values()]
+        subs = []
+        for callback, data in rows.items():
+            try:
+                subs.append(Subscription.from_json(data))
+            except DamagedData as exc:
+                name = keys.shown_text(callback)
+                self.damage.damaged(f"subscription of {name!r} to topic {topic!r}", exc)
+        return subs
 
     async def cursors(self, topic: str) -> dict[str, str]:
         """Every subscription's delivery cursor for ``topic``: callback -> event id."""

@@ -105,16 +105,16 @@ class TopicAdmin:
                     pipe.xrevrange(keys.events(topic), "+", "-", count=1)
                     pipe.hget(keys.topic_meta(topic), keys.LAST_PUBLISH_MS)
                     pipe.hlen(keys.subscriptions(topic))
-                rows = await pipe.execute()
-            for i, topic in enumerate(chunk):
-                length, first, last, published, subs = rows[5 * i : 5 * i + 5]
+                rows = await pipe.execute(raise_on_error=False)
+            for topic, group in zip(chunk, keys.per_topic(rows, 5), strict=True):
+                length, first, last, published, subs = group or (0, None, None, None, 0)
                 out.append(
                     TopicSummary(
                         name=topic,
                         length=int(length),
                         first_id=keys.first_row_id(first),
                         last_id=keys.first_row_id(last),
-                        last_publish_ms=int(published) if published else None,
+                        last_publish_ms=keys.count(published) or None,
                         subscriptions=int(subs),
                     )
                 )

@@ -22,7 +22,7 @@ from hub.core import collector
 from hub.core.access import MetricsAccess, OperatorAccess, ReadAccess
 from hub.core.auth import PublisherAuth
 from hub.core.cors import CorsPolicy
-from hub.core.exceptions import RequestError, RequestTimeout, TooManyRequests
+from hub.core.exceptions import DamagedData, RequestError, RequestTimeout, TooManyRequests
 from hub.core.forwarding import TrustedPeers
 from hub.core.health import RedisHealth
 from hub.core.settings import Settings
@@ -47,7 +47,7 @@ from hub.web import streams as web_streams
 from hub.web import subscription_record as web_record
 from hub.web import websub as web_websub
 from hub.web.cache import Builds, ByteCache
-from hub.web.error_responses import error_response, storage_failure
+from hub.web.error_responses import damaged_data, error_response, storage_failure
 from hub.web.lean_connection import Lean
 from hub.web.listener import ClientGone, ConnectionGuard, GuardedSite
 from resourcesync import DocumentError
@@ -116,6 +116,8 @@ async def _answer(
             "index": getattr(exc, "index", None),
         }
         return error_response(getattr(exc, "http_status", 400), str(exc), **detail)
+    except DamagedData as exc:
+        return damaged_data(exc, request.method, request.path)
     except (NotReplicated, StoreError) as exc:
         return storage_failure(exc, health, request.method, request.path)
     except ConnectionError as exc:

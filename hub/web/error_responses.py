@@ -10,7 +10,9 @@ import logging
 from aiohttp import web
 
 from hub.core import metrics
+from hub.core.exceptions import DamagedData
 from hub.core.health import RedisHealth
+from hub.store import keys
 from hub.store.redis_connection import StoreError
 from hub.store.replicas import NotReplicated
 
@@ -23,10 +25,25 @@ def error_response(status: int, message: str, **detail: object) -> web.Response:
     return web.json_response(body, status=status)
 
 
+def damaged_data(exc: DamagedData | StoreError, method: str, path: str) -> web.Response:
+    """The 500 of a request that needs data Redis holds in another shape than the hub
+    wrote it: not an outage (Redis stays healthy, retrying will not help), one warning line
+    naming it, and an answer saying what the operator can do."""
+    log.warning("damaged data on %s %r: %s", method, path, exc)
+    return error_response(
+        500,
+        f"stored data is damaged ({exc}); the hub's operator can delete the topic "
+        "(DELETE /admin/topics/{name}) or, for a subscription, re-subscribe it",
+    )
+
+
 def storage_failure(
     exc: NotReplicated | StoreError, health: RedisHealth, method: str, path: str
 ) -> web.Response:
-    """The 503 of a request whose store failed (a StoreError also marks Redis unhealthy)."""
+    """The 503 of a request whose store failed (a StoreError also marks Redis unhealthy);
+    the 500 of :func:`damaged_data` when Redis refused a command for what a key holds."""
+    if keys.is_damage(exc):
+        return damaged_data(exc, method, path)
     if isinstance(exc, NotReplicated):
         # Redis answered: a replication shortfall, not a store outage (/healthz stays ok).
         log.warning("publish not replicated on %s %r: %s", method, path, exc)

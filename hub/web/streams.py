@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 
 from aiohttp import WSCloseCode, WSMsgType, hdrs, web
 
 from hub.core import metrics
 from hub.core.events import Event, EventFilter, EventKey, parse_id
-from hub.core.exceptions import BadRequest, Gone
+from hub.core.exceptions import BadRequest, DamagedData, Gone
 from hub.core.tasks import cancel_and_wait
 from hub.core.topics import check_name
 from hub.live.client_streams import (
@@ -59,6 +60,8 @@ __all__ = ["STREAMING", "Closing", "Streaming", "check_since", "server_sent_even
 
 STREAMING = web.AppKey("streaming", Streaming)
 
+log = logging.getLogger(__name__)
+
 
 async def _until_overflow_or_done(
     pump: ClientStream, closing: Closing, *tasks: asyncio.Task[None]
@@ -78,6 +81,10 @@ async def _until_overflow_or_done(
             await stop
     finally:
         await cancel_and_wait(list(tasks))
+    for task in tasks:
+        if not task.cancelled() and isinstance(task.exception(), DamagedData):
+            # Events of the topic that Redis holds in another shape: said, not silent.
+            log.warning("stream of topic %r ended: %s", pump.feed.topic, task.exception())
     pump.writer = None  # nothing more is written behind the last event id we name
     return ending(pump, closing)
 

@@ -15,7 +15,11 @@ from hub.store.event_store import EventStore
 
 def events(first: int, count: int) -> list[Event]:
     return [
-        Event(format_id((first + i, 0)), b'{"loc":"http://e/%d","change":"updated"}' % (first + i))
+        Event(
+            format_id((first + i, 0)),
+            b'{"loc":"http://e/%d","lastmod":"2026-01-01T00:00:00Z","change":"updated"}'
+            % (first + i),
+        )
         for i in range(count)
     ]
 
@@ -84,7 +88,10 @@ async def test_a_filtered_client_is_written_only_what_it_asked_for() -> None:
     client = live_client(written, wanted)
     client.offer(events(1, 3))  # nothing matches: nothing written, cursor still moves
     assert written.written == [] and client.cursor == (3, 0)
-    deleted = Event(format_id((4, 0)), b'{"loc":"http://e/4","change":"deleted"}')
+    deleted = Event(
+        format_id((4, 0)),
+        b'{"loc":"http://e/4","lastmod":"2026-01-01T00:00:00Z","change":"deleted"}',
+    )
     client.offer([deleted, *events(5, 1)])
     assert written.written == [[deleted]] and client.cursor == (5, 0)
 

@@ -20,7 +20,7 @@ from hub.core.events import (
     parse_id,
     with_id,
 )
-from hub.core.exceptions import BadRequest
+from hub.core.exceptions import BadRequest, DamagedData
 from hub.core.packed import Packed, pack, unpack
 from resourcesync import DocumentError, parse
 
@@ -78,9 +78,9 @@ def test_bad_ids_are_400(bad: str) -> None:
 
 
 def test_client_json_splices_id_and_topic_without_reencoding() -> None:
-    stored = orjson.dumps({"loc": "http://x/a", "change": "created"})
+    stored = orjson.dumps({"loc": "http://x/a", "lastmod": "2026-01-01T00:00:00Z", "change": "c"})
     out = orjson.loads(with_id("1-0", "news", stored))
-    assert out == {"id": "1-0", "topic": "news", "loc": "http://x/a", "change": "created"}
+    assert out == {"id": "1-0", "topic": "news", **orjson.loads(stored)}
     event = Event("1-0", stored)
     assert event.json("news") is event.json("news")  # computed once
     assert event.fields == decode(stored)
@@ -237,3 +237,19 @@ def test_the_corpus_has_both_valid_and_invalid_documents() -> None:
     second = orjson.loads(rows[1][2])
     assert second["lastmod"] == "2026-11-22T10:00:01Z"  # rs:md datetime wins over lastmod
     assert second["links"][0]["modified"] == "2026-11-22T00:00:00Z"
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        b"",
+        b"\xff{",
+        b"[1, 2]",
+        b'{"loc": 5, "lastmod": "x", "change": "created"}',
+        b'{"lastmod": "2026-01-01T00:00:00Z", "change": "created"}',
+        b'{"loc": "http://x/a", "change": "created"}',
+    ],
+)
+def test_a_stored_change_the_hub_did_not_write_is_damaged_data(stored: bytes) -> None:
+    with pytest.raises(DamagedData, match="stored change"):
+        decode(stored)
