@@ -300,6 +300,10 @@ _TOPIC = {"$ref": "#/components/parameters/topic"}
 _AUTH_NOTE = "Needs `Authorization: Bearer <token>` when the hub has publisher tokens."
 _BAD_NAME = _error("Invalid topic name or request")
 _UNAVAILABLE = _error("Redis unavailable")
+_DAMAGED = _error(
+    "Stored data is damaged: Redis holds, under a key this request needs, what the hub did "
+    "not write (the message names it). Not an outage; retrying does not help."
+)
 _PUBLISH_UNAVAILABLE = _error(
     "Redis unavailable; or, with RSHUB_REDIS_WAIT_REPLICAS, fewer replicas than asked "
     "acknowledged the changes in time: they are stored on the Redis primary but may or may "
@@ -946,6 +950,13 @@ def spec(server_url: str = "/") -> dict[str, Any]:
             }
         },
     }
+    # Whatever reads Redis may meet data the hub did not write (docs/operations.md,
+    # "Damaged data in Redis"): every operation with a storage 503 has that 500 too.
+    for item in paths.values():
+        for operation in item.values():
+            responses = operation.get("responses", {}) if isinstance(operation, dict) else {}
+            if "503" in responses:
+                responses.setdefault("500", _DAMAGED)
     return {
         "openapi": "3.1.0",
         "info": {
