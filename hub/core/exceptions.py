@@ -83,7 +83,12 @@ class CallbackFailed(HubError):
 class DamagedData(HubError):
     """What Redis holds is not what the hub wrote: a record another program wrote or
     edited, or a restored backup of another shape. It concerns one topic or record, never
-    the hub: requests that need it answer 500 naming it, hub-wide jobs go on without it."""
+    the hub: requests that need it answer 500 naming it, hub-wide jobs go on without it.
+    ``entry_id``: the stream entry at fault, when it is one (a reader may go on past it)."""
+
+    def __init__(self, message: str, *, entry_id: str | None = None) -> None:
+        super().__init__(message)
+        self.entry_id = entry_id
 
 
 class RequestError(HubError):

@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from hub.core import frames, metrics, sse
+from hub.core.damage import DamageLog
 from hub.core.events import Event, EventFilter, EventKey, format_id, parse_id
+from hub.core.exceptions import DamagedData
 from hub.core.retrying import STORE_OUTAGE, retrying
 from hub.core.tasks import Tasks, cancel_and_wait
 from hub.store.event_store import Appended, EventStore
@@ -34,6 +36,8 @@ from hub.store.stream_tail import StreamTail
 from hub.store.tail_notices import Notice, TailNotices
 
 log = logging.getLogger(__name__)
+#: Damaged stream entries the feeds went past, said once (hub.core.damage).
+_damage = DamageLog(log)
 
 T = TypeVar("T")
 
@@ -305,15 +309,26 @@ class TopicFeed:
             pass
 
     async def _catch_up(self) -> None:
+        after = format_id(self.last_key)
         while True:
             self._again = False
-            after = f"({format_id(self.last_key)}"
 
-            async def read(after: str = after) -> list[tuple[str, bytes]]:
-                return await self.store.range(self.topic, after, "+", self.read_count)
+            async def read(after: str = f"({after}", end: str = "+") -> list[tuple[str, bytes]]:
+                return await self.store.range(self.topic, after, end, self.read_count)
 
-            rows = await _through_outage(read, f"feed {self.topic}: reading a gap")
+            try:
+                rows = await _through_outage(read, f"feed {self.topic}: reading a gap")
+            except DamagedData as exc:
+                if exc.entry_id is None:
+                    raise
+                # An entry another program added: the live clients get the changes around
+                # it (a feed stuck before it would stall them all, silently).
+                _damage.damaged(f"topic {self.topic!r} stream entry {exc.entry_id}", exc)
+                self._take_rows(await read(end=f"({exc.entry_id}"))
+                after = exc.entry_id
+                continue
             self._take_rows(rows)
+            after = format_id(self.last_key)
             if len(rows) < self.read_count and not self._again:
                 return
 

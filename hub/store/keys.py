@@ -265,8 +265,8 @@ def script_event_rows(rows: Any) -> list[tuple[str, bytes]]:
 
 
 def _entry_damaged(rows: Any, whole: Any) -> DamagedData:
-    eid = next(eid for eid, fields in rows if not whole(fields))
-    return DamagedData(f"stream entry {shown_text(eid)} holds no change (no field 'e')")
+    eid = shown_text(next(eid for eid, fields in rows if not whole(fields)))
+    return DamagedData(f"stream entry {eid} holds no change (no field 'e')", entry_id=eid)
 
 
 def first_row_id(rows: Any) -> str | None:

@@ -18,6 +18,7 @@ of these kinds to random keys of several topics, under the watchdog.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable
@@ -32,7 +33,7 @@ from resourcesync import parse
 from tests.conftest import Hub
 from tests.hub.callback_server import CallbackServer
 from tests.hub.test_dropped_clients import _to_redis, established
-from tests.support import changes, notification, wait_for
+from tests.support import TIME_SCALE, changes, notification, wait_for
 from tests.watchdog import Watchdog
 
 Damage = Callable[[Any, str], Awaitable[object]]
@@ -331,3 +332,49 @@ async def test_a_delivery_meeting_a_damaged_entry_is_said_once_not_a_crash_loop(
         assert sum("holds no change" in m for m in said) == 1, said
     finally:
         await callback.stop()
+
+
+async def test_a_live_feed_catching_up_goes_past_a_damaged_entry(
+    hub: Hub, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A feed that reads a gap (after a lost notice) through an entry another program
+    added takes the changes around it and says it once: it failed its catch-up task at every
+    gap (an ERROR each time) and stalled every live client of the topic."""
+    assert (await hub.publish("t", notification(changes(1)))).status == 202
+    async with hub.session.get(
+        f"{hub.url}/topics/t/events", headers={"Accept": "text/event-stream"}
+    ) as stream:
+        feeds = hub.app[RUNTIME].feeds
+        await wait_for(lambda: feeds.acquire_nowait("t") is not None)
+        feed = feeds.acquire_nowait("t")
+        assert feed is not None
+        feeds.release_soon(feed)
+        # Changes the feed has not seen, around an entry no hub wrote.
+        await hub.redis.xadd(
+            keys.events("t"),
+            {
+                "e": b'{"loc":"http://example.org/before",'
+                b'"lastmod":"2026-01-01T00:00:00Z","change":"updated"}'
+            },
+        )
+        await hub.redis.xadd(keys.events("t"), {"x": "1"})
+        await hub.redis.xadd(
+            keys.events("t"),
+            {
+                "e": b'{"loc":"http://example.org/after",'
+                b'"lastmod":"2026-01-01T00:00:00Z","change":"updated"}'
+            },
+        )
+        async with Watchdog():
+            for _ in range(3):  # every gap read meets it again
+                feed.catch_up()
+                await wait_for(lambda: feed._catching is None or feed._catching.done())
+            seen = b""
+            async with asyncio.timeout(10 * TIME_SCALE):
+                while b"example.org/after" not in seen:
+                    chunk = await stream.content.readany()
+                    assert chunk, "the stream ended"
+                    seen += chunk
+        assert b"example.org/before" in seen
+        said = [r.getMessage() for r in _problems(caplog)]
+        assert sum("holds no change" in m for m in said) == 1, said
