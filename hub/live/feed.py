@@ -223,8 +223,10 @@ class TopicFeed:
         reader = self._reader
         assert reader is not None
 
+        past = (0, 0)  # a damaged entry read past, when after the ring's last event
+
         async def read() -> list[tuple[str, bytes]]:
-            return await reader.after(format_id(self.last_key), 5000, _BLOCK_MS)
+            return await reader.after(format_id(max(self.last_key, past)), 5000, _BLOCK_MS)
 
         while True:
             # Read directly; only a failure goes to the retrying loop (its back-off state
@@ -233,6 +235,11 @@ class TopicFeed:
                 rows = await read()
             except StoreError as exc:
                 rows = await self._read_again(read, exc)
+            except DamagedData as exc:
+                if exc.entry_id is None:
+                    raise
+                rows = await self._around(exc.entry_id, exc)
+                past = parse_id(exc.entry_id)
             self._take_rows(rows)
 
     def _take_rows(self, rows: list[tuple[str, bytes]]) -> None:
@@ -313,24 +320,31 @@ class TopicFeed:
         while True:
             self._again = False
 
-            async def read(after: str = f"({after}", end: str = "+") -> list[tuple[str, bytes]]:
-                return await self.store.range(self.topic, after, end, self.read_count)
+            async def read(after: str = f"({after}") -> list[tuple[str, bytes]]:
+                return await self.store.range(self.topic, after, "+", self.read_count)
 
             try:
                 rows = await _through_outage(read, f"feed {self.topic}: reading a gap")
             except DamagedData as exc:
                 if exc.entry_id is None:
                     raise
-                # An entry another program added: the live clients get the changes around
-                # it (a feed stuck before it would stall them all, silently).
-                _damage.damaged(f"topic {self.topic!r} stream entry {exc.entry_id}", exc)
-                self._take_rows(await read(end=f"({exc.entry_id}"))
+                self._take_rows(await self._around(exc.entry_id, exc))
                 after = exc.entry_id
                 continue
             self._take_rows(rows)
             after = format_id(self.last_key)
             if len(rows) < self.read_count and not self._again:
                 return
+
+    async def _around(self, entry_id: str, exc: DamagedData) -> list[tuple[str, bytes]]:
+        """The events before ``entry_id``, an entry another program added: the live clients
+        get the changes around it (a feed stuck before it stalled them all, silently)."""
+        _damage.damaged(f"topic {self.topic!r} stream entry {entry_id}", exc)
+        start = f"({format_id(self.last_key)}"
+        return await _through_outage(
+            lambda: self.store.range(self.topic, start, f"({entry_id}", self.read_count),
+            f"feed {self.topic}: reading around a damaged entry",
+        )
 
     def follows_on(self, previous_id: str) -> bool:
         """Whether events appended after ``previous_id`` would follow on from the ring."""

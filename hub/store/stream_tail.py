@@ -28,6 +28,7 @@ from typing import Any
 import hiredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from hub.core.exceptions import DamagedData
 from hub.store import keys
 from hub.store.redis_connection import Client
 from hub.store.script_pipe import ScriptPipe
@@ -107,7 +108,10 @@ class StreamTail:
         reply = replies[0]
         if self.arrived is None or not reply or isinstance(reply, Exception):
             return
-        rows = keys.script_event_rows(reply[0][1])
+        try:
+            rows = keys.script_event_rows(reply[0][1])
+        except DamagedData:  # raised again by after(), in the feed's task, not the link's
+            return
         self._handed = (reply, rows)
         self.arrived(rows)
 

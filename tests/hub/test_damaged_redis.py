@@ -378,3 +378,34 @@ async def test_a_live_feed_catching_up_goes_past_a_damaged_entry(
         assert b"example.org/before" in seen
         said = [r.getMessage() for r in _problems(caplog)]
         assert sum("holds no change" in m for m in said) == 1, said
+
+
+async def test_a_feed_following_by_xread_goes_past_a_damaged_entry(
+    hub: Hub, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same where the feed follows the stream by a blocked XREAD (no notices): its
+    read met the entry and ended the feed for good."""
+    hub.app[RUNTIME].feeds.follow_by_xread()
+    assert (await hub.publish("x", notification(changes(1)))).status == 202
+    async with hub.session.get(
+        f"{hub.url}/topics/x/events", headers={"Accept": "text/event-stream"}
+    ) as stream:
+        feeds = hub.app[RUNTIME].feeds
+        await wait_for(lambda: feeds.acquire_nowait("x") is not None)
+        feed = feeds.acquire_nowait("x")
+        assert feed is not None and not feed.by_notice
+        feeds.release_soon(feed)
+        await hub.redis.xadd(keys.events("x"), {"x": "1"})
+        async with Watchdog():
+            for n in range(3):
+                body = notification([{"loc": f"http://example.org/after{n}"}])
+                assert (await hub.publish("x", body)).status == 202
+            seen = b""
+            async with asyncio.timeout(10 * TIME_SCALE):
+                while b"example.org/after2" not in seen:
+                    chunk = await stream.content.readany()
+                    assert chunk, "the stream ended"
+                    seen += chunk
+        assert b"example.org/after0" in seen and b"example.org/after1" in seen
+        said = [r.getMessage() for r in _problems(caplog)]
+        assert sum("holds no change" in m for m in said) == 1, said
