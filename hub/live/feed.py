@@ -408,7 +408,19 @@ class TopicFeed:
         while True:
             assert self.base is not None
             if cursor < self.base:
-                events, trimmed = await self._read_redis(cursor, limit, gaps)
+                try:
+                    events, trimmed = await self._read_redis(cursor, limit, gaps)
+                except DamagedData as exc:
+                    if exc.entry_id is None:
+                        raise
+                    # An entry another program added: the reader (a replay, a WebSub
+                    # catch-up) gets the changes around it, never it, and is not stuck.
+                    _damage.damaged(f"topic {self.topic!r} stream entry {exc.entry_id}", exc)
+                    end = f"({exc.entry_id}"
+                    events, trimmed = await self._read_redis(cursor, limit, gaps, end)
+                    if not events:
+                        cursor = parse_id(exc.entry_id)
+                        continue
                 if events:
                     return Span(events, trimmed)
                 cursor = self.base  # nothing retained in (cursor, base]: go on from the ring
@@ -437,12 +449,13 @@ class TopicFeed:
                 timer.cancel()
 
     async def _read_redis(
-        self, cursor: EventKey, limit: int, gaps: bool
+        self, cursor: EventKey, limit: int, gaps: bool, end: str = ""
     ) -> tuple[list[Event], str | None]:
-        """Events in (cursor, base] from Redis; with ``gaps``, also the last id of those
-        retention trimmed (the ring takes over after ``base``, so never beyond it)."""
+        """Events in (cursor, base] (or up to ``end``) from Redis; with ``gaps``, also the
+        last id of those retention trimmed (the ring takes over after ``base``, so never
+        beyond it)."""
         assert self.base is not None
-        span = (f"({format_id(cursor)}", format_id(self.base), min(limit, self.read_count))
+        span = (f"({format_id(cursor)}", end or format_id(self.base), min(limit, self.read_count))
         if not gaps:
             rows = await self.store.range(self.topic, *span)
             return [Event(eid, data) for eid, data in rows], None
