@@ -89,6 +89,25 @@ class _Sent(NamedTuple):
     started: float
 
 
+#: Stored changes that are not the hub's, gone past by deliveries, said once.
+_damage = DamageLog(log)
+
+
+def _whole(events: list[Event], topic: str) -> list[Event]:
+    """``events`` without those whose stored change is not the hub's JSON (an entry another
+    program added): a delivery goes past them, where rendering one stopped the subscription
+    at it. Decoding here costs nothing more: rendering and filters use the same cache."""
+    whole = []
+    for event in events:
+        try:
+            event.fields  # noqa: B018  # decoded (and cached) or refused
+        except DamagedData as exc:
+            _damage.damaged(f"topic {topic!r} stream entry {event.id}", exc)
+            continue
+        whole.append(event)
+    return whole
+
+
 class Rendered(NamedTuple):
     """A batch as every subscription that is sent it gets it: the body, and the header lines
     naming its events and its length, encoded once (a publish's fan-out writes each POST
@@ -290,23 +309,24 @@ class DeliveryWorker:
                         continue
                     batch, body, gap, through = sent.batch, sent.body, None, sent.through
                 else:
-                    events, gap = await feed.read_span(cursor, limit, timeout=min(remaining, 60.0))
-                    if not events:
+                    read, gap = await feed.read_span(cursor, limit, timeout=min(remaining, 60.0))
+                    if not read:
                         continue
+                    events = _whole(read, sub.topic)
                     # A notice whose batch was dead-lettered or filtered out entirely.
                     gap = gap or sub.untold_gap
                     kept = self.terms.kept(events)
                     if not kept:  # nothing for this subscriber: advance, send nothing
                         sub.untold_gap = gap
-                        await self._advance(events[-1].id)
-                        cursor = events[-1].key
+                        await self._advance(read[-1].id)
+                        cursor = read[-1].key
                         continue
                     if self.bucket and (wait := self.bucket.take(time.monotonic())) > 0:
                         await asyncio.sleep(wait)  # over its rate limit: a bigger batch then
                         continue
                     batch, body = self.bodies.get(sub.topic, kept, gap, self.terms.filter)
                     # The events filtered out after the last one sent are done with too.
-                    through = events[-1] if len(batch) == len(kept) else batch[-1]
+                    through = read[-1] if len(batch) == len(kept) else batch[-1]
                 if await self._deliver(batch, body, gap, through.id, sent):
                     self.delivered += len(batch)
                 if sub.disabled:  # the batch stays at the cursor
