@@ -27,6 +27,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from hub.live.feed import TopicFeed
 from hub.store import keys
 from hub.web.app import RUNTIME
 from resourcesync import parse
@@ -124,11 +125,7 @@ async def _all_served(hub: Hub, callback: CallbackServer, topic: str, n: int) ->
     async with hub.session.get(
         f"{hub.url}/topics/{topic}/events?since=0", headers={"Accept": "text/event-stream"}
     ) as stream:
-        seen = b""
-        while loc.encode() not in seen:
-            chunk = await stream.content.readany()
-            assert chunk, f"the stream ended after {seen[-300:]!r}"
-            seen += chunk
+        await _read_until(stream, loc.encode())
     for document in ("changelist.xml", "resourcelist.xml"):
         status, text = await _get(hub, f"/topics/{topic}/{document}")
         assert status == 200
@@ -143,6 +140,27 @@ async def _pages(hub: Hub, topic: str) -> list[str]:
         return []
     index = parse(body)
     return [entry.loc.removeprefix(hub.url) for entry in index.entries]
+
+
+async def _read_until(stream: aiohttp.ClientResponse, marker: bytes) -> bytes:
+    """What an SSE stream sends until ``marker`` (fails if it ends or takes too long)."""
+    seen = b""
+    async with asyncio.timeout(10 * TIME_SCALE):
+        while marker not in seen:
+            chunk = await stream.content.readany()
+            assert chunk, f"the stream ended after {seen[-200:]!r}"
+            seen += chunk
+    return seen
+
+
+async def _live_feed(hub: Hub, topic: str) -> TopicFeed:
+    """The feed a stream of ``topic`` follows (acquired and given back at once)."""
+    feeds = hub.app[RUNTIME].feeds
+    await wait_for(lambda: feeds.acquire_nowait(topic) is not None)
+    feed = feeds.acquire_nowait(topic)
+    assert feed is not None
+    feeds.release_soon(feed)
+    return feed
 
 
 def _pooled(hub: Hub, callback: CallbackServer) -> int:
@@ -298,12 +316,7 @@ async def test_a_replay_goes_past_a_damaged_entry_saying_so(
             async with hub.session.get(
                 f"{hub.url}/topics/t/events?since=0", headers={"Accept": "text/event-stream"}
             ) as stream:
-                seen = b""
-                async with asyncio.timeout(10 * TIME_SCALE):
-                    while b"example.org/r5" not in seen:
-                        chunk = await stream.content.readany()
-                        assert chunk, f"the stream ended after {seen[-200:]!r}"
-                        seen += chunk
+                seen = await _read_until(stream, b"example.org/r5")
             assert b"example.org/r1" in seen
     said = [r.getMessage() for r in _problems(caplog)]
     assert sum("holds no change" in m for m in said) == 1, said
@@ -361,11 +374,7 @@ async def test_a_live_feed_catching_up_goes_past_a_damaged_entry(
     async with hub.session.get(
         f"{hub.url}/topics/t/events", headers={"Accept": "text/event-stream"}
     ) as stream:
-        feeds = hub.app[RUNTIME].feeds
-        await wait_for(lambda: feeds.acquire_nowait("t") is not None)
-        feed = feeds.acquire_nowait("t")
-        assert feed is not None
-        feeds.release_soon(feed)
+        feed = await _live_feed(hub, "t")
         # Changes the feed has not seen, around an entry no hub wrote.
         await hub.redis.xadd(
             keys.events("t"),
@@ -386,12 +395,7 @@ async def test_a_live_feed_catching_up_goes_past_a_damaged_entry(
             for _ in range(3):  # every gap read meets it again
                 feed.catch_up()
                 await wait_for(lambda: feed._catching is None or feed._catching.done())
-            seen = b""
-            async with asyncio.timeout(10 * TIME_SCALE):
-                while b"example.org/after" not in seen:
-                    chunk = await stream.content.readany()
-                    assert chunk, "the stream ended"
-                    seen += chunk
+            seen = await _read_until(stream, b"example.org/after")
         assert b"example.org/before" in seen
         said = [r.getMessage() for r in _problems(caplog)]
         assert sum("holds no change" in m for m in said) == 1, said
@@ -407,22 +411,14 @@ async def test_a_feed_following_by_xread_goes_past_a_damaged_entry(
     async with hub.session.get(
         f"{hub.url}/topics/x/events", headers={"Accept": "text/event-stream"}
     ) as stream:
-        feeds = hub.app[RUNTIME].feeds
-        await wait_for(lambda: feeds.acquire_nowait("x") is not None)
-        feed = feeds.acquire_nowait("x")
-        assert feed is not None and not feed.by_notice
-        feeds.release_soon(feed)
+        feed = await _live_feed(hub, "x")
+        assert not feed.by_notice
         await hub.redis.xadd(keys.events("x"), {"x": "1"})
         async with Watchdog():
             for n in range(3):
                 body = notification([{"loc": f"http://example.org/after{n}"}])
                 assert (await hub.publish("x", body)).status == 202
-            seen = b""
-            async with asyncio.timeout(10 * TIME_SCALE):
-                while b"example.org/after2" not in seen:
-                    chunk = await stream.content.readany()
-                    assert chunk, "the stream ended"
-                    seen += chunk
+            seen = await _read_until(stream, b"example.org/after2")
         assert b"example.org/after0" in seen and b"example.org/after1" in seen
         said = [r.getMessage() for r in _problems(caplog)]
         assert sum("holds no change" in m for m in said) == 1, said
