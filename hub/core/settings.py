@@ -23,8 +23,9 @@ from pydantic_settings import (
 
 from hub.core import sentinel_url
 from hub.core.cors import origin_of
+from hub.core.exceptions import BadRequest
 from hub.core.read_tokens import check_key
-from hub.core.topics import TOPIC_NAME, base_origin
+from hub.core.topics import base_origin, check_name
 
 #: Upper bounds of the durations and counts below: far beyond any sensible setting, and
 #: small enough that every value the hub derives from them (Redis expiries and stream IDs
@@ -49,11 +50,10 @@ def _token(value: str) -> str:
 
 def _topic_name(value: str) -> str:
     """A topic named in a setting is one a URL can name, or the setting never applies."""
-    if not TOPIC_NAME.fullmatch(value):
-        raise ValueError(
-            f"{value[:140]!r} is not a topic name ([A-Za-z0-9][A-Za-z0-9._-]{{0,127}})"
-        )
-    return value
+    try:
+        return check_name(value)
+    except BadRequest as exc:
+        raise ValueError(exc.message) from None
 
 
 def _base_url(value: str) -> str:
