@@ -34,7 +34,8 @@ class Ingest:
         idempotency_key: str | None = None,
     ) -> Appended:
         """Store ``changes`` atomically (:meth:`EventStore.append`), then hand them to the
-        live feed: the 202 goes out with the fan-out already under way."""
+        live feed: aiohttp's 202 goes out with the fan-out already under way (the lean
+        publish answers first, then calls :meth:`appended` itself)."""
         stored = await self.store.append(
             topic, changes, digest=digest, idempotency_key=idempotency_key, node=self.feeds.own_node
         )

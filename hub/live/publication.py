@@ -92,14 +92,15 @@ class Publishing:
         body: bytes,
         changes: Packed,
         key: str | None,
-    ) -> dict[str, object] | None:
+    ) -> tuple[dict[str, object], Appended] | None:
         """The 202's JSON answer once :meth:`store_now`'s call is done (raising its error
-        as :meth:`store` does); None when nothing ran (Redis had not loaded the script):
-        :meth:`store` stores it then."""
+        as :meth:`store` does), and what was stored, which the caller hands to the live
+        feed (:meth:`Ingest.appended`) once it has answered; None when nothing ran (Redis
+        had not loaded the script): :meth:`store` stores it then."""
         stored = self.ingest.store.appended(pending, changes, _digest(body, key), key)
         if stored is None:
             return None
-        return _answer(topic, body, self.ingest.appended(topic, stored))
+        return _answer(topic, body, stored), stored
 
 
 def _digest(body: bytes, key: str | None) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import socket
 from typing import Any
 
 import orjson
@@ -19,6 +20,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from hub.core.settings import Settings
+from hub.live.feed import FeedHub
 from hub.store import keys
 from hub.web.lean_publish import LeanPublishing
 from hub.web.lean_sse import LeanStream
@@ -268,6 +270,98 @@ async def test_a_lean_publish_then_a_lean_subscribe_on_one_connection(
         assert len(streams) == 1
     finally:
         conn.close()
+
+
+async def test_a_lean_publish_is_answered_before_its_changes_are_fanned_out(
+    hub: Hub, lean_spy: LeanSpy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the topic's live feed is handed a publish's changes, the publisher's 202 is in
+    its socket already: the answer does not wait behind the write to every subscriber
+    (issue 22: the publish round trip at 200 subscribers, 5.8 ms before, 1.4 ms after).
+    Every change still reaches the subscriber, in order."""
+    loop = asyncio.get_running_loop()
+    publisher = socket.create_connection(("127.0.0.1", _port(hub)), timeout=10 * TIME_SCALE)
+    publisher.setblocking(False)
+    answered_first: list[bool] = []
+    real_published = FeedHub.published
+
+    def published(feeds: FeedHub, topic: str, appended: Any) -> None:
+        try:
+            waiting = publisher.recv(64, socket.MSG_PEEK)
+        except BlockingIOError:
+            waiting = b""
+        answered_first.append(waiting.startswith(b"HTTP/1.1 202 "))
+        real_published(feeds, topic, appended)
+
+    monkeypatch.setattr(FeedHub, "published", published)
+    subscriber = await Conn.open(hub)
+    try:
+        subscriber.writer.write(b"GET /topics/t/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        async with asyncio.timeout(10 * TIME_SCALE):
+            head = await subscriber.reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n"), head
+        ids: list[str] = []
+        for i in range(4):
+            await loop.sock_sendall(publisher, request(notification(changes(1, start=i))))
+            answer = b""
+            async with asyncio.timeout(10 * TIME_SCALE):
+                while not answer.endswith(b"}"):
+                    answer += await loop.sock_recv(publisher, 4096)
+            assert answer.startswith(b"HTTP/1.1 202 "), answer
+            ids += orjson.loads(answer.split(b"\r\n\r\n", 1)[1])["ids"]
+        got: list[str] = []
+        async with asyncio.timeout(10 * TIME_SCALE):
+            while len(got) < len(ids):
+                line = await subscriber.reader.readline()
+                if line.startswith(b"id: "):
+                    got.append(line[4:].strip().decode())
+        assert got == ids
+    finally:
+        subscriber.close()
+        publisher.close()
+    # The topic's first publish in this process is stored in a task (aiohttp's order: the
+    # fan-out under way, then the answer); every later one without a task, answered first.
+    assert lean_spy.finished == [True, True, True]
+    assert len(answered_first) == 4 and answered_first[1:] == [True, True, True]
+
+
+async def test_a_feed_that_fails_to_take_a_publish_reads_it_with_the_next(
+    hub: Hub, lean_spy: LeanSpy, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Handing an answered publish to the live feed fails (a defect): said once, the
+    connection goes on, and the next publish's gap brings both to the subscriber."""
+    real_published = FeedHub.published
+    failures = iter([False, True])  # the first, in a task, goes as ever
+
+    def published(feeds: FeedHub, topic: str, appended: Any) -> None:
+        if next(failures, False):
+            raise RuntimeError("feed defect")
+        real_published(feeds, topic, appended)
+
+    monkeypatch.setattr(FeedHub, "published", published)
+    subscriber, publisher = await Conn.open(hub), await Conn.open(hub)
+    try:
+        subscriber.writer.write(b"GET /topics/t/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        async with asyncio.timeout(10 * TIME_SCALE):
+            await subscriber.reader.readuntil(b"\r\n\r\n")
+        ids: list[str] = []
+        for i in range(3):
+            head, body = await publisher.ask(request(notification(changes(1, start=i))))
+            assert head.startswith(b"HTTP/1.1 202 "), head
+            ids += orjson.loads(body)["ids"]
+        got: list[str] = []
+        async with asyncio.timeout(10 * TIME_SCALE):
+            while len(got) < len(ids):
+                line = await subscriber.reader.readline()
+                if line.startswith(b"id: "):
+                    got.append(line[4:].strip().decode())
+        assert got == ids
+    finally:
+        subscriber.close()
+        publisher.close()
+    assert lean_spy.finished == [True, True]
+    failed = [r for r in caplog.records if "live feed failed" in r.getMessage()]
+    assert len(failed) == 1 and failed[0].exc_info is not None
 
 
 async def test_every_error_outcome_is_aiohttps_answer_and_stores_nothing(
