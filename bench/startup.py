@@ -17,6 +17,12 @@ not, so that with ``PYTHONDONTWRITEBYTECODE`` set each start compiles them again
 same rounds. Prints medians (and min/max) in milliseconds of wall time and of the child's
 CPU time (user + system; the hub's at 10 ms resolution), the steadier figure on a busy machine.
 
+``--profile DIR`` runs each start of this checkout under ``py-spy record`` (1 kHz, raw,
+non-blocking) from exec until its probe was served (the hub alone is then SIGKILLed, so
+py-spy writes what it sampled up to there), and writes ``DIR/startup-profile.md``: the top 20
+frames by own time, and the samples by the package whose module body was running (the
+imports) against the rest. The profiler slows the start; read its shares, not its times.
+
 Run: ``.venv/bin/python bench/startup.py --repeat 9``.
 """
 
@@ -24,9 +30,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import os
+import re
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -36,7 +45,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from peer_nchan import HOST, ROOT, Redis, Rshub, compile_hub, cpu_of, http_conn, serving_probe
+from peer_nchan import (
+    HOST,
+    ROOT,
+    Redis,
+    Rshub,
+    compile_hub,
+    cpu_of,
+    http_conn,
+    serving_probe,
+    tree,
+)
 
 #: As ``rshub serve`` imports them: the app inside ``client_trust.deferred()`` where the
 #: checkout has it (aiohttp's client contexts without their CA files until the hub serves).
@@ -52,15 +71,33 @@ with deferred():
 
 
 class Hub(Rshub):
-    """``rshub serve`` from a given checkout (``None``: this one)."""
+    """``rshub serve`` from a given checkout (``None``: this one), under ``py-spy`` when
+    ``profile`` names its output file."""
 
-    def __init__(self, workdir: Path, redis: Redis, src: str | None) -> None:
+    def __init__(
+        self, workdir: Path, redis: Redis, src: str | None, profile: Path | None = None
+    ) -> None:
         super().__init__(workdir, redis)
         self.src = src
+        self.profile = profile
 
     def command(self) -> tuple[list[str], dict[str, str]]:
         argv, env = super().command()
+        if self.profile is not None:
+            pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+            argv = [
+                pyspy, "record", "--format", "raw", "--rate", "1000", "--nonblocking",
+                "--full-filenames", "--output", str(self.profile), "--", *argv,
+            ]  # fmt: skip
         return argv, {**env, **({"PYTHONPATH": self.src} if self.src else {})}
+
+    def end_profile(self) -> None:
+        """SIGKILL the hub alone (py-spy's child): py-spy then writes its samples."""
+        hub = [p for p in tree(self.pid) if p != self.pid]
+        if hub:
+            os.kill(hub[0], signal.SIGKILL)
+        assert self.proc is not None
+        self.proc.wait(30)
 
 
 def children_cpu() -> float:
@@ -110,6 +147,94 @@ async def serve_once(workdir: Path, redis: Redis, src: str | None, n: int) -> li
         hub.kill()
 
 
+async def profile_once(workdir: Path, redis: Redis, out: Path, n: int) -> None:
+    """One start under py-spy, sampled until its probe was served (see ``--profile``)."""
+    hub = Hub(workdir, redis, None, out)
+    began = time.perf_counter()
+    hub.start()
+    try:
+        await serving_probe(hub, f"profile{n}", 60, began)
+        hub.end_profile()
+    finally:
+        hub.kill()
+
+
+def write_profile(directory: Path) -> Path:
+    """Top 20 frames by own samples over every ``start-*.txt``, and the samples by the
+    package whose module body (an import) was innermost."""
+    own: collections.Counter[str] = collections.Counter()
+    by_package: collections.Counter[str] = collections.Counter()
+    total = 0
+    starts = sorted(directory.glob("start-*.txt"))
+    for raw in starts:
+        for line in raw.read_text(errors="replace").splitlines():
+            stack, _, count = line.rpartition(" ")
+            if not count.isdigit():
+                continue
+            frames = stack.split(";")
+            own[_short(frames[-1])] += int(count)
+            by_package[_where(frames)] += int(count)
+            total += int(count)
+    lines = [
+        f"# `rshub serve` from exec until serving: py-spy over {len(starts)} starts",
+        "",
+        f"{total} samples at 1 kHz ({total / max(len(starts), 1):.0f} per start, under the "
+        "profiler); own = samples whose innermost frame is this function.",
+        "",
+        "| # | frame | samples | % |",
+        "|---:|---|---:|---:|",
+    ]
+    lines += [
+        f"| {i} | `{frame}` | {c} | {100 * c / total:.1f} |"
+        for i, (frame, c) in enumerate(own.most_common(20), 1)
+    ]
+    lines += ["", "| where | samples | % |", "|---|---:|---:|"]
+    lines += [f"| {k} | {c} | {100 * c / total:.1f} |" for k, c in by_package.most_common()]
+    out = directory / "startup-profile.md"
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def _where(frames: list[str]) -> str:
+    """What a sample's stack was doing: running a module body of some package (an import),
+    the import system finding, reading and unmarshalling a module, or neither."""
+    body = None
+    for i in range(1, len(frames)):
+        if frames[i].startswith("<module> (") and "_call_with_frames_removed" in frames[i - 1]:
+            body = i
+    if body is None:
+        importing = any("_find_and_load" in f for f in frames)
+        return "the import system" if importing else "not importing (set-up, serving)"
+    if any("<frozen importlib" in f for f in frames[body + 1 :]):
+        return "the import system (finding, reading, unmarshalling a module)"
+    return "module bodies of " + _package(frames[body][len("<module> (") :].split(":")[0])
+
+
+def _short(frame: str) -> str:
+    """``function (path:line)`` as ``function (package/module.py)``."""
+    name, _, where = frame.partition(" (")
+    path = re.sub(r":\d+\)$", "", where)
+    parts = Path(path).parts
+    if "site-packages" in parts:
+        path = "/".join(parts[parts.index("site-packages") + 1 :])
+    elif path.startswith(str(ROOT)):
+        path = path[len(str(ROOT)) + 1 :]
+    elif "lib" in parts and "python3.11" in parts:
+        path = "/".join(parts[parts.index("python3.11") + 1 :])
+    return f"{name} ({path})"
+
+
+def _package(path: str) -> str:
+    """The top-level package (or the standard library) a module's file belongs to."""
+    parts = Path(path).parts
+    if "site-packages" in parts:
+        return parts[parts.index("site-packages") + 1].removesuffix(".py")
+    for own in ("hub", "resourcesync", "rshub", "rsclient"):
+        if own in parts:
+            return own
+    return "the standard library"
+
+
 async def main_async(args: argparse.Namespace) -> None:
     base = Path(tempfile.mkdtemp(prefix="rshub-startup-"))
     redis = Redis(base / "redis")
@@ -122,6 +247,12 @@ async def main_async(args: argparse.Namespace) -> None:
         got.setdefault(name, []).append(wall_cpu)
 
     try:
+        if args.profile:
+            directory = Path(args.profile)
+            for r in range(args.repeat):
+                await profile_once(base, redis, directory / f"start-{r}.txt", r)
+            print(f"profile: {write_profile(directory)}")
+            return
         for r in range(args.repeat):
             jobs: list[tuple[str, str | None]] = [("pass", None), ("aiohttp", None)]
             jobs += [(f"{name}:{kind}", src) for name, src in sources.items() for kind in
@@ -160,9 +291,12 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--hub-src", metavar="DIR", help="also start rshub from this checkout")
     parser.add_argument("--no-compile", action="store_true", help="do not byte-compile")
+    parser.add_argument("--profile", metavar="DIR", help="py-spy --repeat starts into DIR")
     args = parser.parse_args()
     if args.hub_src:
         args.hub_src = str(Path(args.hub_src).resolve())
+    if args.profile:
+        Path(args.profile).mkdir(parents=True, exist_ok=True)
     if not args.no_compile:
         for checkout in (ROOT, *([Path(args.hub_src)] if args.hub_src else [])):
             compile_hub(checkout)
