@@ -14,12 +14,23 @@ publish) and reports for each, best of N rounds, entries/s and documents/s of:
   :func:`hub.core.quick_ingest.packed_from_document` (what a publish costs before Redis);
 * their ratio to bare lxml (targets: parse+validate >= 0.5);
 * serialize: :func:`resourcesync.serialize` of the parsed 1,000-entry document.
+
+``--profile DIR`` instead records bare lxml and parse+validate of each document under
+``py-spy --native`` (a child process looping over one of them, sampled after its imports for
+``PROFILE_SECONDS``) and writes ``DIR/documents-profile.md``: the top 20 frames by own time
+(Python and C: libxml2, lxml, pydantic-core, the interpreter), and the share of the stages of
+a parse, the cyclic GC and deallocation.
 """
 
 from __future__ import annotations
 
+import argparse
+import collections
 import io
 import platform
+import re
+import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -162,7 +173,107 @@ def report(label: str, data: bytes, entries: int) -> None:
         )
 
 
+#: How long each profile samples its loop.
+PROFILE_SECONDS = 6.0
+#: Stages of :func:`resourcesync.parse` (and more), by a frame name a stack holds.
+_STAGES = {
+    "parse_root: fromstring and the safety checks": "parse_root (",
+    "the walk (_entries, _attributes)": "_entries (",
+    "model_validate (pydantic-core)": "model_validate (",
+    "check_document (the ResourceSync rules)": "check_document (",
+    "the cyclic GC": "gc_collect_main (",
+    "deallocation (anywhere)": "_dealloc (",
+}
+
+
+def loop(which: str, entries: int) -> None:
+    """The profiled child: say ready, then run one variant until killed."""
+    data = make_notification(entries)
+    run = bare_lxml(data) if which == "bare" else lambda: parse(data)
+    run()
+    print("ready", flush=True)
+    while True:
+        run()
+
+
+def profile(directory: Path) -> Path:
+    pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    lines = [
+        "# bench/documents.py --profile: py-spy --native, top 20 frames by own time",
+        "",
+        f"A child process loops over one variant; py-spy samples it for {PROFILE_SECONDS:.0f} s"
+        " at 500 Hz after its imports. Own = samples whose innermost frame (C or Python) is",
+        "this one; a stage's share counts every sample whose stack holds it.",
+    ]
+    for entries in (ENTRIES, 1):
+        for which in ("bare", "parse"):
+            child = subprocess.Popen(
+                [sys.executable, __file__, "--loop", which, "--entries", str(entries)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert child.stdout is not None
+            try:
+                if child.stdout.readline().strip() != "ready":
+                    raise RuntimeError(f"the {which} loop did not start")
+                raw = directory / f"documents-{which}-{entries}.txt"
+                subprocess.run(
+                    [pyspy, "record", "--native", "--format", "raw", "--rate", "500",
+                     "--duration", str(int(PROFILE_SECONDS)), "--pid", str(child.pid),
+                     "--output", str(raw)],
+                    check=True, capture_output=True,
+                )  # fmt: skip
+            finally:
+                child.kill()
+                child.wait()
+            lines += _profile_tables(raw, f"{which}, {entries:,}-entry notification")
+    out = directory / "documents-profile.md"
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def _profile_tables(raw: Path, title: str) -> list[str]:
+    own: collections.Counter[str] = collections.Counter()
+    stages: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in raw.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        n = int(count)
+        frames = stack.split(";")
+        own[re.sub(r":\d+\)$", ")", re.sub(r" \(.*/", " (", frames[-1]))] += n
+        for stage, marker in _STAGES.items():
+            if any(marker in f for f in frames):
+                stages[stage] += n
+        total += n
+    if not total:
+        return ["", f"## {title}", "", "no samples"]
+    lines = ["", f"## {title}", "", f"{total} samples.", "", "| # | frame | own % |"]
+    lines += ["|---:|---|---:|"]
+    lines += [
+        f"| {i} | `{frame}` | {100 * n / total:.1f} |"
+        for i, (frame, n) in enumerate(own.most_common(20), 1)
+    ]
+    lines += ["", "| stage | % of samples |", "|---|---:|"]
+    lines += [f"| {stage} | {100 * stages[stage] / total:.1f} |" for stage in _STAGES]
+    return lines
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--profile", metavar="DIR", help="py-spy the parses into DIR instead")
+    parser.add_argument("--loop", choices=("bare", "parse"), help=argparse.SUPPRESS)
+    parser.add_argument("--entries", type=int, default=ENTRIES, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.loop:
+        loop(args.loop, args.entries)
+        return
+    if args.profile:
+        directory = Path(args.profile)
+        directory.mkdir(parents=True, exist_ok=True)
+        print(f"profile: {profile(directory)}")
+        return
     print(
         f"python {platform.python_version()}, lxml {etree.__version__}, "
         f"{platform.machine()}, {platform.processor() or platform.platform()}"
