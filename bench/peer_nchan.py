@@ -22,6 +22,10 @@ fragment ``POST /topics/{name}``. Each run alternates which server goes first. P
   1,000 deliveries;
 * ``sse``, ``ws``: each transport alone (100 subscribers);
 * ``tput``: 8 publishers flat out, publishes/s accepted (2xx);
+* ``flood``: 100 WebSocket subscribers while 8 publishers publish flat out for
+  ``--tput-seconds`` (the issue's own CPU figure): server CPU from the first publish until
+  every accepted publish reached every subscriber, per 1,000 deliveries; with 2 processes
+  too, on ``mixed2``'s server;
 * ``idle``: 5,000 idle SSE connections: time until all are accepted (256 in flight) and
   server RSS per connection;
 * ``restart``: after ``WARM_UP_SECONDS``, SIGKILL the server (its whole process group),
@@ -79,7 +83,7 @@ HOST = "127.0.0.1"
 STAMP = re.compile(rb"\?t=(\d+)")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 LASTMOD = "2024-01-01T00:00:00Z"
-PHASES = ("mixed", "sse", "ws", "tput", "idle", "restart", "mixed2")
+PHASES = ("mixed", "sse", "ws", "tput", "flood", "idle", "restart", "mixed2")
 NGINX_MODULE = "/usr/lib/nginx/modules/ngx_nchan_module.so"
 #: ``PYTHONPATH`` for ``rshub serve`` when ``--hub-src`` names another checkout.
 HUB_SRC: dict[str, str] = {}
@@ -798,6 +802,79 @@ async def throughput_phase(
     }
 
 
+async def flood_phase(
+    server: Server, topic: str, n_ws: int, seconds: float, publishers: int = 8
+) -> dict[str, float]:
+    """``n_ws`` WebSocket subscribers while ``publishers`` publish flat out for ``seconds``
+    (the issue's CPU figure): server CPU from the first publish until every publish
+    accepted has reached every subscriber, per delivery."""
+    rec: list[int] = []
+    subs = [await subscribe("ws", server, topic, rec) for _ in range(n_ws)]
+    conns: list[HttpConn] = []
+    try:
+        conn = await http_conn(server.port)
+        await conn.request(server.publish_request(topic, notification(0, 0)))
+        conn.close()
+        if not await wait_until(lambda: all(s.count >= 1 for s in subs), 15):
+            raise RuntimeError(f"{server.name}: the warm-up publish did not reach every client")
+        rec.clear()
+        conns = [await http_conn(server.port) for _ in range(publishers)]
+        stop = False
+        ok = bad = 0
+
+        async def run(conn: HttpConn) -> None:
+            nonlocal ok, bad
+            i = 0
+            while not stop:
+                i += 1
+                body = server.publish_request(topic, notification(i, time.perf_counter_ns()))
+                status = await conn.request(body)
+                if 200 <= status < 300:
+                    ok += 1
+                else:
+                    bad += 1
+
+        pids = server.pids()
+        s0, c0, w0 = cpu_of(pids), client_cpu(), time.perf_counter()
+        tasks = [asyncio.ensure_future(run(c)) for c in conns]
+        await asyncio.sleep(seconds)
+        stop = True
+        await asyncio.gather(*tasks, return_exceptions=True)
+        complete = await wait_until(lambda: len(rec) >= ok * n_ws, 30)
+        s1, c1, w1 = cpu_of(pids), client_cpu(), time.perf_counter()
+    finally:
+        for conn in conns:
+            conn.close()
+        for sub in subs:
+            sub.close()
+    return {
+        "publishes": ok,
+        "refused": bad,
+        "delivered": len(rec),
+        "expected": ok * n_ws,
+        "complete": float(complete and bad == 0),
+        "server_cpu": cpu_delta(s0, s1),
+        "client_cpu": c1 - c0,
+        "wall": w1 - w0,
+    }
+
+
+def record_flood(figures: Figures, label: str, got: dict[str, float]) -> None:
+    per_k = 1e6 / max(1.0, got["delivered"])
+    figures.values[f"server CPU ms per 1,000 deliveries ({label})"] = got["server_cpu"] * per_k
+    figures.values[f"client CPU ms per 1,000 deliveries ({label})"] = got["client_cpu"] * per_k
+    figures.notes.append(
+        f"{label}: {got['publishes']:.0f} publishes, {got['delivered']:.0f} deliveries in "
+        f"{got['wall']:.1f} s (publishing for the first part, then draining); server "
+        f"{got['server_cpu'] / got['wall']:.2f} cores, client {got['client_cpu'] / got['wall']:.2f}"
+    )
+    if not got["complete"]:
+        figures.incomplete.append(
+            f"{label}: {got['delivered']:.0f} of {got['expected']:.0f} delivered, "
+            f"{got['refused']:.0f} publishes refused"
+        )
+
+
 async def idle_phase(server: Server, topic: str, n: int) -> dict[str, float]:
     pids = server.pids()
     await asyncio.sleep(0.2)
@@ -900,6 +977,12 @@ async def run_server(
                 f"{got_t['redis_cores']:.2f}, client {got_t['client_cores']:.2f}, "
                 f"refused {got_t['refused']:.0f}"
             )
+        if "flood" in only:
+            if server.name == "rshub":
+                profiler.start(server.pid, f"{args.run_tag}-flood")
+            got_f = await flood_phase(server, "flood", 100, args.tput_seconds)
+            profiler.stop()
+            record_flood(figures, FLOOD, got_f)
         if "idle" in only:
             if server.name == "rshub":
                 profiler.start(server.pid, f"{args.run_tag}-idle")
@@ -940,6 +1023,9 @@ async def run_server(
             await asyncio.sleep(WARM_UP_SECONDS)
             got = await stream_phase(server, redis, "mixed2", 100, 100, args.rate, args.seconds)
             record_stream(figures, "mixed2", got, cpu_only=True)
+            if "flood" in only:
+                got_f = await flood_phase(server, "flood2", 100, args.tput_seconds)
+                record_flood(figures, FLOOD2, got_f)
     finally:
         profiler.stop()
         server.stop()
@@ -986,6 +1072,10 @@ def record_stream(
 
 # -- report -------------------------------------------------------------------------------
 
+#: The issue's own CPU figure: 100 WebSocket subscribers, 8 publishers flat out.
+FLOOD = "100 WS, 8 publishers flat out"
+FLOOD2 = "100 WS, 8 publishers flat out, 2 procs"
+
 #: figure -> (target on the rshub/Nchan ratio, or on rshub's own value for "abs")
 TARGETS: dict[str, tuple[str, float]] = {
     "WS p50 ms (100 SSE+100 WS)": ("ratio", 1.3),
@@ -994,6 +1084,8 @@ TARGETS: dict[str, tuple[str, float]] = {
     "SSE p50 ms (100 SSE)": ("ratio", 1.3),
     "server CPU ms per 1,000 deliveries (100 SSE+100 WS)": ("ratio", 1.5),
     "server CPU ms per 1,000 deliveries (2 procs)": ("ratio", 1.5),
+    f"server CPU ms per 1,000 deliveries ({FLOOD})": ("ratio", 1.5),
+    f"server CPU ms per 1,000 deliveries ({FLOOD2})": ("ratio", 1.5),
     "RSS per idle SSE KiB": ("ratio", 1.5),
     "accept 5000 SSE s": ("ratio", 1.5),
     "restart→serving s": ("abs", 0.3),

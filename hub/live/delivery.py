@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 from hub.core import metrics, rendering, websub
 from hub.core.damage import DamageLog
-from hub.core.events import Event, parse_id
+from hub.core.events import Event, EventKey, parse_id
 from hub.core.exceptions import CallbackFailed, DamagedData
 from hub.core.failure_policy import Decision, FailurePolicy, Track, Verdict
 from hub.core.placement import SubscriptionKey, subscription_id
@@ -255,6 +255,10 @@ class DeliveryWorker:
         self._stopping = False
         #: While the worker waits caught up with its feed: what :meth:`offer` answers.
         self._offered: asyncio.Future[_Sent | None] | None = None
+        #: The feed's last event when that wait began: an offer of events up to it (the
+        #: feed pushes a pass of the loop after it adds, :meth:`TopicFeed._push`) brings
+        #: nothing new.
+        self._waited_at: EventKey = (0, 0)
         self._feed: TopicFeed | None = None
         #: Counts for tests and operators: deliveries started by offer(), and offers
         #: left to the worker's task (a condition offer() does not handle).
@@ -351,6 +355,7 @@ class DeliveryWorker:
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[_Sent | None] = loop.create_future()
         self._offered = waiter
+        self._waited_at = feed.last_key
         feed.follow(self)
         # One timer across waits, not one per delivery: one that fires earlier than this
         # wait's timeout only wakes it early, and run() waits again.
@@ -392,6 +397,10 @@ class DeliveryWorker:
         waiter = self._offered
         if waiter is None or waiter.done():
             return
+        if events[0].key <= self._waited_at:  # read from the ring before this wait began
+            events = [e for e in events if e.key > self._waited_at]
+            if not events:
+                return
         self._offered = None
         if self._feed is not None:
             self._feed.unfollow(self)  # one batch; the task goes on from its cursor

@@ -77,6 +77,30 @@ async def test_a_publish_starts_every_caught_up_workers_post_in_the_feed(
         await wait_for(lambda w=worker: w.delivered == 5 and not w.posting)
 
 
+async def test_an_offer_of_events_read_before_the_wait_starts_nothing(
+    hub: Hub, callbacks: list[CallbackServer]
+) -> None:
+    """The feed pushes a pass of the loop after it adds (``TopicFeed._push``): a worker
+    that read the events from the ring and waits caught up before that push is offered
+    them again, and must not post them twice; what is new in the offer is posted once."""
+    server = callbacks[0]
+    await subscribe(hub, server)
+    first = await (await hub.publish("t", notification(changes(2)))).json()
+    await wait_for(lambda: len(server.ids) == 2)
+    [worker] = workers_of(hub, [server])
+    await wait_for(lambda: worker._offered is not None and not worker.posting)
+    feed = worker._feed
+    read = await feed.read_after((0, 0), 10)
+    assert [e.id for e in read] == first["ids"]
+    sent, waiting = worker.offers_sent, worker._offered
+    worker.offer(read)  # all of it delivered already: nothing happens
+    assert worker.offers_sent == sent and worker._offered is waiting and not waiting.done()
+    second = await (await hub.publish("t", notification(changes(1, start=2)))).json()
+    await wait_for(lambda: len(server.ids) == 3)
+    assert server.ids == first["ids"] + second["ids"]  # once each, in order
+    assert worker.offers_sent == sent + 1
+
+
 async def test_a_failed_first_attempt_is_retried_by_the_worker(
     hub: Hub, callbacks: list[CallbackServer]
 ) -> None:
