@@ -42,8 +42,9 @@ the server's context switches per publish (``/proc/PID/task/*/status``): on this
 machine the server, its Redis and the clients share the cores, and an involuntary switch is
 the server preempted mid-burst by a process it just woke (a subscriber, Redis), whose
 caches then come back cold.
-``--profile DIR`` also records rshub under ``py-spy`` in every 1-process phase and writes
-top-20 tables of own time (the profiler's CPU perturbs that run's figures).
+``--profile DIR`` also records rshub under ``py-spy`` in every 1-process phase, and one of
+the two workers in ``flood`` with 2 processes, and writes top-20 tables of own time (the
+profiler's CPU perturbs that run's figures).
 
 Run: ``.venv/bin/python bench/peer_nchan.py --repeat 5`` (about 10 minutes).
 """
@@ -1024,7 +1025,11 @@ async def run_server(
             got = await stream_phase(server, redis, "mixed2", 100, 100, args.rate, args.seconds)
             record_stream(figures, "mixed2", got, cpu_only=True)
             if "flood" in only:
+                if server.name == "rshub":  # one of the two workers (the parent only waits)
+                    workers = [p for p in server.pids() if p != server.pid]
+                    profiler.start(workers[0], f"{args.run_tag}-flood2-worker")
                 got_f = await flood_phase(server, "flood2", 100, args.tput_seconds)
+                profiler.stop()
                 record_flood(figures, FLOOD2, got_f)
     finally:
         profiler.stop()
