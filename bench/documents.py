@@ -28,7 +28,6 @@ import argparse
 import collections
 import io
 import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -39,6 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import pyspy_raw
 from lxml import etree
 
 from hub.core.events import packed_from_document
@@ -233,28 +233,17 @@ def profile(directory: Path) -> Path:
 
 
 def _profile_tables(raw: Path, title: str) -> list[str]:
-    own: collections.Counter[str] = collections.Counter()
     stages: collections.Counter[str] = collections.Counter()
-    total = 0
-    for line in raw.read_text(errors="replace").splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not count.isdigit():
-            continue
-        n = int(count)
-        frames = stack.split(";")
-        own[re.sub(r":\d+\)$", ")", re.sub(r" \(.*/", " (", frames[-1]))] += n
+    for frames, n in pyspy_raw.samples(raw):
         for stage, marker in _STAGES.items():
             if any(marker in f for f in frames):
                 stages[stage] += n
-        total += n
+    own, total = pyspy_raw.top_own([raw])
     if not total:
         return ["", f"## {title}", "", "no samples"]
-    lines = ["", f"## {title}", "", f"{total} samples.", "", "| # | frame | own % |"]
+    lines = ["", f"## {title}", "", f"{total:,} samples.", "", "| # | frame | own % |"]
     lines += ["|---:|---|---:|"]
-    lines += [
-        f"| {i} | `{frame}` | {100 * n / total:.1f} |"
-        for i, (frame, n) in enumerate(own.most_common(20), 1)
-    ]
+    lines += [f"| {i} | `{frame}` | {100 * n / total:.1f} |" for i, (frame, n) in enumerate(own, 1)]
     lines += ["", "| stage | % of samples |", "|---|---:|"]
     lines += [f"| {stage} | {100 * stages[stage] / total:.1f} |" for stage in _STAGES]
     return lines

@@ -74,6 +74,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httptools
+import pyspy_raw
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -719,6 +720,15 @@ async def publish_paced(
     return rtts, failed
 
 
+async def warm_up(server: Server, topic: str, subs: list[Subscriber]) -> None:
+    """One publish that every subscriber must receive before a phase measures."""
+    conn = await http_conn(server.port)
+    await conn.request(server.publish_request(topic, notification(0, 0)))
+    conn.close()
+    if not await wait_until(lambda: all(s.count >= 1 for s in subs), 15):
+        raise RuntimeError(f"{server.name}: the warm-up publish did not reach every client")
+
+
 async def stream_phase(
     server: Server, redis: Redis, topic: str, n_sse: int, n_ws: int, rate: float, seconds: float
 ) -> dict[str, object]:
@@ -727,11 +737,7 @@ async def stream_phase(
     ws_rec: list[int] = []
     subs = await subscribe_alternately(server, topic, n_sse, sse_rec, n_ws, ws_rec)
     try:
-        conn = await http_conn(server.port)
-        await conn.request(server.publish_request(topic, notification(0, 0)))
-        conn.close()
-        if not await wait_until(lambda: all(s.count >= 1 for s in subs), 15):
-            raise RuntimeError(f"{server.name}: the warm-up publish did not reach every client")
+        await warm_up(server, topic, subs)
         sse_rec.clear()
         ws_rec.clear()
         pids = server.pids()
@@ -813,11 +819,7 @@ async def flood_phase(
     subs = [await subscribe("ws", server, topic, rec) for _ in range(n_ws)]
     conns: list[HttpConn] = []
     try:
-        conn = await http_conn(server.port)
-        await conn.request(server.publish_request(topic, notification(0, 0)))
-        conn.close()
-        if not await wait_until(lambda: all(s.count >= 1 for s in subs), 15):
-            raise RuntimeError(f"{server.name}: the warm-up publish did not reach every client")
+        await warm_up(server, topic, subs)
         rec.clear()
         conns = [await http_conn(server.port) for _ in range(publishers)]
         stop = False
@@ -1162,16 +1164,8 @@ def print_summary(runs: list[tuple[Figures, Figures]]) -> None:
 
 def top_own(raw: Path, limit: int = 20) -> list[tuple[str, int, float]]:
     """The ``limit`` frames with the most own (leaf) samples in a py-spy raw profile."""
-    own: collections.Counter[str] = collections.Counter()
-    total = 0
-    for line in raw.read_text(errors="replace").splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not count.isdigit():
-            continue
-        leaf = re.sub(r":\d+\)$", ")", stack.rsplit(";", 1)[-1])  # per function, not line
-        own[leaf] += int(count)
-        total += int(count)
-    return [(frame, c, 100 * c / total) for frame, c in own.most_common(limit)] if total else []
+    rows, total = pyspy_raw.top_own([raw], limit)
+    return [(frame, c, 100 * c / total) for frame, c in rows]
 
 
 def write_profiles(directory: Path) -> Path:

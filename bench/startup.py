@@ -32,7 +32,6 @@ import argparse
 import asyncio
 import collections
 import os
-import re
 import resource
 import shutil
 import signal
@@ -45,6 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import pyspy_raw
 from peer_nchan import (
     HOST,
     ROOT,
@@ -162,19 +162,12 @@ async def profile_once(workdir: Path, redis: Redis, out: Path, n: int) -> None:
 def write_profile(directory: Path) -> Path:
     """Top 20 frames by own samples over every ``start-*.txt``, and the samples by the
     package whose module body (an import) was innermost."""
-    own: collections.Counter[str] = collections.Counter()
     by_package: collections.Counter[str] = collections.Counter()
-    total = 0
     starts = sorted(directory.glob("start-*.txt"))
     for raw in starts:
-        for line in raw.read_text(errors="replace").splitlines():
-            stack, _, count = line.rpartition(" ")
-            if not count.isdigit():
-                continue
-            frames = stack.split(";")
-            own[_short(frames[-1])] += int(count)
-            by_package[_where(frames)] += int(count)
-            total += int(count)
+        for frames, count in pyspy_raw.samples(raw):
+            by_package[_where(frames)] += count
+    own, total = pyspy_raw.top_own(starts)
     lines = [
         f"# `rshub serve` from exec until serving: py-spy over {len(starts)} starts",
         "",
@@ -185,8 +178,7 @@ def write_profile(directory: Path) -> Path:
         "|---:|---|---:|---:|",
     ]
     lines += [
-        f"| {i} | `{frame}` | {c} | {100 * c / total:.1f} |"
-        for i, (frame, c) in enumerate(own.most_common(20), 1)
+        f"| {i} | `{frame}` | {c} | {100 * c / total:.1f} |" for i, (frame, c) in enumerate(own, 1)
     ]
     lines += ["", "| where | samples | % |", "|---|---:|---:|"]
     lines += [f"| {k} | {c} | {100 * c / total:.1f} |" for k, c in by_package.most_common()]
@@ -208,20 +200,6 @@ def _where(frames: list[str]) -> str:
     if any("<frozen importlib" in f for f in frames[body + 1 :]):
         return "the import system (finding, reading, unmarshalling a module)"
     return "module bodies of " + _package(frames[body][len("<module> (") :].split(":")[0])
-
-
-def _short(frame: str) -> str:
-    """``function (path:line)`` as ``function (package/module.py)``."""
-    name, _, where = frame.partition(" (")
-    path = re.sub(r":\d+\)$", "", where)
-    parts = Path(path).parts
-    if "site-packages" in parts:
-        path = "/".join(parts[parts.index("site-packages") + 1 :])
-    elif path.startswith(str(ROOT)):
-        path = path[len(str(ROOT)) + 1 :]
-    elif "lib" in parts and "python3.11" in parts:
-        path = "/".join(parts[parts.index("python3.11") + 1 :])
-    return f"{name} ({path})"
 
 
 def _package(path: str) -> str:

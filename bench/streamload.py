@@ -38,6 +38,8 @@ SCRIPT = Path(__file__).resolve()
 ROOT = SCRIPT.parent.parent
 sys.path.insert(0, str(ROOT))
 
+import pyspy_raw  # noqa: E402  # (this script's folder is first on sys.path)
+
 from tests.support import HubProcess, free_port  # noqa: E402
 
 HOST = "127.0.0.1"
@@ -185,14 +187,8 @@ def profile(pid: int, out: Path, seconds: float) -> subprocess.Popen[bytes]:
 
 
 def top_own(path: Path, n: int = 20) -> str:
-    own: collections.Counter[str] = collections.Counter()
-    total = 0
-    for line in path.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        leaf = stack.rsplit(";", 1)[-1]
-        own[re.sub(r" \((.*/)?(site-packages/)?", " (", leaf)] += int(count)
-        total += int(count)
-    rows = [f"{100 * c / total:5.1f}%  {f}" for f, c in own.most_common(n)]
+    own, total = pyspy_raw.top_own([path], n)
+    rows = [f"{100 * c / total:5.1f}%  {f}" for f, c in own]
     return f"{total} samples\n" + "\n".join(rows)
 
 

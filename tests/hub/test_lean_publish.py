@@ -145,6 +145,25 @@ class Conn:
             body = await self.reader.readexactly(int(sized.group(1))) if sized else b""
         return head, body
 
+    async def subscribe(self, topic: str) -> None:
+        """Make this connection an SSE stream of ``topic`` (from its current end)."""
+        self.writer.write(
+            f"GET /topics/{topic}/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+        )
+        async with asyncio.timeout(10 * TIME_SCALE):
+            head = await self.reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n"), head
+
+    async def event_ids(self, count: int) -> list[str]:
+        """The ids of the next ``count`` events of this SSE stream."""
+        ids: list[str] = []
+        async with asyncio.timeout(10 * TIME_SCALE):
+            while len(ids) < count:
+                line = await self.reader.readline()
+                if line.startswith(b"id: "):
+                    ids.append(line[4:].strip().decode())
+        return ids
+
     async def closed(self) -> bool:
         async with asyncio.timeout(10 * TIME_SCALE):
             return await self.reader.read() == b""
@@ -296,10 +315,7 @@ async def test_a_lean_publish_is_answered_before_its_changes_are_fanned_out(
     monkeypatch.setattr(FeedHub, "published", published)
     subscriber = await Conn.open(hub)
     try:
-        subscriber.writer.write(b"GET /topics/t/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-        async with asyncio.timeout(10 * TIME_SCALE):
-            head = await subscriber.reader.readuntil(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 200 OK\r\n"), head
+        await subscriber.subscribe("t")
         ids: list[str] = []
         for i in range(4):
             await loop.sock_sendall(publisher, request(notification(changes(1, start=i))))
@@ -309,13 +325,7 @@ async def test_a_lean_publish_is_answered_before_its_changes_are_fanned_out(
                     answer += await loop.sock_recv(publisher, 4096)
             assert answer.startswith(b"HTTP/1.1 202 "), answer
             ids += orjson.loads(answer.split(b"\r\n\r\n", 1)[1])["ids"]
-        got: list[str] = []
-        async with asyncio.timeout(10 * TIME_SCALE):
-            while len(got) < len(ids):
-                line = await subscriber.reader.readline()
-                if line.startswith(b"id: "):
-                    got.append(line[4:].strip().decode())
-        assert got == ids
+        assert await subscriber.event_ids(len(ids)) == ids
     finally:
         subscriber.close()
         publisher.close()
@@ -341,21 +351,13 @@ async def test_a_feed_that_fails_to_take_a_publish_reads_it_with_the_next(
     monkeypatch.setattr(FeedHub, "published", published)
     subscriber, publisher = await Conn.open(hub), await Conn.open(hub)
     try:
-        subscriber.writer.write(b"GET /topics/t/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-        async with asyncio.timeout(10 * TIME_SCALE):
-            await subscriber.reader.readuntil(b"\r\n\r\n")
+        await subscriber.subscribe("t")
         ids: list[str] = []
         for i in range(3):
             head, body = await publisher.ask(request(notification(changes(1, start=i))))
             assert head.startswith(b"HTTP/1.1 202 "), head
             ids += orjson.loads(body)["ids"]
-        got: list[str] = []
-        async with asyncio.timeout(10 * TIME_SCALE):
-            while len(got) < len(ids):
-                line = await subscriber.reader.readline()
-                if line.startswith(b"id: "):
-                    got.append(line[4:].strip().decode())
-        assert got == ids
+        assert await subscriber.event_ids(len(ids)) == ids
     finally:
         subscriber.close()
         publisher.close()
