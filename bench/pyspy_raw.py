@@ -12,6 +12,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 _LINE = re.compile(r":\d+\)$")
+#: The standard library's folder (``lib/python3.11``).
+_STDLIB = re.compile(r"python3\.\d+")
 
 
 def samples(path: Path) -> Iterator[tuple[list[str], int]]:
@@ -28,10 +30,10 @@ def frame_name(frame: str) -> str:
     name, _, where = frame.partition(" (")
     path = _LINE.sub("", "(" + where)[1:].rstrip(")")
     parts = Path(path).parts
-    for marker in ("site-packages", "python3.11"):
-        if marker in parts:
-            path = "/".join(parts[parts.index(marker) + 1 :])
-            break
+    markers = [i for i, part in enumerate(parts) if part == "site-packages"]
+    markers = markers or [i for i, part in enumerate(parts) if _STDLIB.fullmatch(part)]
+    if markers:
+        path = "/".join(parts[markers[-1] + 1 :])
     else:
         root = str(Path(__file__).resolve().parent.parent) + "/"
         path = path.removeprefix(root)

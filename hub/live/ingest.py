@@ -34,8 +34,9 @@ class Ingest:
         idempotency_key: str | None = None,
     ) -> Appended:
         """Store ``changes`` atomically (:meth:`EventStore.append`), then hand them to the
-        live feed: aiohttp's 202 goes out with the fan-out already under way (the lean
-        publish answers first, then calls :meth:`appended` itself)."""
+        live feed, which writes its clients a pass of the loop later
+        (:meth:`TopicFeed._push`), after this 202 (the lean publish answers first, then
+        calls :meth:`appended` itself)."""
         stored = await self.store.append(
             topic, changes, digest=digest, idempotency_key=idempotency_key, node=self.feeds.own_node
         )

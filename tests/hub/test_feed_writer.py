@@ -45,6 +45,12 @@ def live_client(writer: object = None, event_filter: EventFilter | None = None) 
     return client
 
 
+async def push_pass() -> None:
+    """Let the loop run one pass: the feed's push, scheduled by an append with ``call_soon``,
+    runs in it, before this task resumes (deterministic: no time passes, nothing is polled)."""
+    await asyncio.sleep(0)
+
+
 async def test_a_connection_that_takes_the_batch_gets_it_at_once() -> None:
     written = Recorder()
     client = live_client(written)
@@ -101,10 +107,10 @@ async def test_a_local_publish_is_taken_only_when_it_follows_on() -> None:
     client = live_client(written)
     feed = client.feed
     assert feed.take_local("", events(1, 2))  # the stream was empty, as the ring
-    await asyncio.sleep(0)  # the push: a pass of the loop later
+    await push_pass()
     assert not feed.take_local("1-0", events(3, 1))  # an event (2-0) came in between
     assert feed.take_local("2-0", events(3, 2))
-    await asyncio.sleep(0)
+    await push_pass()
     assert [[e.id for e in batch] for batch in written.written] == [
         ["1-0", "2-0"],
         ["3-0", "4-0"],
@@ -126,7 +132,7 @@ async def test_appends_of_one_loop_pass_reach_a_live_client_in_one_write() -> No
     assert feed.take_local("", events(1, 1))
     assert feed.take_local("1-0", events(2, 2))
     assert feed.last_key == (3, 0) and written.written == []  # in the ring, not yet pushed
-    await asyncio.sleep(0)
+    await push_pass()
     assert [[e.id for e in batch] for batch in written.written] == [["1-0", "2-0", "3-0"]]
     assert reader.done()  # woken by the first append, before the push
     assert [e.id for e in reader.result()] == ["1-0", "2-0", "3-0"]
@@ -146,7 +152,7 @@ async def test_a_client_that_catches_up_before_the_push_gets_each_event_once() -
     caught_up.live, caught_up.writer = True, late
     feed.follow(caught_up)
     assert feed.take_local("2-0", events(3, 1))
-    await asyncio.sleep(0)
+    await push_pass()
     assert [[e.id for e in batch] for batch in early.written] == [["1-0", "2-0", "3-0"]]
     assert [[e.id for e in batch] for batch in late.written] == [["3-0"]]
     assert caught_up.cursor == (3, 0)
@@ -227,10 +233,10 @@ async def test_direct_writes_are_counted_once_per_batch_and_transport() -> None:
         feed.follow(client)
     ws, sse = _messages("ws"), _messages("sse")
     assert feed.take_local("", events(1, 2))
-    await asyncio.sleep(0)
+    await push_pass()
     assert (_messages("ws") - ws, _messages("sse") - sse) == (2, 1)
     assert feed.take_local("2-0", events(3, 1))
-    await asyncio.sleep(0)
+    await push_pass()
     assert (_messages("ws") - ws, _messages("sse") - sse) == (4, 2)
     queued = await clients[3].next(0.01)
     assert queued is not None and [e.id for e in queued] == ["1-0", "2-0", "3-0"]  # in order
