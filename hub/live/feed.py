@@ -3,12 +3,13 @@
 Each followed topic has a bounded ring of :class:`Event`\\ s, fed by this process's own
 appends (handed over from the append's reply) and by the other processes' appends, heard of
 by tail notice (:mod:`hub.store.tail_notices`): a notice that does not follow on from the
-ring, or an own append that does not, is a gap, closed by reading the stream from the ring's
-last id. On a Redis Cluster, where the store has no connection of its own for notices, one
-task per topic blocks on ``XREAD`` instead. Consumers (WebSocket and SSE
-clients, WebSub delivery workers) ask for the events after their cursor: from the ring when
-it covers the cursor, from Redis (``XRANGE``) when the cursor is older, so a consumer never
-sees a gap and every live event is read from Redis once however many consumers follow it.
+ring, or an own append that does not, waits for the batches before it, and a gap they do not
+close soon is read from the stream after the ring's last id. On a Redis Cluster, where the
+store has no connection of its own for notices, one task per topic blocks on ``XREAD``
+instead. Consumers (WebSocket and SSE clients, WebSub delivery workers) ask for the events
+after their cursor: from the ring when it covers the cursor, from Redis (``XRANGE``) when the
+cursor is older, so a consumer never sees a gap and every live event is read from Redis once
+however many consumers follow it.
 Encodings (the client JSON, the ``<url>`` XML, WebSocket messages) are computed once and
 shared.
 """
@@ -49,6 +50,11 @@ _READ_BATCH = 1000
 _NOTICES_TIMEOUT = 10.0
 #: What :meth:`Follower.offer` names when it wrote a batch directly (counted per batch).
 _TRANSPORTS = ("ws", "sse")
+#: Seconds a batch that does not follow on from the ring waits for the batches before it
+#: (:meth:`TopicFeed.hold`) before the gap is read from Redis.
+_HOLD_SECONDS = 0.05
+#: Batches held at most: one more, and the gap is read at once.
+_HOLD_BATCHES = 64
 
 
 async def _through_outage(attempt: Callable[[], Awaitable[T]], what: str) -> T:
@@ -144,6 +150,10 @@ class TopicFeed:
         #: scheduled (:meth:`_add`).
         self._unpushed: list[Event] = []
         self._push_soon = False
+        #: Batches that do not follow on from the ring yet, by the key they follow on
+        #: from, and the timer that reads the gap if they wait too long (:meth:`hold`).
+        self._held: dict[EventKey, list[Event]] = {}
+        self._hold_timer: asyncio.TimerHandle | None = None
 
     def ws_message(self, events: list[Event]) -> bytes:
         """A JSON array of ``events`` (UTF-8), cached: live clients get identical batches."""
@@ -214,6 +224,7 @@ class TopicFeed:
         # at once (a 30-80 ms pause, bench/hub.py with gc.callbacks).
         self._events.clear()
         self._keys.clear()
+        self._drop_held()
         self._encodings.clear()
         self._last = None
         self._followers.clear()
@@ -284,7 +295,7 @@ class TopicFeed:
 
     def notice(self, notice: Notice) -> None:
         """Another process appended ``notice.rows``: taken when they follow on from the
-        ring, ignored when the ring has them already, else the gap is read from Redis."""
+        ring, ignored when the ring has them already, else held (:meth:`hold`)."""
         if self.base is None:
             self._missed = True
             return
@@ -292,16 +303,74 @@ class TopicFeed:
         if self.follows_on(notice.previous_id):
             self._add([Event(eid, data) for eid, data in rows])
         elif parse_id(rows[-1][0]) > self.last_key:
+            self.hold(notice.previous_id, [Event(eid, data) for eid, data in rows])
+
+    def appended_here(self, previous_id: str, events: list[Event]) -> None:
+        """This process's own append of ``events`` did not follow on from the ring (a notice
+        of another process's append still on its way, say): held for it (:meth:`hold`),
+        unless the ring has them already; read from Redis when the feed is still starting."""
+        if self._node is None or not events:
+            return
+        if self.base is None:
+            self.catch_up()  # before the start knew the ring's beginning: read after it
+        elif events[-1].key > self.last_key:
+            self.hold(previous_id, events)
+
+    def hold(self, previous_id: str, events: list[Event]) -> None:
+        """Keep ``events`` (appended after ``previous_id``, past the ring's end) until the
+        batches between arrive, then add them in order; after ``_HOLD_SECONDS``, or with
+        ``_HOLD_BATCHES`` held, read the gap from Redis instead.
+
+        With two processes publishing to one topic, a process often reads its own append's
+        reply before the notice of the other's append just before it, which Redis sent first
+        on the notices connection. Reading that gap from the stream at once cost an ``XRANGE``
+        through redis-py for every seventh publish (issue 22, ``bench/peer_nchan.py``'s flood
+        with 2 processes); held, the notice read in the same or the next pass closes it.
+        """
+        previous = parse_id(previous_id) if previous_id else (0, 0)
+        last = self.last_key
+        if previous <= last:  # the ring has the events up to the end of this batch's first
+            self._add([event for event in events if event.key > last])
+            return
+        if len(self._held) >= _HOLD_BATCHES:
+            self._drop_held()
+            self.catch_up()
+            return
+        self._held[previous] = events
+        if self._hold_timer is None:
+            self._hold_timer = asyncio.get_running_loop().call_later(
+                _HOLD_SECONDS, self._held_too_long
+            )
+
+    def _held_too_long(self) -> None:
+        """A held batch waited ``_HOLD_SECONDS``: a notice was lost, so read the stream."""
+        self._hold_timer = None
+        if self._held:
+            self._drop_held()
             self.catch_up()
 
-    def appended_here(self, ids: list[str]) -> None:
-        """This process's own append of ``ids`` did not follow on from the ring (a notice of
-        another process's append still on its way, say): the gap is read, unless the ring
-        has them already."""
-        if self._node is None or not ids:
-            return
-        if self.base is None or parse_id(ids[-1]) > self.last_key:
-            self.catch_up()  # before the start knew the ring's beginning: read after it
+    def _drop_held(self) -> None:
+        self._held.clear()
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+            self._hold_timer = None
+
+    def _take_held(self) -> None:
+        """Add the held batches that now follow on from the ring; drop those it has."""
+        held = self._held
+        while (batch := held.pop(self.last_key, None)) is not None:
+            self._extend(batch)
+        last = self.last_key
+        for previous, batch in list(held.items()):
+            if batch[-1].key <= last:
+                del held[previous]  # read from the stream meanwhile
+            elif previous < last:  # partly read: the rest follows on from the ring's end
+                del held[previous]
+                self._extend([e for e in batch if e.key > last])
+                self._take_held()
+                return
+        if not held:
+            self._drop_held()
 
     def catch_up(self) -> None:
         """Read the stream from the ring's last event on, in a task (one at a time: a gap
@@ -357,7 +426,14 @@ class TopicFeed:
 
     def _add(self, fresh: list[Event]) -> None:
         """Append to the ring and wake the waiting readers now; push to the followers once
-        the callbacks ready in this pass of the loop have run (:meth:`_push`)."""
+        the callbacks ready in this pass of the loop have run (:meth:`_push`). Held batches
+        that follow on then are added after them."""
+        self._extend(fresh)
+        if self._held:
+            self._take_held()
+
+    def _extend(self, fresh: list[Event]) -> None:
+        """:meth:`_add` without the held batches."""
         self._events.extend(fresh)
         self._keys.extend(e.key for e in fresh)
         overflow = len(self._events) - self.ring_events
@@ -573,7 +649,7 @@ class FeedHub:
         if feed.follows_on(appended.previous_id):
             feed.take_local(appended.previous_id, appended.events)
         else:
-            feed.appended_here(appended.ids)
+            feed.appended_here(appended.previous_id, appended.events)
 
     async def end(self, topic: str) -> None:
         """The topic was deleted: stop following it and end its consumers' streams.

@@ -20,6 +20,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from hub.core.tasks import Tasks
+from hub.live import feed as feed_module
 from hub.live.feed import ClientStream, FeedHub, TopicFeed
 from hub.live.ingest import Ingest
 from hub.store import keys
@@ -39,11 +40,25 @@ class Process:
         self.feeds = FeedHub(self.store, Tasks("feeds", peers=True))
         self.ingest = Ingest(self.store, self.feeds)
         self.told: list[str] = []
-        noticed = self.feeds._noticed
+        #: When a list, the notices go there instead, for the test to hand over in its order.
+        self.held_back: list[Notice] | None = None
+        #: The stream reads of this process's feeds (``EventStore.range``): gaps read.
+        self.ranges = 0
+        noticed = self.noticed = self.feeds._noticed
+        store_range = self.store.range
 
         def counting(notice: Notice) -> None:
             self.told.extend(eid for eid, _ in notice.rows)
-            noticed(notice)
+            if self.held_back is not None:
+                self.held_back.append(notice)
+            else:
+                noticed(notice)
+
+        async def counted_range(*args: Any, **kwargs: Any) -> Any:
+            self.ranges += 1
+            return await store_range(*args, **kwargs)
+
+        self.store.range = counted_range  # type: ignore[method-assign]
 
         self.feeds._noticed = counting  # type: ignore[method-assign]
 
@@ -154,6 +169,97 @@ async def test_a_follower_nobody_hears_is_dropped_and_one_done_with_a_topic_leav
     await wait_for(lambda: len(a.told) > told, 10)
     await wait_for(lambda: a.feeds._leaving == set(), 10)
     assert await redis.smembers(keys.tails("t")) == set()
+
+
+async def test_notices_read_out_of_order_wait_for_the_gap_to_close_without_a_read(
+    two: tuple[Process, Process], redis: Any
+) -> None:
+    a, b = two
+    await a.ingest.append("t", change(0))
+    feed, _, seen = await live(a, "t")
+    a.held_back = []
+    ids = [(await b.ingest.append("t", change(i))).ids[0] for i in range(1, 4)]
+    await wait_for(lambda: len(a.held_back or ()) == 3, 10)
+    notices, a.held_back = a.held_back or [], None
+    a.noticed(notices[2])
+    a.noticed(notices[1])
+    assert len(feed._held) == 2 and feed._hold_timer is not None
+    a.noticed(notices[0])
+    await wait_for(lambda: seen.ids == ids, 10)
+    assert feed._held == {} and feed._hold_timer is None
+    assert a.ranges == 0 and feed._catching is None
+
+
+async def test_an_own_append_answered_before_the_others_notice_waits_for_it(
+    two: tuple[Process, Process], redis: Any
+) -> None:
+    a, b = two
+    await a.ingest.append("t", change(0))
+    feed, _, seen_a = await live(a, "t")
+    _, _, seen_b = await live(b, "t")
+    a.held_back = []
+    theirs = (await b.ingest.append("t", change(1))).ids[0]
+    await wait_for(lambda: len(a.held_back or ()) == 1, 10)
+    mine = (await a.ingest.append("t", change(2))).ids[0]
+    assert len(feed._held) == 1 and seen_a.ids == []
+    notices, a.held_back = a.held_back or [], None
+    a.noticed(notices[0])
+    await wait_for(lambda: seen_a.ids == [theirs, mine] and seen_b.ids == [theirs, mine], 10)
+    assert a.ranges == 0 and feed._held == {}
+
+
+async def test_a_notice_that_never_comes_the_gap_is_read_after_the_hold(
+    two: tuple[Process, Process], redis: Any
+) -> None:
+    a, b = two
+    await a.ingest.append("t", change(0))
+    feed, _, seen = await live(a, "t")
+    a.held_back = []
+    lost = (await b.ingest.append("t", change(1))).ids[0]
+    await wait_for(lambda: len(a.held_back or ()) == 1, 10)
+    mine = (await a.ingest.append("t", change(2))).ids[0]
+    assert len(feed._held) == 1 and a.ranges == 0
+    await wait_for(lambda: seen.ids == [lost, mine], 10)  # _HOLD_SECONDS, then one read
+    assert a.ranges == 1 and feed._held == {} and feed._hold_timer is None
+    a.held_back = None
+
+
+async def test_too_many_batches_held_the_gap_is_read_at_once(
+    two: tuple[Process, Process], redis: Any
+) -> None:
+    a, b = two
+    await a.ingest.append("t", change(0))
+    feed, _, seen = await live(a, "t")
+    a.held_back = []
+    count = feed_module._HOLD_BATCHES + 2
+    ids = [(await b.ingest.append("t", change(i))).ids[0] for i in range(1, count + 1)]
+    await wait_for(lambda: len(a.held_back or ()) == count, 10)
+    notices, a.held_back = a.held_back or [], None
+    for notice in notices[1 : feed_module._HOLD_BATCHES + 1]:  # the first one lost
+        a.noticed(notice)
+    assert len(feed._held) == feed_module._HOLD_BATCHES and a.ranges == 0
+    a.noticed(notices[-1])  # one more than may wait: read now, not after the hold
+    assert feed._held == {} and feed._hold_timer is None and feed._catching is not None
+    await wait_for(lambda: seen.ids == ids, 10)
+    assert a.ranges == 1
+
+
+async def test_a_notice_partly_in_the_ring_adds_only_the_rest(
+    two: tuple[Process, Process], redis: Any
+) -> None:
+    a, b = two
+    await a.ingest.append("t", change(0))
+    feed, _, seen = await live(a, "t")
+    a.held_back = []
+    appended = await b.ingest.append("t", [*change(1), *change(2), *change(3)])
+    await wait_for(lambda: len(a.held_back or ()) == 1, 10)
+    notices, a.held_back = a.held_back or [], None
+    whole = notices[0]
+    assert [eid for eid, _ in whole.rows] == appended.ids
+    a.noticed(Notice("t", whole.previous_id, whole.rows[:2]))  # the first two, as if read
+    a.noticed(whole)
+    await wait_for(lambda: seen.ids == appended.ids, 10)
+    assert a.ranges == 0 and feed._held == {}
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
