@@ -263,6 +263,54 @@ async def test_a_notice_partly_in_the_ring_adds_only_the_rest(
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_seeded_fuzz_notices_handed_over_shuffled_duplicated_or_lost(
+    two: tuple[Process, Process], redis: Any, seed: int
+) -> None:
+    """The notices of the other process's appends reach ``a`` in any order, twice, or never,
+    between ``a``'s own appends: its live client still gets every event once, in order."""
+    rng = random.Random(seed)
+    a, b = two
+    await a.ingest.append("t", change(0))
+    feed, _, seen, start = await live_from(a, "t")
+    # The connections used below are there before the watchdog counts sockets: the test's,
+    # b's script pipe and a's pool (the gaps' reads).
+    await redis.ping()
+    await b.ingest.append("t", change(1))
+    await a.store.range("t", "-", "+", 1)
+    async with Watchdog() as dog:
+        for round_ in range(6):
+            a.held_back = []
+            theirs = 0
+            for i in range(rng.randrange(1, 12)):
+                size = rng.randrange(1, 4)
+                batch = [c for k in range(size) for c in change(100 * round_ + i + k)]
+                if rng.random() < 0.3:
+                    await a.ingest.append("t", batch)  # its own: held behind b's, or not
+                else:
+                    await b.ingest.append("t", batch)
+                    theirs += 1
+            await wait_for(lambda n=theirs: len(a.held_back or ()) >= n, 10)
+            notices, a.held_back = a.held_back or [], None
+            rng.shuffle(notices)
+            for notice in notices:
+                roll = rng.random()
+                if roll < 0.1:
+                    continue  # lost: the next batch shows the gap, and the hold reads it
+                a.noticed(notice)
+                if roll > 0.9:
+                    a.noticed(notice)  # twice
+                if rng.random() < 0.2:
+                    await a.ingest.append("t", change(10_000 + round_))
+            # A lost notice is a gap once something follows it (or its connection ends).
+            await a.ingest.append("t", change(20_000 + round_))
+            expected = await stream_ids(redis, "t", start)
+            await wait_for(lambda e=expected: len(seen.ids) >= len(e), 15)
+            assert seen.ids == expected, (seed, round_)
+            assert feed._held == {} and feed._hold_timer is None
+    await dog.sockets_back()
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
 async def test_seeded_fuzz_every_live_client_gets_every_event_once_in_order(
     any_redis_url: str, redis: Any, seed: int
 ) -> None:
