@@ -171,16 +171,29 @@ async def test_a_follower_nobody_hears_is_dropped_and_one_done_with_a_topic_leav
     assert await redis.smembers(keys.tails("t")) == set()
 
 
+async def watched(process: Process) -> tuple[TopicFeed, Recorder]:
+    """A live client of ``t`` (one event in) on ``process``, whose notices are held back
+    from now on."""
+    await process.ingest.append("t", change(0))
+    feed, _, seen = await live(process, "t")
+    process.held_back = []
+    return feed, seen
+
+
+async def held(process: Process, count: int) -> list[Notice]:
+    """The ``count`` notices held back from ``process``, which is handed them again after."""
+    await wait_for(lambda: len(process.held_back or ()) >= count, 10)
+    notices, process.held_back = process.held_back or [], None
+    return notices
+
+
 async def test_notices_read_out_of_order_wait_for_the_gap_to_close_without_a_read(
-    two: tuple[Process, Process], redis: Any
+    two: tuple[Process, Process],
 ) -> None:
     a, b = two
-    await a.ingest.append("t", change(0))
-    feed, _, seen = await live(a, "t")
-    a.held_back = []
+    feed, seen = await watched(a)
     ids = [(await b.ingest.append("t", change(i))).ids[0] for i in range(1, 4)]
-    await wait_for(lambda: len(a.held_back or ()) == 3, 10)
-    notices, a.held_back = a.held_back or [], None
+    notices = await held(a, 3)
     a.noticed(notices[2])
     a.noticed(notices[1])
     assert len(feed._held) == 2 and feed._hold_timer is not None
@@ -191,50 +204,41 @@ async def test_notices_read_out_of_order_wait_for_the_gap_to_close_without_a_rea
 
 
 async def test_an_own_append_answered_before_the_others_notice_waits_for_it(
-    two: tuple[Process, Process], redis: Any
+    two: tuple[Process, Process],
 ) -> None:
     a, b = two
-    await a.ingest.append("t", change(0))
-    feed, _, seen_a = await live(a, "t")
+    feed, seen_a = await watched(a)
     _, _, seen_b = await live(b, "t")
-    a.held_back = []
     theirs = (await b.ingest.append("t", change(1))).ids[0]
-    await wait_for(lambda: len(a.held_back or ()) == 1, 10)
+    notices = await held(a, 1)
     mine = (await a.ingest.append("t", change(2))).ids[0]
     assert len(feed._held) == 1 and seen_a.ids == []
-    notices, a.held_back = a.held_back or [], None
     a.noticed(notices[0])
     await wait_for(lambda: seen_a.ids == [theirs, mine] and seen_b.ids == [theirs, mine], 10)
     assert a.ranges == 0 and feed._held == {}
 
 
 async def test_a_notice_that_never_comes_the_gap_is_read_after_the_hold(
-    two: tuple[Process, Process], redis: Any
+    two: tuple[Process, Process],
 ) -> None:
     a, b = two
-    await a.ingest.append("t", change(0))
-    feed, _, seen = await live(a, "t")
-    a.held_back = []
+    feed, seen = await watched(a)
     lost = (await b.ingest.append("t", change(1))).ids[0]
-    await wait_for(lambda: len(a.held_back or ()) == 1, 10)
+    await held(a, 1)  # and never handed over
     mine = (await a.ingest.append("t", change(2))).ids[0]
     assert len(feed._held) == 1 and a.ranges == 0
     await wait_for(lambda: seen.ids == [lost, mine], 10)  # _HOLD_SECONDS, then one read
     assert a.ranges == 1 and feed._held == {} and feed._hold_timer is None
-    a.held_back = None
 
 
 async def test_too_many_batches_held_the_gap_is_read_at_once(
-    two: tuple[Process, Process], redis: Any
+    two: tuple[Process, Process],
 ) -> None:
     a, b = two
-    await a.ingest.append("t", change(0))
-    feed, _, seen = await live(a, "t")
-    a.held_back = []
+    feed, seen = await watched(a)
     count = feed_module._HOLD_BATCHES + 2
     ids = [(await b.ingest.append("t", change(i))).ids[0] for i in range(1, count + 1)]
-    await wait_for(lambda: len(a.held_back or ()) == count, 10)
-    notices, a.held_back = a.held_back or [], None
+    notices = await held(a, count)
     for notice in notices[1 : feed_module._HOLD_BATCHES + 1]:  # the first one lost
         a.noticed(notice)
     assert len(feed._held) == feed_module._HOLD_BATCHES and a.ranges == 0
@@ -245,16 +249,12 @@ async def test_too_many_batches_held_the_gap_is_read_at_once(
 
 
 async def test_a_notice_partly_in_the_ring_adds_only_the_rest(
-    two: tuple[Process, Process], redis: Any
+    two: tuple[Process, Process],
 ) -> None:
     a, b = two
-    await a.ingest.append("t", change(0))
-    feed, _, seen = await live(a, "t")
-    a.held_back = []
+    feed, seen = await watched(a)
     appended = await b.ingest.append("t", [*change(1), *change(2), *change(3)])
-    await wait_for(lambda: len(a.held_back or ()) == 1, 10)
-    notices, a.held_back = a.held_back or [], None
-    whole = notices[0]
+    whole = (await held(a, 1))[0]
     assert [eid for eid, _ in whole.rows] == appended.ids
     a.noticed(Notice("t", whole.previous_id, whole.rows[:2]))  # the first two, as if read
     a.noticed(whole)
@@ -289,8 +289,7 @@ async def test_seeded_fuzz_notices_handed_over_shuffled_duplicated_or_lost(
                 else:
                     await b.ingest.append("t", batch)
                     theirs += 1
-            await wait_for(lambda n=theirs: len(a.held_back or ()) >= n, 10)
-            notices, a.held_back = a.held_back or [], None
+            notices = await held(a, theirs)
             rng.shuffle(notices)
             for notice in notices:
                 roll = rng.random()
