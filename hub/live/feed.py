@@ -329,7 +329,7 @@ class TopicFeed:
         """
         previous = parse_id(previous_id) if previous_id else (0, 0)
         last = self.last_key
-        if previous <= last:  # the ring has the events up to the end of this batch's first
+        if previous <= last:  # the ring reaches into this batch: the rest follows on
             self._add([event for event in events if event.key > last])
             return
         if len(self._held) >= _HOLD_BATCHES:
@@ -343,7 +343,8 @@ class TopicFeed:
             )
 
     def _held_too_long(self) -> None:
-        """A held batch waited ``_HOLD_SECONDS``: a notice was lost, so read the stream."""
+        """A held batch waited ``_HOLD_SECONDS``: what comes before it was lost (a notice
+        with its connection, say), so read the stream."""
         self._hold_timer = None
         if self._held:
             self._drop_held()
