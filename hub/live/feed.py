@@ -327,17 +327,12 @@ class TopicFeed:
         through redis-py for every seventh publish (issue 22, ``bench/peer_nchan.py``'s flood
         with 2 processes); held, the notice read in the same or the next pass closes it.
         """
-        previous = parse_id(previous_id) if previous_id else (0, 0)
-        last = self.last_key
-        if previous <= last:  # the ring reaches into this batch: the rest follows on
-            self._add([event for event in events if event.key > last])
-            return
-        if len(self._held) >= _HOLD_BATCHES:
+        self._held[parse_id(previous_id) if previous_id else (0, 0)] = events
+        self._take_held()
+        if len(self._held) > _HOLD_BATCHES:
             self._drop_held()
             self.catch_up()
-            return
-        self._held[previous] = events
-        if self._hold_timer is None:
+        elif self._held and self._hold_timer is None:
             self._hold_timer = asyncio.get_running_loop().call_later(
                 _HOLD_SECONDS, self._held_too_long
             )
@@ -357,19 +352,16 @@ class TopicFeed:
             self._hold_timer = None
 
     def _take_held(self) -> None:
-        """Add the held batches that now follow on from the ring; drop those it has."""
+        """Add the held batches the ring now reaches, in order: a batch appended after an
+        event the ring has brings what the ring lacks, which follows on from its end (an
+        append is one contiguous run of the stream); one the ring has whole is dropped."""
         held = self._held
-        while (batch := held.pop(self.last_key, None)) is not None:
-            self._extend(batch)
-        last = self.last_key
-        for previous, batch in list(held.items()):
-            if batch[-1].key <= last:
-                del held[previous]  # read from the stream meanwhile
-            elif previous < last:  # partly read: the rest follows on from the ring's end
-                del held[previous]
-                self._extend([e for e in batch if e.key > last])
-                self._take_held()
-                return
+        while reached := sorted(previous for previous in held if previous <= self.last_key):
+            for previous in reached:
+                last = self.last_key
+                rest = [event for event in held.pop(previous) if event.key > last]
+                if rest:
+                    self._extend(rest)
         if not held:
             self._drop_held()
 
