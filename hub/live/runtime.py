@@ -103,7 +103,11 @@ class Runtime:
         self.client = HttpClient(settings, self.tasks.group("client"))
         # Groups are stopped in reverse order of creation: feeds after delivery, delivery
         # after ownership (see close(), which stops each with its component).
-        self.feeds = FeedHub(self.store, self.tasks.group("feeds", peers=True))
+        self.feeds = FeedHub(
+            self.store,
+            self.tasks.group("feeds", peers=True),
+            push_delay_max=settings.push_delay_max_ms / 1000,
+        )
         self.ingest = Ingest(self.store, self.feeds)
         wake = asyncio.Event()  # set by delivery when a worker ends: ownership reconciles
         self.delivery = DeliveryService(

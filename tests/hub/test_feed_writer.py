@@ -11,6 +11,7 @@ from typing import cast
 from hub.core.events import Event, EventFilter, format_id
 from hub.live.feed import ClientStream, TopicFeed
 from hub.store.event_store import EventStore
+from tests.support import wait_for
 
 
 def events(first: int, count: int) -> list[Event]:
@@ -240,3 +241,100 @@ async def test_direct_writes_are_counted_once_per_batch_and_transport() -> None:
     assert (_messages("ws") - ws, _messages("sse") - sse) == (4, 2)
     queued = await clients[3].next(0.01)
     assert queued is not None and [e.id for e in queued] == ["1-0", "2-0", "3-0"]  # in order
+
+
+class Clock:
+    """The feed's clock, moved by hand: a push "takes" what its writer says."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def costly_client(cost: float, push_delay_max: float) -> tuple[ClientStream, list[list[Event]]]:
+    """A live client on a feed whose every write to it takes ``cost`` seconds of its clock."""
+    clock = Clock()
+    feed = TopicFeed(cast(EventStore, None), "t", push_delay_max=push_delay_max, clock=clock)
+    feed.base = (0, 0)
+    written: list[list[Event]] = []
+
+    def writer(batch: list[Event]) -> bool:
+        written.append(batch)
+        clock.now += cost
+        return True
+
+    client = ClientStream(feed, (0, 0), capacity=100, writer=writer)
+    client.live = True
+    feed.follow(client)
+    return client, written
+
+
+def ids(written: list[list[Event]]) -> list[list[str]]:
+    return [[e.id for e in batch] for batch in written]
+
+
+async def test_after_a_costly_push_the_next_waits_and_takes_what_came_meanwhile() -> None:
+    """Under load the fan-out takes at most a fifth of the time, and batches grow instead
+    (issue 22: with 100 clients and 8 publishers flat out, a write per client every ~3
+    events was most of the hub's CPU): a push that took 2 ms is followed by the next no
+    sooner than 8 ms later, with every append of those passes of the loop in one write."""
+    client, written = costly_client(cost=0.002, push_delay_max=1.0)
+    feed = client.feed
+    loop = asyncio.get_running_loop()
+    assert feed.take_local("", events(1, 1))
+    await push_pass()
+    assert ids(written) == [["1-0"]]
+    pushed = loop.time()
+    assert feed.take_local("1-0", events(2, 1))
+    await push_pass()
+    assert feed.take_local("2-0", events(3, 2))
+    await push_pass()
+    assert ids(written) == [["1-0"]] and feed.last_key == (4, 0)  # in the ring, waiting
+    await wait_for(lambda: len(written) == 2, timeout=5)
+    assert ids(written) == [["1-0"], ["2-0", "3-0", "4-0"]]
+    assert loop.time() - pushed >= 0.006  # 4 x 2 ms (libuv's timers are in whole ms)
+    assert client.cursor == (4, 0)
+
+
+async def test_the_wait_is_bounded_by_push_delay_max() -> None:
+    client, written = costly_client(cost=10.0, push_delay_max=0.02)  # 4 x 10 s: not waited
+    feed = client.feed
+    assert feed.take_local("", events(1, 1))
+    await push_pass()
+    assert feed.take_local("1-0", events(2, 1))
+    await wait_for(lambda: len(written) == 2, timeout=5)
+    assert ids(written) == [["1-0"], ["2-0"]]
+
+
+async def test_no_spacing_with_push_delay_max_zero() -> None:
+    client, written = costly_client(cost=10.0, push_delay_max=0)
+    feed = client.feed
+    for n in range(1, 4):
+        assert feed.take_local(f"{n - 1}-0" if n > 1 else "", events(n, 1))
+        await push_pass()
+    assert ids(written) == [["1-0"], ["2-0"], ["3-0"]]
+
+
+async def test_a_cheap_push_never_waits() -> None:
+    # 0.2 ms of writes: the next push would wait 0.8 ms, less than a timer is worth.
+    client, written = costly_client(cost=0.0002, push_delay_max=1.0)
+    feed = client.feed
+    assert feed.take_local("", events(1, 1))
+    await push_pass()
+    assert feed.take_local("1-0", events(2, 1))
+    await push_pass()
+    assert ids(written) == [["1-0"], ["2-0"]]
+
+
+async def test_stopping_the_feed_cancels_a_waiting_push() -> None:
+    client, written = costly_client(cost=0.5, push_delay_max=1.0)
+    feed = client.feed
+    assert feed.take_local("", events(1, 1))
+    await push_pass()
+    assert feed.take_local("1-0", events(2, 1))
+    timer = feed._push_timer
+    assert timer is not None and not timer.cancelled()
+    await feed.stop()
+    assert timer.cancelled() and feed._push_timer is None and ids(written) == [["1-0"]]
