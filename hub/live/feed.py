@@ -161,6 +161,8 @@ class TopicFeed:
         #: Events in the ring not yet pushed to the followers, and whether the push is
         #: scheduled (:meth:`_add`).
         self._unpushed: list[Event] = []
+        #: How many appends (or notices, or reads) those events came in.
+        self._unpushed_batches = 0
         self._push_soon = False
         #: When (``clock``) the next push may run, and its timer while it waits for that.
         self._push_after = 0.0
@@ -244,6 +246,7 @@ class TopicFeed:
             self._push_timer.cancel()
             self._push_timer = None
         self._unpushed = []
+        self._unpushed_batches = 0
         self._push_soon = False
         self._encodings.clear()
         self._last = None
@@ -461,6 +464,7 @@ class TopicFeed:
         if not self._followers:
             return
         self._unpushed += fresh
+        self._unpushed_batches += 1
         if not self._push_soon:
             self._push_soon = True
             loop = asyncio.get_running_loop()
@@ -480,16 +484,19 @@ class TopicFeed:
         ring already holds them, so a client that catches up meanwhile reads them there,
         and its cursor drops them from the push (:meth:`ClientStream.offer`).
 
-        And spaced: a push that took ``t`` (a write per live client, ~10 us each) is
-        followed by the next no sooner than ``_PUSH_SPACING * t`` later, never more than
-        ``push_delay_max``, so that under load the fan-out takes at most a fifth of the
-        time and batches grow instead. With one pass of the loop per push, 100 WebSocket
-        clients and 8 publishers flat out got a write per client every ~3 events, and the
-        writes were most of the hub's CPU; spaced, every ~8, and its CPU per delivery fell
-        by a third (docs/benchmarks.md, "Issue 22 changes: spaced pushes"). A push to a
-        few clients, or events 10 ms apart, never waits.
+        And spaced under load: a push of several appends (they came faster than the
+        pushes) that took ``t`` (a write per live client, ~10 us each) is followed by the
+        next no sooner than ``_PUSH_SPACING * t`` later, never more than
+        ``push_delay_max``, so that the fan-out takes at most a fifth of the time and
+        batches grow instead. With one pass of the loop per push, 100 WebSocket clients and
+        8 publishers flat out got a write per client every ~3 events, and the writes were
+        most of the hub's CPU; spaced, every ~8, and its CPU per delivery fell by a third
+        or more (docs/benchmarks.md, "Issue 22 changes: spaced pushes"). A push of one
+        append (paced publishes, however many clients) or to a few clients never delays
+        the next.
         """
         fresh, self._unpushed, self._push_soon = self._unpushed, [], False
+        batches, self._unpushed_batches = self._unpushed_batches, 0
         self._push_timer = None
         if not fresh or not self._followers:
             return
@@ -497,8 +504,12 @@ class TopicFeed:
         try:
             self._fan_out(fresh)
         finally:
-            ended = self._clock()
-            self._push_after = ended + min(self.push_delay_max, _PUSH_SPACING * (ended - began))
+            if batches > 1:  # appends come faster than pushes: space the next one
+                ended = self._clock()
+                delay = min(self.push_delay_max, _PUSH_SPACING * (ended - began))
+                self._push_after = ended + delay
+            else:
+                self._push_after = 0.0
 
     def _fan_out(self, fresh: list[Event]) -> None:
         # Direct writes are counted here, once per batch and transport: a Prometheus

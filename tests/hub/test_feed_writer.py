@@ -278,63 +278,77 @@ def ids(written: list[list[Event]]) -> list[list[str]]:
 async def test_after_a_costly_push_the_next_waits_and_takes_what_came_meanwhile() -> None:
     """Under load the fan-out takes at most a fifth of the time, and batches grow instead
     (issue 22: with 100 clients and 8 publishers flat out, a write per client every ~3
-    events was most of the hub's CPU): a push that took 2 ms is followed by the next no
-    sooner than 8 ms later, with every append of those passes of the loop in one write."""
+    events was most of the hub's CPU): a push of two appends that took 2 ms is followed by
+    the next no sooner than 8 ms later, with every append of those passes in one write."""
     client, written = costly_client(cost=0.002, push_delay_max=1.0)
     feed = client.feed
     loop = asyncio.get_running_loop()
     assert feed.take_local("", events(1, 1))
+    assert feed.take_local("1-0", events(2, 1))  # two appends in one pass: under load
     await push_pass()
-    assert ids(written) == [["1-0"]]
+    assert ids(written) == [["1-0", "2-0"]]
     pushed = loop.time()
-    assert feed.take_local("1-0", events(2, 1))
+    assert feed.take_local("2-0", events(3, 1))
     await push_pass()
-    assert feed.take_local("2-0", events(3, 2))
+    assert feed.take_local("3-0", events(4, 2))
     await push_pass()
-    assert ids(written) == [["1-0"]] and feed.last_key == (4, 0)  # in the ring, waiting
+    assert ids(written) == [["1-0", "2-0"]] and feed.last_key == (5, 0)  # in the ring
     await wait_for(lambda: len(written) == 2, timeout=5)
-    assert ids(written) == [["1-0"], ["2-0", "3-0", "4-0"]]
+    assert ids(written) == [["1-0", "2-0"], ["3-0", "4-0", "5-0"]]
     assert loop.time() - pushed >= 0.006  # 4 x 2 ms (libuv's timers are in whole ms)
-    assert client.cursor == (4, 0)
+    assert client.cursor == (5, 0)
+
+
+async def push_two(feed: TopicFeed, first: int) -> None:
+    """Two appends in one pass of the loop, then that pass's push."""
+    previous = format_id((first - 1, 0)) if first > 1 else ""
+    assert feed.take_local(previous, events(first, 1))
+    assert feed.take_local(format_id((first, 0)), events(first + 1, 1))
+    await push_pass()
+
+
+async def test_a_push_of_one_append_never_delays_the_next() -> None:
+    # Paced publishes: each push carries one append, however long its writes take.
+    client, written = costly_client(cost=10.0, push_delay_max=1.0)
+    feed = client.feed
+    for n in range(1, 4):
+        assert feed.take_local(format_id((n - 1, 0)) if n > 1 else "", events(n, 1))
+        await push_pass()
+    assert ids(written) == [["1-0"], ["2-0"], ["3-0"]]
 
 
 async def test_the_wait_is_bounded_by_push_delay_max() -> None:
     client, written = costly_client(cost=10.0, push_delay_max=0.02)  # 4 x 10 s: not waited
     feed = client.feed
-    assert feed.take_local("", events(1, 1))
-    await push_pass()
-    assert feed.take_local("1-0", events(2, 1))
+    await push_two(feed, 1)
+    assert feed.take_local("2-0", events(3, 1))
     await wait_for(lambda: len(written) == 2, timeout=5)
-    assert ids(written) == [["1-0"], ["2-0"]]
+    assert ids(written) == [["1-0", "2-0"], ["3-0"]]
 
 
 async def test_no_spacing_with_push_delay_max_zero() -> None:
     client, written = costly_client(cost=10.0, push_delay_max=0)
     feed = client.feed
-    for n in range(1, 4):
-        assert feed.take_local(f"{n - 1}-0" if n > 1 else "", events(n, 1))
-        await push_pass()
-    assert ids(written) == [["1-0"], ["2-0"], ["3-0"]]
+    await push_two(feed, 1)
+    await push_two(feed, 3)
+    assert ids(written) == [["1-0", "2-0"], ["3-0", "4-0"]]
 
 
 async def test_a_cheap_push_never_waits() -> None:
     # 0.2 ms of writes: the next push would wait 0.8 ms, less than a timer is worth.
     client, written = costly_client(cost=0.0002, push_delay_max=1.0)
     feed = client.feed
-    assert feed.take_local("", events(1, 1))
-    await push_pass()
-    assert feed.take_local("1-0", events(2, 1))
-    await push_pass()
-    assert ids(written) == [["1-0"], ["2-0"]]
+    await push_two(feed, 1)
+    await push_two(feed, 3)
+    assert ids(written) == [["1-0", "2-0"], ["3-0", "4-0"]]
 
 
 async def test_stopping_the_feed_cancels_a_waiting_push() -> None:
     client, written = costly_client(cost=0.5, push_delay_max=1.0)
     feed = client.feed
-    assert feed.take_local("", events(1, 1))
-    await push_pass()
-    assert feed.take_local("1-0", events(2, 1))
+    await push_two(feed, 1)
+    assert feed.take_local("2-0", events(3, 1))
     timer = feed._push_timer
     assert timer is not None and not timer.cancelled()
     await feed.stop()
-    assert timer.cancelled() and feed._push_timer is None and ids(written) == [["1-0"]]
+    assert timer.cancelled() and feed._push_timer is None and ids(written) == [["1-0", "2-0"]]
