@@ -266,10 +266,11 @@ class Settings(BaseSettings):
     #: Events a WebSocket/SSE client may have queued before it is dropped as too slow.
     client_buffer_events: int = Field(10_000, ge=10, le=10_000_000)
     #: Under load, the longest a live event waits so that each WebSocket/SSE client and
-    #: caught-up WebSub subscriber gets more events per write: after a fan-out of a topic
-    #: that took ``t``, its next one waits until ``4 t`` has passed, never longer than
-    #: this (milliseconds). Cheap fan-outs and events further apart never wait. 0 = every
-    #: pass of the event loop writes what arrived (least latency, most CPU under load).
+    #: caught-up WebSub subscriber gets more events per write: after a topic's fan-out of
+    #: several publishes (they came faster than its writes) that took ``t``, the next one
+    #: waits until ``4 t`` has passed, never longer than this (milliseconds). A fan-out of
+    #: one publish, or a cheap one, never delays the next. 0 = every pass of the event loop
+    #: writes what arrived (least latency, most CPU under load).
     push_delay_max_ms: float = Field(5.0, ge=0, le=1000)
 
     # -- materialized documents --------------------------------------------------------
