@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 from typing import cast
 
+import pytest
+
 from hub.core.events import Event, EventFilter, format_id
 from hub.live.feed import ClientStream, TopicFeed
 from hub.store.event_store import EventStore
@@ -326,17 +328,18 @@ async def test_the_wait_is_bounded_by_push_delay_max() -> None:
     assert ids(written) == [["1-0", "2-0"], ["3-0"]]
 
 
-async def test_no_spacing_with_push_delay_max_zero() -> None:
-    client, written = costly_client(cost=10.0, push_delay_max=0)
-    feed = client.feed
-    await push_two(feed, 1)
-    await push_two(feed, 3)
-    assert ids(written) == [["1-0", "2-0"], ["3-0", "4-0"]]
-
-
-async def test_a_cheap_push_never_waits() -> None:
-    # 0.2 ms of writes: the next push would wait 0.8 ms, less than a timer is worth.
-    client, written = costly_client(cost=0.0002, push_delay_max=1.0)
+@pytest.mark.parametrize(
+    ("cost", "push_delay_max"),
+    [
+        pytest.param(10.0, 0, id="spacing-off"),
+        # 0.2 ms of writes: the next push would wait 0.8 ms, less than a timer is worth.
+        pytest.param(0.0002, 1.0, id="cheap-push"),
+    ],
+)
+async def test_pushes_every_pass_without_spacing_or_when_cheap(
+    cost: float, push_delay_max: float
+) -> None:
+    client, written = costly_client(cost=cost, push_delay_max=push_delay_max)
     feed = client.feed
     await push_two(feed, 1)
     await push_two(feed, 3)
