@@ -56,8 +56,9 @@ _TRANSPORTS = ("ws", "sse")
 _HOLD_SECONDS = 0.05
 #: Batches held at most: one more, and the gap is read at once.
 _HOLD_BATCHES = 64
-#: After a push that took ``t`` seconds, the next one waits until ``_PUSH_SPACING * t`` has
-#: passed (at most the feed's ``push_delay_max``): see :meth:`TopicFeed._push`.
+#: After a push of several appends that took ``t`` seconds, the next one waits until
+#: ``_PUSH_SPACING * t`` has passed (at most the feed's ``push_delay_max``): see
+#: :meth:`TopicFeed._push`.
 _PUSH_SPACING = 4.0
 #: A shorter wait is not worth a timer (libuv's are in whole milliseconds): the next pass
 #: of the loop pushes, as it always did for fan-outs this cheap.
@@ -490,7 +491,7 @@ class TopicFeed:
         ``push_delay_max``, so that the fan-out takes at most a fifth of the time and
         batches grow instead. With one pass of the loop per push, 100 WebSocket clients and
         8 publishers flat out got a write per client every ~3 events, and the writes were
-        most of the hub's CPU; spaced, every ~8, and its CPU per delivery fell by a third
+        most of the hub's CPU; spaced, every ~10, and its CPU per delivery fell by a third
         or more (docs/benchmarks.md, "Issue 22 changes: spaced pushes"). A push of one
         append (paced publishes, however many clients) or to a few clients never delays
         the next.
