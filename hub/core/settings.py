@@ -412,11 +412,18 @@ class Settings(BaseSettings):
     #: Key (at least 32 bytes) that signs short-lived read tokens (JWT, HS256; ``rshub
     #: token``). Unset: no signed read token is accepted. A secret: never logged or shown.
     jwt_key: SecretStr | None = None
-    #: Publish pings (``hub.mode=publish``) one client address may send per second on
-    #: average, after a burst of ``ping_burst``; beyond, 429 with ``Retry-After``. 0 = no
-    #: limit. The address is the peer's, or what a trusted proxy says it is.
+    #: Publish pings (``hub.mode=publish``) one publisher may send per second on average,
+    #: after a burst of ``ping_burst``; beyond, 429 with ``Retry-After``. 0 = no limit.
+    #: Counted once the ping is authorised: per token on a hub with publisher tokens, per
+    #: client address on an open hub (the peer's, or what a trusted proxy says it is).
     ping_rate_per_second: float = Field(10.0, ge=0, le=1_000_000)
     ping_burst: int = Field(100, ge=1, le=1_000_000_000)
+    #: Publish pings refused for their token (401/403) one client address may send per
+    #: second on average, after a burst of ``ping_refusal_burst``; beyond, 429. A budget of
+    #: their own, so that nobody's refused pings spend an authorised publisher's. 0 = no
+    #: limit.
+    ping_refusal_rate_per_second: float = Field(1.0, ge=0, le=1_000_000)
+    ping_refusal_burst: int = Field(10, ge=1, le=1_000_000_000)
 
     # -- issue 22: lean SSE subscribe ------------------------------------------------------
     #: Serve a plain SSE subscribe (``GET /topics/{name}/events`` of an open topic, no

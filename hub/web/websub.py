@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from hub.core import metrics, websub
+from hub.core.access import given_token
 from hub.core.auth import PublisherAuth
-from hub.core.exceptions import BadRequest, TooManyRequests
+from hub.core.exceptions import BadRequest, Forbidden, Unauthorized
+from hub.core.ping_budgets import PingBudgets
 from hub.core.settings import Settings
-from hub.core.token_bucket import TokenBuckets
 from hub.live.delivery import DeliveryService
 from hub.live.http_client import HttpClient
 from hub.live.ingest import Ingest
@@ -42,15 +43,13 @@ class Subscribing:
     client: HttpClient
     parser: DocumentParser
     ingest: Ingest
-    #: Publish pings per client address (None: no limit).
-    pings: TokenBuckets | None = None
+    #: Publish pings' budgets (None: no limit).
+    pings: PingBudgets | None = None
 
 
-def ping_limit(settings: Settings) -> TokenBuckets | None:
-    """The publish-ping buckets ``settings`` ask for (None when unlimited)."""
-    if settings.ping_rate_per_second <= 0:
-        return None
-    return TokenBuckets(settings.ping_rate_per_second, settings.ping_burst, max_keys=10_000)
+def ping_limit(settings: Settings) -> PingBudgets:
+    """The publish-ping budgets ``settings`` ask for."""
+    return PingBudgets(settings)
 
 
 SUBSCRIBING = web.AppKey("subscribing", Subscribing)
@@ -102,18 +101,20 @@ async def _websub_request(request: web.Request) -> web.Response:
 
 async def _publish_ping(request: web.Request, ping: websub.PublishPing) -> web.Response:
     ctx = request.app[SUBSCRIBING]
-    if ctx.pings is not None:
-        wait = ctx.pings.take(client_address(request), time.monotonic())
-        if wait:
-            raise TooManyRequests(
-                f"too many publish pings from this address (over "
-                f"{ctx.settings.ping_rate_per_second:g}/s after a burst of "
-                f"{ctx.settings.ping_burst}): retry after the Retry-After seconds",
-                retry_after=wait,
-            )
     urls = request_urls(request)
     topic = urls.name_from_url(ping.url)
-    ctx.auth.check(topic, request.headers.get("Authorization"))
+    authorization = request.headers.get("Authorization")
+    # Counted once the token is checked: a refused ping spends the refusals' budget of its
+    # address, never an authorised publisher's.
+    try:
+        ctx.auth.check(topic, authorization)
+    except (Unauthorized, Forbidden):
+        if ctx.pings is not None:
+            ctx.pings.refused(client_address(request), time.monotonic())
+        raise
+    if ctx.pings is not None:
+        token = None if ctx.auth.open else given_token(authorization)
+        ctx.pings.granted(client_address(request), token, time.monotonic())
     if urls.is_own_topic(ping.url):
         note = "a topic of this hub: POST its notifications to it"
         return accepted({"topic": topic, "accepted": 0, "ids": [], "note": note})
