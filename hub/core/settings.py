@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 from typing import Annotated, Literal
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from pydantic import AfterValidator, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
@@ -21,7 +21,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from hub.core import sentinel_url
+from hub.core import sentinel_url, tls_files
 from hub.core.cors import origin_of
 from hub.core.exceptions import BadRequest
 from hub.core.read_tokens import check_key
@@ -440,16 +440,45 @@ class Settings(BaseSettings):
     #: request goes through aiohttp. Neither lean path runs with ``cors_origins`` set.
     lean_publish: bool = True
 
-    @field_validator("callback_ca_file", "callback_client_cert", "callback_client_key")
+    @field_validator("callback_ca_file", "callback_client_cert")
     @classmethod
-    def _check_readable_file(cls, value: Path | None) -> Path | None:
-        try:
-            readable = value is None or value.is_file()
-        except OSError as exc:  # a name too long, say: is_file() lets those through
-            raise ValueError(f"{str(value)[:200]!r} cannot be read ({exc.strerror})") from None
-        if not readable:
-            raise ValueError(f"{str(value)[:200]!r} is not a readable file")
+    def _check_certificate_file(cls, value: Path | None) -> Path | None:
+        """Readable, with a PEM certificate: checked now, so a wrong file is a bad setting
+        (exit 2 naming it), not a failure to listen."""
+        if value is not None:
+            tls_files.check_certificates(value)
         return value
+
+    @field_validator("callback_client_key")
+    @classmethod
+    def _check_key_file(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            tls_files.check_readable(value)
+        return value
+
+    @model_validator(mode="after")
+    def _check_client_key_pair(self) -> Settings:
+        """The client certificate and its key load together (the key matches)."""
+        cert, key = self.callback_client_cert, self.callback_client_key
+        if cert is None:
+            if key is not None:
+                raise ValueError(
+                    "callback_client_key (RSHUB_CALLBACK_CLIENT_KEY) is set without "
+                    "callback_client_cert (RSHUB_CALLBACK_CLIENT_CERT)"
+                )
+            return self
+        try:
+            tls_files.check_key_pair(cert, key)
+        except tls_files.KeyPairError as exc:
+            if exc.blame == "key":
+                raise ValueError(
+                    f"callback_client_key (RSHUB_CALLBACK_CLIENT_KEY): {exc.reason}"
+                ) from None
+            hint = "" if key else " (or name the key's file in RSHUB_CALLBACK_CLIENT_KEY)"
+            raise ValueError(
+                f"callback_client_cert (RSHUB_CALLBACK_CLIENT_CERT): {exc.reason}{hint}"
+            ) from None
+        return self
 
     @field_validator("workers", mode="before")
     @classmethod
@@ -493,7 +522,8 @@ class Settings(BaseSettings):
         if value is None:
             return value
         if sentinel_url.is_sentinel(value):
-            sentinel_url.parse(value)  # its ValueError names what is wrong
+            # Its ValueError names what is wrong.
+            tls_files.check_url_options(dict(sentinel_url.parse(value).tls_options))
             return value
         try:
             parts = urlsplit(value)
@@ -509,6 +539,8 @@ class Settings(BaseSettings):
             raise ValueError("must name a host (redis://HOST:PORT/DB)")
         if parts.scheme == "unix" and not parts.path:
             raise ValueError("must name a socket path (unix:///path/to/redis.sock)")
+        # The first of a repeated option, as redis-py takes it.
+        tls_files.check_url_options({k: v[0] for k, v in parse_qs(parts.query).items()})
         return value
 
     @model_validator(mode="after")
