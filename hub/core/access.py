@@ -63,7 +63,9 @@ class ReadAccess:
                 settings.topic_read_tokens.get(name, []) + settings.topic_tokens.get(name, [])
             )
         key = settings.jwt_key
-        self.signed = SignedReadTokens(key.get_secret_value()) if key is not None else None
+        self.signed: SignedReadTokens | None = None
+        if key is not None:
+            self.signed = SignedReadTokens(key.get_secret_value(), settings.jwt_max_ttl)
 
     def is_open(self, topic: str) -> bool:
         """True when ``topic`` is readable without a token."""

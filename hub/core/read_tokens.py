@@ -2,9 +2,14 @@
 
 A site that serves browsers mints one per visitor (``rshub token``, or any JWT library with
 the hub's ``RSHUB_JWT_KEY``) instead of handing out a long-lived read token: it names its
-topics (claim ``topics``, a list of names) and must expire (claim ``exp``). The hub accepts
-one wherever it accepts a read token (:class:`hub.core.access.ReadAccess`). Only HS256 is
-accepted (never ``none``, never an algorithm the token picks), and every refusal says why.
+topics (claim ``topics``, a list of names) and must expire (claim ``exp``, a number of
+seconds since the epoch, at most ``jwt_max_ttl`` ahead). The hub accepts one wherever it
+accepts a read token (:class:`hub.core.access.ReadAccess`). Only HS256 is accepted (never
+``none``, never an algorithm the token picks), and every refusal says why.
+
+A token is accepted until :data:`LEEWAY_SECONDS` after its ``exp`` (clocks differ between
+the host that minted it and the hub): that instant is when the access it gives ends
+(:attr:`Grant.ends_at`), on every transport.
 
 PyJWT (and the cryptography it loads) is imported only by a hub with a key, when it makes
 its :class:`SignedReadTokens`, or by ``mint``: ~50 ms that a hub without one does not pay at
@@ -13,9 +18,11 @@ start-up.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hub.core.exceptions import Unauthorized
@@ -61,46 +68,88 @@ def mint(key: str, topics: Iterable[str], ttl_seconds: float, now: float | None 
 #: Verified tokens remembered (until they expire): decoding one costs ~100x a plain token
 #: comparison, and a browser presents the same one on every request.
 _REMEMBERED = 1024
+#: Default of ``Settings.jwt_max_ttl``: a day.
+DEFAULT_MAX_TTL_SECONDS = 86400.0
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """What a valid signed read token gives: its topics, until ``ends_at`` (epoch seconds:
+    its ``exp`` plus the leeway, when the hub starts refusing it)."""
+
+    topics: frozenset[str]
+    ends_at: float
 
 
 class SignedReadTokens:
     """Verifies signed read tokens with the hub's key."""
 
-    def __init__(self, key: str) -> None:
+    def __init__(self, key: str, max_ttl: float = DEFAULT_MAX_TTL_SECONDS) -> None:
         import jwt  # at start-up, not at the first token (see the module's docstring)
 
         self._jwt = jwt
         self._key = check_key(key)
-        self._verified: OrderedDict[bytes, tuple[frozenset[str], float]] = OrderedDict()
+        self._max_ttl = max_ttl
+        self._verified: OrderedDict[bytes, Grant] = OrderedDict()
 
     def __repr__(self) -> str:  # never the key
         return "SignedReadTokens(<key>)"
 
     def topics(self, token: bytes) -> frozenset[str]:
         """The topics a valid token reads; 401 naming what is wrong with any other."""
+        return self.grant(token).topics
+
+    def grant(self, token: bytes) -> Grant:
+        """What a valid token gives; 401 naming what is wrong with any other."""
+        now = time.time()
         known = self._verified.get(token)
-        if known is not None and time.time() <= known[1]:
-            return known[0]
+        if known is not None and now < known.ends_at:
+            return known
         jwt = self._jwt
         try:
+            # exp is judged here, not by PyJWT: it takes "9999999999" and 1e30 as numbers.
             claims = jwt.decode(
                 token,
                 self._key,
                 algorithms=[ALGORITHM],
-                options={"require": ["exp"]},
+                options={"require": ["exp"], "verify_exp": False},
                 leeway=LEEWAY_SECONDS,
             )
         except jwt.PyJWTError as exc:
             raise Unauthorized(_problem(exc)) from None
+        ends_at = self._end(claims["exp"], now)
         names = claims.get("topics")
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise Unauthorized("this read token has no 'topics' claim (a list of topic names)")
-        topics = frozenset(names)
-        if isinstance(claims["exp"], int | float):
-            self._verified[token] = (topics, claims["exp"] + LEEWAY_SECONDS)
-            if len(self._verified) > _REMEMBERED:
-                self._verified.popitem(last=False)
-        return topics
+        grant = self._verified[token] = Grant(frozenset(names), ends_at)
+        if len(self._verified) > _REMEMBERED:
+            self._verified.popitem(last=False)
+        return grant
+
+    def _end(self, exp: object, now: float) -> float:
+        """When a token with this ``exp`` stops being accepted; 401 naming the claim when it
+        is not a number, is past, or lies further ahead than the hub's maximum lifetime."""
+        value = math.nan
+        if isinstance(exp, int | float) and not isinstance(exp, bool):
+            try:
+                value = float(exp)
+            except OverflowError:  # an integer of hundreds of digits
+                value = math.inf
+        if math.isnan(value):
+            shown = str(exp)[:20] if isinstance(exp, str | int | float) else ""
+            raise Unauthorized(
+                "this read token's 'exp' claim must be a number (seconds since the epoch), "
+                f"not {type(exp).__name__} {shown!r}"
+            )
+        if now >= value + LEEWAY_SECONDS:
+            raise Unauthorized("this read token has expired (its exp is past): get a new one")
+        if value - now > self._max_ttl + LEEWAY_SECONDS:
+            raise Unauthorized(
+                f"this read token's 'exp' claim lies {value - now:.3g} s ahead, beyond the "
+                f"hub's maximum lifetime of {self._max_ttl:g} s (RSHUB_JWT_MAX_TTL): mint "
+                "one that expires sooner"
+            )
+        return value + LEEWAY_SECONDS
 
 
 def _problem(exc: jwt.PyJWTError) -> str:

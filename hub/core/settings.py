@@ -412,6 +412,10 @@ class Settings(BaseSettings):
     #: Key (at least 32 bytes) that signs short-lived read tokens (JWT, HS256; ``rshub
     #: token``). Unset: no signed read token is accepted. A secret: never logged or shown.
     jwt_key: SecretStr | None = None
+    #: Longest life (seconds) a signed read token may have left: one whose ``exp`` lies
+    #: further ahead (beyond the 10 s clock leeway) is refused (401), so a leaked token
+    #: cannot read for years.
+    jwt_max_ttl: float = Field(86400.0, gt=0, le=366 * 86400)
     #: Publish pings (``hub.mode=publish``) one publisher may send per second on average,
     #: after a burst of ``ping_burst``; beyond, 429 with ``Retry-After``. 0 = no limit.
     #: Counted once the ping is authorised: per token on a hub with publisher tokens, per

@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from hub.core.exceptions import BadRequest
-from hub.core.read_tokens import mint
+from hub.core.read_tokens import DEFAULT_MAX_TTL_SECONDS, mint
 from hub.core.topics import check_name
 
 _TTL = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd]?)")
@@ -39,7 +39,10 @@ def add_parsers(subparsers: Any) -> None:
         "--topic", action="append", required=True, help="a topic it may read (repeatable)"
     )
     parser.add_argument(
-        "--ttl", type=ttl_seconds, default=3600.0, help="lifetime: 90s, 15m, 1h (default), 2d"
+        "--ttl",
+        type=ttl_seconds,
+        default=3600.0,
+        help="lifetime: 90s, 15m, 1h (default), 1d; at most the hub's RSHUB_JWT_MAX_TTL (1d)",
     )
     parser.add_argument(
         "--key", help="signing key, at least 32 bytes (default: RSHUB_JWT_KEY; prefer it)"
@@ -53,6 +56,16 @@ def run_token(args: argparse.Namespace) -> int:
         print("rshub token: no key: pass --key or set RSHUB_JWT_KEY", file=sys.stderr)
         return 2
     try:
+        limit = float(os.environ.get("RSHUB_JWT_MAX_TTL", "").strip() or DEFAULT_MAX_TTL_SECONDS)
+    except ValueError:
+        print("rshub token: RSHUB_JWT_MAX_TTL must be a number of seconds", file=sys.stderr)
+        return 2
+    try:
+        if args.ttl > limit:  # the hub would refuse it (401)
+            raise ValueError(
+                f"--ttl of {args.ttl:g} s is longer than the hub accepts "
+                f"(RSHUB_JWT_MAX_TTL: {limit:g} s)"
+            )
         for name in args.topic:
             check_name(name)
         print(mint(key, args.topic, args.ttl))

@@ -84,6 +84,14 @@ BAD_TOKENS = {
     "no exp": (jwt.encode({"topics": ["secret"]}, KEY), 401, "'exp'"),
     "no topics": (jwt.encode({"exp": NOW + 86400}, KEY), 401, "'topics'"),
     "wrong topic": (jwt.encode({"topics": ["other"], "exp": NOW + 86400}, KEY), 403, "'other'"),
+    # exp must be a number, within RSHUB_JWT_MAX_TTL (a day by default) of the hub's clock
+    "exp a string": (jwt.encode({"topics": ["secret"], "exp": "9999999999"}, KEY), 401, "'exp'"),
+    "exp 1e30": (jwt.encode({"topics": ["secret"], "exp": 1e30}, KEY), 401, "RSHUB_JWT_MAX_TTL"),
+    "exp in two days": (
+        jwt.encode({"topics": ["secret"], "exp": NOW + 2 * 86400}, KEY),
+        401,
+        "RSHUB_JWT_MAX_TTL",
+    ),
 }
 
 
@@ -100,6 +108,13 @@ async def test_a_bad_signed_token_is_refused_naming_the_problem(
     with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
         await hub.session.ws_connect(f"{hub.url}/topics/secret/ws?access_token={token}")
     assert refused.value.status == code
+    form = {
+        "hub.mode": "subscribe",
+        "hub.topic": f"{hub.url}/topics/secret",
+        "hub.callback": "http://callback.invalid/",
+    }
+    async with hub.session.post(hub.url + "/", data=form, headers=bearer(token)) as resp:
+        assert resp.status == code and problem in (await resp.json())["error"]
     assert KEY not in caplog.text
 
 
@@ -164,6 +179,7 @@ def test_rshub_token_without_a_usable_key_says_so(
         ([], "RSHUB_JWT_KEY"),
         (["--key", "tiny-key"], "32 bytes"),
         (["--key", KEY, "--topic", "no/such name"], "topic name"),
+        (["--key", KEY, "--ttl", "2d"], "RSHUB_JWT_MAX_TTL: 86400 s"),
     ]:
         assert main(["token", "--topic", "t", *argv]) == 2
         out, err = capsys.readouterr()

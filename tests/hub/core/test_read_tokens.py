@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 import jwt
@@ -9,7 +10,7 @@ import pytest
 
 from hub.core.access import ReadAccess
 from hub.core.exceptions import Forbidden, Unauthorized
-from hub.core.read_tokens import SignedReadTokens, mint
+from hub.core.read_tokens import Grant, SignedReadTokens, mint
 from hub.core.settings import Settings
 
 KEY = "k" * 40
@@ -94,7 +95,65 @@ def test_verified_tokens_are_remembered_in_bounded_memory_until_they_expire() ->
     assert len(tokens._verified) == 1024
     # Remembered only as long as the token is valid: past its exp, it is decoded again.
     last = minted[-1]
-    names, until = tokens._verified[last]
-    assert names == {"t1099"} and time.time() + 50 < until <= time.time() + 60 + 10
-    tokens._verified[last] = (frozenset({"forged"}), time.time() - 1)
+    grant = tokens._verified[last]
+    assert grant.topics == {"t1099"} and time.time() + 50 < grant.ends_at <= time.time() + 70
+    tokens._verified[last] = Grant(frozenset({"forged"}), time.time() - 1)
     assert tokens.topics(last) == {"t1099"}
+
+
+#: ``exp`` values that are not a number of seconds, and what the refusal names.
+NOT_NUMBERS = {
+    "a string": "9999999999",
+    "a boolean": True,
+    "NaN": float("nan"),
+    "a list": [LATER],
+}
+
+
+@pytest.mark.parametrize("case", NOT_NUMBERS)
+def test_an_exp_that_is_not_a_number_is_refused_naming_the_claim(case: str) -> None:
+    token = jwt.encode({"topics": ["t"], "exp": NOT_NUMBERS[case]}, KEY)
+    problem = _decode_problem(token)
+    assert "'exp'" in problem and "number" in problem, problem
+    # null is no exp at all (PyJWT's reading): named as missing
+    assert "no 'exp' claim" in _decode_problem(jwt.encode({"topics": ["t"], "exp": None}, KEY))
+
+
+@pytest.mark.parametrize(
+    "exp",
+    [1e30, 10**400, float("inf"), LATER + 3600],
+    ids=["1e30", "400-digits", "infinity", "a-day-and-an-hour"],
+)
+def test_an_exp_beyond_the_maximum_lifetime_is_refused(exp: float) -> None:
+    problem = _decode_problem(jwt.encode({"topics": ["t"], "exp": exp}, KEY))
+    assert "'exp'" in problem and "RSHUB_JWT_MAX_TTL" in problem, problem
+
+
+def test_the_maximum_lifetime_is_a_setting_with_the_clock_leeway() -> None:
+    tokens = SignedReadTokens(KEY, max_ttl=600)
+    now = time.time()
+    for ahead in (60.5, 600, 605):  # a float exp is a number too; 5 s of a minter's skew
+        token = jwt.encode({"topics": ["t"], "exp": now + ahead}, KEY).encode()
+        assert tokens.grant(token).ends_at == pytest.approx(now + ahead + 10)
+    with pytest.raises(Unauthorized) as caught:
+        tokens.topics(jwt.encode({"topics": ["t"], "exp": now + 630}, KEY).encode())
+    assert "600 s (RSHUB_JWT_MAX_TTL)" in caught.value.message
+    # -inf is long past
+    assert "expired" in _decode_problem(jwt.encode({"topics": ["t"], "exp": -math.inf}, KEY))
+
+
+def test_read_access_uses_the_configured_maximum_lifetime(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RSHUB_JWT_MAX_TTL", "120")
+    settings = Settings(read_tokens=["r"], jwt_key=KEY)
+    assert settings.jwt_max_ttl == 120
+    readers = ReadAccess(settings)
+    readers.check("news", f"Bearer {mint(KEY, ['news'], 120)}")
+    with pytest.raises(Unauthorized) as caught:
+        readers.check("news", f"Bearer {mint(KEY, ['news'], 3600)}")
+    assert "RSHUB_JWT_MAX_TTL" in caught.value.message
+    for bad in ("0", "-5", "nan", "inf", "a day"):
+        monkeypatch.setenv("RSHUB_JWT_MAX_TTL", bad)
+        with pytest.raises(ValueError, match="jwt_max_ttl"):
+            Settings()
