@@ -80,6 +80,34 @@ async def wait_for(
         await asyncio.sleep(interval)
 
 
+def worker_pids(supervisor: int) -> set[int]:
+    """The live worker processes of ``rshub serve --workers N`` running as ``supervisor``.
+
+    A worker is known by what it is: a child of the supervisor whose command line is the
+    one hub.serve.workers.WorkerPool runs (this interpreter, ``-m rshub serve``, ending in
+    ``--workers 1``), compared word for word. The embedded redis-server is a child too, and
+    a substring of a path (a checkout under ``.../rshub``) would count it as a worker.
+    """
+    try:
+        with open(f"/proc/{supervisor}/task/{supervisor}/children") as f:
+            kids = {int(p) for p in f.read().split()}
+    except FileNotFoundError:
+        return set()
+    workers = set()
+    for kid in kids:
+        try:
+            with open(f"/proc/{kid}/cmdline", "rb") as f:
+                argv = [os.fsdecode(a) for a in f.read().split(b"\0")[:-1]]
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # gone meanwhile; a zombie's command line is empty
+        if argv[:4] == [sys.executable, "-m", "rshub", "serve"] and argv[-2:] == [
+            "--workers",
+            "1",
+        ]:
+            workers.add(kid)
+    return workers
+
+
 class HubProcess:
     """``rshub serve`` as a real child process (embedded Redis under ``data_dir``)."""
 

@@ -41,11 +41,18 @@ from tests.hub.callback_server import CallbackServer
 from tests.hub.test_scale_out import (
     TOPIC,
     Callbacks,
-    _children,
     order_key,
     subscribe_all,
 )
-from tests.support import TIME_SCALE, HubProcess, changes, free_port, notification, wait_for
+from tests.support import (
+    TIME_SCALE,
+    HubProcess,
+    changes,
+    free_port,
+    notification,
+    wait_for,
+    worker_pids,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -183,7 +190,7 @@ async def test_a_rolling_restart_of_three_workers_loses_and_repeats_nothing(
 
     followers = [Follower(t) for t in ("ws", "sse") for _ in range(STREAMS)]
     try:
-        await wait_for(lambda: len(_children(supervisor)) == WORKERS, timeout=20)
+        await wait_for(lambda: len(worker_pids(supervisor)) == WORKERS, timeout=20)
         await wait_for(lambda: len(live_nodes()) == WORKERS, timeout=20)
         async with aiohttp.ClientSession() as session, Callbacks(SUBSCRIBERS) as callbacks:
             await subscribe_all(session, [hub], callbacks)
@@ -203,14 +210,14 @@ async def test_a_rolling_restart_of_three_workers_loses_and_repeats_nothing(
             publisher.start()
             restarts = []
             sigterms: list[float] = []
-            for doomed in sorted(_children(supervisor)):
+            for doomed in sorted(worker_pids(supervisor)):
                 await wait_for(lambda: len(publisher.ids) >= 200, timeout=10)  # load is on
                 left = time.monotonic()
                 sigterms.append(left)
                 os.kill(doomed, signal.SIGTERM)
                 await wait_for(
                     lambda d=doomed: (  # type: ignore[misc]
-                        d not in (kids := _children(supervisor)) and len(kids) == WORKERS
+                        d not in (kids := worker_pids(supervisor)) and len(kids) == WORKERS
                     ),
                     timeout=30,
                 )

@@ -32,7 +32,15 @@ from hub.store.embedded_redis import EmbeddedRedis
 from hub.store.redis_connection import connect
 from subscriber.stream import HubStream
 from tests.redis_cluster import RedisClusterProcesses
-from tests.support import TIME_SCALE, HubProcess, changes, free_port, notification, wait_for
+from tests.support import (
+    TIME_SCALE,
+    HubProcess,
+    changes,
+    free_port,
+    notification,
+    wait_for,
+    worker_pids,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -402,28 +410,15 @@ async def test_a_paused_owner_delivers_nothing_more_and_moves_no_cursor_back(
             )
 
 
-def _children(pid: int) -> set[int]:
-    with open(f"/proc/{pid}/task/{pid}/children") as f:
-        kids = {int(p) for p in f.read().split()}
-    hubs = set()
-    for kid in kids:
-        try:
-            with open(f"/proc/{kid}/cmdline", "rb") as f:
-                if b"rshub" in f.read():
-                    hubs.add(kid)
-        except FileNotFoundError:
-            continue
-    return hubs
-
-
 async def test_serve_with_two_workers_survives_a_killed_worker(
     tmp_path: Path, session: aiohttp.ClientSession
 ) -> None:
     hub = HubProcess(str(tmp_path), None, "--workers", "2").start()
     try:
         assert hub.proc is not None
-        await wait_for(lambda: len(_children(hub.proc.pid)) == 2, timeout=20)  # type: ignore[union-attr]
-        workers = _children(hub.proc.pid)
+        supervisor = hub.proc.pid
+        await wait_for(lambda: len(worker_pids(supervisor)) == 2, timeout=20)
+        workers = worker_pids(supervisor)
         pids = set()
         for _ in range(40):  # both processes answer on the one port
             async with session.get(hub.url + "/healthz") as resp:
@@ -447,10 +442,7 @@ async def test_serve_with_two_workers_survives_a_killed_worker(
                 pass
         assert answered == 20, "the other worker keeps serving"
         await wait_for(
-            lambda: (
-                len(_children(hub.proc.pid)) == 2  # type: ignore[union-attr]
-                and doomed not in _children(hub.proc.pid)
-            ),  # type: ignore[union-attr]
+            lambda: len(kids := worker_pids(supervisor)) == 2 and doomed not in kids,
             timeout=20,
         )
         more = await publish(session, hub, changes(5, start=5))

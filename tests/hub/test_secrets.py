@@ -27,7 +27,15 @@ from hub.store.embedded_redis import AUTH_FILE, EmbeddedRedis
 from hub.web.app import RUNTIME
 from tests.conftest import Hub, start_hub
 from tests.hub.callback_server import CallbackServer
-from tests.support import TIME_SCALE, HubProcess, changes, free_port, notification, wait_for
+from tests.support import (
+    TIME_SCALE,
+    HubProcess,
+    changes,
+    free_port,
+    notification,
+    wait_for,
+    worker_pids,
+)
 from tests.watchdog import Watchdog
 
 SECRET = "SECRETKEY"
@@ -276,17 +284,15 @@ def test_public_healthz_says_ok_and_nothing_about_redis(tmp_path: Path) -> None:
 def test_workers_get_the_redis_password_through_their_environment(tmp_path: Path) -> None:
     """Any local user can read a command line; workers must not find the password, nor
     the admin and publisher tokens, there."""
-    from tests.hub.test_scale_out import _children
-
     tokens = ("--admin-token", "adm-SECRET", "--token", "pub-SECRET")
     hub = HubProcess(str(tmp_path), None, "--workers", "2", *tokens).start()
     try:
         assert hub.proc is not None
         parent = hub.proc.pid
         wait_until = time.monotonic() + 20 * TIME_SCALE
-        while len(_children(parent)) < 2 and time.monotonic() < wait_until:
+        while len(worker_pids(parent)) < 2 and time.monotonic() < wait_until:
             time.sleep(0.05)
-        workers = _children(parent)
+        workers = worker_pids(parent)
         assert len(workers) == 2
         password = (tmp_path / "redis" / AUTH_FILE).read_text().split()[-1].encode()
         for pid in workers:
