@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rsclient.options import hub_url_problem
+from rsclient.topic_names import topic_name_problem
 
 #: package.cli modules that contribute sub-commands, in help order.
 _COMMAND_MODULES = (
@@ -118,6 +119,11 @@ def _run(given: list[str], serving: bool) -> int:
     args = parser.parse_args(given)
     hub = getattr(args, "hub", None)
     problem = hub_url_problem(hub) if isinstance(hub, str) else None
+    topic = getattr(args, "topic", None)
+    if problem is None and isinstance(topic, str):
+        # The hub has no route for a name with "/" in it: its 404 would not say why.
+        problem = topic_name_problem(topic)
+        problem = None if problem is None else f"--topic: {problem}"
     if problem is not None:  # a usage error: one line, before anything is tried
         print(f"rshub {args.command}: {problem}", file=sys.stderr)
         return 2

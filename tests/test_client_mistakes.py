@@ -383,3 +383,22 @@ async def test_wikipedia_with_a_stream_host_no_lookup_takes_is_a_usage_error(
     assert code == 2, cmd.stderr
     [line] = stderr_lines(cmd)
     assert line.startswith(f"rshub wikipedia: --stream {stream!r}: its host is not a valid"), line
+
+
+@pytest.mark.parametrize("topic", ["a/b", "a b", "_a", "a" * 129])
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+async def test_an_invalid_topic_name_is_a_usage_error_naming_the_rule(
+    hub: Hub, command: str, topic: str, tmp_path: Path
+) -> None:
+    # Against a real hub: a name with "/" reached no route there, and its 404 said nothing.
+    flags = [f.format(tmp=tmp_path) for f in COMMANDS[command]]
+    flags[flags.index("--topic") + 1] = topic
+    cmd = Command(command, "--hub", hub.url, *flags)
+    code, _ = await finished(cmd)
+    assert code == 2, cmd.stderr
+    lines = stderr_lines(cmd)
+    assert len(lines) == 1, lines
+    line = lines[0]
+    assert line.startswith(f"rshub {command}: --topic: invalid topic name "), line
+    assert "[A-Za-z0-9][A-Za-z0-9._-]{0,127}" in line and "404" not in line
+    assert empty(tmp_path)

@@ -19,18 +19,17 @@ from dataclasses import dataclass, replace
 from urllib.parse import SplitResult, urlsplit
 
 from hub.core.exceptions import BadRequest, UnknownHubName
-
-#: What a topic name may be: it is a path segment and part of Redis key names.
-TOPIC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+from rsclient.topic_names import TOPIC_NAME as TOPIC_NAME
+from rsclient.topic_names import topic_name_problem
 
 WELL_KNOWN = "/.well-known/resourcesync"
 
 
 def check_name(name: str) -> str:
-    if not TOPIC_NAME.fullmatch(name):
-        raise BadRequest(
-            f"invalid topic name {name[:140]!r}: must match [A-Za-z0-9][A-Za-z0-9._-]{{0,127}}"
-        )
+    """``name`` if it is a topic name (the clients check the same rule before sending)."""
+    problem = topic_name_problem(name)
+    if problem is not None:
+        raise BadRequest(problem)
     return name
 
 
