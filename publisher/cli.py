@@ -48,8 +48,12 @@ _GRACE = 0.5
 #: What no URI holds (RFC 3986): whitespace and control characters.
 _SPACE = re.compile(r"[\x00-\x20\x7f]")
 
-#: Seconds ``rshub publish`` retries an unreachable or failing hub by default.
+#: Seconds ``rshub publish`` retries a failing hub (5xx, 429, timeouts) by default.
 _RETRY_FOR = 5.0
+#: Attempts ``rshub publish`` makes by default at a hub that refuses connections: one
+#: quick retry, then the reason. A hub that is down is not coming back within seconds,
+#: and waiting out ``_RETRY_FOR`` only delayed the news (``--retry-for`` waits longer).
+_UNREACHABLE_ATTEMPTS = 2
 
 
 def add_parsers(subparsers: Any) -> None:
@@ -92,10 +96,10 @@ def _add_publish(subparsers: Any) -> None:
     parser.add_argument(
         "--retry-for",
         type=non_negative,
-        default=_RETRY_FOR,
         metavar="SECONDS",
         help="keep retrying an unreachable or failing hub this long, then give up "
-        "(default %(default)s)",
+        f"(default: a hub that cannot be connected to gets one quick retry, one that "
+        f"fails gets {_RETRY_FOR:g}s)",
     )
     parser.add_argument(
         "--batch-size",
@@ -153,6 +157,12 @@ def _entries_from_args(args: argparse.Namespace) -> list[Any]:
     return list(doc.entries)
 
 
+def _retry_policy(retry_for: float | None) -> RetryPolicy:
+    if retry_for is None:
+        return RetryPolicy(give_up_after=_RETRY_FOR, unreachable_attempts=_UNREACHABLE_ATTEMPTS)
+    return RetryPolicy(give_up_after=retry_for)
+
+
 async def _publish(args: argparse.Namespace) -> list[str]:
     entries = _entries_from_args(args)
     pub = Publisher(
@@ -160,7 +170,7 @@ async def _publish(args: argparse.Namespace) -> list[str]:
         args.topic,
         token=args.token,
         batching=BatchPolicy(max_changes=max(1, min(args.batch_size, 50_000)), max_wait=0),
-        retry=RetryPolicy(give_up_after=args.retry_for),
+        retry=_retry_policy(args.retry_for),
         max_queued=max(len(entries), 1),
         close_timeout=None,
     )
@@ -189,7 +199,8 @@ def run_publish(args: argparse.Namespace) -> int:
     # that it is waiting.
     client_log = logging.getLogger(Publisher.__module__)
     level = client_log.level
-    client_log.setLevel(logging.CRITICAL if args.retry_for <= _RETRY_FOR else logging.WARNING)
+    waits_long = args.retry_for is not None and args.retry_for > _RETRY_FOR
+    client_log.setLevel(logging.WARNING if waits_long else logging.CRITICAL)
     client_log.addFilter(_below_error)
     try:
         code, ids = _run("publish", _publish(args))

@@ -66,11 +66,14 @@ class PublishResult(NamedTuple):
 
 class _Transient(Exception):
     """One failed attempt that a later attempt may fix (after ``retry_after`` seconds, if
-    the hub said so)."""
+    the hub said so); ``unreachable`` when no connection could be made at all."""
 
-    def __init__(self, error: str, retry_after: float | None = None) -> None:
+    def __init__(
+        self, error: str, retry_after: float | None = None, *, unreachable: bool = False
+    ) -> None:
         super().__init__(error)
         self.retry_after = retry_after
+        self.unreachable = unreachable
 
 
 class Publisher:
@@ -333,6 +336,7 @@ class Publisher:
         """POST a ready-made notification document, retrying with one Idempotency-Key."""
         key = idempotency_key or uuid.uuid4().hex
         retry = Retrier(self.retry.backoff, give_up_after=self.retry.give_up_after)
+        unreachable = 0  # attempts in a row that could not connect
         async for attempt in retry:
             try:
                 result = await self._post(body, key)
@@ -341,6 +345,13 @@ class Publisher:
                 if first:
                     self.down_since = time.monotonic()
                 self.last_error = str(exc)
+                unreachable = unreachable + 1 if exc.unreachable else 0
+                limit = self.retry.unreachable_attempts
+                if limit is not None and unreachable >= limit:
+                    raise HubUnavailable(
+                        f"cannot reach the hub at {self.hub} ({attempt} attempts in "
+                        f"{retry.elapsed:.1f}s): {exc}"
+                    ) from None
                 delay = retry.failed(exc.retry_after)
                 if delay is None:
                     raise HubUnavailable(
@@ -386,6 +397,8 @@ class Publisher:
                 raw = await resp.read()
                 status = resp.status
                 asked = parse_retry_after(resp.headers.get("Retry-After"))
+        except aiohttp.ClientConnectorError as exc:  # refused, or no address to connect to
+            raise _Transient(f"{type(exc).__name__}: {exc}", unreachable=True) from None
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise _Transient(f"{type(exc).__name__}: {exc or 'timed out'}") from None
         if is_retryable_status(status):

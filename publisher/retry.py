@@ -42,12 +42,18 @@ class RetryPolicy:
     #: Give up on a notification after this many seconds of failures (``None``: never,
     #: the bounded queue then tells callers that the hub is down).
     give_up_after: float | None = None
+    #: Give up after this many attempts in a row that could not connect at all (``None``:
+    #: no such limit). A hub that refuses connections is down, not busy: a one-shot
+    #: command says so after one quick retry instead of waiting out ``give_up_after``.
+    unreachable_attempts: int | None = None
 
     def __post_init__(self) -> None:
         if self.base <= 0 or self.factor < 1 or self.max_delay < self.base:
             raise ValueError("need base > 0, factor >= 1 and max_delay >= base")
         if not 0 <= self.jitter <= 1:
             raise ValueError("jitter must be between 0 and 1")
+        if self.unreachable_attempts is not None and self.unreachable_attempts < 1:
+            raise ValueError("unreachable_attempts must be at least 1")
 
     @property
     def backoff(self) -> Backoff:
