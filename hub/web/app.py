@@ -66,8 +66,12 @@ async def _answer_and_close(
 ) -> web.StreamResponse:
     """Send ``response``, then close the connection without reading the rest of the body."""
     response.force_close()
-    await response.prepare(request)
-    await response.write_eof()
+    try:
+        await response.prepare(request)
+        await response.write_eof()
+    except ConnectionError:
+        # Gone meanwhile (at the body deadline, say): nothing was answered, as a 499.
+        return ClientGone(status=499)
     request.protocol.force_close()
     return response
 
