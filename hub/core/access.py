@@ -71,17 +71,19 @@ class ReadAccess:
         """True when ``topic`` is readable without a token."""
         return not self.all_private and topic not in self.private_topics
 
-    def check(self, topic: str, authorization: str | None) -> None:
-        """Raise 401/403 unless ``authorization`` may read ``topic``."""
+    def check(self, topic: str, authorization: str | None) -> float | None:
+        """Raise 401/403 unless ``authorization`` may read ``topic``. Else when that access
+        ends (epoch seconds): a signed read token's end; None when it does not end."""
         if self.is_open(topic):
-            return
+            return None
         given = bearer(authorization, f"topic {topic!r} is private: reading it")
         if matches(given, self.global_tokens + self.topic_tokens.get(topic, [])):
-            return
+            return None
         if self.signed is not None and looks_signed(given):
-            names = self.signed.topics(given)  # 401 naming what is wrong with it
+            grant = self.signed.grant(given)  # 401 naming what is wrong with it
+            names = grant.topics
             if topic in names:
-                return
+                return grant.ends_at
             shown = ", ".join(repr(n) for n in sorted(names)[:10])
             raise Forbidden(f"this read token is for topics {shown}, not {topic!r}")
         raise Forbidden(f"this token may not read topic {topic!r}")

@@ -7,9 +7,10 @@ References are to the W3C WebSub Recommendation (2018).
 
 from __future__ import annotations
 
+import math
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
@@ -63,6 +64,21 @@ class SubscriptionRequest:
     signature: signing.Scheme = signing.Scheme.WEBSUB
     event_filter: EventFilter | None = None
     rate_limit: token_bucket.RateLimit | None = None
+    #: When the read access the request was made with ends (a signed read token's end,
+    #: epoch seconds): the lease never runs past it. None: it does not end.
+    grant_ends_at: float | None = None
+
+    def lease_at(self, now: float) -> int:
+        """The lease to grant at ``now``: the one asked for, cut to the grant's remaining
+        whole seconds (0: the grant has ended, nothing to grant)."""
+        if self.grant_ends_at is None:
+            return self.lease_seconds
+        return max(0, min(self.lease_seconds, math.floor(self.grant_ends_at - now)))
+
+
+def within_grant(req: SubscriptionRequest, ends_at: float | None) -> SubscriptionRequest:
+    """``req`` made with read access that ends at ``ends_at`` (None: never)."""
+    return req if ends_at is None else replace(req, grant_ends_at=ends_at)
 
 
 def parse_request(

@@ -867,7 +867,12 @@ class DeliveryService:
     ) -> None:
         """``arrival``: the request's number (the latest stored wins) and monotonic time."""
         challenge = websub.new_challenge()
-        lease = req.lease_seconds if req.mode is websub.Mode.SUBSCRIBE else None
+        lease = req.lease_at(time.time()) if req.mode is websub.Mode.SUBSCRIBE else None
+        if lease == 0:  # made with a read token that expired before its verification
+            log.info(
+                "subscription of %r to %s not verified: its token expired", req.callback, req.topic
+            )
+            return
         url = websub.verification_url(req.callback, req.mode, req.topic_url, challenge, lease)
         try:
             async with self._verify_slots:
@@ -945,12 +950,20 @@ class DeliveryService:
         cursor = req.since
         if cursor is None and previous is None:
             cursor = start
+        now = time.time()
+        # Never beyond the told lease, nor the read token the request was made with.
+        lease = req.lease_at(now)
+        if lease == 0:
+            log.info(
+                "subscription of %r to %s not stored: its token expired", req.callback, req.topic
+            )
+            return
         sub = Subscription(
             topic=req.topic,
             topic_url=req.topic_url,
             callback=req.callback,
-            lease_seconds=req.lease_seconds,
-            expires_at=time.time() + req.lease_seconds,
+            lease_seconds=lease,
+            expires_at=now + lease,
             secret=req.secret,
             created_at=previous.created_at if previous else time.time(),
             gaps=previous.gaps if previous else 0,

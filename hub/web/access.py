@@ -47,13 +47,15 @@ def _authorization(request: web.Request, *, query_token: bool) -> str | None:
     return header
 
 
-def check_read(request: web.Request, topic: str, *, query_token: bool = False) -> None:
-    """401/403 unless the request may read ``topic``; marks private answers uncacheable."""
+def check_read(request: web.Request, topic: str, *, query_token: bool = False) -> float | None:
+    """401/403 unless the request may read ``topic``; marks private answers uncacheable.
+    Returns when that access ends (a signed read token's end), None when it does not."""
     readers = request.app[ACCESS].readers
     if readers.is_open(topic):
-        return
-    readers.check(topic, _authorization(request, query_token=query_token))
+        return None
+    ends_at = readers.check(topic, _authorization(request, query_token=query_token))
     request[_PRIVATE] = True
+    return ends_at
 
 
 def readable(request: web.Request, topics: list[str]) -> list[str]:

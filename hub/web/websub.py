@@ -88,7 +88,8 @@ async def _websub_request(request: web.Request) -> web.Response:
     if isinstance(parsed, websub.PublishPing):
         return await _publish_ping(request, parsed)
     if parsed.mode is websub.Mode.SUBSCRIBE:
-        check_read(request, parsed.topic)
+        # A lease no longer than the read token it was made with (hub.lease_seconds says so).
+        parsed = websub.within_grant(parsed, check_read(request, parsed.topic))
     await client.check_address(parsed.callback)
     if parsed.since is not None and parsed.mode is websub.Mode.SUBSCRIBE:
         await check_since(request, parsed.topic, parsed.since, "hub.since")
