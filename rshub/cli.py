@@ -28,6 +28,31 @@ _COMMAND_MODULES = (
 #: ``rshub serve`` builds only its own parser: importing the client commands (and
 #: ``importlib.metadata``, ``shtab``) delayed a restarted hub's first answer.
 _SERVE_ONLY = ("hub.serve.cli",)
+#: Each sub-command, the module that adds it, and its line in ``rshub --help``. A command
+#: builds only its own module's parser, and ``--help`` and ``--version`` build none: the
+#: client modules import aiohttp and redis, which took a second to start ``rshub
+#: --version`` (tests check that this table says what the modules say).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("hub.serve.cli", "run the hub"),
+    "token": ("hub.serve.token_cli", "mint a short-lived read token (JWT) for private topics"),
+    "publish": ("publisher.cli", "send a change notification to a topic"),
+    "wikipedia": ("publisher.cli", "publish the edits of a Wikimedia EventStreams feed"),
+    "bridge": ("publisher.cli", "push the new changes of a pull-only ResourceSync Source"),
+    "subscribe": ("subscriber.cli", "print a topic's changes as JSON lines"),
+    "sync": (
+        "subscriber.cli",
+        "keep a local directory mirrored from a topic (or a ResourceSync Source)",
+    ),
+    "inspect": (
+        "subscriber.inspect",
+        "print a WebSub subscription's record: state, lag, last success, last attempts",
+    ),
+    "dead-letters": (
+        "rshub.dead_letters",
+        "list a WebSub subscription's dead letters, or replay them (--replay)",
+    ),
+    "completion": ("", "print a shell completion script"),
+}
 
 
 def package_version() -> str:
@@ -61,7 +86,9 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
-def build_parser(modules: Sequence[str] = _COMMAND_MODULES) -> argparse.ArgumentParser:
+def build_parser(modules: Sequence[str] | None = _COMMAND_MODULES) -> argparse.ArgumentParser:
+    """The parser of the commands of ``modules``; ``None``: of no module, each command then
+    named with its help line only (enough for ``--help``, ``--version`` and a usage error)."""
     parser = argparse.ArgumentParser(
         prog="rshub",
         description="ResourceSync change-notification hub, publisher and subscriber.",
@@ -71,6 +98,10 @@ def build_parser(modules: Sequence[str] = _COMMAND_MODULES) -> argparse.Argument
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
+    if modules is None:
+        for command, (_module, text) in COMMANDS.items():
+            subparsers.add_parser(command, help=text)
+        return parser
     for name in modules:
         module = importlib.import_module(name)
         module.add_parsers(subparsers)
@@ -79,12 +110,20 @@ def build_parser(modules: Sequence[str] = _COMMAND_MODULES) -> argparse.Argument
     return parser
 
 
+def _modules_for(given: Sequence[str]) -> Sequence[str] | None:
+    """The modules whose parsers ``rshub GIVEN`` needs (``None``: none)."""
+    module = COMMANDS.get(given[0], ("", ""))[0] if given else ""
+    if given[:1] == ["completion"]:
+        return _COMMAND_MODULES
+    return (module,) if module else None
+
+
 def _add_completion(subparsers: Any) -> None:
     import shtab
 
     parser = subparsers.add_parser(
         "completion",
-        help="print a shell completion script",
+        help=COMMANDS["completion"][1],
         description="Print the completion script for SHELL, e.g. "
         "'rshub completion bash > /etc/bash_completion.d/rshub' or, for zsh, "
         "'rshub completion zsh > \"${fpath[1]}/_rshub\"'.",
@@ -115,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(given: list[str], serving: bool) -> int:
-    parser = build_parser(_SERVE_ONLY if serving else _COMMAND_MODULES)
+    parser = build_parser(_SERVE_ONLY if serving else _modules_for(given))
     args = parser.parse_args(given)
     hub = getattr(args, "hub", None)
     problem = hub_url_problem(hub) if isinstance(hub, str) else None
