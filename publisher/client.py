@@ -396,15 +396,16 @@ class Publisher:
             ) as resp:
                 raw = await resp.read()
                 status = resp.status
+                kind = resp.content_type
                 asked = parse_retry_after(resp.headers.get("Retry-After"))
         except aiohttp.ClientConnectorError as exc:  # refused, or no address to connect to
             raise _Transient(f"{type(exc).__name__}: {exc}", unreachable=True) from None
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise _Transient(f"{type(exc).__name__}: {exc or 'timed out'}") from None
         if is_retryable_status(status):
-            raise _Transient(f"HTTP {status}: {_error_text(raw)}", asked)
+            raise _Transient(f"HTTP {status}: {_error_text(raw, kind)}", asked)
         if not 200 <= status < 300:
-            error = _error_text(raw)
+            error = _error_text(raw, kind)
             raise PublishRejected(
                 f"hub refused the notification for topic {self.topic!r}: HTTP {status}: {error}",
                 status=status,
@@ -415,7 +416,7 @@ class Publisher:
             ids = [str(i) for i in answer["ids"]]
         except (ValueError, KeyError, TypeError):
             raise PublishRejected(
-                f"hub answered HTTP {status} without event ids: {raw[:200]!r}",
+                f"hub answered HTTP {status} without event ids: {_error_text(raw, kind)}",
                 status=status,
                 error="unexpected answer",
             ) from None
@@ -424,14 +425,33 @@ class Publisher:
         )
 
 
-def _error_text(raw: bytes) -> str:
+#: The longest answer quoted in an error message, on its one line.
+_QUOTED = 200
+
+
+def _error_text(raw: bytes, content_type: str) -> str:
+    """The answer's reason in one line: the hub's ``{"error": ...}``, or what the server
+    that is not a hub sent, named by its type (an HTML page is never quoted: its lines
+    said nothing a person needed and pushed the reason off the screen)."""
     try:
         data = orjson.loads(raw)
     except ValueError:
-        return raw[:300].decode(errors="replace").strip() or "(empty body)"
+        data = None
     if isinstance(data, dict) and "error" in data:
-        return str(data["error"])
-    return raw[:300].decode(errors="replace")
+        text = str(data["error"])
+    elif data is not None:
+        text = raw.decode(errors="replace")
+    else:
+        text = raw.decode(errors="replace").strip()
+        if not text:
+            return "(empty body)"
+        if "html" in content_type or "<" in text[:_QUOTED] or "\n" in text:
+            return (
+                f"not an rshub hub's answer ({content_type or 'no type'}, {len(raw)} bytes): "
+                "is --hub the hub's base URL?"
+            )
+    text = " ".join(text.split())
+    return text if len(text) <= _QUOTED else text[: _QUOTED - 1] + "…"
 
 
 def _retrieve(future: asyncio.Future[list[str]]) -> None:

@@ -15,10 +15,13 @@ __all__ = ["RetryPolicy", "is_retryable_status"]
 #: Answers after which the same request may succeed later: timeouts, throttling, the hub
 #: or its Redis failing. Every other 4xx means the request itself is wrong.
 _RETRYABLE = frozenset({408, 425, 429, 500, 502, 503, 504})
+#: 5xx answers that no retry changes: the server does not do this at all (501 Not
+#: Implemented, 505 HTTP Version Not Supported), as a server that is no hub answers a POST.
+_NEVER = frozenset({501, 505})
 
 
 def is_retryable_status(status: int) -> bool:
-    return status in _RETRYABLE or status >= 500
+    return status in _RETRYABLE or (status >= 500 and status not in _NEVER)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,12 +7,15 @@ a closed port, or a slow Source; what it prints on stderr is counted line by lin
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
 import re
+import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 from aiohttp import web
@@ -422,3 +425,45 @@ async def test_an_invalid_topic_name_is_a_usage_error_naming_the_rule(
     assert line.startswith(f"rshub {command}: --topic: invalid topic name "), line
     assert "[A-Za-z0-9][A-Za-z0-9._-]{0,127}" in line and "404" not in line
     assert empty(tmp_path)
+
+
+class _NotAHub(http.server.SimpleHTTPRequestHandler):
+    """``python -m http.server``, what a newcomer's --hub pointed at: POST is 501 (no
+    ``do_POST``), or 404 when the class says so; every request counted."""
+
+    posts: ClassVar[list[str]] = []
+    missing = False
+
+    def do_POST(self) -> None:
+        type(self).posts.append(self.path)
+        if self.missing:
+            self.send_error(404)
+        else:
+            self.send_error(501, "Unsupported method ('POST')")
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet in the test's output
+        pass
+
+
+@pytest.mark.parametrize("status", [501, 404])
+async def test_a_server_that_is_no_hub_is_said_in_one_line_without_retries(
+    status: int, tmp_path: Path
+) -> None:
+    handler = type("Handler", (_NotAHub,), {"posts": [], "missing": status == 404})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        cmd = Command("publish", "--hub", url, "--topic", "t", "--loc", "http://e.org/a")
+        code, _ = await finished(cmd)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    assert code == 1, cmd.stderr
+    lines = stderr_lines(cmd)
+    assert len(lines) == 1, lines  # the page's HTML was dumped, 11 lines, before
+    assert f"HTTP {status}" in lines[0] and "text/html" in lines[0], lines
+    assert "<" not in lines[0] and "is --hub the hub's base URL?" in lines[0], lines
+    assert handler.posts == ["/topics/t"]  # not retried: no retry makes it a hub

@@ -6,7 +6,9 @@ clients may pass the token as ``?access_token=`` (browsers cannot set headers on
 Responses about a private topic are marked ``Cache-Control: private`` so no shared cache
 keeps them. :func:`request_urls` is the hub's URL map as one request sees it: the public
 base, the aliases, and the base a trusted proxy names for this request; :func:`link_urls`
-is the map its links are built from.
+is the map its links are built from. :func:`check_own_site` keeps other sites' pages from
+what a hub without tokens lets anyone do (the admin API's loopback exemption, publishing,
+subscribing): the loopback exemption is for this machine's own tools.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from aiohttp import web
 
 from hub.core.access import OperatorAccess, ReadAccess
 from hub.core.forwarding import TrustedPeers, forwarded_base, forwarded_client
+from hub.core.own_site import OwnSite
 from hub.core.topics import HubUrls
 
 
@@ -30,6 +33,8 @@ class Access:
     readers: ReadAccess
     operators: OperatorAccess
     trusted_peers: TrustedPeers
+    #: The hub's own names and origins (:func:`check_own_site`).
+    own_site: OwnSite
     #: ``alias_links``: a direct client's documents link under the alias it addressed.
     alias_links: bool = False
 
@@ -146,11 +151,27 @@ def is_local_client(request: web.Request) -> bool:
     return not any(name in request.headers for name in _PROXY_HEADERS)
 
 
+def check_own_site(request: web.Request) -> None:
+    """403 naming the header unless the request is no other site's page's (DNS rebinding,
+    a cross-site form): for what a hub without tokens lets anyone do who reaches it
+    (:mod:`hub.core.own_site`)."""
+    access, headers = request.app[ACCESS], request.headers
+    proxied = _via_trusted_proxy(request)
+    access.own_site.check(
+        hosts=None if proxied else headers.getall("Host", []),
+        origins=headers.getall("Origin", []),
+        fetch_sites=headers.getall("Sec-Fetch-Site", []),
+        scheme=request.scheme,
+        forwarded=forwarded_base(headers, request.scheme, access.urls.base) if proxied else None,
+    )
+
+
 def check_operator(request: web.Request) -> None:
     """401/403 unless the request may use the admin API."""
-    request.app[ACCESS].operators.check(
-        request.headers.get("Authorization"), loopback=is_local_client(request)
-    )
+    operators = request.app[ACCESS].operators
+    operators.check(request.headers.get("Authorization"), loopback=is_local_client(request))
+    if operators.token is None:  # the loopback exemption: this machine's tools, not pages
+        check_own_site(request)
 
 
 def is_admin(request: web.Request) -> bool:

@@ -25,6 +25,7 @@ from hub.core.cors import CorsPolicy
 from hub.core.exceptions import DamagedData, RequestError, RequestTimeout, TooManyRequests
 from hub.core.forwarding import TrustedPeers
 from hub.core.health import RedisHealth
+from hub.core.own_site import OwnSite
 from hub.core.settings import Settings
 from hub.core.topics import WELL_KNOWN, HubUrls, loopback_aliases
 from hub.live.dead_letter_replay import Replays
@@ -301,6 +302,9 @@ def create_app(
         OperatorAccess(settings, hub_open=auth.open),
         TrustedPeers(settings.forwarded_allow_ips),
         alias_links=settings.alias_links,
+        own_site=OwnSite(
+            (urls.base, *urls.aliases), listen_host=settings.host, cors_origins=cors.origins
+        ),
     )
     app.cleanup_ctx.append(_lifecycle(settings, redis_url, embedded, health, guard, auth))
     app.on_shutdown.append(_shutdown_started)

@@ -36,11 +36,13 @@ from aiohttp.http import SERVER_SOFTWARE
 
 from hub.core.exceptions import RequestError
 from hub.core.log_format import REQUEST_ID
+from hub.core.own_site import OwnSite
 from hub.core.packed import Packed
 from hub.core.topics import check_name
 from hub.live.publication import Publishing
 from hub.store.redis_connection import StoreError
 from hub.store.replicas import NotReplicated
+from hub.web.access import ACCESS
 from hub.web.admin import OBSERVING
 from hub.web.error_responses import storage_failure
 from hub.web.observe import REQUEST_ID_HEADER, log_access, observed, request_id
@@ -68,6 +70,7 @@ _HEADERS = frozenset(
 )
 _TOPICS_KEPT = 4096
 _MEDIA_TYPES_KEPT = 64
+_HOSTS_KEPT = 64
 #: A media type without parameters, as aiohttp's ``content_type`` gives it (lower case).
 _MEDIA_TYPE = re.compile(rb"[a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+")
 
@@ -97,7 +100,16 @@ class Publish:
 class LeanPublishing:
     """What the lean publish path needs of the app, looked up once."""
 
-    __slots__ = ("_media_types", "_topics", "access_log", "ctx", "health", "max_body")
+    __slots__ = (
+        "_hosts",
+        "_media_types",
+        "_topics",
+        "access_log",
+        "ctx",
+        "health",
+        "max_body",
+        "own_site",
+    )
 
     def __init__(self, app: web.Application) -> None:
         self.ctx: Publishing = app[PUBLISHING]
@@ -111,6 +123,11 @@ class LeanPublishing:
         #: head's work, issue 22).
         self._topics: dict[bytes, str] = {}
         self._media_types: dict[bytes, str] = {}
+        #: On a hub without tokens, the ``Host`` must name the hub (hub.core.own_site); a
+        #: browser's publish also sends ``Origin`` and ``Sec-Fetch-Site``, so it is never
+        #: lean. ``_hosts``: the ``Host`` values seen to name it (a publisher sends one).
+        self.own_site: OwnSite | None = app[ACCESS].own_site if self.ctx.auth.open else None
+        self._hosts: set[bytes] = set()
 
     def head(self, url: bytes, headers: list[tuple[bytes, bytes]]) -> PublishHead | None:
         """The head of a plain publish the lean path serves as aiohttp would, else None."""
@@ -122,6 +139,8 @@ class LeanPublishing:
             if name not in _HEADERS or name in seen or not value.isascii():
                 return None
             seen[name] = value
+        if self.own_site is not None and not self._own_host(seen.get(b"host")):
+            return None  # aiohttp's path refuses it, naming the header
         length = seen.get(b"content-length")
         if length is None or not length.isdigit() or int(length) > self.max_body:
             return None
@@ -155,6 +174,16 @@ class LeanPublishing:
             given_key.decode() if given_key is not None else None,
             request_id(seen.get(b"x-request-id", b"").decode()),
         )
+
+    def _own_host(self, host: bytes | None) -> bool:
+        if host is None or host in self._hosts:
+            return True
+        assert self.own_site is not None
+        if not self.own_site.names_host(host.decode("ascii")):
+            return False
+        if len(self._hosts) < _HOSTS_KEPT:
+            self._hosts.add(host)
+        return True
 
     def decide(self, head: PublishHead, body: bytes) -> Publish | None:
         """The publish checked and parsed, by the code aiohttp's handler runs; None for any

@@ -14,7 +14,7 @@ from aiohttp import web
 from hub.core.exceptions import BadRequest
 from hub.core.topics import check_name, parse_link_header
 from hub.live.publication import Publishing
-from hub.web.access import request_urls
+from hub.web.access import check_own_site, request_urls
 from hub.web.listener import read_body
 
 __all__ = ["PUBLISHING", "Publishing", "accepted", "publish"]
@@ -33,6 +33,8 @@ def accepted(answer: dict[str, object]) -> web.Response:
 async def publish(request: web.Request, topic: str) -> web.Response:
     """Validate, authorise and store one notification for ``topic``."""
     ctx = request.app[PUBLISHING]
+    if ctx.auth.open:  # anyone who reaches it may publish: not another site's page
+        check_own_site(request)
     headers = request.headers
     ctype = request.content_type if "Content-Type" in headers else ""
     key = ctx.admit(topic, headers.get("Authorization"), ctype, headers.get("Idempotency-Key"))

@@ -61,7 +61,8 @@ async def _authorize(request: web.Request) -> Subscription:
         except (Unauthorized, Forbidden) as exc:
             raise type(exc)(
                 f"{exc.message}; a subscriber may instead sign the request with its "
-                f"hub.secret ({self_service.TIMESTAMP_HEADER}, {self_service.SIGNATURE_HEADER})"
+                f"hub.secret ({self_service.TIMESTAMP_HEADER}, {self_service.SIGNATURE_HEADER})",
+                **exc.detail,
             ) from None
         return await subscription_by_id(request)
     sub = await subscription_by_id(request)

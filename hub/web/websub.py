@@ -26,7 +26,7 @@ from hub.live.delivery import DeliveryService
 from hub.live.http_client import HttpClient
 from hub.live.ingest import Ingest
 from hub.live.parsing import DocumentParser
-from hub.web.access import check_read, client_address, request_urls
+from hub.web.access import check_own_site, check_read, client_address, request_urls
 from hub.web.listener import read_form
 from hub.web.publish import accepted, publish_to_self_link
 from hub.web.streams import check_since
@@ -68,6 +68,8 @@ async def _websub_request(request: web.Request) -> web.Response:
     if (request.content_length or 0) > _MAX_FORM_BYTES:
         raise BadRequest(f"a WebSub request body must be under {_MAX_FORM_BYTES} bytes")
     ctx = request.app[SUBSCRIBING]
+    if ctx.auth.open:  # anyone who reaches it may (un)subscribe: not another site's page
+        check_own_site(request)
     settings = ctx.settings
     form = await read_form(request, settings)
     service, client = ctx.delivery, ctx.client

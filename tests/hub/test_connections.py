@@ -35,7 +35,8 @@ async def closed_within(reader: asyncio.StreamReader, seconds: float) -> bytes:
 
 def head(length: int) -> bytes:
     return (
-        "POST /topics/t HTTP/1.1\r\nHost: hub\r\nContent-Type: application/xml\r\n"
+        # The hub's own address: a hub without tokens refuses a publish under another name.
+        "POST /topics/t HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/xml\r\n"
         f"Content-Length: {length}\r\n\r\n"
     ).encode()
 
