@@ -6,12 +6,19 @@ subscribe without a task per connection). What a stream does at its start and en
 once, so the paths cannot drift: the feed and the client's cursor, the counts (metrics,
 presence), the registration that ends it at shutdown (:class:`Closing`), why it ended, and
 what an SSE client is told last.
+
+A stream opened with a signed read token ends when the token does (its ``exp`` plus the
+leeway, :mod:`hub.core.read_tokens`): access ends when the grant ends, whatever the
+transport. Its client is told so (:data:`EXPIRED`: WebSocket close code
+:data:`EXPIRED_CLOSE_CODE`, SSE a last ``event: error``) and reconnects with a new token
+from where it was; a WebSocket client may instead send a new token on the open stream.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from dataclasses import dataclass, field
 
 from hub.core import metrics
@@ -22,9 +29,13 @@ from hub.core.topics import HubUrls
 from hub.live.feed import ClientStream, FeedHub, TopicFeed
 from hub.store.event_store import EventStore
 
-#: Why a stream ended early: its client was too slow, its topic was deleted, or the process
-#: is shutting down.
+#: Why a stream ended early: its client was too slow, its topic was deleted, the process
+#: is shutting down, or the read token it was opened with expired.
 TOO_SLOW, DELETED, SHUTDOWN = "too slow", "topic deleted", "shutdown"
+EXPIRED = "token expired; renew the token"
+#: The WebSocket close code of :data:`EXPIRED` (4000-4999 are the application's; 4401
+#: echoes the 401 the same token now gets).
+EXPIRED_CLOSE_CODE = 4401
 #: The ``retry:`` of an SSE ``shutdown`` event: reconnect (elsewhere) almost at once.
 SHUTDOWN_RETRY_MS = 100
 #: An SSE response's own headers (aiohttp adds Date, Server and the framing; so does the
@@ -56,6 +67,10 @@ class Closing:
         self._streams: set[ClientStream] = set()
         self._none_open = asyncio.Event()
         self._none_open.set()
+        #: The end of each stream whose access ends (a signed read token's), and those
+        #: that reached it. Only such streams are in them: no timer for the others.
+        self._grants: dict[ClientStream, asyncio.TimerHandle] = {}
+        self._expired: set[ClientStream] = set()
 
     @property
     def open(self) -> int:
@@ -69,8 +84,33 @@ class Closing:
 
     def closed(self, stream: ClientStream) -> None:
         self._streams.discard(stream)
+        timer = self._grants.pop(stream, None)
+        if timer is not None:
+            timer.cancel()
+        self._expired.discard(stream)
         if not self._streams:
             self._none_open.set()
+
+    def until(self, stream: ClientStream, ends_at: float | None) -> None:
+        """End ``stream`` at ``ends_at`` (epoch seconds; None: never), replacing any end
+        set before (a WebSocket client's renewed token)."""
+        timer = self._grants.pop(stream, None)
+        if timer is not None:
+            timer.cancel()
+        if ends_at is None or stream.stopped.done():
+            return
+        delay = max(0.0, ends_at - time.time())
+        self._grants[stream] = asyncio.get_running_loop().call_later(delay, self._expire, stream)
+
+    def _expire(self, stream: ClientStream) -> None:
+        self._grants.pop(stream, None)
+        if not stream.stopped.done():
+            self._expired.add(stream)
+            stream.stop()
+
+    def expired(self, stream: ClientStream) -> bool:
+        """``stream`` ended because the access it was opened with ended."""
+        return stream in self._expired
 
     async def close_all(self, within: float) -> None:
         """End every open stream (each with its resume point); wait up to ``within``."""
@@ -100,14 +140,18 @@ def opened(
     cursor: EventKey,
     event_filter: EventFilter | None,
     transport: str,
+    ends_at: float | None = None,
 ) -> ClientStream:
-    """A client's stream on ``feed`` (acquired for it), counted and registered for shutdown."""
+    """A client's stream on ``feed`` (acquired for it), counted and registered for shutdown;
+    ``ends_at``: when the access it was opened with ends (None: it does not)."""
     client = ClientStream(
         feed, cursor, ctx.settings.client_buffer_events, event_filter, transport=transport
     )
     metrics.client_connected(transport)
     ctx.presence.connected(feed.topic, transport)
     ctx.closing.opened(client)
+    if ends_at is not None:  # most streams: no timer, nothing to look up
+        ctx.closing.until(client, ends_at)
     return client
 
 
@@ -142,12 +186,14 @@ def abort_if_stuck(transport: asyncio.Transport | None, within: float) -> None:
 
 
 def ending(pump: ClientStream, closing: Closing) -> str | None:
-    """Why ``pump`` stopped: :data:`DELETED`, :data:`TOO_SLOW`, :data:`SHUTDOWN`, or None
-    (its connection ended)."""
+    """Why ``pump`` stopped: :data:`DELETED`, :data:`TOO_SLOW`, :data:`EXPIRED`,
+    :data:`SHUTDOWN`, or None (its connection ended)."""
     if pump.feed.ended.is_set():
         return DELETED
     if pump.overflowed:
         return TOO_SLOW
+    if closing.expired(pump):
+        return EXPIRED
     return SHUTDOWN if closing.started.is_set() else None
 
 
@@ -173,5 +219,8 @@ def sse_last_event(
         return f"event: deleted\ndata: {pump.feed.topic}\n\n".encode(), within
     if ended == TOO_SLOW:
         message = f"too slow; resume with Last-Event-ID: {pump.resume_hint()}"
+        return b"event: error\ndata: " + message.encode() + b"\n\n", within
+    if ended == EXPIRED:
+        message = f"{EXPIRED} and resume with Last-Event-ID: {resume_point(pump)}"
         return b"event: error\ndata: " + message.encode() + b"\n\n", within
     return b"", within

@@ -21,6 +21,15 @@ another process without a gap: WebSocket close code 1001 (going away) with reaso
 ``shutdown; resume with since=ID``, SSE a final ``event: shutdown`` with ``retry:`` and
 ``id: ID`` (see :class:`Closing`). A private topic's streams need a read
 token (:mod:`hub.web.access`).
+
+A stream opened with a signed read token ends when the token does (its ``exp`` plus the
+10 s leeway): WebSocket close code 4401 with reason ``token expired; renew the token and
+resume with since=ID``, SSE a last ``event: error`` saying the same with ``Last-Event-ID``.
+A WebSocket client may go on without a gap by sending, before then, a text message
+``{"access_token": "<new token>"}``: the stream then ends with the new token (or never,
+for a token that does not expire). A token the hub refuses closes the stream at once, with
+code 4000 + the HTTP status the token gets (4401, 4403 for a token of other topics) and the
+refusal as the reason. Any other message is ignored, as before.
 """
 
 from __future__ import annotations
@@ -30,16 +39,19 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
+import orjson
 from aiohttp import WSCloseCode, WSMsgType, hdrs, web
 
 from hub.core import metrics
 from hub.core.events import Event, EventFilter, EventKey, parse_id
-from hub.core.exceptions import BadRequest, DamagedData, Gone
+from hub.core.exceptions import BadRequest, DamagedData, Gone, RequestError
 from hub.core.tasks import cancel_and_wait
 from hub.core.topics import check_name
 from hub.live.client_streams import (
     DELETED,
     DIRECT_WRITE_LIMIT,
+    EXPIRED,
+    EXPIRED_CLOSE_CODE,
     SHUTDOWN,
     SSE_HEADERS,
     SSE_HEARTBEAT,
@@ -54,7 +66,7 @@ from hub.live.client_streams import (
     sse_last_event,
 )
 from hub.live.feed import ClientStream, TopicFeed, Writer
-from hub.web.access import check_read
+from hub.web.access import ACCESS, check_read
 
 __all__ = ["STREAMING", "Closing", "Streaming", "check_since", "server_sent_events", "websocket"]
 
@@ -136,14 +148,14 @@ async def _following(
     request: web.Request, transport: str
 ) -> AsyncIterator[tuple[str, ClientStream]]:
     topic = check_name(request.match_info["name"])
-    check_read(request, topic, query_token=True)
+    ends_at = check_read(request, topic, query_token=True)
     since = _since(request)
     if since:
         await check_since(request, topic, since)  # 400/410 before any upgrade
     event_filter = EventFilter.from_query(request.query, request.query.getall("prefix", []))
     ctx = request.app[STREAMING]
     feed = await ctx.feeds.acquire(topic)
-    client = opened(ctx, feed, _start_cursor(request, feed), event_filter, transport)
+    client = opened(ctx, feed, _start_cursor(request, feed), event_filter, transport, ends_at)
     try:
         yield topic, client
     finally:
@@ -175,7 +187,7 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
     ctx = request.app[STREAMING]
     settings = ctx.settings
     within = settings.stream_close_seconds
-    async with _following(request, "ws") as (_topic, pump):
+    async with _following(request, "ws") as (topic, pump):
         ws = web.WebSocketResponse(
             heartbeat=settings.heartbeat_seconds,
             max_msg_size=4096,
@@ -204,7 +216,7 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
             pump,
             ctx.closing,
             asyncio.create_task(send()),
-            asyncio.create_task(_drain_incoming(ws)),
+            asyncio.create_task(_incoming(ws, request, topic, pump)),
         )
         if ended == SHUTDOWN:
             reason = f"shutdown; resume with since={resume_point(pump)}"
@@ -217,6 +229,9 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
             )
         elif ended == DELETED:
             await _close_within(ws, request, within, reason=DELETED)
+        elif ended == EXPIRED:
+            reason = f"{EXPIRED} and resume with since={resume_point(pump)}"
+            await _close_within(ws, request, within, code=EXPIRED_CLOSE_CODE, reason=reason)
         elif ended == TOO_SLOW:
             reason = f"too slow; resume with since={pump.resume_hint()}"
             await _close_within(
@@ -273,10 +288,36 @@ def _sse_writer(
     return write_now
 
 
-async def _drain_incoming(ws: web.WebSocketResponse) -> None:
-    """Read (and ignore) client messages so close frames and pongs are processed."""
-    async for _msg in ws:
-        pass
+async def _incoming(
+    ws: web.WebSocketResponse, request: web.Request, topic: str, pump: ClientStream
+) -> None:
+    """Read client messages so close frames and pongs are processed: a renewed token is
+    taken (see the module's docstring), anything else ignored."""
+    closing = request.app[STREAMING].closing
+    async for msg in ws:
+        token = _renewal(msg.data) if msg.type is WSMsgType.TEXT else None
+        if token is None:
+            continue
+        try:
+            ends_at = request.app[ACCESS].readers.check(topic, f"Bearer {token}")
+        except RequestError as exc:  # 4401, 4403: the status the same token gets
+            code = 4000 + exc.http_status
+            within = request.app[STREAMING].settings.stream_close_seconds
+            await _close_within(ws, request, within, code=code, reason=exc.message)
+            return
+        closing.until(pump, ends_at)
+
+
+def _renewal(data: str) -> str | None:
+    """The token of a ``{"access_token": "..."}`` message, else None."""
+    if "access_token" not in data:  # most messages: no parse
+        return None
+    try:
+        message = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    token = message.get("access_token") if isinstance(message, dict) else None
+    return token if isinstance(token, str) and token.strip() else None
 
 
 class _EventStream(web.StreamResponse):
