@@ -44,6 +44,7 @@ from hub.web import operator as web_operator
 from hub.web import presence as web_presence
 from hub.web import publish as web_publish
 from hub.web import rate_limits as web_rate_limits
+from hub.web import request_body as web_request_body
 from hub.web import streams as web_streams
 from hub.web import subscription_record as web_record
 from hub.web import websub as web_websub
@@ -82,21 +83,21 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {message}"[:300]
 
 
+#: Methods whose requests the hub serves without a body.
+_NO_BODY = frozenset({"GET", "HEAD"})
+
+
 def error_handling(health: RedisHealth) -> web_observe.Inner:
     """The one place where exceptions become HTTP responses (a storage error also marks
     Redis unhealthy in ``health``); run inside the observation of each request."""
 
     async def answer(request: web.Request, handler: Handler) -> web.StreamResponse:
-        response = await _answer(request, handler, health)
-        if (
-            response.status >= 400
-            and "Content-Encoding" in request.headers
-            and not request.content.is_eof()
-        ):
-            # Refused before its encoded body was read: draining it would decode it (and log
-            # a traceback if it does not decode). Close instead.
-            return await _answer_and_close(request, response)
-        return response
+        if request.method in _NO_BODY and request.body_exists:
+            # No GET of the hub's reads a body: refused, and the connection closed rather
+            # than drained (a stream answered first would hold the unread body open).
+            refusal = f"a {request.method} request takes no body: send it without one"
+            return await _answer_and_close(request, error_response(400, refusal))
+        return await _answer(request, handler, health)
 
     return answer
 
@@ -174,6 +175,7 @@ def _lifecycle(
         runtime = app[RUNTIME] = await Runtime.open(
             settings, redis_url, health=health, embedded=embedded
         )
+        decoder = app[web_request_body.DECODER] = web_request_body.decoder()
         urls = app[web_access.ACCESS].urls
         app[web_publish.PUBLISHING] = web_publish.Publishing(
             settings, auth, runtime.parser, runtime.ingest
@@ -245,6 +247,7 @@ def _lifecycle(
         finally:
             log.info("shutdown: stopping background tasks, deliveries and Redis connections")
             guard.close()
+            decoder.shutdown(wait=False, cancel_futures=True)
             await runtime.close()
             log.info("shutdown complete")
 
@@ -370,6 +373,10 @@ async def start(
         handle_signals=False,
         shutdown_timeout=shutdown_timeout,
         keepalive_timeout=settings.keepalive_timeout_seconds,
+        # Bodies as sent: aiohttp would inflate an encoded body on the loop as it arrives,
+        # read or not. Handlers decode what they read, bounded, off the loop
+        # (hub.web.request_body).
+        auto_decompress=False,
     )
     await runner.setup()
     site = GuardedSite(

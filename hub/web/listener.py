@@ -6,7 +6,7 @@ is the hub's TCP site: every accepted connection counts against ``max_connection
 the cap it is answered ``503`` and closed at once), and one that has not sent complete request
 headers within ``header_timeout_seconds`` is closed. Later requests on a kept-alive
 connection are bounded by aiohttp's ``keepalive_timeout``; request bodies by
-``body_timeout_seconds`` where handlers read them (:func:`read_body`).
+``body_timeout_seconds`` where handlers read them (:mod:`hub.web.request_body`).
 """
 
 from __future__ import annotations
@@ -20,9 +20,6 @@ from typing import TYPE_CHECKING, cast
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
-
-from hub.core.exceptions import BadRequest, RequestTimeout
-from hub.core.settings import Settings
 
 if TYPE_CHECKING:
     from hub.web.lean_connection import Lean, LeanConnection
@@ -266,37 +263,6 @@ class GuardedSite(web.BaseSite):
             sock.close()
             raise
         return sock
-
-
-async def read_body(request: web.Request, settings: Settings) -> bytes:
-    """The request body, or 408 when it takes longer than ``body_timeout_seconds``."""
-    if request.content.is_eof():  # all received (a small publish): nothing to wait for
-        return await request.read()
-    try:
-        async with asyncio.timeout(settings.body_timeout_seconds):
-            return await request.read()
-    except TimeoutError:
-        raise RequestTimeout(
-            f"the request body was not received within {settings.body_timeout_seconds:g} s "
-            "(RSHUB_BODY_TIMEOUT_SECONDS)"
-        ) from None
-
-
-async def read_form(request: web.Request, settings: Settings) -> dict[str, str]:
-    """A urlencoded form, bounded in time like :func:`read_body`; 400 unless UTF-8."""
-    try:
-        async with asyncio.timeout(settings.body_timeout_seconds):
-            posted = await request.post()
-    except TimeoutError:
-        raise RequestTimeout(
-            f"the request body was not received within {settings.body_timeout_seconds:g} s "
-            "(RSHUB_BODY_TIMEOUT_SECONDS)"
-        ) from None
-    except UnicodeDecodeError:
-        raise BadRequest(
-            "a WebSub request must be a UTF-8 form (invalid UTF-8 in the body)"
-        ) from None
-    return {k: str(v) for k, v in posted.items()}
 
 
 class ClientGone(web.Response):

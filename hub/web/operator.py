@@ -42,6 +42,7 @@ from hub.store.topic_admin import LAG_CAP, TopicAdmin, TopicSummary
 from hub.web import presence as web_presence
 from hub.web import subscription_terms
 from hub.web.access import check_operator, request_urls
+from hub.web.request_body import read_body, read_form
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +240,7 @@ _FORM = "application/x-www-form-urlencoded"
 
 async def _target(request: web.Request) -> Subscription:
     """The subscription a form or JSON body names with ``topic`` and ``callback``."""
+    settings = request.app[subscription_terms.SETTINGS]
     if (request.content_length or 0) > _MAX_BODY:
         raise BadRequest(f"the body must be under {_MAX_BODY} bytes")
     fields: dict[str, str]
@@ -249,18 +251,15 @@ async def _target(request: web.Request) -> Subscription:
         )
     if request.content_type == "application/json":
         try:
-            raw = orjson.loads(await request.read() or b"{}")
+            body = await read_body(request, settings, limit=_MAX_BODY)
+            raw = orjson.loads(body or b"{}")
         except orjson.JSONDecodeError as exc:
             raise BadRequest(f"the body is not JSON: {exc}") from None
         if not isinstance(raw, dict):
             raise BadRequest("the JSON body must be an object with topic and callback")
         fields = {k: v for k, v in raw.items() if isinstance(v, str)}
     else:
-        try:
-            form = await request.post()
-        except UnicodeDecodeError:
-            raise BadRequest("the form is not valid UTF-8") from None
-        fields = {k: v for k, v in form.items() if isinstance(v, str)}
+        fields = dict(await read_form(request, settings, limit=_MAX_BODY))
     for name in ("topic", "callback"):
         if not fields.get(name, "").strip():
             raise BadRequest(f"missing field {name!r}", field=name)

@@ -15,7 +15,7 @@ from hub.core.exceptions import BadRequest
 from hub.core.topics import check_name, parse_link_header
 from hub.live.publication import Publishing
 from hub.web.access import check_own_site, request_urls
-from hub.web.listener import read_body
+from hub.web.request_body import read_body
 
 __all__ = ["PUBLISHING", "Publishing", "accepted", "publish"]
 

@@ -20,6 +20,7 @@ from hub.core.settings import Settings
 from hub.store.subscriptions import Subscription
 from hub.web.access import check_operator
 from hub.web.operator import OPERATING, subscription_by_id
+from hub.web.request_body import read_body
 from hub.web.subscription_terms import SETTINGS, rate_limit_in_force
 
 __all__ = ["SETTINGS", "delete_rate_limit", "get_rate_limit", "put_rate_limit"]
@@ -46,7 +47,7 @@ async def _limit(request: web.Request) -> token_bucket.RateLimit:
     if (request.content_length or 0) > _MAX_BODY:
         raise BadRequest(f"the body must be under {_MAX_BODY} bytes")
     try:
-        raw = orjson.loads(await request.read())
+        raw = orjson.loads(await read_body(request, request.app[SETTINGS], limit=_MAX_BODY))
     except orjson.JSONDecodeError as exc:
         raise BadRequest(f"the body is not JSON: {exc}") from None
     if not isinstance(raw, dict) or set(raw) - {"per_second", "burst"}:

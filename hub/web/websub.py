@@ -27,8 +27,8 @@ from hub.live.http_client import HttpClient
 from hub.live.ingest import Ingest
 from hub.live.parsing import DocumentParser
 from hub.web.access import check_own_site, check_read, client_address, request_urls
-from hub.web.listener import read_form
 from hub.web.publish import accepted, publish_to_self_link
+from hub.web.request_body import read_form
 from hub.web.streams import check_since
 
 
@@ -71,7 +71,8 @@ async def _websub_request(request: web.Request) -> web.Response:
     if ctx.auth.open:  # anyone who reaches it may (un)subscribe: not another site's page
         check_own_site(request)
     settings = ctx.settings
-    form = await read_form(request, settings)
+    fields = await read_form(request, settings, limit=_MAX_FORM_BYTES)
+    form = dict(fields)  # one value per name, the last (as the WebSub parameters are read)
     service, client = ctx.delivery, ctx.client
     try:
         parsed = websub.parse_request(
@@ -80,8 +81,8 @@ async def _websub_request(request: web.Request) -> web.Response:
             lease_default=settings.lease_seconds_default,
             lease_min=settings.lease_seconds_min,
             lease_max=settings.lease_seconds_max,
-            # The one parameter that repeats (read_form keeps one value per name).
-            prefixes=[str(v) for v in (await request.post()).getall("hub.filter.prefix", [])],
+            # The one parameter that repeats.
+            prefixes=[v for k, v in fields if k == "hub.filter.prefix"],
         )
     except websub.TopicDenied as exc:
         await client.check_address(exc.callback)
