@@ -9,6 +9,7 @@ import asyncio
 import logging
 import random
 import time
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -20,7 +21,7 @@ from hub.core.read_tokens import LEEWAY_SECONDS
 from tests.conftest import Hub
 from tests.hub.callback_server import CallbackServer
 from tests.hub.test_read_access import PUB
-from tests.support import TIME_SCALE, changes, notification, wait_for
+from tests.support import TIME_SCALE, HubProcess, changes, free_port, notification, wait_for
 from tests.watchdog import Watchdog
 
 KEY = "the-hub's-signing-key-0123456789abcdef"
@@ -252,3 +253,34 @@ async def test_hostile_renewals_are_ignored_or_refused_naming_the_problem(
             assert said in reason, (case, reason)
     await dog.sockets_back(slack=2)  # the topic's feed holds pooled Redis connections
     assert KEY not in caplog.text
+
+
+async def test_revoking_a_static_read_token_is_a_restart_that_ends_its_streams(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
+    """Static read tokens are settings (no API changes them): the documented way to revoke
+    one is a restart without it, which ends its streams, and the token is refused after."""
+    port = free_port()
+    before = {"RSHUB_TOKENS": '["pub"]', "RSHUB_READ_TOKENS": '["r", "old"]'}
+    hub = await asyncio.to_thread(HubProcess(str(tmp_path), port, env=before).start)
+    try:
+        body = notification(changes(1))
+        headers = {"Content-Type": "application/xml", **PUB}
+        async with session.post(f"{hub.url}/topics/secret", data=body, headers=headers) as r:
+            assert r.status == 202
+        url = f"{hub.url}/topics/secret/events?since=0"
+        async with session.get(url, headers={"Authorization": "Bearer old"}) as resp:
+            assert resp.status == 200
+            await asyncio.wait_for(resp.content.readuntil(b"data: {"), 10 * TIME_SCALE)
+            stopping = asyncio.create_task(asyncio.to_thread(hub.stop))
+            streamed, _ended = await read_sse_to_the_end(resp)
+            await stopping
+        assert b"event: shutdown" in streamed.rstrip(b"\n").rsplit(b"\n\n", 1)[-1], streamed
+        after = {**before, "RSHUB_READ_TOKENS": '["r"]'}
+        hub = await asyncio.to_thread(HubProcess(str(tmp_path), port, env=after).start)
+        async with session.get(url, headers={"Authorization": "Bearer old"}) as refused:
+            assert refused.status == 403 and "may not read" in (await refused.json())["error"]
+        async with session.get(url, headers={"Authorization": "Bearer r"}) as kept:
+            assert kept.status == 200
+    finally:
+        await asyncio.to_thread(hub.stop)
