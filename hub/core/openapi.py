@@ -317,7 +317,8 @@ _NOT_MODIFIED = {"description": "Not modified (If-None-Match / If-Modified-Since
 _READ_REFUSED = {
     "401": _error(
         "A private topic and no token, or a signed read token that is expired, signed with "
-        "another key or algorithm, without exp or not a JWT (the message says which)"
+        "another key or algorithm, without exp, whose exp is not a number or lies beyond "
+        "RSHUB_JWT_MAX_TTL, or not a JWT (the message says which)"
     ),
     "403": _error("The token may not read this topic (a signed one names other topics)"),
 }
@@ -980,7 +981,10 @@ def spec(server_url: str = "/") -> dict[str, Any]:
                     "scheme": "bearer",
                     "bearerFormat": "JWT",
                     "description": "HS256 with RSHUB_JWT_KEY; `topics`: the names it reads; "
-                    "`exp` required (`rshub token --topic T --ttl 1h`)",
+                    "`exp` required, a number at most RSHUB_JWT_MAX_TTL (a day) ahead "
+                    "(`rshub token --topic T --ttl 1h`). Access it gives ends with it: a "
+                    "WebSub lease is cut to its life, a stream closes (WebSocket 4401, SSE "
+                    '`event: error`) unless a WebSocket sends `{"access_token": ...}` first',
                 },
             },
             "parameters": {
