@@ -242,3 +242,56 @@ async def test_a_seeded_fuzz_of_hostile_signed_tokens(published: Hub, redis_url:
     assert unauthorized >= 100  # told what is wrong with the token, not just "no"
     # A stream that was let in had its topic's feed open a pooled Redis connection.
     await dog.sockets_back(slack=len(peers(redis_port)) - redis_before)
+
+
+def _hostile_exp(rng: random.Random) -> object:
+    """An exp no token may carry: not a number, past, or beyond the maximum lifetime."""
+    now = time.time()
+    return rng.choice(
+        [
+            str(rng.randrange(10**9, 10**12)),  # digits in a string
+            f"{now + 60}",
+            rng.choice([1e30, -1e30, 1e308, float("inf"), float("-inf"), float("nan")]),
+            10 ** rng.randrange(11, 400),  # an integer of up to 400 digits
+            rng.choice([True, False, None, [], {}, [now + 60], {"exp": now + 60}]),
+            now + 86400 + 11 + rng.random() * 10**6,  # beyond RSHUB_JWT_MAX_TTL
+            now - 11 - rng.random() * 10**6,  # past, the leeway too
+            -rng.randrange(1, 10**6),
+        ]
+    )
+
+
+async def test_a_seeded_fuzz_of_signed_tokens_with_hostile_exp_on_every_transport(
+    published: Hub,
+) -> None:
+    """Tokens the hub's own key signed, with every kind of bad ``exp``: each is a 401 naming
+    the claim (or that it expired), on documents, SSE, WebSocket and WebSub alike."""
+    hub = published
+    rng = random.Random(2026_12_02)
+    async with Watchdog() as dog:
+        for i in range(200):
+            token = jwt.encode({"topics": ["secret"], "exp": _hostile_exp(rng)}, KEY)
+            where = i % 4
+            if where == 0:
+                status_, body = await error(hub, "/topics/secret/changelist.xml", token)
+            elif where == 1:
+                url = f"{hub.url}/topics/secret/events?access_token={token}"
+                async with hub.session.get(url) as resp:
+                    status_, body = resp.status, (await resp.json())["error"]
+            elif where == 2:
+                with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                    await hub.session.ws_connect(f"{hub.url}/topics/secret/ws?access_token={token}")
+                status_, body = refused.value.status, "'exp'"  # the handshake's body is gone
+            else:
+                form = {
+                    "hub.mode": "subscribe",
+                    "hub.topic": f"{hub.url}/topics/secret",
+                    "hub.callback": "http://callback.invalid/",
+                }
+                async with hub.session.post(
+                    hub.url + "/", data=form, headers=bearer(token)
+                ) as resp:
+                    status_, body = resp.status, (await resp.json())["error"]
+            assert status_ == 401, (i, status_, body)
+            assert "'exp'" in body or "expired" in body, (i, body)
+    assert not dog.errors  # no ERROR line: every refusal is an answer, not a traceback
