@@ -21,6 +21,7 @@
         ├── Gone                    410  (e.g. a resume id older than retention)
         ├── PayloadTooLarge         413
         ├── UnsupportedMediaType    415
+        ├── ExpectationFailed       417  (an ``Expect`` other than 100-continue)
         ├── TooManyRequests         429  (with Retry-After: e.g. publish pings too fast)
         ├── BadGateway              502  (a fetched topic URL failed)
         └── ServiceUnavailable      503  (e.g. a parser worker died)
@@ -141,6 +142,10 @@ class PayloadTooLarge(RequestError):
 
 class UnsupportedMediaType(RequestError):
     http_status = 415
+
+
+class ExpectationFailed(RequestError):
+    http_status = 417
 
 
 class TooManyRequests(RequestError):

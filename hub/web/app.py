@@ -45,6 +45,7 @@ from hub.web import presence as web_presence
 from hub.web import publish as web_publish
 from hub.web import rate_limits as web_rate_limits
 from hub.web import request_body as web_request_body
+from hub.web import request_headers as web_request_headers
 from hub.web import streams as web_streams
 from hub.web import subscription_record as web_record
 from hub.web import websub as web_websub
@@ -106,6 +107,7 @@ async def _answer(
     request: web.Request, handler: Handler, health: RedisHealth
 ) -> web.StreamResponse:
     try:
+        web_request_headers.check(request)  # before anything reads a header
         return await handler(request)
     except RequestTimeout as exc:
         # The rest of a body that is this slow is not worth waiting for: answer and close.
@@ -379,6 +381,9 @@ async def start(
         auto_decompress=False,
     )
     await runner.setup()
+    server = runner.server
+    assert server is not None
+    server.request_handler = web_request_headers.expectations(server.request_handler)
     site = GuardedSite(
         runner,
         app[_GUARD],
