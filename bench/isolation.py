@@ -7,6 +7,9 @@ round trips, one after another from this process:
 * *idle*: nothing else happening (the baseline);
 * *hostile*: while publishers keep sending 0.5 MB notifications whose one ``<rs:md>`` has
   50,000 attributes (quadratic to read in lxml) and 50,000-entry notifications (5.5 MB).
+* *bombs*: while four clients keep sending 1 MB gzip and deflate bodies that inflate to
+  1 GiB each (:func:`tests.bombs.bomb`) to a publish route, the WebSub endpoint, an admin
+  route, a document and an unknown route, half of them ``Connection: close``.
 
 It prints p50/p99/max of each and what the publishes were answered. ``--pool thread`` or
 ``--pool inline`` (parse everything on the event loop) compares the hub's parse-pool choices;
@@ -30,6 +33,9 @@ from pathlib import Path
 import aiohttp
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from tests.bombs import bomb  # noqa: E402
+
 NS = (
     'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
     'xmlns:rs="http://www.openarchives.org/rs/terms/"'
@@ -110,6 +116,52 @@ async def measure(url: str, seconds: float) -> None:
         loaded_done.set()
         print(f"hostile  healthz  {percentiles(await loaded)}")
         print("publishes answered: " + ", ".join(f"{k} x{v}" for k, v in sorted(seen.items())))
+
+        port = int(url.rsplit(":", 1)[1])
+        for coding in ("gzip", "deflate"):
+            bomb(1024, coding)  # made before the clock starts
+        seen.clear()
+        until = time.monotonic() + seconds
+        bombed_done = asyncio.Event()
+        bombed = asyncio.create_task(healthz_until(session, url, bombed_done))
+        await asyncio.gather(*(bomb_loop(port, until, seen, i) for i in range(4)))
+        bombed_done.set()
+        print(f"bombs    healthz  {percentiles(await bombed)}")
+        print("bombs answered: " + ", ".join(f"{k} x{v}" for k, v in sorted(seen.items())))
+
+
+#: (method, path) the bombs go to: routes that read a body, one that does not, and none.
+BOMBED = [
+    ("POST", "/topics/t0"),
+    ("POST", "/"),
+    ("POST", "/admin/subscriptions/resume"),
+    ("GET", "/topics/t0/changelist.xml"),
+    ("POST", "/no/such/route"),
+]
+
+
+async def bomb_loop(port: int, until: float, seen: Counter[str], n: int) -> None:
+    """Bombs, one connection each, until ``until``; the statuses answered into ``seen``."""
+    while time.monotonic() < until:
+        n += 4  # four loops, each its own turn of routes and kinds
+        method, path = BOMBED[n % len(BOMBED)]
+        coding = ("gzip", "deflate")[n % 2]
+        connection = ("keep-alive", "close")[(n // 2) % 2]
+        body = bomb(1024, coding)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        head = (
+            f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Content-Type: application/xml\r\nContent-Encoding: {coding}\r\n"
+            f"Connection: {connection}\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        writer.write(head.encode() + body)
+        try:
+            await writer.drain()
+            status = (await asyncio.wait_for(reader.readline(), 30)).split()[1].decode()
+        except (ConnectionError, IndexError, TimeoutError):
+            status = "no answer"
+        writer.close()
+        seen[f"{method} {path} {status}"] += 1
 
 
 def free_port() -> int:

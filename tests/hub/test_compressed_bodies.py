@@ -12,12 +12,10 @@ the watchdog, while another client's ``/healthz`` is timed.
 from __future__ import annotations
 
 import asyncio
-import functools
 import gzip
 import itertools
 import random
 import re
-import struct
 import time
 import zlib
 from typing import Any
@@ -28,29 +26,12 @@ from aiohttp import web
 from hub.core import content_coding
 from hub.core.exceptions import BadRequest, PayloadTooLarge, RequestError, UnsupportedMediaType
 from hub.store import keys
+from tests.bombs import bomb
 from tests.conftest import Hub
 from tests.support import TIME_SCALE, changes, notification, wait_for
 from tests.watchdog import Watchdog, describe_sockets
 
 _MIB = 1 << 20
-
-
-@functools.cache
-def bomb(mib: int, coding: str) -> bytes:
-    """A valid ``coding`` (gzip or deflate) body that inflates to ``mib`` MiB of zeros, made
-    in well under a second: a deflate stream of zeros, flushed per MiB, repeats one block."""
-    gz = coding == "gzip"
-    zeros = bytes(_MIB)
-    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS if gz else zlib.MAX_WBITS)
-    first = packer.compress(zeros) + packer.flush(zlib.Z_FULL_FLUSH)
-    again = packer.compress(zeros) + packer.flush(zlib.Z_FULL_FLUSH)
-    check = 0 if gz else 1
-    for _ in range(mib):
-        check = zlib.crc32(zeros, check) if gz else zlib.adler32(zeros, check)
-    trailer = (
-        struct.pack("<II", check, (mib * _MIB) & 0xFFFFFFFF) if gz else struct.pack(">I", check)
-    )
-    return first + again * (mib - 1) + b"\x03\x00" + trailer  # the final, empty block
 
 
 # -- the decoder -----------------------------------------------------------------------------
