@@ -214,6 +214,7 @@ def _follower(
         callback_host=host or "127.0.0.1",
         callback_port=int(port or 0),
         callback_url=args.callback_url,
+        waits=not getattr(args, "once", False),  # a one-shot run says the hub is down, and ends
         on_mode=on_mode,
         start_at_end=start_at_end,
         on_gap=on_gap,

@@ -89,9 +89,13 @@ class Follower:
         on_gap: Callable[[Gap], Awaitable[None]] | None = None,
         event_filter: ChangeFilter | None = None,
         signature: Scheme = "websub",
+        waits: bool = True,
     ) -> None:
         """``event_filter``: only these changes (the hub filters what it pushes, polled
-        Change Lists are filtered here); ``signature``: what a WebSub callback asks for."""
+        Change Lists are filtered here); ``signature``: what a WebSub callback asks for;
+        ``waits``: False for a one-shot caller (``sync --once``), which is told at
+        :meth:`start` that the hub cannot be reached (:class:`SourceError`) instead of
+        the follower saying it waits for a hub it will never wait for."""
         if via != "poll" and (hub is None or topic is None):
             raise ValueError("push needs hub and topic")
         self.session = session
@@ -108,6 +112,7 @@ class Follower:
         self._on_gap = on_gap
         self.event_filter = event_filter
         self.signature: Scheme = signature
+        self.waits = waits
         poll_start = source
         if poll_start is None and self.hub is not None:
             poll_start = (
@@ -198,7 +203,10 @@ class Follower:
                 status = resp.status
                 message = await error_message(resp) if status == 404 else ""
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            self._unreachable(f"cannot reach the hub at {self.hub}: {exc}")
+            what = f"cannot reach the hub at {self.hub}: {exc or type(exc).__name__}"
+            if not self.waits:
+                raise SourceError(what) from None
+            self._unreachable(what)
             return
         if unknown_topic(status, message):
             self._topic_not_yet()
