@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import logging
+import socket
 import sys
 from typing import Any
 
@@ -172,6 +173,25 @@ def _worker_launch(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]
     return argv, env
 
 
+def _check_port_free(host: str, port: int, *, shared: bool) -> None:
+    """Raise the ``OSError`` the hub's listen would meet, before anything starts: a port in
+    use was said after the embedded Redis had been started and stopped (its log lines came
+    first). A bind with the options of the hub's own; the socket is closed at once, so a
+    port taken in between is still reported by the listen itself."""
+    if not port:  # any free port: nothing to check
+        return
+    for family, kind, proto, _name, address in socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    ):
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if shared:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+
+
 def run_serve(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(args)
@@ -187,6 +207,8 @@ def run_serve(args: argparse.Namespace) -> int:
     embedded: EmbeddedRedis | None = None
     redis_url = settings.redis_url
     try:
+        shared = settings.reuse_port or worker_count(settings.workers) > 1
+        _check_port_free(settings.host, settings.port, shared=shared)
         if redis_url is None:
             embedded = EmbeddedRedis(settings.data_dir / "redis", appendfsync=settings.appendfsync)
             redis_url = embedded.start()
