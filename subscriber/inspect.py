@@ -119,6 +119,12 @@ def human(record: dict[str, Any]) -> str:
     """The record as a person reads it: facts first, then the attempts, newest first."""
     lag = f"{record['lag_events']}{'+' if record['lag_capped'] else ''} events"
     success = record.get("last_success")
+    failures = f"{record['failures']} failures in a row"
+    failed_at = max((a["at"] for a in record["attempts"] if a["error"]), default=0.0)
+    if success and record["failures"] and success["at"] > failed_at:
+        # A POST outside the delivery's turn (a dead-letter replay) got through since:
+        # the count is the delivery's, which has not tried again yet.
+        failures += " before the last success"
     lines = [
         f"subscription {record['id']}",
         f"  topic         {record['topic']} ({record['topic_url']})",
@@ -128,7 +134,7 @@ def human(record: dict[str, Any]) -> str:
         f"  lag           {lag}, {record['lag_seconds']:.1f} s",
         "  last success  "
         + (f"{_when(success['at'])} through {success['event_id']}" if success else "never"),
-        f"  last error    {record['last_error'] or '-'} ({record['failures']} failures in a row)",
+        f"  last error    {record['last_error'] or '-'} ({failures})",
         f"  expires       {_when(record['expires_at'])}",
         "",
         f"last {len(record['attempts'])} attempts, newest first:",

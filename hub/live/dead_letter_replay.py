@@ -28,6 +28,7 @@ from hub.live.delivery import (
 )
 from hub.live.http_client import HttpClient
 from hub.live.subscription_terms import signature_headers
+from hub.store.attempts import Attempt, AttemptWriter
 from hub.store.dead_letters import DeadLetter, DeadLetterStore
 from hub.store.subscriptions import Subscription
 
@@ -58,8 +59,12 @@ class Replays:
         node: str,
         max_changes: int,
         max_bytes: int,
+        attempts: AttemptWriter | None = None,
     ) -> None:
         self.dead_letters = dead_letters
+        #: Where each replay POST is logged, as deliveries are: the subscription's record
+        #: (``rshub inspect``) showed "last success never" after a replay that succeeded.
+        self.attempts = attempts
         self.client = client
         self.urls = urls
         self.node = node
@@ -125,11 +130,21 @@ class Replays:
         }
         # Signed as its deliveries are (scheme, secrets in force): a Standard Webhooks
         # subscriber would drop, yet acknowledge, a replay signed otherwise.
-        headers.update(signature_headers(sub, body, events, time.time()))
+        started = time.time()
+        headers.update(signature_headers(sub, body, events, started))
+        status: int | None = None
         try:
             answer = await self.client.post(sub.callback, body, headers)
         except CallbackFailed as exc:
-            return str(exc)[:300]
-        if 200 <= answer.status < 300:
-            return None
-        return f"HTTP {answer.status}"
+            error: str | None = str(exc)[:300]
+        else:
+            status = answer.status
+            error = None if 200 <= status < 300 else f"HTTP {status}"
+        if self.attempts is not None:
+            latency = (time.time() - started) * 1000
+            self.attempts.record(
+                sub.topic,
+                sub.callback,
+                Attempt(started, status, latency, error, events[0].id, events[-1].id, len(events)),
+            )
+        return error

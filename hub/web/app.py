@@ -240,6 +240,7 @@ def _lifecycle(
                 node=runtime.node,
                 max_changes=settings.delivery_batch_max_changes,
                 max_bytes=settings.delivery_batch_max_bytes,
+                attempts=runtime.delivery.attempts,
             ),
         )
         try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 import string
 import time
 from collections.abc import AsyncIterator, Callable
@@ -565,3 +566,37 @@ class TestReplaySignatures:
         (replayed,) = picky.deliveries
         assert replayed.headers["X-RSHub-Subscription"] == sub_id
         assert not await hub.redis.exists(lock)  # released once done
+
+
+@pytest.mark.parametrize(
+    "hub_settings", [{**FAST, "retry_window_seconds": 0.3, "delivery_batch_max_changes": 1}]
+)
+async def test_a_replay_that_succeeded_is_the_records_last_success(hub: Hub, picky: Picky) -> None:
+    """``rshub inspect`` said "last success never" after a replay that delivered."""
+    picky.down = True
+    await subscribe(hub, picky)
+    ids = await publish(hub, 2)
+    sub_id = subscription_id("t", picky.url)
+
+    async def buried() -> bool:
+        return (await dead_letters(hub, sub_id))["total"] == 2
+
+    await wait_for(buried, timeout=20)
+    picky.down = False
+    done = await replay(hub, sub_id)
+    assert (done["replayed"], done["remaining"], done["error"]) == (2, 0, None), done
+
+    async def current() -> bool:
+        resp = await hub.session.get(f"{hub.url}/admin/subscriptions/{sub_id}")
+        success = (await resp.json())["last_success"]
+        return success is not None and success["event_id"] == ids[1]
+
+    await wait_for(current, timeout=10)  # the attempt log is written in the background
+    inspect = Command("inspect", "--hub", hub.url, "--id", sub_id)
+    assert await (await inspect.start()).wait() == 0, inspect.err
+    text = "\n".join(inspect.lines)
+    assert "last success  never" not in text and f"through {ids[1]}" in text, text
+    newest = text.split("newest first:\n", 1)[1].splitlines()[0]
+    assert re.search(r"Z  2\d\d ", newest) and ids[1] in newest, text  # the replay's POST
+    error = text.split("last error", 1)[1].splitlines()[0]
+    assert error.endswith("failures in a row before the last success)"), text
