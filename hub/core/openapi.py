@@ -660,7 +660,11 @@ def spec(server_url: str = "/") -> dict[str, Any]:
                     },
                     **{k: v for k, v in _publish_responses().items() if k != "202"},
                     "429": {
-                        **_error("Too many publish pings from this client address"),
+                        **_error(
+                            "Too many publish pings from this publisher (its token; on an "
+                            "open hub its client address), or too many refused for their "
+                            "token from this client address"
+                        ),
                         "headers": {
                             "Retry-After": {
                                 "description": "Seconds until a ping can succeed",
