@@ -43,15 +43,22 @@ def is_publish(request: web.Request, route: str) -> bool:
     return route == "/topics/{name}" or (route == "/" and request.content_type != _FORM)
 
 
-#: Query parameters whose values are credentials (``?access_token=``: browsers' streams).
-_SECRET_QUERY = re.compile(r"(?<=[?&])(access_token=)[^&]*", re.IGNORECASE)
+#: Credentials in a request's path or query: an ``access_token=`` value (browsers' streams
+#: send it in the query) wherever it stands, after ``?``, ``&``, ``;`` or inside the path,
+#: up to the next separator; and anything shaped like a JWT (``eyJ...``), named or not.
+_SECRET = re.compile(
+    r"(access_token=)[^&;/?#\s]*|(?-i:eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]*)?)",
+    re.IGNORECASE,
+)
 
 
 def logged_path(request: web.Request) -> str:
     """The path and query for the access log, with token values replaced by ``***``: an
     access log is read by more people than may read private topics."""
     path = request.path_qs
-    return _SECRET_QUERY.sub(r"\1***", path) if "token=" in path.lower() else path
+    if "token=" in path.lower() or "eyJ" in path:
+        return _SECRET.sub(lambda m: (m[1] or "") + "***", path)
+    return path
 
 
 def request_id(given: str) -> str:

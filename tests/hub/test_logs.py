@@ -73,6 +73,32 @@ def test_the_access_log_never_shows_a_query_token(tmp_path: Path) -> None:
     assert "/healthz?a=1&access_token=***" in logged
 
 
+def test_the_access_log_masks_a_token_wherever_it_stands(tmp_path: Path) -> None:
+    """A JWT after ``;``, inside the path or bare was logged verbatim at INFO."""
+    jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJTRUNSRVQifQ.SECRETsig"
+    hub = HubProcess(str(tmp_path), None, "--log-format", "json", "--access-log").start()
+    paths = {
+        f"/topics/t/events;access_token={jwt}": "/topics/t/events;access_token=***",
+        f"/topics/access_token={jwt}/events": "/topics/access_token=***/events",
+        f"/topics/t/events?x=1;access_token={jwt}": "/topics/t/events?x=1;access_token=***",
+        f"/topics/{jwt}/events": "/topics/***/events",
+        "/topics/eyjafjalla.is.fine/events": "/topics/eyjafjalla.is.fine/events",
+    }
+    try:
+        for path in paths:
+            try:
+                urllib.request.urlopen(f"{hub.url}{path}", timeout=5).close()
+            except urllib.error.HTTPError:
+                pass  # refused or unknown: logged all the same
+    finally:
+        hub.stop()
+    log = hub.log()
+    assert "SECRET" not in log and "eyJzdWIi" not in log
+    logged = [r["path"] for r in _json_lines(log) if r["logger"] == "rshub.access"]
+    for masked in paths.values():
+        assert masked in logged, (masked, logged)
+
+
 def test_log_level_from_the_environment_and_no_access_log_by_default(tmp_path: Path) -> None:
     hub = HubProcess(str(tmp_path), None, env={"RSHUB_LOG_LEVEL": "warning"}).start()
     try:
