@@ -16,6 +16,7 @@ import aiohttp
 import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
+from hub.core.placement import subscription_id
 from hub.core.settings import Settings
 from tests.conftest import Hub, start_hub
 from tests.hub.callback_server import CallbackServer
@@ -184,3 +185,17 @@ async def test_the_admin_token_opens_the_dashboard(redis_url: str, browser: Brow
         assert page.errors == []  # type: ignore[attr-defined]
     finally:
         await runner.cleanup()
+
+
+async def test_the_dashboard_shows_the_id_rshub_inspect_takes(hub: Hub, browser: Browser) -> None:
+    callback = await CallbackServer().start()
+    try:
+        await subscribe(hub, callback, topic="wiki")
+        page = await _open(browser, hub.url + "/")
+        row = page.locator("#subs tbody tr", has_text=callback.url)
+        headers = await page.locator("#subs thead th").all_inner_texts()
+        cell = row.locator("td").nth(headers.index("id"))
+        await expect(cell).to_have_text(subscription_id("wiki", callback.url))
+        assert not page.errors  # type: ignore[attr-defined]
+    finally:
+        await callback.stop()

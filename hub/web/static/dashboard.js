@@ -80,12 +80,13 @@ function renderSubscriptions(subs) {
   const rows = subs.map((s) => {
     const state = el("td");
     state.append(el("span", s.state, "state-" + s.state));
-    return [el("td", s.topic), el("td", s.callback), state,
+    // The id is what `rshub inspect --id` and `rshub dead-letters --id` take.
+    return [el("td", s.topic), el("td", s.id, "id"), el("td", s.callback), state,
       el("td", (s.lag_capped ? "≥" : "") + s.lag_events, "num"),
       el("td", s.lag_seconds.toFixed(1), "num"), el("td", s.failures, "num"),
       el("td", s.last_error || "", s.last_error ? "bad" : "")];
   });
-  fillRows($("subs").tBodies[0], rows, 7, "no subscriptions");
+  fillRows($("subs").tBodies[0], rows, 8, "no subscriptions");
 }
 
 async function refreshHealth() {
