@@ -136,6 +136,13 @@ def human(record: dict[str, Any]) -> str:
         + (f"{_when(success['at'])} through {success['event_id']}" if success else "never"),
         f"  last error    {record['last_error'] or '-'} ({failures})",
         f"  expires       {_when(record['expires_at'])}",
+    ]
+    failed = record.get("failed_verification")
+    if failed:  # a renewal (or unsubscription) the callback did not confirm
+        lines.append(
+            f"  verification  {failed['mode']} failed {_when(failed['at'])}: {failed['reason']}"
+        )
+    lines += [
         "",
         f"last {len(record['attempts'])} attempts, newest first:",
     ]

@@ -21,6 +21,7 @@ and handles it exactly as one it sent itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from asyncio import FIRST_COMPLETED
@@ -46,7 +47,13 @@ from hub.live.subscription_terms import Terms, apply_terms
 from hub.store.attempts import Attempt, AttemptStore, AttemptWriter
 from hub.store.dead_letters import DeadLetterStore
 from hub.store.redis_connection import StoreError
-from hub.store.subscriptions import CursorWriter, State, Subscription, SubscriptionStore
+from hub.store.subscriptions import (
+    CursorWriter,
+    FailedVerification,
+    State,
+    Subscription,
+    SubscriptionStore,
+)
 from rsclient.backoff import Backoff, parse_retry_after
 
 log = logging.getLogger(__name__)
@@ -872,6 +879,7 @@ class DeliveryService:
             log.info(
                 "subscription of %r to %s not verified: its token expired", req.callback, req.topic
             )
+            await self._note_failed(req, "not verified: the request's token expired first")
             return
         url = websub.verification_url(req.callback, req.mode, req.topic_url, challenge, lease)
         try:
@@ -879,6 +887,7 @@ class DeliveryService:
                 answer = await self.client.get(url, 4096)
         except CallbackFailed as exc:
             log.info("verification of %r for %s failed: %r", req.callback, req.topic, str(exc))
+            await self._note_failed(req, f"the verification GET failed: {exc}")
             return
         if not (200 <= answer.status < 300 and answer.body.strip() == challenge.encode()):
             log.info(
@@ -887,8 +896,25 @@ class DeliveryService:
                 req.topic,
                 answer.status,
             )
+            why = "not 2xx" if not 200 <= answer.status < 300 else "without the hub.challenge"
+            await self._note_failed(
+                req, f"the callback answered the verification GET with HTTP {answer.status} ({why})"
+            )
             return
         await self._store_verified(req, start, arrival)
+        with contextlib.suppress(StoreError):  # a stale failure is only shown, never acted on
+            await self.store.clear_failed_verification(subscription_id(req.topic, req.callback))
+
+    async def _note_failed(self, req: websub.SubscriptionRequest, reason: str) -> None:
+        """Keep why a verification failed in the subscription's record, for its subscriber
+        (``rshub inspect``, the admin API): the log says so only to the operator."""
+        failed = FailedVerification(time.time(), str(req.mode), req.topic, reason[:300])
+        try:
+            await self.store.note_failed_verification(
+                subscription_id(req.topic, req.callback), failed
+            )
+        except StoreError as exc:
+            log.info("failed verification of %r not kept: %s", req.callback, exc)
 
     async def _store_verified(
         self, req: websub.SubscriptionRequest, start: str, arrival: tuple[int, float]

@@ -365,6 +365,13 @@ def presence(node: str) -> str:
     return f"{PREFIX}presence:{node}"
 
 
+def failed_verification(sub_id: str) -> str:
+    """String with a TTL: the last failed intent verification of a subscription (by its
+    id), as JSON (``hub.store.subscriptions.FailedVerification``). Not under the topic's
+    tag: a subscription that never verified has no other key to be found by."""
+    return f"{PREFIX}failed-verification:{sub_id}"
+
+
 def used_signature(digest: str) -> str:
     """String with a TTL: a self-service request signature already accepted (no replays)."""
     return f"{PREFIX}used-signature:{digest}"

@@ -167,6 +167,25 @@ class SubscriptionChange:
     kind: str
 
 
+#: Seconds a failed verification stays readable in the subscription's record: long
+#: enough for its subscriber to look after a failed start, short enough to need no clean-up.
+FAILED_VERIFICATION_SECONDS = 24 * 3600
+
+
+@dataclass(frozen=True, slots=True)
+class FailedVerification:
+    """Why the hub's last verification of a (un)subscription request failed, and when;
+    otherwise only in the hub's log, which a subscriber cannot read."""
+
+    at: float
+    mode: str
+    topic: str
+    reason: str
+
+    def public(self) -> dict[str, object]:
+        return {"at": self.at, "mode": self.mode, "topic": self.topic, "reason": self.reason}
+
+
 class SubscriptionStore:
     def __init__(
         self, redis: Client, *, scripts: ScriptPipe | None = None, blocking: Client | None = None
@@ -246,6 +265,30 @@ class SubscriptionStore:
             if subscription_id(topic, callback) == sub_id:
                 return await self.get(topic, callback)
         return None
+
+    async def note_failed_verification(self, sub_id: str, failed: FailedVerification) -> None:
+        """Keep ``failed`` for :data:`FAILED_VERIFICATION_SECONDS` (the last one wins)."""
+        data = orjson.dumps(failed.public())
+        await self.redis.set(keys.failed_verification(sub_id), data, ex=FAILED_VERIFICATION_SECONDS)
+
+    async def clear_failed_verification(self, sub_id: str) -> None:
+        await self.redis.delete(keys.failed_verification(sub_id))
+
+    async def failed_verification(self, sub_id: str) -> FailedVerification | None:
+        """The last failed verification of ``sub_id`` still kept; None if none (or it is
+        not the hub's: a damaged value is no reason to fail the record it is part of)."""
+        data = await self.redis.get(keys.failed_verification(sub_id))
+        try:
+            row = orjson.loads(data) if data else None
+            return (
+                None
+                if row is None
+                else FailedVerification(
+                    float(row["at"]), str(row["mode"]), str(row["topic"]), str(row["reason"])
+                )
+            )
+        except (ValueError, KeyError, TypeError):
+            return None
 
     async def delete(self, topic: str, callback: str) -> None:
         await self._delete(topic, callback, [])

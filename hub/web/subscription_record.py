@@ -16,7 +16,8 @@ from datetime import UTC, datetime
 from aiohttp import web
 
 from hub.core import self_service
-from hub.core.exceptions import Forbidden, Unauthorized
+from hub.core.exceptions import Forbidden, NotFound, Unauthorized
+from hub.core.placement import subscription_id
 from hub.core.settings import Settings
 from hub.store.attempts import AttemptStore
 from hub.store.event_store import EventStore
@@ -52,7 +53,19 @@ def _iso(seconds: float | None) -> str | None:
 async def _authorize(request: web.Request) -> Subscription:
     """The subscription, once the request proved it may read it (see the module doc)."""
     if is_admin(request):
-        return await subscription_by_id(request)
+        try:
+            return await subscription_by_id(request)
+        except NotFound as exc:  # never verified, perhaps: say why, while it is kept
+            failed = await request.app[RECORDS].subscriptions.failed_verification(
+                request.match_info["id"]
+            )
+            if failed is None:
+                raise
+            raise NotFound(
+                f"{exc.message}: its last {failed.mode} request to {failed.topic!r} was not "
+                f"verified at {_iso(failed.at)}: {failed.reason}",
+                failed_verification={**failed.public(), "time": _iso(failed.at)},
+            ) from None
     timestamp = request.headers.get(self_service.TIMESTAMP_HEADER)
     signature = request.headers.get(self_service.SIGNATURE_HEADER)
     if not self_service.signed(timestamp, signature):
@@ -85,9 +98,13 @@ async def subscription_record(request: web.Request) -> web.Response:
     lag = await ctx.topic_admin.count_after(topic, cursor)
     attempts, success = await ctx.attempts.read(topic, callback)
     row = subscription_row(sub, cursor, first, last, lag, success, ctx.settings, time.time())
+    failed = await ctx.subscriptions.failed_verification(subscription_id(topic, callback))
     return web.json_response(
         {
             **row,
+            "failed_verification": (
+                None if failed is None else {**failed.public(), "time": _iso(failed.at)}
+            ),
             "attempts": [
                 {
                     "at": a.at,

@@ -16,6 +16,7 @@ from hub.core.placement import subscription_id
 from hub.core.settings import Settings
 from hub.web.app import RUNTIME
 from rsclient.subscription_identity import signed_headers
+from tests.commands import Command
 from tests.conftest import Hub, start_hub
 from tests.hub.callback_server import CallbackServer
 from tests.hub.test_dropped_clients import _to_redis
@@ -374,3 +375,53 @@ async def test_the_record_and_presence_on_a_redis_cluster(
                     await cb.stop()
     finally:
         await runner.cleanup()
+
+
+async def test_a_failed_verification_is_kept_in_the_record_and_shown_by_inspect(
+    hub: Hub, callback: CallbackServer
+) -> None:
+    """Why a verification failed was only in the hub's log, which a subscriber cannot read."""
+    path = path_of("t", callback.url)
+    form = {
+        "hub.mode": "subscribe",
+        "hub.topic": f"{hub.url}/topics/t",
+        "hub.callback": callback.url,
+    }
+    callback.echo_challenge = False  # a new subscription whose callback does not confirm
+    resp = await hub.session.post(hub.url + "/", data=form)
+    assert resp.status == 202, await resp.text()
+
+    async def kept() -> bool:
+        async with hub.session.get(hub.url + path, headers=ADMIN) as resp:
+            return resp.status == 404 and "failed_verification" in await resp.json()
+
+    await wait_for(kept, 10)
+    body = await get(hub, path, 404, ADMIN)
+    failed = body["failed_verification"]
+    assert failed["mode"] == "subscribe" and failed["topic"] == "t" and failed["at"] > 0
+    assert "without the hub.challenge" in failed["reason"], failed
+    assert "without the hub.challenge" in body["error"] and "was not verified" in body["error"]
+    sub_id = subscription_id("t", callback.url)
+    args = ("--hub", hub.url, "--id", sub_id, "--admin-token", "adm")
+    inspect = Command("inspect", *args)
+    assert await (await inspect.start()).wait() == 1
+    assert "without the hub.challenge" in inspect.stderr, inspect.stderr
+
+    # Verified at last: the record has no failure; a renewal that fails is kept in it.
+    callback.echo_challenge = True
+    await subscribe(hub, callback)
+    assert (await get(hub, path, 200, ADMIN))["failed_verification"] is None
+    callback.echo_challenge = False
+    before = len(callback.verifications)
+    resp = await hub.session.post(hub.url + "/", data=form)
+    assert resp.status == 202
+
+    async def renewal_failed() -> bool:
+        record = await get(hub, path, 200, ADMIN)
+        return len(callback.verifications) > before and record["failed_verification"] is not None
+
+    await wait_for(renewal_failed, 10)
+    inspect = Command("inspect", *args)
+    assert await (await inspect.start()).wait() == 0, inspect.stderr
+    [line] = [x for x in inspect.lines if x.startswith("  verification  ")]
+    assert "subscribe failed" in line and "without the hub.challenge" in line, line
