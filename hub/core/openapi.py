@@ -466,7 +466,10 @@ def _admin(
         "200": {"description": f"The {what}", "content": {JSON: {"schema": answer}}},
         "400": _error("Bad topic name, field or body"),
         "401": _error("No or malformed bearer token"),
-        "403": _error("Not the operator (or not loopback on an open hub)"),
+        "403": _error(
+            "Not the operator (or, on an open hub, not loopback, or another site's page: "
+            "``header`` names the Host, Origin or Sec-Fetch-Site refused)"
+        ),
         "503": _UNAVAILABLE,
     }
     if not_found:
@@ -476,7 +479,8 @@ def _admin(
         "operationId": operation,
         "summary": summary,
         "description": "Needs the operator token (RSHUB_ADMIN_TOKEN); without one, only "
-        "loopback clients of an open hub.",
+        "loopback clients of an open hub, under the hub's own names and from its own pages "
+        "(never another site's: a Host, Origin or Sec-Fetch-Site of one is refused, 403).",
         "tags": ["admin"],
         "responses": responses,
     }
