@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import time
 from collections.abc import AsyncGenerator
 from dataclasses import replace
 
@@ -39,6 +40,7 @@ from aiohttp import web
 
 from resourcesync import DocumentError, parse
 from rsclient.client_faults import install_client_fault_filter
+from rsclient.subscription_identity import signed_headers, subscription_id
 
 from .events import ChangeEvent, Gap
 from .exceptions import ChangesTrimmed, HubRefused, PushUnavailable
@@ -50,6 +52,10 @@ from .websub import subscription_form, verification_answer
 __all__ = ["CallbackReceiver"]
 
 log = logging.getLogger(__name__)
+
+#: Seconds between questions to the hub about a verification that has not come (more
+#: than one: a signature is per second and the hub accepts each once).
+_ASK_EVERY = 1.2
 
 LAST_ID_HEADER = "X-RSHub-Last-Event-Id"
 #: Marks an operator's replay of dead letters: older events, judged per resource.
@@ -230,7 +236,7 @@ class CallbackReceiver:
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel
             # that lands as its awaitable finishes (SIGINT just as the hub verifies).
             async with asyncio.timeout(timeout or self.verify_timeout):
-                await verified.wait()
+                await self._await_verification(mode, verified, time.time())
         except (aiohttp.ClientError, OSError) as exc:
             if isinstance(exc, aiohttp.ClientConnectorError):
                 self._wanted.discard(mode)  # never sent: nothing for close() to undo
@@ -245,6 +251,40 @@ class CallbackReceiver:
         if self._denied is not None:
             self._wanted.discard(mode)
             raise PushUnavailable(f"hub denied {mode}: {self._denied}")
+
+    async def _await_verification(self, mode: str, verified: asyncio.Event, sent: float) -> None:
+        """Wait until the hub verified ``mode``; while waiting, ask the hub now and then
+        whether its verification failed (a GET of the subscription's record, signed with
+        our ``hub.secret``) and raise :class:`PushUnavailable` with its reason if so: it
+        was only in the hub's log, and the command waited out its timeout saying nothing
+        but that."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_ASK_EVERY):
+                    await verified.wait()
+                    return
+            reason = await self._verification_failure(sent)
+            if reason is not None and not verified.is_set():
+                raise PushUnavailable(f"hub could not verify {mode}: {reason}")
+
+    async def _verification_failure(self, since: float) -> str | None:
+        """The hub's reason for a verification of ours that failed after ``since``."""
+        if self.secret is None:
+            return None
+        path = f"/admin/subscriptions/{subscription_id(self.topic, self.callback_url)}"
+        # Signatures are per second and accepted once: a new second for each question.
+        headers = signed_headers(self.secret, int(time.time()), path)
+        try:
+            async with self.session.get(
+                self.hub + path, headers=headers, timeout=aiohttp.ClientTimeout(total=5)
+            ) as resp:
+                body = await resp.json(content_type=None) if resp.status in (200, 404) else None
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
+            return None
+        failed = body.get("failed_verification") if isinstance(body, dict) else None
+        if not isinstance(failed, dict) or not isinstance(failed.get("at"), int | float):
+            return None
+        return str(failed.get("reason")) if failed["at"] >= since - 1 else None
 
     async def _renew(self) -> None:
         while True:

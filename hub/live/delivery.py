@@ -908,7 +908,9 @@ class DeliveryService:
     async def _note_failed(self, req: websub.SubscriptionRequest, reason: str) -> None:
         """Keep why a verification failed in the subscription's record, for its subscriber
         (``rshub inspect``, the admin API): the log says so only to the operator."""
-        failed = FailedVerification(time.time(), str(req.mode), req.topic, reason[:300])
+        failed = FailedVerification(
+            time.time(), str(req.mode), req.topic, reason[:300], secret=req.secret
+        )
         try:
             await self.store.note_failed_verification(
                 subscription_id(req.topic, req.callback), failed

@@ -181,6 +181,8 @@ class FailedVerification:
     mode: str
     topic: str
     reason: str
+    #: The request's ``hub.secret``: a request signed with it may read this (never shown).
+    secret: str | None = None
 
     def public(self) -> dict[str, object]:
         return {"at": self.at, "mode": self.mode, "topic": self.topic, "reason": self.reason}
@@ -268,7 +270,7 @@ class SubscriptionStore:
 
     async def note_failed_verification(self, sub_id: str, failed: FailedVerification) -> None:
         """Keep ``failed`` for :data:`FAILED_VERIFICATION_SECONDS` (the last one wins)."""
-        data = orjson.dumps(failed.public())
+        data = orjson.dumps({**failed.public(), "secret": failed.secret})
         await self.redis.set(keys.failed_verification(sub_id), data, ex=FAILED_VERIFICATION_SECONDS)
 
     async def clear_failed_verification(self, sub_id: str) -> None:
@@ -280,12 +282,15 @@ class SubscriptionStore:
         data = await self.redis.get(keys.failed_verification(sub_id))
         try:
             row = orjson.loads(data) if data else None
-            return (
-                None
-                if row is None
-                else FailedVerification(
-                    float(row["at"]), str(row["mode"]), str(row["topic"]), str(row["reason"])
-                )
+            if row is None:
+                return None
+            secret = row.get("secret")
+            return FailedVerification(
+                float(row["at"]),
+                str(row["mode"]),
+                str(row["topic"]),
+                str(row["reason"]),
+                None if secret is None else str(secret),
             )
         except (ValueError, KeyError, TypeError):
             return None

@@ -55,17 +55,8 @@ async def _authorize(request: web.Request) -> Subscription:
     if is_admin(request):
         try:
             return await subscription_by_id(request)
-        except NotFound as exc:  # never verified, perhaps: say why, while it is kept
-            failed = await request.app[RECORDS].subscriptions.failed_verification(
-                request.match_info["id"]
-            )
-            if failed is None:
-                raise
-            raise NotFound(
-                f"{exc.message}: its last {failed.mode} request to {failed.topic!r} was not "
-                f"verified at {_iso(failed.at)}: {failed.reason}",
-                failed_verification={**failed.public(), "time": _iso(failed.at)},
-            ) from None
+        except NotFound as exc:
+            raise await _unverified(request, exc, signed=False) from None
     timestamp = request.headers.get(self_service.TIMESTAMP_HEADER)
     signature = request.headers.get(self_service.SIGNATURE_HEADER)
     if not self_service.signed(timestamp, signature):
@@ -78,15 +69,40 @@ async def _authorize(request: web.Request) -> Subscription:
                 **exc.detail,
             ) from None
         return await subscription_by_id(request)
-    sub = await subscription_by_id(request)
+    try:
+        sub = await subscription_by_id(request)
+    except NotFound as exc:
+        raise await _unverified(request, exc, signed=True) from None
+    await _check_signature(request, sub.secret)
+    return sub
+
+
+async def _check_signature(request: web.Request, secret: str | None) -> None:
     ctx = request.app[RECORDS]
     tolerance = ctx.settings.self_service_tolerance_seconds
+    timestamp = request.headers.get(self_service.TIMESTAMP_HEADER)
+    signature = request.headers.get(self_service.SIGNATURE_HEADER)
     digest = self_service.check(
-        sub.secret, request.path, timestamp, signature, now=time.time(), tolerance=tolerance
+        secret, request.path, timestamp, signature, now=time.time(), tolerance=tolerance
     )
     if not await first_use(ctx.redis, digest, tolerance):
         raise Forbidden("this signature was used before: sign each request anew")
-    return sub
+
+
+async def _unverified(request: web.Request, missing: NotFound, *, signed: bool) -> Exception:
+    """What to answer for an id with no subscription: why its last request was not verified,
+    while that is kept (to the operator, or to a request signed with that request's
+    ``hub.secret``), else ``missing``."""
+    failed = await request.app[RECORDS].subscriptions.failed_verification(request.match_info["id"])
+    if failed is None:
+        return missing
+    if signed:
+        await _check_signature(request, failed.secret)
+    return NotFound(
+        f"{missing.message}: its last {failed.mode} request to {failed.topic!r} was not "
+        f"verified at {_iso(failed.at)}: {failed.reason}",
+        failed_verification={**failed.public(), "time": _iso(failed.at)},
+    )
 
 
 async def subscription_record(request: web.Request) -> web.Response:

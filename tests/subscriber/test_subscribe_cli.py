@@ -7,7 +7,7 @@ import pytest
 
 from tests.commands import Command
 from tests.conftest import Hub
-from tests.support import notification, wait_for
+from tests.support import free_port, notification, wait_for
 
 
 async def publish(hub: Hub, *locs: str) -> list[str]:
@@ -71,3 +71,21 @@ async def test_poll_resumes_after_since(hub: Hub) -> None:
     finally:
         await cmd.stop()
     assert [orjson.loads(line)["id"] for line in cmd.lines] == [second, third]
+
+
+@pytest.mark.parametrize("hub_settings", [{"allow_private_callbacks": True}])
+async def test_subscribe_via_webhook_prints_why_the_hub_could_not_verify(hub: Hub) -> None:
+    """The reason was only in the hub's log: the command waited, then said it timed out."""
+    dead = f"http://127.0.0.1:{free_port()}/cb"  # where the hub's verification GET fails
+    cmd = await Command(
+        "subscribe", "--hub", hub.url, "--topic", "t", "--via", "webhook", "--no-fallback",
+        "--callback-url", dead,
+    ).start()  # fmt: skip
+    try:  # it says why, then retries push as after any loss
+        await wait_for(lambda: "could not verify" in cmd.stderr, 20)
+    finally:
+        await cmd.stop()
+    [line] = [x for x in cmd.stderr.splitlines() if "could not verify" in x]
+    assert "hub could not verify subscribe: the verification GET failed" in line, cmd.stderr
+    assert "cannot connect to 127.0.0.1" in line, line
+    assert "did not verify subscribe within" not in cmd.stderr
