@@ -468,7 +468,7 @@ def _admin(
         "401": _error("No or malformed bearer token"),
         "403": _error(
             "Not the operator (or, on an open hub, not loopback, or another site's page: "
-            "``header`` names the Host, Origin or Sec-Fetch-Site refused)"
+            "`header` names the Host, Origin or Sec-Fetch-Site refused)"
         ),
         "503": _UNAVAILABLE,
     }
