@@ -36,8 +36,7 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from hub.core.exceptions import Forbidden
-
-_DEFAULT_PORTS = {"http": 80, "https": 443}
+from hub.core.topics import DEFAULT_PORTS, url_origin
 
 #: ``host[:port]``: a bracketed IPv6 address or a name/IPv4 of URL host characters.
 _HOST = re.compile(r"(\[[0-9a-f:.]+\]|[a-z0-9._~!$&'()*+,;=%-]+)(?::([0-9]{0,5}))?")
@@ -83,19 +82,15 @@ def origin_of(value: str) -> Origin | None:
     scheme, host, port = match.groups()
     if port is not None and (not port or int(port) > 65535):
         return None
-    return scheme, _name(host), int(port) if port else _DEFAULT_PORTS[scheme]
+    return scheme, _name(host), int(port) if port else DEFAULT_PORTS[scheme]
 
 
 def _base_origin(base: str) -> Origin | None:
-    parts = urlsplit(base)
-    try:
-        port = parts.port
-    except ValueError:
+    origin = url_origin(urlsplit(base))
+    if origin is None:
         return None
-    scheme = parts.scheme.lower()
-    if scheme not in _DEFAULT_PORTS or not parts.hostname:
-        return None
-    return scheme, _name(parts.hostname.lower()), port or _DEFAULT_PORTS[scheme]
+    scheme, host, port = origin
+    return scheme, _name(host), port
 
 
 def _is_address(name: str) -> bool:
@@ -154,8 +149,8 @@ class OwnSite:
                 )
             host = host_of(value)
             assert host is not None
-            if scheme in _DEFAULT_PORTS:
-                own.add((scheme, host[0], host[1] or _DEFAULT_PORTS[scheme]))
+            if scheme in DEFAULT_PORTS:
+                own.add((scheme, host[0], host[1] or DEFAULT_PORTS[scheme]))
         if forwarded is not None and (origin := _base_origin(forwarded)) is not None:
             own.add(origin)
         for value in origins:

@@ -33,21 +33,28 @@ def check_name(name: str) -> str:
     return name
 
 
-_DEFAULT_PORTS = {"http": 80, "https": 443}
+DEFAULT_PORTS = {"http": 80, "https": 443}
 
 #: A base URL as compared: scheme, host (lower case) and port (defaulted), path prefix.
 Origin = tuple[str, str, int, str]
 
 
-def _origin(parts: SplitResult, path: str) -> Origin | None:
+def url_origin(parts: SplitResult) -> tuple[str, str, int] | None:
+    """An http(s) URL's scheme, host (lower case, unbracketed) and port (defaulted); None
+    for another scheme, no host or a port that is no number in range."""
     try:
         port = parts.port
     except ValueError:
         return None
     scheme = parts.scheme.lower()
-    if scheme not in _DEFAULT_PORTS or not parts.hostname:
+    if scheme not in DEFAULT_PORTS or not parts.hostname:
         return None
-    return (scheme, parts.hostname.lower(), port or _DEFAULT_PORTS[scheme], path)
+    return scheme, parts.hostname.lower(), port or DEFAULT_PORTS[scheme]
+
+
+def _origin(parts: SplitResult, path: str) -> Origin | None:
+    origin = url_origin(parts)
+    return None if origin is None else (*origin, path)
 
 
 def base_origin(base: str) -> Origin | None:
