@@ -10,19 +10,19 @@ from typing import Any
 from urllib.parse import urlencode
 
 import pytest
-from aiohttp import web
 from playwright.async_api import Browser, Page, expect
 
 from hub.core.read_tokens import mint
 from tests.conftest import Hub
+from tests.hub.page_site import PageSite, page_site
 from tests.hub.test_dashboard import _open, browser
-from tests.support import free_port, notification
+from tests.support import notification
 
 __all__ = ["browser"]  # the Chromium fixture, shared with the dashboard test
 
 KEY = "browser-test-signing-key-0123456789abcdef"
 
-PAGE = b"""<!doctype html>
+PAGE = """<!doctype html>
 <html><body>
 <p id="state">starting</p><p id="doc">fetching</p><ul id="events"></ul>
 <script>
@@ -46,57 +46,33 @@ es.onmessage = (m) => {
 """
 
 
-class PageServer:
-    """A tiny site on its own port of 127.0.0.1: another origin than the hub's."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.origin = f"http://127.0.0.1:{self.port}"
-        self._runner: web.AppRunner | None = None
-
-    async def _page(self, _request: web.Request) -> web.Response:
-        return web.Response(body=PAGE, content_type="text/html")
-
-    async def start(self) -> PageServer:
-        app = web.Application()
-        app.router.add_get("/", self._page)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
-        return self
-
-    async def stop(self) -> None:
-        if self._runner:
-            await self._runner.cleanup()
+@pytest.fixture
+async def site() -> AsyncIterator[PageSite]:
+    """Another origin than the hub's, named in its ``RSHUB_CORS_ORIGINS``."""
+    async with page_site(PAGE) as server:
+        yield server
 
 
 @pytest.fixture
-async def site() -> AsyncIterator[PageServer]:
-    server = await PageServer().start()
-    yield server
-    await server.stop()
+async def elsewhere() -> AsyncIterator[PageSite]:
+    """Another origin, not named."""
+    async with page_site(PAGE) as server:
+        yield server
 
 
 @pytest.fixture
-async def elsewhere() -> AsyncIterator[PageServer]:
-    server = await PageServer().start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
-def hub_settings(site: PageServer) -> dict[str, Any]:
+def hub_settings(site: PageSite) -> dict[str, Any]:
     return {"tokens": ["pub"], "read_tokens": ["r"], "jwt_key": KEY, "cors_origins": [site.origin]}
 
 
-async def follow(browser: Browser, page_site: PageServer, hub: Hub, token: str) -> Page:
+async def follow(browser: Browser, page_site: PageSite, hub: Hub, token: str) -> Page:
     return await _open(
         browser, f"{page_site.origin}/?{urlencode({'hub': hub.url, 'token': token})}"
     )
 
 
 async def test_a_page_on_a_listed_origin_follows_a_private_topic_others_get_nothing(
-    hub: Hub, browser: Browser, site: PageServer, elsewhere: PageServer
+    hub: Hub, browser: Browser, site: PageSite, elsewhere: PageSite
 ) -> None:
     pub = {"Authorization": "Bearer pub"}
     await hub.publish("private", notification([{"loc": "http://example.org/first"}]), **pub)

@@ -27,12 +27,12 @@ from urllib.parse import urlencode
 
 import aiohttp
 import pytest
-from aiohttp import web
 from playwright.async_api import Browser, Page, async_playwright, expect
 
 from hub.core.settings import Settings
 from tests.conftest import Hub, start_hub
 from tests.hub.callback_server import CallbackServer
+from tests.hub.page_site import PageSite, page_site
 from tests.hub.test_dashboard import _chromium, _open
 from tests.support import changes, free_port, notification, wait_for
 
@@ -78,37 +78,13 @@ fetch(hub + "/topics/" + params.get("topic"), {method: "POST", mode: "no-cors", 
 """
 
 
-class AttackerSite:
-    """The cross-site page's server, on 127.0.0.1; the browser knows it as attacker.example."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.origin = f"http://attacker.example:{self.port}"
-        self._runner: web.AppRunner | None = None
-
-    async def _page(self, _request: web.Request) -> web.Response:
-        body = notification([{"loc": "http://example.org/planted", "change": "created"}])
-        page = CROSS_SITE_PAGE.replace("NOTIFICATION", json.dumps(body.decode()))
-        return web.Response(text=page, content_type="text/html")
-
-    async def start(self) -> AttackerSite:
-        app = web.Application()
-        app.router.add_get("/", self._page)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
-        return self
-
-    async def stop(self) -> None:
-        if self._runner:
-            await self._runner.cleanup()
-
-
 @pytest.fixture
-async def attacker() -> AsyncIterator[AttackerSite]:
-    site = await AttackerSite().start()
-    yield site
-    await site.stop()
+async def attacker() -> AsyncIterator[PageSite]:
+    """The cross-site page's server, on 127.0.0.1; the browser knows it as attacker.example."""
+    body = notification([{"loc": "http://example.org/planted", "change": "created"}])
+    page = CROSS_SITE_PAGE.replace("NOTIFICATION", json.dumps(body.decode()))
+    async with page_site(page, host="attacker.example") as site:
+        yield site
 
 
 #: Chromium's own guards against pages reaching private addresses (Local/Private Network
@@ -154,7 +130,7 @@ def hub_settings() -> dict[str, Any]:
 
 
 @pytest.fixture
-async def control(redis_url: str, attacker: AttackerSite) -> AsyncIterator[Hub]:
+async def control(redis_url: str, attacker: PageSite) -> AsyncIterator[Hub]:
     """A hub that names both attackers' origins as its own (an alias, a CORS origin)."""
     port = free_port()
     settings = Settings(
@@ -237,7 +213,7 @@ async def test_a_rebinding_page_reads_and_deletes_nothing(
 
 
 async def test_a_cross_site_page_resumes_and_publishes_nothing(
-    hub: Hub, control: Hub, browser: Browser, attacker: AttackerSite
+    hub: Hub, control: Hub, browser: Browser, attacker: PageSite
 ) -> None:
     callbacks = [await suspended_victim(h, t) for h, t in zip((hub, control), TOPICS, strict=True)]
     try:
