@@ -93,18 +93,19 @@ async def topic_length(hub: Hub, topic: str) -> int:
     return int(body["length"]) if status == 200 else 0
 
 
+async def subscribed(hub: Hub, server: CallbackServer) -> None:
+    """``server`` subscribed to ``t`` by the hub's own tools, its verification answered."""
+    form = {"hub.mode": "subscribe", "hub.topic": f"{hub.url}/topics/t", "hub.callback": server.url}
+    assert (await ask(hub, "POST", "/", data=form))[0] == 202
+    await wait_for(lambda: len(server.verifications) == 1)
+
+
 @pytest.fixture
 async def secret_callback(site_hub: Hub) -> AsyncIterator[CallbackServer]:
     """A subscription to ``t`` whose callback URL carries a secret, and 3 changes in ``t``."""
     server = await CallbackServer().start()
     server.url += "?" + SECRET
-    form = {
-        "hub.mode": "subscribe",
-        "hub.topic": f"{site_hub.url}/topics/t",
-        "hub.callback": server.url,
-    }
-    assert (await ask(site_hub, "POST", "/", data=form))[0] == 202
-    await wait_for(lambda: len(server.verifications) == 1)
+    await subscribed(site_hub, server)
     await site_hub.publish("t", notification(changes(3)))
     await wait_for(lambda: len(server.ids) == 3)
     yield server
@@ -155,13 +156,7 @@ async def test_a_cross_site_form_resumes_nothing(site_hub: Hub) -> None:
     hub = site_hub
     failing = await CallbackServer(statuses=[500]).start()
     try:
-        form = {
-            "hub.mode": "subscribe",
-            "hub.topic": f"{hub.url}/topics/t",
-            "hub.callback": failing.url,
-        }
-        assert (await ask(hub, "POST", "/", data=form))[0] == 202
-        await wait_for(lambda: len(failing.verifications) == 1)
+        await subscribed(hub, failing)
         await hub.publish("t", notification(changes(2)))
 
         async def state() -> str:
