@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,10 +19,12 @@ from tests.support import HubProcess, free_port
 
 
 def serve(
-    tmp_path: Path, *argv: str, env: dict[str, str] | None = None
+    tmp_path: Path, *argv: str, env: dict[str, str] | None = None, wrapper: Sequence[str] = ()
 ) -> subprocess.CompletedProcess[str]:
+    """``rshub serve`` run to its end; ``wrapper`` the command it runs under (setpriv)."""
     return subprocess.run(
         [
+            *wrapper,
             sys.executable,
             "-m",
             "rshub",
@@ -248,24 +251,8 @@ def test_an_unreadable_file_is_one_line_naming_it(tls: TlsFiles, tmp_path: Path)
     locked = Path(tls["ca.pem"])
     locked.chmod(0)
     without_override = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
-    done = subprocess.run(
-        [
-            *(without_override if os.geteuid() == 0 else []),
-            sys.executable,
-            "-m",
-            "rshub",
-            "serve",
-            "--port",
-            str(free_port()),
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--callback-ca-file",
-            str(locked),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    wrapper = without_override if os.geteuid() == 0 else []
+    done = serve(tmp_path / "data", "--callback-ca-file", str(locked), wrapper=wrapper)
     assert done.returncode == 2, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, done.stderr
