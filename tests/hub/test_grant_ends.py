@@ -45,12 +45,17 @@ async def publish(hub: Hub, n: int, start: int) -> None:
     assert (await hub.publish("secret", body, **PUB)).status == 202
 
 
-async def subscribe(hub: Hub, callback: CallbackServer, token: str) -> None:
+async def subscribe(
+    hub: Hub, callback: CallbackServer, token: str, lease_seconds: int | None = None
+) -> None:
+    """``callback`` subscribed to ``secret`` with ``token``, asking for ``lease_seconds``."""
     form = {
         "hub.mode": "subscribe",
         "hub.topic": f"{hub.url}/topics/secret",
         "hub.callback": callback.url,
     }
+    if lease_seconds is not None:
+        form["hub.lease_seconds"] = str(lease_seconds)
     headers = {"Authorization": f"Bearer {token}"}
     async with hub.session.post(hub.url + "/", data=form, headers=headers) as resp:
         assert resp.status == 202, await resp.text()
@@ -87,16 +92,7 @@ async def test_a_subscription_asking_for_a_short_lease_keeps_it(hub: Hub) -> Non
     token, _ends_at = token_for(3600)
     callback = await CallbackServer().start()
     try:
-        form = {
-            "hub.mode": "subscribe",
-            "hub.topic": f"{hub.url}/topics/secret",
-            "hub.callback": callback.url,
-            "hub.lease_seconds": "120",
-        }
-        async with hub.session.post(
-            hub.url + "/", data=form, headers={"Authorization": f"Bearer {token}"}
-        ) as resp:
-            assert resp.status == 202
+        await subscribe(hub, callback, token, lease_seconds=120)
         await wait_for(lambda: len(callback.verifications) == 1)
         assert callback.verifications[0]["hub.lease_seconds"] == "120"
         # Without asking: the default (10 days) cut to the token's hour.
