@@ -222,5 +222,10 @@ def test_sentinel_urls_fuzzed_are_read_or_refused_with_a_value_error() -> None:
         assert spec.service and spec.sentinels
         assert all(host and 0 < port < 65536 for host, port in spec.sentinels)
         if read <= 20:
-            Settings(redis_url=url)
+            # A URL read here may still name TLS files that do not exist (the seed's /c and
+            # /k): Settings then refuses it for that, naming the option, never for its form.
+            try:
+                Settings(redis_url=url)
+            except ValueError as exc:
+                assert "redis_url" in str(exc) and "its ssl_" in str(exc), exc
     assert read > 100 and refused > 100, (read, refused)
