@@ -32,7 +32,9 @@ from resourcesync import parse
 from tests.conftest import Hub
 from tests.support import free_port, notification
 
-RESYNC = str(Path(sys.executable).with_name("resync-sync"))
+# Run through the interpreter: resync installs a plain script whose ``#!`` line pip copies
+# verbatim, which the kernel cannot follow when the venv's path holds a space.
+RESYNC = (sys.executable, str(Path(sys.executable).with_name("resync-sync")))
 
 
 @pytest.fixture
@@ -79,7 +81,7 @@ def _tree(root: Path) -> dict[str, bytes]:
 
 async def _resync(work: Path, *args: str) -> str:
     proc = await asyncio.create_subprocess_exec(
-        RESYNC,
+        *RESYNC,
         *args,
         cwd=work,
         stdout=asyncio.subprocess.PIPE,
