@@ -7,15 +7,20 @@ or a signed read token naming it (:mod:`hub.core.read_tokens`). The admin API ha
 its own; without one, only loopback clients of an open hub may use it (the web layer knows
 the peer; :meth:`OperatorAccess.check` is told).
 ``/metrics`` may have a token of its own too (:class:`MetricsAccess`).
+
+A token the operator revoked (:mod:`hub.core.revocations`), for every topic or for the one
+asked about, reads nothing it would otherwise read: 403 naming the revocation.
 """
 
 from __future__ import annotations
 
 import hmac
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from hub.core.exceptions import Forbidden, Unauthorized
 from hub.core.read_tokens import SignedReadTokens, looks_signed
+from hub.core.revocations import Credential, Revocations
 from hub.core.settings import Settings
 
 
@@ -49,10 +54,27 @@ def _encoded(tokens: list[str]) -> list[bytes]:
     return [t.encode() for t in tokens]
 
 
+@dataclass(frozen=True, slots=True)
+class ReadGrant:
+    """What a request reads a topic with: when that access ends (a signed read token's end,
+    epoch seconds; None: it does not), and the token that gives it (None: the topic is
+    open, no token needed), by which a revocation ends it."""
+
+    ends_at: float | None = None
+    credential: Credential | None = None
+
+
+#: An open topic's grant: no token, no end.
+OPEN = ReadGrant()
+
+
 class ReadAccess:
     """Who may read which topic (documents, streams, WebSub subscriptions)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, revocations: Revocations | None = None) -> None:
+        #: The revocations in force (shared with the publisher check; the runtime keeps
+        #: them current).
+        self.revocations = Revocations() if revocations is None else revocations
         self.all_private = bool(settings.read_tokens)
         self.private_topics = frozenset(settings.topic_read_tokens)
         #: Tokens that read every topic: global read tokens and global publisher tokens.
@@ -74,16 +96,27 @@ class ReadAccess:
     def check(self, topic: str, authorization: str | None) -> float | None:
         """Raise 401/403 unless ``authorization`` may read ``topic``. Else when that access
         ends (epoch seconds): a signed read token's end; None when it does not end."""
+        return self.grant(topic, authorization).ends_at
+
+    def grant(self, topic: str, authorization: str | None) -> ReadGrant:
+        """Raise 401/403 unless ``authorization`` may read ``topic`` (403 for a revoked
+        token); else what it reads it with (:class:`ReadGrant`)."""
         if self.is_open(topic):
-            return None
+            return OPEN
         given = bearer(authorization, f"topic {topic!r} is private: reading it")
+        credential = Credential.of(given)
+        revocations = self.revocations
+        revocations.check(credential, topic)
         if matches(given, self.global_tokens + self.topic_tokens.get(topic, [])):
-            return None
+            return ReadGrant(None, credential)
         if self.signed is not None and looks_signed(given):
             grant = self.signed.grant(given)  # 401 naming what is wrong with it
+            if grant.jti is not None:
+                credential = Credential(credential.fingerprint, grant.jti)
+                revocations.check(credential, topic)
             names = grant.topics
             if topic in names:
-                return grant.ends_at
+                return ReadGrant(grant.ends_at, credential)
             shown = ", ".join(repr(n) for n in sorted(names)[:10])
             raise Forbidden(f"this read token is for topics {shown}, not {topic!r}")
         raise Forbidden(f"this token may not read topic {topic!r}")
@@ -95,13 +128,24 @@ class ReadAccess:
         a scrape of ``/metrics`` must not cost a token comparison per topic.
         """
         given = given_token(authorization)
+        revoked: frozenset[str] = frozenset()
+        if given is not None and self.revocations:
+            credential = Credential.of(given, self._signed_jti(given))
+            topics = self.revocations.revoked_topics(credential)
+            if topics is None:  # revoked everywhere: it reads what no token does
+                given = None
+            else:
+                revoked = topics
         if given is not None and matches(given, self.global_tokens):
-            return lambda _topic: True
-        mine = frozenset(
-            name
-            for name, tokens in self.topic_tokens.items()
-            if given is not None and matches(given, tokens)
-        ) | self._signed_topics(given)
+            return lambda topic: topic not in revoked
+        mine = (
+            frozenset(
+                name
+                for name, tokens in self.topic_tokens.items()
+                if given is not None and matches(given, tokens)
+            )
+            | self._signed_topics(given)
+        ) - revoked
         return lambda topic: topic in mine or self.is_open(topic)
 
     def _signed_topics(self, given: bytes | None) -> frozenset[str]:
@@ -111,6 +155,14 @@ class ReadAccess:
             return self.signed.topics(given)
         except Unauthorized:
             return frozenset()
+
+    def _signed_jti(self, given: bytes) -> str | None:
+        if self.signed is None or not looks_signed(given):
+            return None
+        try:
+            return self.signed.grant(given).jti
+        except Unauthorized:
+            return None
 
     def readable(self, topic: str, authorization: str | None) -> bool:
         """Whether ``authorization`` may read ``topic`` (no error: for listings)."""

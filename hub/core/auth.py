@@ -1,10 +1,12 @@
-"""Publisher access control: bearer tokens, global and per topic."""
+"""Publisher access control: bearer tokens, global and per topic, less those revoked
+(:mod:`hub.core.revocations`)."""
 
 from __future__ import annotations
 
 import hmac
 
 from hub.core.exceptions import ConfigurationError, Forbidden, Unauthorized
+from hub.core.revocations import Credential, Revocations
 from hub.core.settings import Settings
 
 
@@ -15,7 +17,9 @@ class PublisherAuth:
     allowed on a loopback bind or with an explicit ``--open`` (:meth:`check_startup`).
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, revocations: Revocations | None = None) -> None:
+        #: The revocations in force (the runtime keeps them current).
+        self.revocations = Revocations() if revocations is None else revocations
         self.global_tokens = [t.encode() for t in settings.tokens]
         self.topic_tokens = {
             name: [t.encode() for t in tokens] for name, tokens in settings.topic_tokens.items()
@@ -32,29 +36,34 @@ class PublisherAuth:
         )
 
     def check(self, topic: str, authorization: str | None) -> None:
-        """Raise 401/403 unless ``authorization`` may publish to ``topic``."""
+        """Raise 401/403 unless ``authorization`` may publish to ``topic`` (403 for a token
+        revoked for every topic or for this one)."""
         if self.open:
             return
         self._check_token(
             self.global_tokens + self.topic_tokens.get(topic, []),
             authorization,
             f"this token may not publish to topic {topic!r}",
+            topic,
         )
 
     def check_global(self, authorization: str | None) -> None:
         """Raise 401/403 unless ``authorization`` is a token for every topic (operators)."""
         if self.open:
             return
-        self._check_token(self.global_tokens, authorization, "this needs a hub-wide token")
+        self._check_token(self.global_tokens, authorization, "this needs a hub-wide token", None)
 
-    @staticmethod
-    def _check_token(allowed: list[bytes], authorization: str | None, refusal: str) -> None:
+    def _check_token(
+        self, allowed: list[bytes], authorization: str | None, refusal: str, topic: str | None
+    ) -> None:
         if not authorization:
             raise Unauthorized("this needs 'Authorization: Bearer <token>'")
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthorized("Authorization must be 'Bearer <token>'")
         given = token.strip().encode()
+        if self.revocations:
+            self.revocations.check(Credential.of(given), topic)
         # Compare against every token so timing does not reveal which matched.
         ok = False
         for candidate in allowed:

@@ -15,6 +15,7 @@
         │   └── UnknownHubName      a hub topic URL on a host the hub does not know
         ├── Unauthorized            401
         ├── Forbidden               403
+        │   └── TokenRevoked        a token the operator revoked (admin API)
         ├── NotFound                404
         ├── RequestTimeout          408  (a request body too slow to arrive)
         ├── Conflict                409
@@ -118,6 +119,11 @@ class Unauthorized(RequestError):
 
 class Forbidden(RequestError):
     http_status = 403
+
+
+class TokenRevoked(Forbidden):
+    """The token was revoked (``POST /admin/revocations``): for every topic, or for the
+    one asked about. The message names the token by its fingerprint, never itself."""
 
 
 class NotFound(RequestError):

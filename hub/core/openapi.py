@@ -156,6 +156,41 @@ _ADMIN_SUBSCRIPTIONS: Schema = {
     },
 }
 
+_REVOCATION_FIELDS: Schema = {
+    "fingerprint": {
+        "type": ["string", "null"],
+        "description": "The token's SHA-256 in hex (never the token)",
+    },
+    "jti": {"type": ["string", "null"], "description": "A signed read token's id"},
+    "topic": {"type": ["string", "null"], "description": "null: every topic"},
+}
+
+_REVOCATION: Schema = {
+    "type": "object",
+    "required": ["fingerprint", "jti", "topic", "revoked_at", "revoked"],
+    "properties": {
+        **_REVOCATION_FIELDS,
+        "revoked_at": {"type": "number", "description": "Epoch seconds"},
+        "revoked": {"type": "string", "description": "The same, ISO 8601 (UTC)"},
+        "new": {"type": "boolean", "description": "false: it was in force already"},
+    },
+}
+
+_REVOCATIONS: Schema = {
+    "type": "object",
+    "required": ["revocations", "version"],
+    "properties": {
+        "revocations": {"type": "array", "items": {"$ref": "#/components/schemas/Revocation"}},
+        "version": {"type": "integer", "description": "Moves with every change"},
+    },
+}
+
+_LIFTED: Schema = {
+    "type": "object",
+    "required": ["fingerprint", "jti", "topic", "lifted"],
+    "properties": {**_REVOCATION_FIELDS, "lifted": {"const": True}},
+}
+
 _SUBSCRIPTIONS: Schema = {
     "type": "object",
     "required": ["topic", "last_id", "subscriptions"],
@@ -320,7 +355,10 @@ _READ_REFUSED = {
         "another key or algorithm, without exp, whose exp is not a number or lies beyond "
         "RSHUB_JWT_MAX_TTL, or not a JWT (the message says which)"
     ),
-    "403": _error("The token may not read this topic (a signed one names other topics)"),
+    "403": _error(
+        "The token may not read this topic (a signed one names other topics), or it was "
+        "revoked (the message says so, naming its fingerprint)"
+    ),
 }
 _ACCESS_TOKEN = {
     **{"name": "access_token", "in": "query", "required": False, "schema": {"type": "string"}},
@@ -455,6 +493,68 @@ _TARGET = {
         for ctype in (JSON, "application/x-www-form-urlencoded")
     },
 }
+
+
+_REVOCATION_BODY = {
+    "required": True,
+    "description": "Exactly one of `token` (fingerprinted at once: never stored, shown or "
+    "logged), `fingerprint` (its SHA-256, 64 hex digits) or `jti` (a signed read token's "
+    "id); `topic` for that topic only (absent: every topic). Any other field is refused "
+    "(400), so a misspelt `topic` never revokes a token everywhere. JSON or a form.",
+    "content": {
+        ctype: {
+            "schema": {
+                "type": "object",
+                "properties": {
+                    "token": {"type": "string", "minLength": 1, "maxLength": 4096},
+                    "fingerprint": {"type": "string", "pattern": "^[0-9a-fA-F]{64}$"},
+                    "jti": {"type": "string", "minLength": 1, "maxLength": 256},
+                    "topic": {"type": "string"},
+                },
+                "additionalProperties": False,
+            }
+        }
+        for ctype in (JSON, "application/x-www-form-urlencoded")
+    },
+}
+
+
+def _revocations_path() -> dict[str, Any]:
+    """``/admin/revocations``: list, revoke, lift."""
+    effect = (
+        " Every hub process on the same Redis applies it within RSHUB_REVOCATION_CHECK_SECONDS "
+        "(0.25 s): a revoked token gets 403 wherever it was accepted (reading, publishing, "
+        "WebSub), its open streams end (WebSocket close 4403, SSE a last `event: error`) and "
+        "WebSub subscriptions made with it are removed (their callback gets `hub.mode=denied`)."
+    )
+    revoke = _admin(
+        "adminRevokeToken",
+        "Revoke a token, for every topic or for one (that topic grant removed)",
+        "revocation (`new`: false when it was in force already)",
+        not_found=True,
+        schema="Revocation",
+    )
+    revoke["description"] += effect
+    revoke["responses"]["409"] = _error("The hub keeps 10,000 revocations already")
+    del revoke["responses"]["404"]
+    lift = _admin(
+        "adminLiftRevocation",
+        "Lift a revocation: the token is accepted again",
+        "lifted revocation",
+        not_found=True,
+        schema="Lifted",
+    )
+    lift["responses"]["404"] = _error("No such revocation in force")
+    return {
+        "get": _admin(
+            "adminRevocations",
+            "Token revocations in force: fingerprint or jti, topic, when",
+            "revocations",
+            schema="Revocations",
+        ),
+        "post": {**revoke, "requestBody": _REVOCATION_BODY},
+        "delete": {**lift, "requestBody": _REVOCATION_BODY},
+    }
 
 
 def _admin(
@@ -902,6 +1002,7 @@ def spec(server_url: str = "/") -> dict[str, Any]:
             },
         },
         **_DEAD_LETTER_PATHS,
+        "/admin/revocations": _revocations_path(),
         "/admin/overview.json": {
             "get": {
                 "operationId": "overview",
@@ -992,7 +1093,8 @@ def spec(server_url: str = "/") -> dict[str, Any]:
                     "`exp` required, a number at most RSHUB_JWT_MAX_TTL (a day) ahead "
                     "(`rshub token --topic T --ttl 1h`). Access it gives ends with it: a "
                     "WebSub lease is cut to its life, a stream closes (WebSocket 4401, SSE "
-                    '`event: error`) unless a WebSocket sends `{"access_token": ...}` first',
+                    '`event: error`) unless a WebSocket sends `{"access_token": ...}` first. '
+                    "Revocable by its fingerprint or `jti` (`POST /admin/revocations`)",
                 },
             },
             "parameters": {
@@ -1015,6 +1117,9 @@ def spec(server_url: str = "/") -> dict[str, Any]:
                 "SubscriptionRecord": _SUBSCRIPTION_RECORD,
                 "AdminSubscription": _ADMIN_SUBSCRIPTION,
                 "AdminSubscriptions": _ADMIN_SUBSCRIPTIONS,
+                "Revocation": _REVOCATION,
+                "Revocations": _REVOCATIONS,
+                "Lifted": _LIFTED,
             },
         },
     }

@@ -19,6 +19,7 @@ start-up.
 from __future__ import annotations
 
 import math
+import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hub.core.exceptions import Unauthorized
+from hub.core.revocations import JTI
 
 if TYPE_CHECKING:
     import jwt
@@ -46,20 +48,41 @@ def check_key(key: str) -> str:
     return key
 
 
+def check_jti(jti: str) -> str:
+    """``jti`` if a revocation can name it: 1-256 visible ASCII characters, no spaces."""
+    if not JTI.fullmatch(jti):
+        raise ValueError("a jti must be 1-256 visible ASCII characters, without spaces")
+    return jti
+
+
 def looks_signed(token: bytes) -> bool:
     """Shaped like a JWT (three dot-separated parts), so worth decoding."""
     return token.count(b".") == 2 and len(token) <= MAX_TOKEN_BYTES
 
 
-def mint(key: str, topics: Iterable[str], ttl_seconds: float, now: float | None = None) -> str:
-    """A read token for ``topics`` that expires ``ttl_seconds`` from ``now``."""
+def mint(
+    key: str,
+    topics: Iterable[str],
+    ttl_seconds: float,
+    now: float | None = None,
+    *,
+    jti: str | None = None,
+) -> str:
+    """A read token for ``topics`` that expires ``ttl_seconds`` from ``now``, with the id
+    ``jti`` (default: 16 random hex digits), by which the hub's operator may revoke it
+    (:mod:`hub.core.revocations`) without ever holding the token."""
     if ttl_seconds <= 0:
         raise ValueError("a read token's lifetime must be positive")
     names = sorted(set(topics))
     if not names:
         raise ValueError("a read token must name at least one topic")
     issued = int(time.time() if now is None else now)
-    claims = {"topics": names, "iat": issued, "exp": issued + max(1, round(ttl_seconds))}
+    claims = {
+        "topics": names,
+        "iat": issued,
+        "exp": issued + max(1, round(ttl_seconds)),
+        "jti": secrets.token_hex(8) if jti is None else check_jti(jti),
+    }
     import jwt
 
     return jwt.encode(claims, check_key(key), algorithm=ALGORITHM)
@@ -75,10 +98,12 @@ DEFAULT_MAX_TTL_SECONDS = 86400.0
 @dataclass(frozen=True, slots=True)
 class Grant:
     """What a valid signed read token gives: its topics, until ``ends_at`` (epoch seconds:
-    its ``exp`` plus the leeway, when the hub starts refusing it)."""
+    its ``exp`` plus the leeway, when the hub starts refusing it); ``jti``: its id, when it
+    has one a revocation can name (a string, :data:`hub.core.revocations.JTI`)."""
 
     topics: frozenset[str]
     ends_at: float
+    jti: str | None = None
 
 
 class SignedReadTokens:
@@ -121,7 +146,9 @@ class SignedReadTokens:
         names = claims.get("topics")
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise Unauthorized("this read token has no 'topics' claim (a list of topic names)")
-        grant = self._verified[token] = Grant(frozenset(names), ends_at)
+        jti = claims.get("jti")
+        jti = jti if isinstance(jti, str) and JTI.fullmatch(jti) else None
+        grant = self._verified[token] = Grant(frozenset(names), ends_at, jti)
         if len(self._verified) > _REMEMBERED:
             self._verified.popitem(last=False)
         return grant

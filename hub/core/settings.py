@@ -416,6 +416,11 @@ class Settings(BaseSettings):
     #: further ahead (beyond the 10 s clock leeway) is refused (401), so a leaked token
     #: cannot read for years.
     jwt_max_ttl: float = Field(86400.0, gt=0, le=366 * 86400)
+    #: How often (seconds) each hub process asks Redis whether the token revocations
+    #: changed (one GET; ``POST /admin/revocations``): a revoked token's streams and
+    #: subscriptions end within this, on every process. The one that took the revocation
+    #: applies it at once.
+    revocation_check_seconds: float = Field(0.25, ge=0.05, le=5.0)
     #: Publish pings (``hub.mode=publish``) one publisher may send per second on average,
     #: after a burst of ``ping_burst``; beyond, 429 with ``Retry-After``. 0 = no limit.
     #: Counted once the ping is authorised: per token on a hub with publisher tokens, per

@@ -18,6 +18,7 @@ from hub.core import signing, token_bucket
 from hub.core.addresses import MAX_URL_LENGTH, as_uri, check_http_url
 from hub.core.events import EventFilter, parse_id
 from hub.core.exceptions import BadRequest, UnknownHubName
+from hub.core.revocations import Credential
 from hub.core.topics import HubUrls
 
 MAX_SECRET_BYTES = 200  # §5.1: hub.secret MUST be less than 200 bytes
@@ -67,6 +68,9 @@ class SubscriptionRequest:
     #: When the read access the request was made with ends (a signed read token's end,
     #: epoch seconds): the lease never runs past it. None: it does not end.
     grant_ends_at: float | None = None
+    #: The token it was made with (a private topic's), which the subscription keeps: when
+    #: the operator revokes it, deliveries stop (:mod:`hub.core.revocations`).
+    credential: Credential | None = None
 
     def lease_at(self, now: float) -> int:
         """The lease to grant at ``now``: the one asked for, cut to the grant's remaining
@@ -76,9 +80,14 @@ class SubscriptionRequest:
         return max(0, min(self.lease_seconds, math.floor(self.grant_ends_at - now)))
 
 
-def within_grant(req: SubscriptionRequest, ends_at: float | None) -> SubscriptionRequest:
-    """``req`` made with read access that ends at ``ends_at`` (None: never)."""
-    return req if ends_at is None else replace(req, grant_ends_at=ends_at)
+def within_grant(
+    req: SubscriptionRequest, ends_at: float | None, credential: Credential | None = None
+) -> SubscriptionRequest:
+    """``req`` made with read access that ends at ``ends_at`` (None: never), given by the
+    token ``credential`` names (None: an open topic, no token)."""
+    if ends_at is None and credential is None:
+        return req
+    return replace(req, grant_ends_at=ends_at, credential=credential)
 
 
 def parse_request(

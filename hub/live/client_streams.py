@@ -12,6 +12,14 @@ leeway, :mod:`hub.core.read_tokens`): access ends when the grant ends, whatever 
 transport. Its client is told so (:data:`EXPIRED`: WebSocket close code
 :data:`EXPIRED_CLOSE_CODE`, SSE a last ``event: error``) and reconnects with a new token
 from where it was; a WebSocket client may instead send a new token on the open stream.
+
+A stream of a private topic ends, too, when the operator revokes the token it reads with
+(:mod:`hub.core.revocations`), for every topic or for its own: :class:`Closing` keeps each
+such stream's :class:`hub.core.revocations.Credential`, and :meth:`Closing.end_revoked`,
+called whenever this process learns of new revocations, stops those now refused
+(:data:`REVOKED`: WebSocket close code :data:`REVOKED_CLOSE_CODE`, SSE a last ``event:
+error``). Streams of open topics need no token and hold none (the lean SSE path serves
+only those).
 """
 
 from __future__ import annotations
@@ -22,20 +30,26 @@ import time
 from dataclasses import dataclass, field
 
 from hub.core import metrics
+from hub.core.access import OPEN, ReadGrant
 from hub.core.events import EventFilter, EventKey, format_id
 from hub.core.presence import StreamCounts
+from hub.core.revocations import Credential, Revocations
 from hub.core.settings import Settings
 from hub.core.topics import HubUrls
 from hub.live.feed import ClientStream, FeedHub, TopicFeed
 from hub.store.event_store import EventStore
 
 #: Why a stream ended early: its client was too slow, its topic was deleted, the process
-#: is shutting down, or the read token it was opened with expired.
+#: is shutting down, the read token it was opened with expired, or it was revoked.
 TOO_SLOW, DELETED, SHUTDOWN = "too slow", "topic deleted", "shutdown"
 EXPIRED = "token expired; renew the token"
+REVOKED = "token revoked; use another token"
 #: The WebSocket close code of :data:`EXPIRED` (4000-4999 are the application's; 4401
 #: echoes the 401 the same token now gets).
 EXPIRED_CLOSE_CODE = 4401
+#: The WebSocket close code of :data:`REVOKED`: 4403 echoes the 403 the same token now gets
+#: (as for a renewal with a token that may not read the topic).
+REVOKED_CLOSE_CODE = 4403
 #: The ``retry:`` of an SSE ``shutdown`` event: reconnect (elsewhere) almost at once.
 SHUTDOWN_RETRY_MS = 100
 #: An SSE response's own headers (aiohttp adds Date, Server and the framing; so does the
@@ -62,7 +76,9 @@ class Closing:
     final event, and neither knew where to resume.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, revocations: Revocations | None = None) -> None:
+        #: The revocations in force, as this process knows them (:meth:`end_revoked`).
+        self.revocations = Revocations() if revocations is None else revocations
         self.started = asyncio.Event()
         self._streams: set[ClientStream] = set()
         self._none_open = asyncio.Event()
@@ -71,6 +87,10 @@ class Closing:
         #: that reached it. Only such streams are in them: no timer for the others.
         self._grants: dict[ClientStream, asyncio.TimerHandle] = {}
         self._expired: set[ClientStream] = set()
+        #: The token each stream of a private topic reads with, and those it was revoked
+        #: from. Streams of open topics hold no token and are in neither.
+        self._credentials: dict[ClientStream, Credential] = {}
+        self._revoked: set[ClientStream] = set()
 
     @property
     def open(self) -> int:
@@ -88,8 +108,45 @@ class Closing:
         if timer is not None:
             timer.cancel()
         self._expired.discard(stream)
+        self._credentials.pop(stream, None)
+        self._revoked.discard(stream)
         if not self._streams:
             self._none_open.set()
+
+    def granted(self, stream: ClientStream, grant: ReadGrant) -> None:
+        """``stream`` reads with ``grant`` (at its start, or a WebSocket client's renewal,
+        which replaces the grant before): it ends when the grant's token expires or is
+        revoked. A revocation this process learnt of since the token was checked ends it
+        at once."""
+        self.until(stream, grant.ends_at)
+        credential = grant.credential
+        if credential is None:
+            self._credentials.pop(stream, None)
+            return
+        self._credentials[stream] = credential
+        if self.revocations.refuses(credential, stream.feed.topic):
+            self._revoke(stream)
+
+    def end_revoked(self) -> int:
+        """Stop every stream whose token is now revoked (for every topic or for its own);
+        how many. Called whenever this process reads a new set of revocations."""
+        if not self._credentials:
+            return 0
+        refuses, ended = self.revocations.refuses, 0
+        for stream, credential in list(self._credentials.items()):
+            if stream not in self._revoked and refuses(credential, stream.feed.topic):
+                self._revoke(stream)
+                ended += 1
+        return ended
+
+    def _revoke(self, stream: ClientStream) -> None:
+        if not stream.stopped.done():
+            self._revoked.add(stream)
+            stream.stop()
+
+    def revoked(self, stream: ClientStream) -> bool:
+        """``stream`` ended because the token it read with was revoked."""
+        return stream in self._revoked
 
     def until(self, stream: ClientStream, ends_at: float | None) -> None:
         """End ``stream`` at ``ends_at`` (epoch seconds; None: never), replacing any end
@@ -140,18 +197,18 @@ def opened(
     cursor: EventKey,
     event_filter: EventFilter | None,
     transport: str,
-    ends_at: float | None = None,
+    grant: ReadGrant = OPEN,
 ) -> ClientStream:
     """A client's stream on ``feed`` (acquired for it), counted and registered for shutdown;
-    ``ends_at``: when the access it was opened with ends (None: it does not)."""
+    ``grant``: the access it was opened with (when it ends, the token a revocation names)."""
     client = ClientStream(
         feed, cursor, ctx.settings.client_buffer_events, event_filter, transport=transport
     )
     metrics.client_connected(transport)
     ctx.presence.connected(feed.topic, transport)
     ctx.closing.opened(client)
-    if ends_at is not None:  # most streams: no timer, nothing to look up
-        ctx.closing.until(client, ends_at)
+    if grant is not OPEN:  # most streams: no timer, nothing to look up
+        ctx.closing.granted(client, grant)
     return client
 
 
@@ -186,12 +243,14 @@ def abort_if_stuck(transport: asyncio.Transport | None, within: float) -> None:
 
 
 def ending(pump: ClientStream, closing: Closing) -> str | None:
-    """Why ``pump`` stopped: :data:`DELETED`, :data:`TOO_SLOW`, :data:`EXPIRED`,
-    :data:`SHUTDOWN`, or None (its connection ended)."""
+    """Why ``pump`` stopped: :data:`DELETED`, :data:`TOO_SLOW`, :data:`REVOKED`,
+    :data:`EXPIRED`, :data:`SHUTDOWN`, or None (its connection ended)."""
     if pump.feed.ended.is_set():
         return DELETED
     if pump.overflowed:
         return TOO_SLOW
+    if closing.revoked(pump):
+        return REVOKED
     if closing.expired(pump):
         return EXPIRED
     return SHUTDOWN if closing.started.is_set() else None
@@ -220,7 +279,7 @@ def sse_last_event(
     if ended == TOO_SLOW:
         message = f"too slow; resume with Last-Event-ID: {pump.resume_hint()}"
         return b"event: error\ndata: " + message.encode() + b"\n\n", within
-    if ended == EXPIRED:
-        message = f"{EXPIRED} and resume with Last-Event-ID: {resume_point(pump)}"
+    if ended in (EXPIRED, REVOKED):
+        message = f"{ended} and resume with Last-Event-ID: {resume_point(pump)}"
         return b"event: error\ndata: " + message.encode() + b"\n\n", within
     return b"", within

@@ -36,6 +36,7 @@ from hub.core.exceptions import CallbackFailed, DamagedData
 from hub.core.failure_policy import Decision, FailurePolicy, Track, Verdict
 from hub.core.placement import SubscriptionKey, subscription_id
 from hub.core.retrying import STORE_OUTAGE, retrying
+from hub.core.revocations import Revocations
 from hub.core.settings import Settings
 from hub.core.tasks import Tasks, cancel_and_wait
 from hub.core.topics import HubUrls
@@ -734,10 +735,13 @@ class DeliveryService:
         node: str,
         tasks: Tasks,
         worker_ended: Callable[[], None],
+        revocations: Revocations | None = None,
     ) -> None:
         """``tasks``: where workers, verifications and cursor writes run; ``worker_ended``:
-        called when a worker ends by itself, so ownership reconciles at once."""
+        called when a worker ends by itself, so ownership reconciles at once;
+        ``revocations``: the tokens revoked (:meth:`end_revoked`)."""
         self.settings = settings
+        self.revocations = Revocations() if revocations is None else revocations
         self.client = client
         self.store = store
         self.feeds = feeds
@@ -789,6 +793,9 @@ class DeliveryService:
         if sub.expired:
             await self.store.delete(*key)
             return
+        if self._revoked(sub):  # made with a token revoked before its worker started
+            self._spawn(f"revoked:{key[1]}", self._remove_revoked(sub, None))
+            return
         worker = DeliveryWorker(
             sub,
             lease,
@@ -817,6 +824,47 @@ class DeliveryService:
 
     async def settle(self) -> None:
         await self.cursors.settle()
+
+    # -- revoked tokens (hub.core.revocations) ---------------------------------------------
+
+    def end_revoked(self) -> int:
+        """End every subscription this process delivers that was made with a token now
+        revoked (for every topic or for its own); how many. Called whenever this process
+        reads a new set of revocations; a subscription whose worker starts later is
+        checked as it starts (:meth:`start_worker`).
+
+        Its worker stops at once (a POST in flight is abandoned), the subscription is
+        removed, as an unsubscribe would, and its callback is told with a WebSub denial
+        (``hub.mode=denied``, §5.2) whose reason names the revocation: subscribing again
+        takes another token.
+        """
+        if not self.revocations:
+            return 0
+        ended = [key for key, worker in self.workers.items() if self._revoked(worker.sub)]
+        for key in ended:
+            worker = self.workers.pop(key)  # now: a second round does not end it again
+            self._spawn(f"revoked:{key[1]}", self._remove_revoked(worker.sub, worker))
+        return len(ended)
+
+    def _revoked(self, sub: Subscription) -> bool:
+        credential = sub.credential
+        return credential is not None and self.revocations.refuses(credential, sub.topic)
+
+    async def _remove_revoked(self, sub: Subscription, worker: DeliveryWorker | None) -> None:
+        if worker is not None:
+            await worker.stop()
+        await self.store.delete(*sub.key)
+        credential = sub.credential
+        shown = credential.shown if credential is not None else ""
+        log.info(
+            "subscription of %r to %s removed: the token it was made with was revoked (%s)",
+            sub.callback,
+            sub.topic,
+            shown,
+        )
+        await self.tell_denied(
+            sub.callback, sub.topic_url, "token revoked; subscribe again with another token"
+        )
 
     def _ended(self, key: SubscriptionKey, worker: DeliveryWorker) -> None:
         task = worker.task
@@ -998,6 +1046,8 @@ class DeliveryService:
             last_gap=previous.last_gap if previous else None,
             untold_gap=previous.untold_gap if previous else None,
         )
+        if req.credential is not None:
+            sub.token_fingerprint, sub.token_jti = req.credential.fingerprint, req.credential.jti
         apply_terms(sub, req, previous, self.settings.secret_overlap_seconds)
         if await self.store.activate_latest(sub, cursor, number, remember_ms) is None:
             self._superseded(req)

@@ -21,9 +21,11 @@ from hub.core.damage import DamageLog
 from hub.core.exceptions import DamagedData
 from hub.core.health import PING_TIMEOUT, RedisHealth
 from hub.core.presence import StreamCounts
+from hub.core.revocations import Revocations
 from hub.core.settings import Settings
 from hub.core.tasks import Tasks
 from hub.live import client_trust
+from hub.live.client_streams import Closing
 from hub.live.delivery import DeliveryService
 from hub.live.feed import FeedHub
 from hub.live.http_client import HttpClient
@@ -38,6 +40,7 @@ from hub.store.leases import Leases
 from hub.store.pages import PageChain
 from hub.store.presence import PresenceStore
 from hub.store.redis_connection import Connections, StoreError
+from hub.store.revocations import RevocationStore
 from hub.store.snapshots import ResourceSnapshots
 from hub.store.stream_stats import StreamStats
 from hub.store.subscriptions import SubscriptionStore
@@ -65,6 +68,7 @@ class Runtime:
         *,
         health: RedisHealth,
         embedded: EmbeddedRedis | None = None,
+        revocations: Revocations | None = None,
     ) -> None:
         self.settings = settings
         self.connections = connections
@@ -109,6 +113,12 @@ class Runtime:
             push_delay_max=settings.push_delay_max_ms / 1000,
         )
         self.ingest = Ingest(self.store, self.feeds)
+        #: The token revocations in force (the token checks' view, kept current here), the
+        #: open streams they may end, and where Redis keeps them.
+        self.revocations = Revocations() if revocations is None else revocations
+        self.closing = Closing(self.revocations)
+        self.revocation_store = RevocationStore(connections.main, self.store.scripts)
+        self._revocations_read = asyncio.Lock()
         wake = asyncio.Event()  # set by delivery when a worker ends: ownership reconciles
         self.delivery = DeliveryService(
             settings,
@@ -119,6 +129,7 @@ class Runtime:
             node=self.node,
             tasks=self.tasks.group("delivery"),
             worker_ended=wake.set,
+            revocations=self.revocations,
         )
         self.ownership = Ownership(
             Leases(self.store.scripts, self.node, int(settings.ownership_lease_seconds * 1000)),
@@ -172,16 +183,19 @@ class Runtime:
         *,
         health: RedisHealth,
         embedded: EmbeddedRedis | None = None,
+        revocations: Revocations | None = None,
     ) -> Runtime:
         """Connect (waiting up to ``redis_startup_seconds``), build and start; on any
-        failure, close what was opened."""
+        failure, close what was opened. ``revocations``: the view the token checks hold."""
         connections = Connections(redis_url, cluster=settings.redis_cluster)
         try:
             await connections.wait_ready(settings.redis_startup_seconds)
         except BaseException:
             await connections.close()
             raise
-        runtime = cls(settings, connections, health=health, embedded=embedded)
+        runtime = cls(
+            settings, connections, health=health, embedded=embedded, revocations=revocations
+        )
         try:
             await runtime.start()
         except BaseException:
@@ -199,7 +213,15 @@ class Runtime:
         sooner).
         """
         settings, jobs = self.settings, self.background
+        await self.refresh_revocations()  # a revoked token is refused from the first request
         jobs.every(1.0, "redis-health", self._check_redis)
+        jobs.every(
+            settings.revocation_check_seconds,
+            "revocations",
+            self.refresh_revocations,
+            retry_on=StoreError,
+            on_failure=_redis_error,
+        )
         jobs.every(
             settings.retention_sweep_seconds,
             "retention",
@@ -254,6 +276,30 @@ class Runtime:
                 await close()
             except Exception as exc:  # the rest must still close
                 log.warning("closing %s failed: %r", name, exc)
+
+    async def refresh_revocations(self) -> None:
+        """Read the token revocations if Redis holds a newer set than this process (one GET
+        when not), then end this process's streams and subscriptions of tokens now revoked.
+        Run every ``revocation_check_seconds`` on every process, and at once by the one
+        that takes a revocation (the admin API)."""
+        async with self._revocations_read:
+            store, view = self.revocation_store, self.revocations
+            if await store.version() == view.version:
+                return
+            first = view.version is None
+            version, records = await store.load()
+            view.replace(records, version)
+            streams, subscriptions = self.closing.end_revoked(), self.delivery.end_revoked()
+        if first and not records:  # the start of a hub that never revoked: nothing to say
+            return
+        log.info(
+            "token revocations: %d in force (version %d); ended %d streams and %d "
+            "subscriptions here",
+            len(view),
+            version,
+            streams,
+            subscriptions,
+        )
 
     async def topic_removed(self, topic: str) -> None:
         """A topic was deleted (here or on another process): forget it, end its streams."""

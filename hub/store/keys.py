@@ -372,6 +372,16 @@ def failed_verification(sub_id: str) -> str:
     return f"{PREFIX}failed-verification:{sub_id}"
 
 
+# -- token revocations (hub.store.revocations) -----------------------------------------
+
+#: Hash: ``<kind> <fingerprint or jti> <topic or *>`` -> JSON ``{"at": epoch seconds}``,
+#: every revocation in force. Its hash tag is no topic name (``@`` is in none), so deleting
+#: a topic never touches it; the version counter shares it (one script writes both).
+REVOCATIONS = PREFIX + "{@revocations}"
+#: Counter, raised by every revocation and lift: a process re-reads the hash when it moved.
+REVOCATIONS_VERSION = PREFIX + "{@revocations}:version"
+
+
 def used_signature(digest: str) -> str:
     """String with a TTL: a self-service request signature already accepted (no replays)."""
     return f"{PREFIX}used-signature:{digest}"

@@ -26,6 +26,7 @@ from hub.core.damage import DamageLog
 from hub.core.exceptions import DamagedData
 from hub.core.placement import subscription_id
 from hub.core.retrying import STORE_OUTAGE, retrying
+from hub.core.revocations import Credential
 from hub.core.tasks import Tasks, cancel_and_wait
 from hub.store import keys, scripts
 from hub.store.redis_connection import Client
@@ -104,6 +105,11 @@ class Subscription:
     #: admin API's override of it (None: none).
     rate_limit: list[float] | None = None
     admin_rate_limit: list[float] | None = None
+    #: The token a private topic's subscription was made with, by its fingerprint and a
+    #: signed token's jti (:class:`hub.core.revocations.Credential`; never the token):
+    #: revoking it ends the subscription. None: made without one (an open topic).
+    token_fingerprint: str | None = None
+    token_jti: str | None = None
 
     def to_json(self) -> bytes:
         return orjson.dumps(asdict(self))
@@ -138,6 +144,15 @@ class Subscription:
         return (self.topic, self.callback)
 
     @property
+    def credential(self) -> Credential | None:
+        """The token it was made with, as a revocation names it (None: none, or a record
+        whose fingerprint is not one the hub wrote)."""
+        fingerprint, jti = self.token_fingerprint, self.token_jti
+        if not isinstance(fingerprint, str):
+            return None
+        return Credential(fingerprint, jti if isinstance(jti, str) else None)
+
+    @property
     def disabled(self) -> bool:
         return self.state is State.DISABLED
 
@@ -151,6 +166,9 @@ class Subscription:
         out["secret"] = bool(self.secret)
         out["previous_secret"] = bool(self.previous_secret)
         out["id"] = subscription_id(self.topic, self.callback)
+        # Which token made it is the operator's business (a revocation), not the topic's
+        # publishers': a guessable token's fingerprint would name it.
+        del out["token_fingerprint"], out["token_jti"]
         return out
 
 

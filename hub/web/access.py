@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from hub.core.access import OperatorAccess, ReadAccess
+from hub.core.access import OPEN, OperatorAccess, ReadAccess, ReadGrant
 from hub.core.forwarding import TrustedPeers, forwarded_base, forwarded_client
 from hub.core.own_site import OwnSite
 from hub.core.topics import HubUrls
@@ -55,12 +55,18 @@ def _authorization(request: web.Request, *, query_token: bool) -> str | None:
 def check_read(request: web.Request, topic: str, *, query_token: bool = False) -> float | None:
     """401/403 unless the request may read ``topic``; marks private answers uncacheable.
     Returns when that access ends (a signed read token's end), None when it does not."""
+    return read_grant(request, topic, query_token=query_token).ends_at
+
+
+def read_grant(request: web.Request, topic: str, *, query_token: bool = False) -> ReadGrant:
+    """:func:`check_read`, answering what the request reads with: when that access ends,
+    and the token a revocation would name (what a stream or subscription keeps)."""
     readers = request.app[ACCESS].readers
     if readers.is_open(topic):
-        return None
-    ends_at = readers.check(topic, _authorization(request, query_token=query_token))
+        return OPEN
+    grant = readers.grant(topic, _authorization(request, query_token=query_token))
     request[_PRIVATE] = True
-    return ends_at
+    return grant
 
 
 def readable(request: web.Request, topics: list[str]) -> list[str]:

@@ -26,6 +26,7 @@ from hub.core.exceptions import DamagedData, RequestError, RequestTimeout, TooMa
 from hub.core.forwarding import TrustedPeers
 from hub.core.health import RedisHealth
 from hub.core.own_site import OwnSite
+from hub.core.revocations import Revocations
 from hub.core.settings import Settings
 from hub.core.topics import WELL_KNOWN, HubUrls, loopback_aliases
 from hub.live.dead_letter_replay import Replays
@@ -46,6 +47,7 @@ from hub.web import publish as web_publish
 from hub.web import rate_limits as web_rate_limits
 from hub.web import request_body as web_request_body
 from hub.web import request_headers as web_request_headers
+from hub.web import revocations as web_revocations
 from hub.web import streams as web_streams
 from hub.web import subscription_record as web_record
 from hub.web import websub as web_websub
@@ -175,7 +177,7 @@ def _lifecycle(
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         runtime = app[RUNTIME] = await Runtime.open(
-            settings, redis_url, health=health, embedded=embedded
+            settings, redis_url, health=health, embedded=embedded, revocations=auth.revocations
         )
         decoder = app[web_request_body.DECODER] = web_request_body.decoder()
         urls = app[web_access.ACCESS].urls
@@ -192,7 +194,15 @@ def _lifecycle(
             web_websub.ping_limit(settings),
         )
         app[web_streams.STREAMING] = web_streams.Streaming(
-            settings, urls, runtime.store, runtime.feeds, presence=runtime.stream_counts
+            settings,
+            urls,
+            runtime.store,
+            runtime.feeds,
+            closing=runtime.closing,
+            presence=runtime.stream_counts,
+        )
+        app[web_revocations.REVOKING] = web_revocations.Revoking(
+            runtime.revocation_store, runtime.refresh_revocations, settings
         )
         app[web_presence.PRESENCE] = runtime.presence
         app[web_documents.READING] = web_documents.Reading(
@@ -282,7 +292,9 @@ def create_app(
     """
     install_client_fault_filter()
     guard = ConnectionGuard(settings.max_connections, settings.header_timeout_seconds)
-    health, auth = RedisHealth(), PublisherAuth(settings)
+    # One view of the token revocations for every check (kept current by the runtime).
+    revocations = Revocations()
+    health, auth = RedisHealth(), PublisherAuth(settings, revocations)
     cors = CorsPolicy(settings.cors_origins)
     app = web.Application(
         middlewares=[
@@ -304,7 +316,7 @@ def create_app(
     urls = HubUrls(settings.public_url, tuple(a for a in aliases if a != settings.public_url))
     app[web_access.ACCESS] = web_access.Access(
         urls,
-        ReadAccess(settings),
+        ReadAccess(settings, revocations),
         OperatorAccess(settings, hub_open=auth.open),
         TrustedPeers(settings.forwarded_allow_ips),
         alias_links=settings.alias_links,
@@ -338,6 +350,9 @@ def create_app(
     app.router.add_delete("/admin/topics/{name}", web_operator.delete_topic)
     get("/admin/subscriptions", web_operator.subscriptions)
     post("/admin/subscriptions/resume", web_operator.resume_subscription)
+    get("/admin/revocations", web_revocations.list_revocations)
+    post("/admin/revocations", web_revocations.revoke)
+    app.router.add_delete("/admin/revocations", web_revocations.lift)
     app.router.add_delete("/admin/subscriptions", web_operator.delete_subscription)
     get("/admin/subscriptions/{id}/dead-letters", web_dead_letters.list_dead_letters)
     post("/admin/subscriptions/{id}/dead-letters/replay", web_dead_letters.replay_dead_letters)

@@ -30,6 +30,11 @@ A WebSocket client may go on without a gap by sending, before then, a text messa
 for a token that does not expire). A token the hub refuses closes the stream at once, with
 code 4000 + the HTTP status the token gets (4401, 4403 for a token of other topics) and the
 refusal as the reason. Any other message is ignored, as before.
+
+A stream of a private topic whose token the operator revokes (``POST /admin/revocations``,
+on any hub process sharing the Redis) ends within a second: WebSocket close code 4403 with
+reason ``token revoked; use another token and resume with since=ID``, SSE a last ``event:
+error`` saying the same with ``Last-Event-ID`` (:mod:`hub.live.client_streams`).
 """
 
 from __future__ import annotations
@@ -52,6 +57,8 @@ from hub.live.client_streams import (
     DIRECT_WRITE_LIMIT,
     EXPIRED,
     EXPIRED_CLOSE_CODE,
+    REVOKED,
+    REVOKED_CLOSE_CODE,
     SHUTDOWN,
     SSE_HEADERS,
     SSE_HEARTBEAT,
@@ -66,7 +73,7 @@ from hub.live.client_streams import (
     sse_last_event,
 )
 from hub.live.feed import ClientStream, TopicFeed, Writer
-from hub.web.access import ACCESS, check_read
+from hub.web.access import ACCESS, read_grant
 
 __all__ = ["STREAMING", "Closing", "Streaming", "check_since", "server_sent_events", "websocket"]
 
@@ -148,14 +155,14 @@ async def _following(
     request: web.Request, transport: str
 ) -> AsyncIterator[tuple[str, ClientStream]]:
     topic = check_name(request.match_info["name"])
-    ends_at = check_read(request, topic, query_token=True)
+    grant = read_grant(request, topic, query_token=True)
     since = _since(request)
     if since:
         await check_since(request, topic, since)  # 400/410 before any upgrade
     event_filter = EventFilter.from_query(request.query, request.query.getall("prefix", []))
     ctx = request.app[STREAMING]
     feed = await ctx.feeds.acquire(topic)
-    client = opened(ctx, feed, _start_cursor(request, feed), event_filter, transport, ends_at)
+    client = opened(ctx, feed, _start_cursor(request, feed), event_filter, transport, grant)
     try:
         yield topic, client
     finally:
@@ -229,9 +236,10 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
             )
         elif ended == DELETED:
             await _close_within(ws, request, within, reason=DELETED)
-        elif ended == EXPIRED:
-            reason = f"{EXPIRED} and resume with since={resume_point(pump)}"
-            await _close_within(ws, request, within, code=EXPIRED_CLOSE_CODE, reason=reason)
+        elif ended in (EXPIRED, REVOKED):
+            code = EXPIRED_CLOSE_CODE if ended == EXPIRED else REVOKED_CLOSE_CODE
+            reason = f"{ended} and resume with since={resume_point(pump)}"
+            await _close_within(ws, request, within, code=code, reason=reason)
         elif ended == TOO_SLOW:
             reason = f"too slow; resume with since={pump.resume_hint()}"
             await _close_within(
@@ -299,13 +307,13 @@ async def _incoming(
         if token is None:
             continue
         try:
-            ends_at = request.app[ACCESS].readers.check(topic, f"Bearer {token}")
+            grant = request.app[ACCESS].readers.grant(topic, f"Bearer {token}")
         except RequestError as exc:  # 4401, 4403: the status the same token gets
             code = 4000 + exc.http_status
             within = request.app[STREAMING].settings.stream_close_seconds
             await _close_within(ws, request, within, code=code, reason=exc.message)
             return
-        closing.until(pump, ends_at)
+        closing.granted(pump, grant)
 
 
 def _renewal(data: str) -> str | None:

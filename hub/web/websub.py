@@ -26,7 +26,7 @@ from hub.live.delivery import DeliveryService
 from hub.live.http_client import HttpClient
 from hub.live.ingest import Ingest
 from hub.live.parsing import DocumentParser
-from hub.web.access import check_own_site, check_read, client_address, request_urls
+from hub.web.access import check_own_site, client_address, read_grant, request_urls
 from hub.web.publish import accepted, publish_to_self_link
 from hub.web.request_body import read_form
 from hub.web.streams import check_since
@@ -91,8 +91,10 @@ async def _websub_request(request: web.Request) -> web.Response:
     if isinstance(parsed, websub.PublishPing):
         return await _publish_ping(request, parsed)
     if parsed.mode is websub.Mode.SUBSCRIBE:
-        # A lease no longer than the read token it was made with (hub.lease_seconds says so).
-        parsed = websub.within_grant(parsed, check_read(request, parsed.topic))
+        # A lease no longer than the read token it was made with (hub.lease_seconds says so),
+        # and the token kept: deliveries stop if it is revoked.
+        grant = read_grant(request, parsed.topic)
+        parsed = websub.within_grant(parsed, grant.ends_at, grant.credential)
     await client.check_address(parsed.callback)
     if parsed.since is not None and parsed.mode is websub.Mode.SUBSCRIBE:
         await check_since(request, parsed.topic, parsed.since, "hub.since")

@@ -61,3 +61,4 @@ DEAD_LETTER = load("dead_letter")
 
 RECORD_ATTEMPTS = load("record_attempts")
 REPORT_PRESENCE = load("report_presence")
+REVOCATION = load("revocation")
