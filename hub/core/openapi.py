@@ -12,8 +12,8 @@ import html
 import re
 from typing import Any
 
-from hub import __version__
 from hub.core.topics import TOPIC_NAME
+from hub.core.version import __version__
 
 JSON = "application/json"
 XML = "application/xml"

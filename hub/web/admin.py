@@ -22,7 +22,6 @@ from dataclasses import dataclass, replace
 import orjson
 from aiohttp import web
 
-from hub import __version__
 from hub.core import metrics
 from hub.core.access import MetricsAccess
 from hub.core.auth import PublisherAuth
@@ -33,6 +32,7 @@ from hub.core.overview import Overview, SubscriptionRow, lag_seconds
 from hub.core.placement import subscription_id
 from hub.core.presence import stream_totals
 from hub.core.topics import check_name
+from hub.core.version import __version__
 from hub.live.ownership import Ownership
 from hub.store.embedded_redis import EmbeddedRedis
 from hub.store.event_store import EventStore
