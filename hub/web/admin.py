@@ -26,7 +26,7 @@ from hub.core import metrics
 from hub.core.access import MetricsAccess
 from hub.core.auth import PublisherAuth
 from hub.core.events import parse_id
-from hub.core.exceptions import Forbidden, Unauthorized
+from hub.core.exceptions import Forbidden, TokenRevoked, Unauthorized
 from hub.core.health import RedisHealth
 from hub.core.overview import Overview, SubscriptionRow, lag_seconds
 from hub.core.placement import subscription_id
@@ -117,6 +117,8 @@ def _check_any_operator(request: web.Request) -> None:
     if not auth.open:
         try:
             auth.check_global(request.headers.get("Authorization"))
+        except TokenRevoked:  # a hub-wide token, revoked: say so
+            raise
         except Forbidden:  # name both tokens that would do (the dashboard shows this)
             raise Forbidden(
                 "this needs the admin token (--admin-token) or a hub-wide token (--token)"
