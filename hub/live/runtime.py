@@ -213,7 +213,11 @@ class Runtime:
         sooner).
         """
         settings, jobs = self.settings, self.background
-        await self.refresh_revocations()  # a revoked token is refused from the first request
+        try:  # a revoked token is refused from the first request
+            await self.refresh_revocations()
+        except StoreError as exc:  # Redis away again: the job reads them once it answers,
+            # and ends any stream a revoked token opened meanwhile
+            log.warning("token revocations not read at start: %s", exc)
         jobs.every(1.0, "redis-health", self._check_redis)
         jobs.every(
             settings.revocation_check_seconds,

@@ -253,8 +253,9 @@ async def test_hostile_renewals_are_ignored_or_refused_naming_the_problem(
 async def test_revoking_a_static_read_token_is_a_restart_that_ends_its_streams(
     tmp_path: Path, session: aiohttp.ClientSession
 ) -> None:
-    """Static read tokens are settings (no API changes them): the documented way to revoke
-    one is a restart without it, which ends its streams, and the token is refused after."""
+    """A restart without a static read token still revokes it (besides the admin API's
+    revocations, tests/hub/test_token_revocation.py): it ends its streams, and the token is
+    refused after."""
     port = free_port()
     before = {"RSHUB_TOKENS": '["pub"]', "RSHUB_READ_TOKENS": '["r", "old"]'}
     hub = await asyncio.to_thread(HubProcess(str(tmp_path), port, env=before).start)

@@ -29,11 +29,13 @@ import pytest
 
 from hub.core.read_tokens import mint
 from hub.core.revocations import MAX_REVOCATIONS, fingerprint
+from hub.core.settings import Settings
 from hub.store import keys
 from hub.web.app import RUNTIME
-from tests.conftest import Hub
+from tests.conftest import Hub, start_hub
 from tests.hub.callback_server import CallbackServer
-from tests.support import TIME_SCALE, HubProcess, changes, notification, wait_for
+from tests.redis_cluster import RedisClusterProcesses
+from tests.support import TIME_SCALE, HubProcess, changes, free_port, notification, wait_for
 from tests.watchdog import Watchdog
 
 KEY = "the-hub's-signing-key-0123456789abcdef"
@@ -749,3 +751,27 @@ async def test_revocations_reach_every_hub_process_on_the_redis_within_a_second(
         assert secret not in logs, secret
     assert f"revoked fingerprint {fingerprint(READER)} for every topic" in _whole_log(a)
     assert "Traceback" not in logs
+
+
+async def test_revocations_work_on_a_redis_cluster(redis_cluster: RedisClusterProcesses) -> None:
+    for _, port in redis_cluster.nodes:
+        node = redis_cluster.client(port)
+        node.flushall()
+        node.close()
+    host, port = redis_cluster.nodes[0]
+    settings = Settings(host="127.0.0.1", port=free_port(), **SETTINGS)
+    runner, _app = await start_hub(settings, f"redis+cluster://{host}:{port}")
+    try:
+        async with aiohttp.ClientSession() as session:
+            url = settings.public_url
+            await publish(session, url, "secret", 0)
+            await admin(session, url, "POST", json={"token": READER, "topic": "secret"})
+            await refusal(session, f"{url}/topics/secret/changelist.xml", READER)
+            listed = await admin(session, url, "GET")
+            assert [r["topic"] for r in listed["revocations"]] == ["secret"]
+            await admin(session, url, "DELETE", json={"token": READER, "topic": "secret"})
+            changelist = f"{url}/topics/secret/changelist.xml"
+            async with session.get(changelist, headers=bearer(READER)) as resp:
+                assert resp.status == 200
+    finally:
+        await runner.cleanup()
