@@ -9,7 +9,7 @@ from __future__ import annotations
 import aiohttp
 import orjson
 
-__all__ = ["error_message", "refusal", "unknown_topic"]
+__all__ = ["error_message", "error_text", "refusal", "unknown_topic"]
 
 
 def refusal(status: int) -> bool:
@@ -19,14 +19,18 @@ def refusal(status: int) -> bool:
 
 async def error_message(resp: aiohttp.ClientResponse) -> str:
     """The hub's JSON ``error`` text, else the start of the body."""
-    raw = await resp.content.read(64 * 1024)
+    return error_text(await resp.content.read(64 * 1024), resp.reason)
+
+
+def error_text(body: bytes | bytearray, reason: str | None = None) -> str:
+    """The hub's JSON ``error`` text in ``body``, else its start, else ``reason``."""
     try:
-        data = orjson.loads(raw)
+        data = orjson.loads(body[: 64 * 1024])
     except orjson.JSONDecodeError:
         data = None
     if isinstance(data, dict) and "error" in data:
         return str(data["error"])
-    return raw[:300].decode(errors="replace").strip() or resp.reason or "(empty body)"
+    return body[:300].decode(errors="replace").strip() or reason or "(empty body)"
 
 
 def unknown_topic(status: int | None, message: str) -> bool:

@@ -9,12 +9,21 @@ When the hub closes the WebSocket because the client is too slow (1008 policy vi
 1013 try again later) or because the hub process is shutting down (1001 going away, SSE
 ``event: shutdown``), it reconnects at once from that id; after a shutdown, to the next of
 ``other_hubs`` if given (the same URL reaches another worker of ``rshub serve --workers``).
-Any other loss raises
-:class:`PushUnavailable` unless ``persistent=True``, in which case it reconnects with
-exponential back-off from 0.1 s, capped at ``max_backoff``, with equal jitter (so that the
-subscribers of a hub that restarts do not all come back at the same instants), forever.
-A 4xx answer (a bad topic name, a ``since`` the hub does not know or no longer retains)
-raises :class:`HubRefused` with the hub's message: no retry can fix it.
+Any other loss (4401: a signed token expired; 1011; the connection cut) raises
+:class:`StreamClosed` or :class:`PushUnavailable` unless ``persistent=True``, in which
+case it reconnects with exponential back-off from 0.1 s, capped at ``max_backoff``, with
+equal jitter (so that the subscribers of a hub that restarts do not all come back at the
+same instants), forever.
+A 4xx answer (a bad topic name, a ``since`` the hub does not know or no longer retains, a
+missing or refused token) raises :class:`HubRefused` with the hub's message: no retry can
+fix it.
+
+The WebSocket is websockets' reconnecting asyncio client (``connect()`` as an async
+iterator, :func:`websockets.asyncio.client.connect`): a connection it cannot open for a
+passing reason (refused, timed out, 5xx) it opens again after the back-off above, when the
+stream is persistent and has no other hub to move to. Each connection it opens is read
+until it closes; the next one starts after the last event handed over, so each starts
+afresh (``since=`` is in its URL). The token goes in the handshake's ``Authorization``.
 
 No back-pressure reaches the hub beyond TCP's: a slow consumer is closed by the hub and
 resumes; nothing is lost as long as the hub retains the events.
@@ -23,13 +32,18 @@ resumes; nothing is lost as long as the hub retains the events.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Generator
 from dataclasses import replace
-from typing import Literal
+from typing import Literal, cast
+from urllib.parse import urlencode
 
 import aiohttp
 import orjson
+import websockets.client
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from rsclient.backoff import Backoff, Retrier
 from rsclient.exceptions import EventStreamError
@@ -38,7 +52,7 @@ from rsclient.sse import EventParser, event_batches
 from .events import ChangeEvent
 from .exceptions import HubRefused, MalformedEvent, PushUnavailable, StreamClosed
 from .filters import ChangeFilter
-from .refusal import error_message, refusal
+from .refusal import error_message, error_text, refusal
 
 __all__ = ["RESUMABLE_CLOSE_CODES", "HubStream", "Transport"]
 
@@ -50,6 +64,11 @@ Transport = Literal["ws", "sse"]
 RESUMABLE_CLOSE_CODES = frozenset({1001, 1008, 1013})
 #: The hub process is going away (SIGTERM): reconnect now, preferably elsewhere.
 GOING_AWAY = 1001
+#: No close frame came: the connection was cut (RFC 6455 Section 7.1.5).
+ABNORMAL = 1006
+#: Largest WebSocket message taken (as aiohttp's client took): a hub's batch is far smaller;
+#: a larger one closes the stream (1009), and the follower polls instead.
+MAX_MESSAGE_BYTES = 4 * 2**20
 
 
 def _events(data: str | bytes, topic: str) -> list[ChangeEvent]:
@@ -109,8 +128,8 @@ class HubStream:
         retry = Retrier(Backoff(0.1, max(0.1, self.max_backoff)))
         async for _ in retry:
             try:
-                connect = self._ws if self.transport == "ws" else self._sse
-                async for batch in connect():
+                follow = self._ws if self.transport == "ws" else self._sse
+                async for batch in follow():
                     retry.succeeded()
                     if batch:
                         self.last_id = batch[-1].id or self.last_id
@@ -140,50 +159,73 @@ class HubStream:
     def _filter_params(self) -> list[tuple[str, str]]:
         return [] if self.event_filter is None else self.event_filter.fields("change", "prefix")
 
-    async def _ws(self) -> AsyncIterator[list[ChangeEvent]]:
-        url = f"{self.hub}/topics/{self.topic}/ws"
+    def _ws_url(self) -> str:
+        """This connection's URL: after the last event handed over, with the filter."""
         params = [("since", self.last_id)] if self.last_id else []
         params += self._filter_params()
-        try:
-            async with asyncio.timeout(self.connect_timeout):  # keeps a cancel (wait_for may not)
-                ws = await self.session.ws_connect(
+        base = "ws" + self.hub.removeprefix("http") if self.hub.startswith("http") else self.hub
+        url = f"{base}/topics/{self.topic}/ws"
+        return f"{url}?{urlencode(params)}" if params else url
+
+    def _delays(self) -> Generator[float, None, None]:
+        """websockets' waits between attempts to open one URL: :class:`Backoff`'s."""
+        policy = Backoff(0.1, max(0.1, self.max_backoff))
+        attempt = 0
+        while True:
+            attempt += 1
+            yield policy.delay(attempt)
+
+    def _opening_failed(self, url: str, exc: Exception) -> Exception | None:
+        """websockets' ``process_exception``: ``None`` to open ``url`` again after the
+        back-off, else the exception that ends this URL's iterator."""
+        if isinstance(exc, InvalidStatus) and refusal(exc.response.status_code):
+            response = exc.response
+            return HubRefused(
+                response.status_code, error_text(response.body, response.reason_phrase)
+            )
+        passing = websockets.client.process_exception(exc) is None
+        if passing and self.persistent and len(self._hubs) == 1:
+            log.info("cannot open %s (%s); retrying", url, exc)
+            return None
+        return PushUnavailable(f"cannot open {url}: {exc or type(exc).__name__}")
+
+    async def _ws(self) -> AsyncIterator[list[ChangeEvent]]:
+        url = self._ws_url()
+        connections = cast(
+            AsyncGenerator[ClientConnection, None],
+            aiter(
+                connect(
                     url,
-                    params=params,
-                    headers=self._headers,
-                    heartbeat=self.heartbeat,
-                    timeout=aiohttp.ClientWSTimeout(ws_close=self.connect_timeout),
+                    additional_headers=self._headers,
+                    process_exception=lambda exc: self._opening_failed(url, exc),
+                    reconnect_delays=self._delays,
+                    open_timeout=self.connect_timeout,
+                    close_timeout=self.connect_timeout,
+                    ping_interval=self.heartbeat,
+                    ping_timeout=self.heartbeat,
+                    max_size=MAX_MESSAGE_BYTES,
+                    compression=None,  # the hub's frames are not compressed
+                    proxy=None,  # as aiohttp's session: no proxy from the environment
+                    logger=log,
                 )
-        except aiohttp.WSServerHandshakeError as exc:
-            if refusal(exc.status):
-                # The handshake error has no body: ask again plainly for the hub's message.
-                async with self.session.get(url, params=params, headers=self._headers) as resp:
-                    raise HubRefused(exc.status, await error_message(resp)) from None
-            raise PushUnavailable(f"cannot open {url}: {exc}") from exc
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise PushUnavailable(f"cannot open {url}: {exc}") from exc
-        log.info("connected to %s since %s", url, self.last_id)
-        self.connected.set()
-        async with ws:
-            while True:
-                try:
-                    msg = await ws.receive()
-                except (aiohttp.ClientError, OSError) as exc:
-                    raise PushUnavailable(f"{url}: {exc}") from exc
-                if msg.type == aiohttp.WSMsgType.TEXT:
-                    yield _events(msg.data, self.topic)
-                elif msg.type == aiohttp.WSMsgType.BINARY:
-                    yield _events(msg.data, self.topic)
-                elif msg.type in (
-                    aiohttp.WSMsgType.CLOSE,
-                    aiohttp.WSMsgType.CLOSING,
-                    aiohttp.WSMsgType.CLOSED,
-                ):
-                    # The hub's own close code is in the CLOSE frame; ws.close_code may
-                    # already say 1006 when our heartbeat lapsed while the app was busy.
-                    code = msg.data if msg.type == aiohttp.WSMsgType.CLOSE else ws.close_code
-                    raise StreamClosed(code, str(msg.extra or ""))
-                elif msg.type == aiohttp.WSMsgType.ERROR:
-                    raise PushUnavailable(f"{url}: {ws.exception()}")
+            ),
+        )
+        # Closed on the way out (the consumer stopped, a close ended the connection): the
+        # iterator's own ``async with`` then closes the connection, now.
+        async with contextlib.aclosing(connections):
+            async for ws in connections:
+                log.info("connected to %s since %s", url, self.last_id)
+                self.connected.set()
+                while True:
+                    try:
+                        message = await ws.recv()
+                    except ConnectionClosed as exc:
+                        # The hub's own code is in the close frame it sent; without one
+                        # the connection was cut.
+                        frame = exc.rcvd or exc.sent
+                        code = frame.code if frame is not None else ABNORMAL
+                        raise StreamClosed(code, frame.reason if frame else "") from None
+                    yield _events(message, self.topic)
 
     async def _sse(self) -> AsyncIterator[list[ChangeEvent]]:
         url = f"{self.hub}/topics/{self.topic}/events"
