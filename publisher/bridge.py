@@ -55,6 +55,7 @@ from resourcesync import (
 )
 from rsclient.discovery import discover
 from rsclient.documents import DocumentClient, Fetched
+from rsclient.hub_token import HubToken
 
 from .changes import check_change
 from .client import Publisher
@@ -200,8 +201,11 @@ class Bridge:
         self._memo.clear()
         self._staged.clear()
         if self._documents is None:
+            # A Source on the hub itself (a topic bridged into another) is read with the
+            # publisher's token, which a private topic needs; no other Source gets it.
+            token = HubToken.of(self.publisher.hub, self.publisher.token)
             self._documents = DocumentClient(
-                session, timeout=self.request_timeout, max_bytes=_MAX_BYTES
+                session, timeout=self.request_timeout, max_bytes=_MAX_BYTES, token=token
             )
         self._documents.session = session  # what it remembers outlives a session
         try:

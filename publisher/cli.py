@@ -21,6 +21,7 @@ from tqdm import tqdm
 from resourcesync import ChangeList, ChangeListNotification, DocumentError, Link, parse
 from rsclient import interrupt
 from rsclient.host_names import url_host_problem
+from rsclient.hub_token import HubToken, TokenMask
 from rsclient.options import (
     add_client_options,
     count,
@@ -34,7 +35,7 @@ from rsclient.progress import add_progress_options, progress_bar
 from .batching import BatchPolicy
 from .changes import make_change
 from .client import Publisher
-from .exceptions import PublisherError, PublishFailed, UsageError
+from .exceptions import PublisherError, UsageError
 from .retry import RetryPolicy
 from .state import StateFile
 
@@ -203,7 +204,7 @@ def run_publish(args: argparse.Namespace) -> int:
     client_log.setLevel(logging.WARNING if waits_long else logging.CRITICAL)
     client_log.addFilter(_below_error)
     try:
-        code, ids = _run("publish", _publish(args))
+        code, ids = _run("publish", _publish(args), args)
     finally:  # as it was (tests run commands in-process)
         client_log.removeFilter(_below_error)
         client_log.setLevel(level)
@@ -345,7 +346,7 @@ async def _counted(events: AsyncIterator[Any], bar: tqdm[Any]) -> AsyncIterator[
 
 def run_wikipedia(args: argparse.Namespace) -> int:
     _logging(args.log_level)
-    code, _ = _run("wikipedia", _wikipedia(args))
+    code, _ = _run("wikipedia", _wikipedia(args), args)
     return code
 
 
@@ -408,7 +409,7 @@ async def _bridge(args: argparse.Namespace) -> int:
 
 def run_bridge(args: argparse.Namespace) -> int:
     _logging(args.log_level)
-    code, _ = _run("bridge", _bridge(args))
+    code, _ = _run("bridge", _bridge(args), args)
     return code
 
 
@@ -423,21 +424,31 @@ def _logging(level: str) -> None:
     )
 
 
-def _run(command: str, coro: Coroutine[Any, Any, Any]) -> tuple[int, Any]:
+def _run(command: str, coro: Coroutine[Any, Any, Any], args: argparse.Namespace) -> tuple[int, Any]:
     """Run ``coro``; map errors to a message on stderr and an exit code. SIGINT and SIGTERM
     stop the command within about a second (:mod:`rsclient.interrupt`): what is queued
-    gets that long to be sent, the position is saved, the rest is reported unsent."""
+    gets that long to be sent, the position is saved, the rest is reported unsent. The
+    token is masked in whatever it logs or says, since a server may quote it back."""
+    token = HubToken.of(args.hub, args.token)
+    mask = TokenMask(token) if token is not None else None
+    if mask is not None:
+        mask.install()
+
+    def say(exc: Exception) -> None:
+        text = f"rshub {command}: {exc}"
+        print(token.mask(text) if token else text, file=sys.stderr)
+
     try:
         return 0, interrupt.run(coro, grace=_GRACE)
     except interrupt.Interrupted as exc:
-        print(f"rshub {command}: {exc}", file=sys.stderr)
+        say(exc)
         return interrupt.EXIT_INTERRUPTED, None
     except UsageError as exc:
-        print(f"rshub {command}: {exc}", file=sys.stderr)
+        say(exc)
         return 2, None
-    except PublishFailed as exc:
-        print(f"rshub {command}: {exc}", file=sys.stderr)
+    except PublisherError as exc:  # PublishFailed among them
+        say(exc)
         return 1, None
-    except PublisherError as exc:
-        print(f"rshub {command}: {exc}", file=sys.stderr)
-        return 1, None
+    finally:
+        if mask is not None:
+            mask.uninstall()

@@ -8,6 +8,9 @@
 When the validators are remembered is the caller's choice: at once (``remember=True``), or
 later with :meth:`DocumentClient.remember`, e.g. only once every change a Change List
 lists has been acted on, so that a crash in between re-reads it instead of skipping it.
+
+With a :class:`~rsclient.hub_token.HubToken`, every GET of a document on the hub carries it
+(a private topic's documents need it); documents elsewhere are read without it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from resourcesync.namespaces import MAX_BYTES
 
 from .exceptions import NotResourceSync, SourceError
 from .host_names import url_host_problem
+from .hub_token import HubToken
 
 __all__ = ["DocumentClient", "Fetched", "Validators"]
 
@@ -70,8 +74,9 @@ class DocumentClient:
     """GET and parse ResourceSync documents, conditionally once fetched before.
 
     ``max_bytes`` bounds a document (more is a :class:`SourceError`); ``timeout`` bounds
-    each request, in seconds. ``session`` may be replaced between requests (a caller that
-    opens one per poll): what is remembered stays.
+    each request, in seconds; ``token`` goes with the requests to the hub. ``session`` may
+    be replaced between requests (a caller that opens one per poll): what is remembered
+    stays.
     """
 
     def __init__(
@@ -80,8 +85,10 @@ class DocumentClient:
         *,
         timeout: float = 30.0,
         max_bytes: int = MAX_BYTES,
+        token: HubToken | None = None,
     ) -> None:
         self.session = session
+        self.token = token
         self.timeout = aiohttp.ClientTimeout(total=timeout)
         self.max_bytes = max_bytes
         self._cache: dict[str, _Cached] = {}
@@ -110,6 +117,8 @@ class DocumentClient:
             raise SourceError(f"GET {url[:300]}: {problem}")
         cached = self._cache.get(url)
         headers = {"Accept": _ACCEPT, "Accept-Encoding": "gzip"}
+        if self.token is not None:
+            headers.update(self.token.headers(url))
         if cached is not None:
             headers.update(cached.validators.conditions())
         try:
@@ -118,6 +127,8 @@ class DocumentClient:
                     return Fetched(cached.doc, False, cached.validators)
                 if resp.status != 200:
                     detail = await _error_text(resp)
+                    if resp.status in (401, 403) and self.token is not None:
+                        detail += self.token.not_sent(url)
                     raise SourceError(f"GET {url}: HTTP {resp.status}{detail}", status=resp.status)
                 body = await _read_bounded(resp.content, self.max_bytes + 1)
                 validators = Validators(resp.headers.get("ETag"), resp.headers.get("Last-Modified"))

@@ -8,6 +8,7 @@ import os
 from urllib.parse import urlsplit
 
 from rsclient.host_names import host_problem
+from rsclient.hub_token import token_problem
 
 DEFAULT_HUB = "http://127.0.0.1:8080"
 
@@ -91,6 +92,18 @@ def interval(text: str) -> float:
     return value
 
 
+def bearer_token(text: str) -> str | None:
+    """An argparse type: a bearer token (visible ASCII), or ``None`` for an empty one (an
+    empty ``RSHUB_TOKEN``). A newline in it made aiohttp refuse the header with a traceback;
+    the refusal never quotes the token."""
+    if not text:
+        return None
+    problem = token_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
 def add_client_options(
     parser: argparse.ArgumentParser, *, topic_required: bool = True, token_help: str | None = None
 ) -> None:
@@ -109,6 +122,7 @@ def add_client_options(
     )
     parser.add_argument(
         "--token",
+        type=bearer_token,
         default=env_default("token"),
         help=token_help or "bearer token for publishing (RSHUB_TOKEN)",
     )

@@ -8,6 +8,7 @@ changes to a local directory. Errors: :mod:`subscriber.exceptions`. The plumbing
 with :mod:`publisher` is in :mod:`rsclient`.
 """
 
+from .audit import AuditReport, RepairReport
 from .callback import CallbackReceiver
 from .events import ChangeEvent, Gap
 from .exceptions import (
@@ -23,7 +24,7 @@ from .exceptions import (
 )
 from .filters import ChangeFilter
 from .follower import Follower
-from .mirror import AuditReport, Mirror, Stats
+from .mirror import Mirror, Stats
 from .poller import Discovery, Poller
 from .position import EventCursor, EventCursorFile
 from .stream import HubStream
@@ -46,6 +47,7 @@ __all__ = [
     "Poller",
     "PositionError",
     "PushUnavailable",
+    "RepairReport",
     "SourceError",
     "Stats",
     "StreamClosed",

@@ -19,7 +19,8 @@
   unsigned ``X-RSHub-Gap`` header alone: :meth:`CallbackReceiver.deliveries` yields it as a
   :class:`~subscriber.events.Gap` before the delivery's changes;
 - renews the lease at 80 % of what the hub granted;
-- unsubscribes in :meth:`close`.
+- unsubscribes in :meth:`close`;
+- sends ``token`` (a private topic's read token) with each (un)subscription request.
 
 Deliveries are acknowledged once queued (at most ``queue_size`` batches); the hub retries
 what it could not deliver, so a repeat may arrive: callers de-duplicate by event id.
@@ -84,10 +85,12 @@ class CallbackReceiver:
         event_filter: ChangeFilter | None = None,
         rate_limit: str | None = None,
         tolerance: float = DEFAULT_TOLERANCE,
+        token: str | None = None,
     ) -> None:
         """``signature``: the scheme the hub is asked to sign with; ``tolerance``: how far
         (seconds) a Standard Webhooks timestamp may be off; ``event_filter``: the changes
-        the hub sends (``hub.filter.*``); ``rate_limit``: ``hub.rate_limit``."""
+        the hub sends (``hub.filter.*``); ``rate_limit``: ``hub.rate_limit``; ``token``:
+        the topic's read token, if it is private."""
         self.session = session
         self.hub = hub.rstrip("/")
         self.topic = topic
@@ -102,6 +105,7 @@ class CallbackReceiver:
         self.event_filter = event_filter
         self.rate_limit = rate_limit
         self.tolerance = tolerance
+        self._authorization = {"Authorization": f"Bearer {token}"} if token else {}
         self._path = f"/websub/{secrets.token_urlsafe(16)}"
         self._queue: asyncio.Queue[list[ChangeEvent] | Gap | PushUnavailable] = asyncio.Queue(
             queue_size
@@ -225,7 +229,9 @@ class CallbackReceiver:
         if mode == "subscribe" and self.event_filter is not None:
             fields += self.event_filter.fields("hub.filter.change", "hub.filter.prefix")
         try:
-            async with self.session.post(f"{self.hub}/", data=fields) as resp:
+            async with self.session.post(
+                f"{self.hub}/", data=fields, headers=self._authorization
+            ) as resp:
                 if refusal(resp.status):
                     # Never subscribed: nothing for close() to unsubscribe.
                     self._wanted.discard(mode)

@@ -19,9 +19,11 @@ import aiohttp
 import rsclient.exceptions
 from resourcesync import Entry, format_datetime
 from rsclient import interrupt
+from rsclient.hub_token import HubToken, TokenMask
 from rsclient.options import add_client_options, count, env_default, interval, non_negative
 from rsclient.progress import add_progress_options, progress_bar
 
+from .audit import audit, repair
 from .events import Gap
 from .exceptions import DiscoveryError, HubRefused, SourceError, SubscriberError
 from .filters import MAX_PREFIXES, ChangeFilter
@@ -44,7 +46,8 @@ def _add_follow_options(parser: argparse.ArgumentParser) -> None:
     add_client_options(
         parser,
         topic_required=False,
-        token_help="read token of a private topic, sent by --via ws and sse (RSHUB_TOKEN)",
+        token_help="read token of a private topic, sent with every request to the hub, and "
+        "to no other server (RSHUB_TOKEN)",
     )
     parser.add_argument(
         "--via",
@@ -166,6 +169,11 @@ def _setup_logging(args: argparse.Namespace) -> None:
     )
 
 
+def _hub_token(args: argparse.Namespace) -> HubToken | None:
+    """``--token`` for the hub (the parser checked it); ``None`` without one."""
+    return HubToken.of(args.hub, args.token)
+
+
 def _check_target(args: argparse.Namespace) -> str | None:
     if args.source is None and args.topic is None:
         return "give --topic (and --hub), or --source"
@@ -223,19 +231,30 @@ def _follower(
     )
 
 
-def _run(command: str, main: Coroutine[Any, Any, int]) -> int:
+def _run(command: str, main: Coroutine[Any, Any, int], token: HubToken | None) -> int:
     """Run ``main``; SIGINT and SIGTERM stop it within :data:`_GRACE` seconds, after it
-    saved its position, unsubscribed and summarised (exit 130)."""
+    saved its position, unsubscribed and summarised (exit 130). The token is masked in
+    whatever it logs or says, since a server may quote it back."""
+    mask = TokenMask(token) if token is not None else None
+    if mask is not None:
+        mask.install()
     try:
         return interrupt.run(main, grace=_GRACE)
     except interrupt.Interrupted:
         return interrupt.EXIT_INTERRUPTED
     except HubRefused as exc:
-        print(f"rshub {command}: {exc}", file=sys.stderr)
+        _say(command, str(exc), token)
         return 2
     except SubscriberError as exc:
-        print(f"rshub {command}: {exc}", file=sys.stderr)
+        _say(command, str(exc), token)
         return 1
+    finally:
+        if mask is not None:
+            mask.uninstall()
+
+
+def _say(command: str, text: str, token: HubToken | None) -> None:
+    print(f"rshub {command}: {token.mask(text) if token else text}", file=sys.stderr, flush=True)
 
 
 def run_subscribe(args: argparse.Namespace) -> int:
@@ -268,7 +287,7 @@ def run_subscribe(args: argparse.Namespace) -> int:
                         return 0
         return 0
 
-    return _run("subscribe", main())
+    return _run("subscribe", main(), _hub_token(args))
 
 
 def run_sync(args: argparse.Namespace) -> int:
@@ -277,7 +296,7 @@ def run_sync(args: argparse.Namespace) -> int:
     if problem:
         print(f"rshub sync: {problem}", file=sys.stderr)
         return 2
-    return _run("sync", _sync(args))
+    return _run("sync", _sync(args), _hub_token(args))
 
 
 def _dest_problem(dest: Path) -> str | None:
@@ -298,35 +317,22 @@ def _identity(args: argparse.Namespace) -> str:
 
 async def _sync(args: argparse.Namespace) -> int:
     dest = Path(args.dest)
+    token = _hub_token(args)
 
     def report(text: str) -> None:
-        print(f"rshub sync: {text}", file=sys.stderr, flush=True)
+        _say("sync", text, token)
 
     started = time.monotonic()
     async with aiohttp.ClientSession() as session:
-        mirror = Mirror(dest, session, concurrency=args.concurrency, report=report)
+        mirror = Mirror(dest, session, concurrency=args.concurrency, report=report, token=token)
         start = args.source or (
             f"{args.hub.rstrip('/')}/topics/{args.topic}/capabilitylist.xml"
             if args.topic
             else f"{args.hub.rstrip('/')}/.well-known/resourcesync"
         )
-        documents = Poller(session, start, topic=args.topic)
+        documents = Poller(session, start, topic=args.topic, token=token)
         if args.audit:
-            audit = await mirror.audit(documents.resources())
-            for line in audit.lines():
-                print(line)
-            print(
-                f"rshub sync: audit: {len(audit.missing)} missing, {len(audit.extra)} extra, "
-                f"{len(audit.different)} different",
-                file=sys.stderr,
-            )
-            if audit.ok or not args.repair:
-                return 0 if audit.ok else 1
-            # Repair = a baseline: fetch what is missing or different, remove the extra.
-            await mirror.baseline(documents.resources())
-            after = await mirror.audit(documents.resources())
-            report(f"repair: {mirror.stats.summary()}; {len(after.lines())} differences left")
-            return 0 if after.ok else 1
+            return await _audit(mirror, documents, repairs=args.repair, report=report)
 
         store = EventCursorFile(mirror.state_dir / "state.json")
         position = store.load()
@@ -398,6 +404,28 @@ async def _sync(args: argparse.Namespace) -> int:
             await follower.close()
             report(f"summary: {mirror.stats.summary()} in {time.monotonic() - started:.1f}s")
     return 1 if mirror.stats.rejected or mirror.failed else 0
+
+
+async def _audit(
+    mirror: Mirror, documents: Poller, *, repairs: bool, report: Callable[[str], None]
+) -> int:
+    """``--audit`` (and ``--repair``): what differs on stdout, one line each, and what the
+    repair did; the counts on stderr. Exit 1 unless every file was checked and the same."""
+    found = await audit(mirror, documents.resources())
+    for line in found.lines():
+        print(line, flush=True)
+    report(f"audit: {found.summary()}")
+    if found.ok or not repairs or not found.differences:
+        return 0 if found.ok else 1
+    done = await repair(mirror, found)
+    for line in done.lines():
+        print(line, flush=True)
+    after = await audit(mirror, documents.resources())
+    left = f"{after.differences} differences left"
+    if after.unchecked:
+        left += f", {len(after.unchecked)} unchecked"
+    report(f"repair: {done.summary()}; {left}")
+    return 0 if after.ok else 1
 
 
 async def _when_reachable(

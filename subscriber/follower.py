@@ -24,6 +24,10 @@ Guarantees to the caller of :meth:`Follower.batches`:
   :class:`~subscriber.exceptions.ChangesTrimmed`: never a silent loss;
 - restart: the position is saved (debounced, and on exit) once the caller asks for the next
   batch, i.e. after it handled the previous one. A crash may repeat the last batch.
+
+``token``, a private topic's read token, goes with every request to the hub: the stream or
+WebSub subscription, the checks of the topic and of ``since``, and every document polled
+from the hub (:class:`~rsclient.hub_token.HubToken`: to the hub's origin only).
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from types import TracebackType
 from typing import Literal
 
 import aiohttp
+
+from rsclient.hub_token import HubToken
 
 from .callback import CallbackReceiver
 from .events import ChangeEvent, Gap
@@ -104,6 +110,8 @@ class Follower:
         self.topic = topic
         self.via = via
         self.token = token
+        #: The token as sent: to the hub only.
+        self.hub_token = HubToken.of(self.hub, token)
         self.poll_interval = poll_interval
         self.push_retry = push_retry
         self._save = save
@@ -122,7 +130,9 @@ class Follower:
             )
         self.poller: Poller | None = None
         if poll_start is not None and (via == "poll" or fallback):
-            self.poller = Poller(session, poll_start, topic=topic, overlap=overlap)
+            self.poller = Poller(
+                session, poll_start, topic=topic, overlap=overlap, token=self.hub_token
+            )
         self.mode: Mode = "poll" if via == "poll" else "push"
         self._queue: asyncio.Queue[list[ChangeEvent] | Gap | _Lost] = asyncio.Queue(1000)
         #: A gap notice taken from the queue but not handled yet (changes before it were).
@@ -198,8 +208,11 @@ class Follower:
         """
         assert self.hub is not None and self.topic is not None
         url = f"{self.hub}/topics/{self.topic}/capabilitylist.xml"
+        headers = self.hub_token.headers(url) if self.hub_token else {}
         try:
-            async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=10)) as resp:
+            async with self.session.get(
+                url, headers=headers, timeout=aiohttp.ClientTimeout(total=10)
+            ) as resp:
                 status = resp.status
                 message = await error_message(resp) if status == 404 else ""
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
@@ -249,6 +262,8 @@ class Follower:
             return
         url = f"{self.hub}/topics/{self.topic}/events"
         headers = {"Accept": "text/event-stream", "Last-Event-ID": since}
+        if self.hub_token is not None:
+            headers.update(self.hub_token.headers(url))
         try:
             async with self.session.get(
                 url, headers=headers, timeout=aiohttp.ClientTimeout(total=10)
@@ -477,6 +492,7 @@ class Follower:
                 callback_url=url,
                 signature=self.signature,
                 event_filter=self.event_filter,
+                token=self.token,
             )
             await self._receiver.start()
         receiver = self._receiver

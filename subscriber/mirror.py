@@ -13,6 +13,10 @@ change was applied, and nothing is reported.)
 
 Changes of one batch are collapsed per URI (the last one wins: a fetch always gets the
 current bytes) and applied with at most ``concurrency`` requests in flight.
+
+A ``token`` (:class:`~rsclient.hub_token.HubToken`) goes with the GET of a resource only
+when the resource is on the hub itself; a Source's resources are fetched without it.
+The audit and its repair are in :mod:`subscriber.audit`.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 from tqdm import tqdm
@@ -33,15 +37,16 @@ from tqdm import tqdm
 from resourcesync import Entry
 from rsclient.backoff import Backoff, Retrier, parse_retry_after
 from rsclient.host_names import url_host_problem
+from rsclient.hub_token import HubToken
 from rsclient.statefile import write_atomically
 
 from .events import ChangeEvent
 from .exceptions import UnsafePathError
-from .integrity import matches
+from .integrity import digests, matches
 from .paths import RESERVED_PREFIX, uri_to_path
 from .retries import FailedFetches
 
-__all__ = ["AuditReport", "Mirror", "Stats"]
+__all__ = ["Download", "Mirror", "Outcome", "Stats"]
 
 log = logging.getLogger(__name__)
 
@@ -71,22 +76,21 @@ class Stats:
         )
 
 
-@dataclass
-class AuditReport:
-    missing: list[str] = field(default_factory=list)
-    extra: list[str] = field(default_factory=list)
-    different: list[str] = field(default_factory=list)
+@dataclass(frozen=True, slots=True)
+class Download:
+    """One GET of a resource, after its quick retries: its bytes, or why there are none."""
 
-    @property
-    def ok(self) -> bool:
-        return not (self.missing or self.extra or self.different)
+    #: The body of a 200.
+    data: bytes | None = None
+    #: 404 or 410: the Source no longer has it.
+    gone: int | None = None
+    #: Why it failed otherwise (a network error, another status, a host no lookup takes).
+    error: str = ""
 
-    def lines(self) -> list[str]:
-        return (
-            [f"missing {u}" for u in self.missing]
-            + [f"extra {p}" for p in self.extra]
-            + [f"different {d}" for d in self.different]
-        )
+
+#: What :meth:`Mirror.fetch` did: wrote the file; removed it (gone at the Source); kept it
+#: (the bytes it holds came again); refused the bytes; could not fetch them.
+Outcome = Literal["written", "gone", "held", "rejected", "failed"]
 
 
 class Mirror:
@@ -99,6 +103,7 @@ class Mirror:
         retries: int = 2,
         timeout: float = 60.0,
         report: Callable[[str], None] | None = None,
+        token: HubToken | None = None,
     ) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -108,6 +113,7 @@ class Mirror:
         self.stats = Stats()
         self._limit = asyncio.Semaphore(concurrency)
         self._report = report
+        self.token = token
         #: Fetches that failed, to retry (:meth:`retry_failed`); kept with the position.
         self.failed = FailedFetches()
         self._said_failed: set[str] = set()
@@ -134,9 +140,10 @@ class Mirror:
         for event in batch:
             latest.pop(event.loc, None)
             latest[event.loc] = event
-        await asyncio.gather(*(self._limited(partial(self._apply_one, e)) for e in latest.values()))
+        await asyncio.gather(*(self.limited(partial(self._apply_one, e)) for e in latest.values()))
 
-    async def _limited(self, work: Callable[[], Awaitable[None]]) -> None:
+    async def limited(self, work: Callable[[], Awaitable[object]]) -> None:
+        """Run ``work()`` within the mirror's limit of requests in flight."""
         # The coroutine is made once a slot is free: one made earlier and cancelled while
         # waiting (Ctrl-C) would be "never awaited".
         async with self._limit:
@@ -150,37 +157,32 @@ class Mirror:
             self._problem(f"rejected {exc}")
             return
         if event.change == "deleted" and not event.replayed:
-            if self._remove(path):
+            if self.remove(path):
                 self.stats.deleted += 1
             return
         if event.change == "deleted":
             # A replayed deletion may be older than a creation the position no longer
             # remembers: the Source says whether the resource is gone (404/410 removes it).
-            await self._fetch(event.loc, path, length=None, hash=None)
+            await self.fetch(event.loc, path, length=None, hash=None)
             return
-        await self._fetch(event.loc, path, length=event.length, hash=event.hash)
+        await self.fetch(event.loc, path, length=event.length, hash=event.hash)
 
-    async def _fetch(self, loc: str, path: Path, *, length: int | None, hash: str | None) -> None:
-        data: bytes | None = None
-        error = url_host_problem(loc)
-        if error is not None:  # no lookup can take its host: failed at once, not retried
-            self._fetch_failed(loc, length, hash, error)
-            return
+    async def download(self, loc: str) -> Download:
+        """GET ``loc``, retrying a network error, 429 or 5xx at once twice (jittered)."""
+        problem = url_host_problem(loc)
+        if problem is not None:  # no lookup can take its host: failed at once, not retried
+            return Download(error=problem)
         error = ""
+        headers = self.token.headers(loc) if self.token is not None else {}
         retry = Retrier(_FETCH_BACKOFF, attempts=self.retries + 1)
         async for _ in retry:
             asked = None
             try:
-                async with self.session.get(loc, timeout=self.timeout) as resp:
+                async with self.session.get(loc, headers=headers, timeout=self.timeout) as resp:
                     if resp.status in (404, 410):
-                        self._remove(path)
-                        self.stats.gone += 1
-                        self.failed.succeeded(loc)
-                        self._said_failed.discard(loc)
-                        return
+                        return Download(gone=resp.status)
                     if resp.status == 200:
-                        data = await resp.read()
-                        break
+                        return Download(data=await resp.read())
                     error = f"HTTP {resp.status}"
                     if resp.status < 500 and resp.status != 429:
                         break
@@ -189,9 +191,21 @@ class Mirror:
             except (aiohttp.ClientError, OSError, TimeoutError, UnicodeError) as exc:
                 error = str(exc) or type(exc).__name__
             retry.failed(asked)  # no wait after the last attempt
-        if data is None:
-            self._fetch_failed(loc, length, hash, error)
-            return
+        return Download(error=error)
+
+    async def fetch(self, loc: str, path: Path, *, length: int | None, hash: str | None) -> Outcome:
+        """Fetch ``loc`` into ``path`` if its bytes match ``length`` and ``hash``."""
+        got = await self.download(loc)
+        if got.gone is not None:
+            self.remove(path)
+            self.stats.gone += 1
+            self.failed.succeeded(loc)
+            self._said_failed.discard(loc)
+            return "gone"
+        if got.data is None:
+            self._fetch_failed(loc, length, hash, got.error)
+            return "failed"
+        data = got.data
         self.failed.succeeded(loc)
         self._said_failed.discard(loc)
         problem = matches(data, length=length, hash=hash)
@@ -199,18 +213,19 @@ class Mirror:
             # A stale announcement (the resource changed again since) for bytes we
             # already have: nothing to accept or reject.
             self.stats.unchanged += 1
-            return
+            return "held"
         if problem is not None:
             self.stats.rejected += 1
             self._problem(f"rejected {loc}: {problem}")
-            return
+            return "rejected"
         try:
             self._write(path, data)
         except OSError as exc:
             self.stats.failed += 1
             self._problem(f"failed {loc}: cannot write {path}: {exc}")
-            return
+            return "failed"
         self.stats.fetched += 1
+        return "written"
 
     def _fetch_failed(self, loc: str, length: int | None, hash: str | None, error: str) -> None:
         self.stats.failed += 1
@@ -234,9 +249,7 @@ class Mirror:
                 self.failed.succeeded(loc)
                 continue
             jobs.append(
-                self._limited(
-                    partial(self._fetch, loc, path, length=failed.length, hash=failed.hash)
-                )
+                self.limited(partial(self.fetch, loc, path, length=failed.length, hash=failed.hash))
             )
         await asyncio.gather(*jobs)
         return len(self.failed)
@@ -244,7 +257,8 @@ class Mirror:
     def _write(self, path: Path, data: bytes) -> None:
         write_atomically(path, data, temp_prefix=f"{_TMP}{path.name[:64]}-", durable=False)
 
-    def _remove(self, path: Path) -> bool:
+    def remove(self, path: Path) -> bool:
+        """Remove the file at ``path`` and the directories it leaves empty."""
         try:
             path.unlink()
         except FileNotFoundError:
@@ -301,44 +315,21 @@ class Mirror:
             expected.add(path)
             md = entry.md
             length, hash = (md.length, md.hash) if md is not None else (None, None)
-            if (length is not None or hash) and _same(path, length, hash):
+            if _same(path, length, hash):
                 self.stats.unchanged += 1
             else:
-                await self._fetch(entry.loc, path, length=length, hash=hash)
+                await self.fetch(entry.loc, path, length=length, hash=hash)
             if progress is not None:
                 progress.update(1)
 
-        await asyncio.gather(*(self._limited(partial(one, e)) for e in items))
+        await asyncio.gather(*(self.limited(partial(one, e)) for e in items))
         if progress is not None:
             progress.close()
         if prune:
             for path in self.local_files() - expected:
-                if self._remove(path):
+                if self.remove(path):
                     self.stats.deleted += 1
         return at
-
-    async def audit(self, entries: AsyncIterator[tuple[Entry, datetime | None]]) -> AuditReport:
-        """Compare the mirror with a Resource List: missing, extra and different files."""
-        report = AuditReport()
-        expected: set[Path] = set()
-        async for entry, _ in entries:
-            try:
-                path = self.path_of(entry.loc)
-            except UnsafePathError as exc:
-                report.missing.append(f"{entry.loc} ({exc})")
-                continue
-            expected.add(path)
-            md = entry.md
-            if not path.is_file():
-                report.missing.append(entry.loc)
-            elif md is not None and (md.length is not None or md.hash):
-                problem = matches(path.read_bytes(), length=md.length, hash=md.hash)
-                if problem is not None:
-                    report.different.append(f"{entry.loc}: {problem}")
-        report.extra = sorted(str(p.relative_to(self.root)) for p in self.local_files() - expected)
-        report.missing.sort()
-        report.different.sort()
-        return report
 
 
 def _holds(path: Path, data: bytes) -> bool:
@@ -349,6 +340,11 @@ def _holds(path: Path, data: bytes) -> bool:
 
 
 def _same(path: Path, length: int | None, hash: str | None) -> bool:
+    """Whether the file at ``path`` matches ``length`` and ``hash`` (a hash in no known
+    algorithm compares nothing: with no length either, the file is fetched again)."""
+    known = bool(hash) and any(True for _ in digests(hash or ""))
+    if length is None and not known:
+        return False
     try:
         if length is not None and path.stat().st_size != length:
             return False

@@ -9,6 +9,9 @@ one whose URL contains ``/topics/{topic}/`` wins) unless it lists only one.
 Entries of the hub's Change Lists carry their event id (``rs:md/@rshub:id``, namespace
 ``urn:rshub:1``), which the changes keep, with ``topic``, as push would deliver them.
 
+A ``token`` (:class:`~rsclient.hub_token.HubToken`) goes with every document read from the
+hub (a private topic's need it), and with no other.
+
 Each :meth:`Poller.poll` returns the changes whose change time (``rs:md/@datetime`` if
 present, else ``lastmod``) is at or after ``watermark - overlap``, in document order.
 Pages entirely before that (``until`` earlier) are not fetched; unchanged pages (304) are
@@ -31,6 +34,7 @@ import rsclient.exceptions
 from resourcesync import ChangeListIndex, Document, Entry, ResourceListIndex
 from rsclient.discovery import Discovery, discover
 from rsclient.documents import DocumentClient, Fetched
+from rsclient.hub_token import HubToken
 
 from .events import ChangeEvent
 from .exceptions import DiscoveryError, HubRefused, SourceError
@@ -66,11 +70,12 @@ class Poller:
         *,
         topic: str | None = None,
         overlap: timedelta = timedelta(seconds=30),
+        token: HubToken | None = None,
     ) -> None:
         self.start = start
         self.topic = topic
         self.overlap = overlap
-        self.documents = DocumentClient(session, max_bytes=MAX_DOCUMENT_BYTES)
+        self.documents = DocumentClient(session, max_bytes=MAX_DOCUMENT_BYTES, token=token)
         self._found: Discovery | None = None
         #: Change Lists whose current version was returned by a poll.
         self._consumed: set[str] = set()

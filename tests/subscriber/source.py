@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from xml.sax.saxutils import escape
+from xml.sax.saxutils import escape, quoteattr
 
 from aiohttp import web
 
@@ -40,6 +40,9 @@ class TestSource:
         self.failing: dict[str, int] = {}
         self.requests: list[tuple[str, int]] = []
         self.served_bytes: dict[str, bytes] = {}  # name -> bytes served instead (corruption)
+        #: name -> the ``rs:md`` attributes its Resource List entry gives instead of its
+        #: hash and length (``{}``: neither; ``{"length": "5"}``: a length alone).
+        self.listed_md: dict[str, dict[str, str]] = {}
         self._clock = datetime(2026, 1, 1, tzinfo=UTC)
         self._runner: web.AppRunner | None = None
 
@@ -143,13 +146,20 @@ class TestSource:
         at = format_datetime(datetime.now(UTC))
         urls = "".join(
             f"<url><loc>{escape(self.loc(n))}</loc>"
-            f"<lastmod>{format_datetime(self.lastmods[n])}</lastmod>"
-            f'<rs:md hash="md5:{hashlib.md5(d).hexdigest()}" length="{len(d)}"/></url>'
+            f"<lastmod>{format_datetime(self.lastmods[n])}</lastmod>{self._listed_md(n, d)}</url>"
             for n, d in sorted(self.files.items())
         )
         return self._xml(
             request, f'<urlset {NS}><rs:md capability="resourcelist" at="{at}"/>{urls}</urlset>'
         )
+
+    def _listed_md(self, name: str, data: bytes) -> str:
+        attrs = self.listed_md.get(name)
+        if attrs is None:
+            attrs = {"hash": f"md5:{hashlib.md5(data).hexdigest()}", "length": str(len(data))}
+        if not attrs:
+            return ""
+        return "<rs:md" + "".join(f" {k}={quoteattr(v)}" for k, v in attrs.items()) + "/>"
 
     def _up(self) -> str:
         return f'<rs:ln rel="up" href="{self.url}/capabilitylist.xml"/>'
