@@ -21,9 +21,11 @@ import pytest
 from aiohttp import web
 
 from subscriber.exceptions import HubRefused, StreamClosed
-from subscriber.stream import HubStream
+from subscriber.stream import MAX_MESSAGE_BYTES, HubStream
+from tests.conftest import Hub
+from tests.hub.test_grant_ends import KEY, token_for
 from tests.publisher.helpers import serve
-from tests.support import free_port, wait_for
+from tests.support import TIME_SCALE, changes, free_port, notification, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -195,3 +197,47 @@ async def test_the_stream_closes_its_connection_when_its_consumer_stops(
         assert [e.id for e in first] == ["1-0"] and opened.is_set()
         await batches.aclose()
         await asyncio.wait_for(closed.wait(), 5)
+
+
+async def test_a_message_past_the_limit_ends_the_stream_instead_of_filling_memory(
+    session: aiohttp.ClientSession,
+) -> None:
+    async def ws(request: web.Request) -> web.WebSocketResponse:
+        socket = web.WebSocketResponse()
+        await socket.prepare(request)
+        await socket.send_str(orjson.dumps([event(1)]).decode())
+        await socket.send_str("[" + " " * MAX_MESSAGE_BYTES + "]")
+        async for _ in socket:  # until the client closes
+            pass
+        return socket
+
+    app = web.Application()
+    app.router.add_get("/topics/t/ws", ws)
+    got: list[str] = []
+    async with serve(app) as base:
+        stream = HubStream(session, base, "t")
+        with pytest.raises(StreamClosed) as ended:
+            await asyncio.wait_for(collect(stream, got), 10)
+    assert got == ["1-0"]
+    assert ended.value.code == 1009  # "message too big": the follower polls instead
+
+
+@pytest.mark.parametrize(
+    "hub_settings", [{"tokens": ["pub"], "read_tokens": ["r"], "jwt_key": KEY}], ids=["jwt"]
+)
+async def test_the_real_hub_ends_a_stream_whose_signed_token_expires_with_4401(
+    hub: Hub, session: aiohttp.ClientSession
+) -> None:
+    """Against the hub itself: the token opens the stream and the replay comes; at the
+    token's end the hub closes with 4401, which ends a stream that is not persistent with
+    the hub's reason (the follower then polls, with the same token: its answer says why)."""
+    body = notification(changes(2))
+    assert (await hub.publish("secret", body, Authorization="Bearer pub")).status == 202
+    token, _ = token_for(2)
+    stream = HubStream(session, hub.url, "secret", since="0", token=token)
+    got: list[str] = []
+    with pytest.raises(StreamClosed) as ended:
+        await asyncio.wait_for(collect(stream, got), 20 * TIME_SCALE)
+    assert len(got) == 2
+    assert ended.value.code == 4401
+    assert ended.value.reason == f"token expired; renew the token and resume with since={got[-1]}"
