@@ -282,15 +282,17 @@ def xread_rows(result: Any) -> list[tuple[str, bytes]]:
 # -- delivery ownership (see hub.store.leases) ----------------------------------------------------
 
 #: Sorted set: live hub process id -> lease expiry (ms, Redis clock). It and
-#: :data:`LEADER` share a hash tag: the heartbeat script touches both.
-NODES = PREFIX + "{hub}:nodes"
+#: :data:`LEADER` share a hash tag: the heartbeat script touches both. The tag holds an
+#: ``@``, which no topic name may: a topic's keys are found (and deleted) by its own tag,
+#: so a topic named ``hub`` must never match these.
+NODES = PREFIX + "{@hub}:nodes"
 
 #: Stream of subscription changes (``topic``, ``callback``, ``kind``), so the process that
 #: owns a subscription learns at once that another process activated or removed it.
 SUBSCRIPTION_CHANGES = PREFIX + "subscription-changes"
 
 #: String: the process that runs the hub-wide periodic jobs, with a TTL.
-LEADER = PREFIX + "{hub}:leader"
+LEADER = PREFIX + "{@hub}:leader"
 
 
 def requests(topic: str) -> str:

@@ -155,6 +155,24 @@ async def test_deleting_a_topic_removes_every_key_and_ends_its_streams(
     assert (await admin(hub, "GET", "/admin/topics/t"))["length"] == 1
 
 
+async def test_deleting_a_topic_named_like_an_internal_tag_leaves_the_hub_keys(hub: Hub) -> None:
+    """Topic keys are found by their hash tag; the hub-wide keys (the nodes' heartbeats, the
+    leader) carry a tag no topic name can spell, so deleting a topic named ``hub`` removes
+    that topic's keys only."""
+
+    async def hub_keys() -> bool:
+        return int(await hub.redis.exists(keys.NODES, keys.LEADER)) == 2
+
+    await wait_for(hub_keys)
+    for name in ("hub", "revocations", "t"):
+        assert (await hub.publish(name, notification(changes(2)))).status == 202
+        assert await tagged_keys(hub, name)
+        body = await admin(hub, "DELETE", f"/admin/topics/{name}")
+        assert body["deleted"] is True
+        assert await tagged_keys(hub, name) == []
+        assert await hub_keys()
+
+
 async def test_subscriptions_lag_resume_and_delete(hub: Hub) -> None:
     failing = await CallbackServer(statuses=[500]).start()  # 503 never suspends
     healthy = await CallbackServer().start()
