@@ -43,8 +43,17 @@ _PUBLISH_ACCEPTED: Schema = {
         "replayed": {"type": "boolean"},
         "fetched": {"type": "integer", "minimum": 0},
         "note": {"type": "string"},
+        "content_type": {
+            "type": "string",
+            "description": "A plain WebSub topic's publish: the Content-Type its content was "
+            "stored with (and is delivered with)",
+        },
+        "length": {"type": "integer", "minimum": 0, "description": "Its content's bytes"},
     },
 }
+
+#: A plain WebSub topic's content (``RSHUB_WEBSUB_TOPICS``): any media type, kept as it is.
+_ANY_CONTENT: Schema = {"schema": {"type": "string", "format": "binary"}}
 
 _HEALTH: Schema = {
     "type": "object",
@@ -681,7 +690,7 @@ def _publish_responses() -> dict[str, Any]:
         "403": _error("The token may not publish to this topic"),
         "409": _error("Idempotency-Key reused for a different body"),
         "413": _error("Body larger than the hub's limit"),
-        "415": _error("Not XML"),
+        "415": _error("Not XML (and the topic is not a plain WebSub topic)"),
         "503": _PUBLISH_UNAVAILABLE,
     }
 
@@ -696,7 +705,10 @@ def spec(server_url: str = "/") -> dict[str, Any]:
                 "operationId": "publish",
                 "summary": "Publish a change notification to a topic",
                 "description": "A ResourceSync changelist-notification (or Change List) "
-                "document; every change is stored before the 202. " + _AUTH_NOTE,
+                "document; every change is stored before the 202. To a plain WebSub topic "
+                "(`RSHUB_WEBSUB_TOPICS`), the body is its new content, of any type, stored "
+                "with its Content-Type (one media type, at most 512 characters; none: "
+                "application/octet-stream) and delivered whole. " + _AUTH_NOTE,
                 "tags": ["publishing"],
                 "parameters": [
                     {
@@ -708,16 +720,24 @@ def spec(server_url: str = "/") -> dict[str, Any]:
                 ],
                 "requestBody": {
                     "required": True,
-                    "content": {XML: {"schema": {"type": "string"}}},
+                    "content": {XML: {"schema": {"type": "string"}}, "*/*": _ANY_CONTENT},
                 },
                 "responses": _publish_responses(),
             },
             "get": {
                 "operationId": "topicUri",
                 "summary": "The topic URI: its open Change List page, with WebSub Link headers",
+                "description": "A plain WebSub topic's is its latest content, with the "
+                "Content-Type it was published with and an ETag.",
                 "tags": ["documents"],
                 "parameters": _CONDITIONAL,
-                "responses": _document("")["get"]["responses"],
+                "responses": {
+                    **_document("")["get"]["responses"],
+                    "200": {
+                        "description": "The document (a plain WebSub topic: its content)",
+                        "content": {XML: {"schema": {"type": "string"}}, "*/*": _ANY_CONTENT},
+                    },
+                },
             },
         },
         "/": {
@@ -729,7 +749,10 @@ def spec(server_url: str = "/") -> dict[str, Any]:
                 "background. An XML body is a publish to the topic named by "
                 '`Link: <topic-url>; rel="self"`. A topic URL `/topics/{name}` on a host '
                 "that is none of the hub's names (public URL, `--alias-url`, loopback names "
-                "of a loopback hub) is refused with 400 naming them. " + _AUTH_NOTE,
+                "of a loopback hub) is refused with 400 naming them. For a plain WebSub "
+                "topic (`RSHUB_WEBSUB_TOPICS`), a publish ping fetches its content, of any "
+                "type, and a body of any type with that Link header is its new content. "
+                + _AUTH_NOTE,
                 "tags": ["websub", "publishing"],
                 "requestBody": {
                     "required": True,
@@ -751,6 +774,7 @@ def spec(server_url: str = "/") -> dict[str, Any]:
                             }
                         },
                         XML: {"schema": {"type": "string"}},
+                        "*/*": _ANY_CONTENT,
                     },
                 },
                 "responses": {
@@ -776,7 +800,11 @@ def spec(server_url: str = "/") -> dict[str, Any]:
                             }
                         },
                     },
-                    "502": _error("Fetching the pinged URL failed"),
+                    "502": _error(
+                        "Fetching the pinged URL failed, or (a plain WebSub topic) its answer "
+                        "cannot be delivered: a Content-Type that is not one media type or is "
+                        "over 512 characters, a content coding, an empty body"
+                    ),
                 },
             },
             "get": {

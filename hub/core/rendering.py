@@ -35,6 +35,14 @@ from hub.core.events import Event, decode, id_ms
 #: Namespace of rshub's extension attributes.
 RSHUB_NS = "urn:rshub:1"
 
+#: The media type and charset of every XML document the hub writes, and the
+#: ``Content-Type`` they are served and delivered with: one value, since WebSub §7 asks a
+#: delivery's to match the topic's (websub.rocks compares the two strings). aiohttp writes
+#: a response's type and charset as ``type; charset=x``.
+MEDIA_TYPE = "application/xml"
+CHARSET = "utf-8"
+CONTENT_TYPE = f"{MEDIA_TYPE}; charset={CHARSET}"
+
 _NS = (
     'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
     'xmlns:rs="http://www.openarchives.org/rs/terms/"'

@@ -70,8 +70,29 @@ def _base_url(value: str) -> str:
     return value
 
 
+def _plain_topic(value: str) -> str:
+    """A plain WebSub topic entry: one of this hub's topic names, or an http(s) URL prefix
+    of other sites' topic URLs (:class:`hub.core.topic_content.PlainTopics`)."""
+    if "://" not in value:
+        try:
+            return check_name(value)
+        except BadRequest as exc:
+            raise ValueError(
+                f"{value[:200]!r} is neither a topic name ({exc.message}) nor an http:// or "
+                "https:// URL prefix"
+            ) from None
+    try:
+        parts = urlsplit(value)
+    except ValueError as exc:
+        raise ValueError(f"{value[:200]!r} is not a URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{value[:200]!r}: a URL prefix must be an absolute http(s) URL")
+    return value
+
+
 Token = Annotated[str, AfterValidator(_token)]
 TopicName = Annotated[str, AfterValidator(_topic_name)]
+PlainTopic = Annotated[str, AfterValidator(_plain_topic)]
 
 
 def _printable(text: str) -> str:
@@ -235,6 +256,13 @@ class Settings(BaseSettings):
     #: (callbacks, publish-ping URLs). Off by default, even on a loopback bind: a hub behind
     #: a local reverse proxy is reachable from outside. For development on one machine only.
     allow_private_callbacks: bool = False
+    #: Plain WebSub topics, whose content is anything (an HTML page, a feed, text, JSON)
+    #: rather than ResourceSync change notifications: the hub keeps each one's latest
+    #: content and delivers it whole, with its ``Content-Type``. Each entry is one of this
+    #: hub's topic names (``"blog"``), or an ``http://``/``https://`` prefix of other sites'
+    #: topic URLs (``"https://blog.example/feeds/"``: every topic URL that starts with it;
+    #: never one of this hub's own topics, which are named).
+    websub_topics: list[PlainTopic] = Field(default_factory=list)
     #: Seconds a verification GET or a publish-ping fetch may take, body included.
     verify_timeout: float = Field(10.0, gt=0, le=120)
     #: Seconds a delivery POST may take to its answer's head (and again to drain its body).

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from hub.core import rendering
 from hub.core.exceptions import CallbackFailed, Conflict
 from hub.core.placement import subscription_id
+from hub.core.topic_content import PlainTopics, TopicContent
 from hub.core.topics import HubUrls
 from hub.live.delivery import (
     EVENT_COUNT_HEADER,
@@ -31,6 +32,7 @@ from hub.live.subscription_terms import signature_headers
 from hub.store.attempts import Attempt, AttemptWriter
 from hub.store.dead_letters import DeadLetter, DeadLetterStore
 from hub.store.subscriptions import Subscription
+from hub.store.topic_contents import ContentStore
 
 #: Marks a replayed delivery: ``dead-letter``. Its events were dead-lettered earlier and
 #: come after events with later ids; a subscriber applies them by their own times.
@@ -60,8 +62,14 @@ class Replays:
         max_changes: int,
         max_bytes: int,
         attempts: AttemptWriter | None = None,
+        plain: PlainTopics | None = None,
+        contents: ContentStore | None = None,
     ) -> None:
+        """``plain``, ``contents``: the plain WebSub topics, whose replays are their content
+        as it is now (what their deliveries send), and where it is."""
         self.dead_letters = dead_letters
+        self.plain = plain or PlainTopics(())
+        self.contents = contents
         #: Where each replay POST is logged, as deliveries are: the subscription's record
         #: (``rshub inspect``) showed "last success never" after a replay that succeeded.
         self.attempts = attempts
@@ -114,12 +122,22 @@ class Replays:
                 return letters[:i]
         return letters
 
+    async def _content(self, sub: Subscription) -> TopicContent | None:
+        """A plain topic's content now (None: a ResourceSync topic, or no content)."""
+        if self.contents is None or not self.plain.covers(sub.topic, sub.topic_url):
+            return None
+        return await self.contents.get(sub.topic)
+
     async def _post(self, sub: Subscription, batch: list[DeadLetter]) -> str | None:
         """POST one batch; the error, or ``None`` on a 2xx."""
         events = [d.event for d in batch]
-        body = rendering.notification(events, up=self.urls.capabilitylist(sub.topic))
+        content = await self._content(sub)
+        if content is None:
+            body = rendering.notification(events, up=self.urls.capabilitylist(sub.topic))
+        else:
+            body = content.body
         headers = {
-            "Content-Type": "application/xml",
+            "Content-Type": rendering.CONTENT_TYPE if content is None else content.content_type,
             "Link": self.urls.links(sub.topic_url),
             NODE_HEADER: self.node,
             SUBSCRIPTION_HEADER: subscription_id(sub.topic, sub.callback),

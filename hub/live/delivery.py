@@ -16,6 +16,11 @@ it sends nothing while its lease is not known to be valid. A worker caught up wi
 has its next POST written by the feed's own fan-out (:meth:`DeliveryWorker.offer`), so one
 publish's POSTs to every callback go out in one loop turn; its task then awaits the answer
 and handles it exactly as one it sent itself.
+
+A plain WebSub topic's delivery (:mod:`hub.core.topic_content`) is the topic's content as it
+is when the batch is sent, with its own ``Content-Type``, standing for every change of the
+batch; every other rule is the same. Its content is read from Redis, so the feed's fan-out
+leaves it to the worker's task.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from hub.core.retrying import STORE_OUTAGE, retrying
 from hub.core.revocations import Revocations
 from hub.core.settings import Settings
 from hub.core.tasks import Tasks, cancel_and_wait
+from hub.core.topic_content import PlainTopics, TopicContent
 from hub.core.topics import HubUrls
 from hub.live.callback_connections import Prefix, Started, header_block, length_line
 from hub.live.feed import FeedHub, TopicFeed
@@ -55,6 +61,7 @@ from hub.store.subscriptions import (
     Subscription,
     SubscriptionStore,
 )
+from hub.store.topic_contents import ContentStore
 from rsclient.backoff import Backoff, parse_retry_after
 
 log = logging.getLogger(__name__)
@@ -219,7 +226,10 @@ class DeliveryWorker:
         dead_letters: DeadLetterStore,
         deny: Callable[[str, str, str], Awaitable[bool]] | None = None,
         attempts: AttemptWriter | None = None,
+        contents: ContentStore | None = None,
     ) -> None:
+        """``contents``: where the topic's content is, when it is a plain WebSub topic
+        (its deliveries are that content, :mod:`hub.core.topic_content`)."""
         self.sub = sub
         self.lease = lease
         self.node = node
@@ -245,9 +255,12 @@ class DeliveryWorker:
         #: Its filter, rate limit and signatures (issue 21).
         self.terms = Terms(sub, settings)
         self.bucket = self.terms.rate_limit.bucket(time.monotonic())
-        #: The headers every delivery of this subscription carries.
+        self.contents = contents
+        #: The headers every delivery of this subscription carries. Its Content-Type is
+        #: exactly what the hub serves at a topic URI (WebSub §7: the topic's own); a
+        #: plain topic's delivery has its content's instead.
         self.headers = {
-            "Content-Type": "application/xml",
+            "Content-Type": rendering.CONTENT_TYPE,
             "Link": self.urls.links(sub.topic_url),
             NODE_HEADER: node,
             SUBSCRIPTION_HEADER: subscription_id(sub.topic, sub.callback),
@@ -315,6 +328,7 @@ class DeliveryWorker:
                     await self._park(remaining)
                     continue
                 sent: _Sent | None = None
+                content: TopicContent | None = None
                 if cursor == feed.last_key:  # caught up: the feed hands the next events over
                     sent = await self._wait_offer(feed, min(remaining, 60.0))
                     if sent is None:  # timed out, or offer() left them to this task
@@ -336,10 +350,15 @@ class DeliveryWorker:
                     if self.bucket and (wait := self.bucket.take(time.monotonic())) > 0:
                         await asyncio.sleep(wait)  # over its rate limit: a bigger batch then
                         continue
-                    batch, body = self.bodies.get(sub.topic, kept, gap, self.terms.filter)
+                    content = await self._content()
+                    if content is None:
+                        batch, body = self.bodies.get(sub.topic, kept, gap, self.terms.filter)
+                    else:  # the content now stands for every change read: one POST
+                        batch, body = kept, content.body
                     # The events filtered out after the last one sent are done with too.
                     through = read[-1] if len(batch) == len(kept) else batch[-1]
-                if await self._deliver(batch, body, gap, through.id, sent):
+                content_type = None if content is None else content.content_type
+                if await self._deliver(batch, body, gap, through.id, sent, content_type):
                     self.delivered += len(batch)
                 if sub.disabled:  # the batch stays at the cursor
                     continue
@@ -429,6 +448,7 @@ class DeliveryWorker:
         now = time.time()
         if (
             self._stopping
+            or self.contents is not None  # its content is read from Redis: the task's work
             or sub.disabled
             or sub.untold_gap is not None
             or sub.expired
@@ -469,6 +489,18 @@ class DeliveryWorker:
         self._idle.clear()
         self.posting = True
         return _Sent(batch, body, headers, through, request, now)
+
+    async def _content(self) -> TopicContent | None:
+        """A plain topic's content as it is now (WebSub delivers a topic's current content:
+        it stands for every change read); None for a ResourceSync topic, or a plain one
+        that has none (changes stored before it was declared plain go as notifications)."""
+        if self.contents is None:
+            return None
+        try:
+            return await self.contents.get(self.sub.topic)
+        except DamagedData as exc:  # its changes go as notifications, said once
+            _damage.damaged(f"content of topic {self.sub.topic!r}", exc)
+            return None
 
     def _make_prefix(self) -> Prefix | bool:
         try:
@@ -511,8 +543,12 @@ class DeliveryWorker:
                     self.sub.topic, self.sub.callback, _attempt(started, outcome, batch)
                 )
 
-    def _headers(self, batch: list[Event], gap: str | None) -> dict[str, str]:
+    def _headers(
+        self, batch: list[Event], gap: str | None, content_type: str | None = None
+    ) -> dict[str, str]:
         headers = {**self.headers, **_id_headers(batch)}
+        if content_type is not None:
+            headers["Content-Type"] = content_type
         if gap is not None:
             headers[GAP_HEADER] = f"trimmed-through={gap}"
             resourcelist = self.urls.resourcelist(self.sub.topic)
@@ -526,13 +562,14 @@ class DeliveryWorker:
         gap: str | None = None,
         through: str | None = None,
         sent: _Sent | None = None,
+        content_type: str | None = None,
     ) -> bool:
         """POST ``batch`` until a 2xx (True: the cursor moves to ``through``, default its
         last event), its dead letter or the subscription's disabling (False); raise
         :class:`_Gone` if the subscription ends. ``sent``: its first attempt, started by
-        :meth:`offer`."""
+        :meth:`offer`; ``content_type``: a plain topic's content's, for ``body``."""
         sub = self.sub
-        headers = self._headers(batch, gap) if sent is None else sent.headers
+        headers = self._headers(batch, gap, content_type) if sent is None else sent.headers
         while True:
             retry_after: float | None = None
             status: int | None = None
@@ -543,7 +580,7 @@ class DeliveryWorker:
                     await asyncio.Event().wait()
                 self._idle.clear()
                 if headers is None:  # the first attempt was written from shared bytes
-                    headers = self._headers(batch, gap)
+                    headers = self._headers(batch, gap, content_type)
                 headers.update(self.terms.signature_headers(body, batch, time.time()))
             attempt, sent = sent, None
             try:
@@ -736,12 +773,17 @@ class DeliveryService:
         tasks: Tasks,
         worker_ended: Callable[[], None],
         revocations: Revocations | None = None,
+        plain: PlainTopics | None = None,
+        contents: ContentStore | None = None,
     ) -> None:
         """``tasks``: where workers, verifications and cursor writes run; ``worker_ended``:
         called when a worker ends by itself, so ownership reconciles at once;
-        ``revocations``: the tokens revoked (:meth:`end_revoked`)."""
+        ``revocations``: the tokens revoked (:meth:`end_revoked`); ``plain``, ``contents``:
+        the plain WebSub topics and where their content is."""
         self.settings = settings
         self.revocations = Revocations() if revocations is None else revocations
+        self.plain = plain or PlainTopics(())
+        self.contents = contents
         self.client = client
         self.store = store
         self.feeds = feeds
@@ -809,6 +851,7 @@ class DeliveryService:
             dead_letters=self.dead_letters,
             deny=self.tell_denied,
             attempts=self.attempts,
+            contents=self.contents if self.plain.covers(sub.topic, sub.topic_url) else None,
         )
         self.workers[key] = worker
         worker.start(self._workers, lambda _t: self._ended(key, worker))

@@ -30,6 +30,8 @@ from hub.live.callback_connections import CallbackConnections, Prefix, Started, 
 from rsclient.host_names import ascii_host
 
 _PING_HEADERS = {"Accept": "application/xml"}
+#: A plain topic's content is delivered as it is served: asked for unencoded.
+_CONTENT_HEADERS = {"Accept": "*/*", "Accept-Encoding": "identity"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,18 +138,29 @@ class HttpClient:
 
     async def fetch_document(self, url: str) -> bytes:
         """GET a pinged topic URL: 200 and at most ``max_body_bytes``, or 502/413."""
+        return (await self._fetch(url, _PING_HEADERS)).body
+
+    async def fetch_content(self, url: str) -> Answer:
+        """GET a pinged plain WebSub topic: its 200 answer, headers and whole body (at most
+        ``max_body_bytes``, unencoded: ``Accept-Encoding: identity``), or 502/413."""
+        return await self._fetch(url, _CONTENT_HEADERS)
+
+    async def _fetch(self, url: str, headers: Mapping[str, str]) -> Answer:
+        """A publish ping's GET, within ``verify_timeout`` (body included), never
+        redirected, on the connections every outgoing request uses (their address rules)."""
         limit = self.settings.max_body_bytes
         try:
-            status, _, body = await self.connections.get(
-                url, _PING_HEADERS, self.settings.verify_timeout, limit + 1
+            status, answer_headers, body = await self.connections.get(
+                url, headers, self.settings.verify_timeout, limit + 1
             )
         except CallbackFailed as exc:
             raise BadGateway(f"fetching {url} for the publish ping failed: {exc}") from None
         if status != 200:
-            raise BadGateway(f"fetching {url} for the publish ping gave HTTP {status}")
+            why = " (redirects are not followed)" if 300 <= status < 400 else ""
+            raise BadGateway(f"fetching {url} for the publish ping gave HTTP {status}{why}")
         if len(body) > limit:
             raise PayloadTooLarge(f"{url} is larger than the {limit}-byte publish limit")
-        return body
+        return Answer(status, answer_headers, body)
 
     async def check_address(self, url: str, *, what: str = "hub.callback") -> None:
         """400 unless ``url``'s host resolves only to addresses the hub may call.

@@ -18,6 +18,7 @@ from hub.core.auth import PublisherAuth
 from hub.core.exceptions import BadRequest, UnsupportedMediaType
 from hub.core.packed import Packed
 from hub.core.settings import Settings
+from hub.live.content_publication import ContentPublishing
 from hub.live.ingest import Ingest
 from hub.live.parsing import DocumentParser
 from hub.store.event_store import Appended
@@ -55,6 +56,13 @@ class Publishing:
     auth: PublisherAuth
     parser: DocumentParser
     ingest: Ingest
+    #: Plain WebSub topics' publishes (their content, any type), when any are declared.
+    contents: ContentPublishing | None = None
+
+    def plain(self, topic: str, topic_url: str) -> bool:
+        """Whether ``topic`` (at ``topic_url``) is a plain WebSub topic, whose publishes
+        are its content (:mod:`hub.live.content_publication`), not change notifications."""
+        return self.contents is not None and self.contents.covers(topic, topic_url)
 
     def admit(
         self, topic: str, authorization: str | None, ctype: str, given_key: str | None

@@ -24,8 +24,10 @@ from hub.core.presence import StreamCounts
 from hub.core.revocations import Revocations
 from hub.core.settings import Settings
 from hub.core.tasks import Tasks
+from hub.core.topic_content import PlainTopics
 from hub.live import client_trust
 from hub.live.client_streams import Closing
+from hub.live.content_publication import ContentPublishing
 from hub.live.delivery import DeliveryService
 from hub.live.feed import FeedHub
 from hub.live.http_client import HttpClient
@@ -45,6 +47,7 @@ from hub.store.snapshots import ResourceSnapshots
 from hub.store.stream_stats import StreamStats
 from hub.store.subscriptions import SubscriptionStore
 from hub.store.topic_admin import TopicAdmin
+from hub.store.topic_contents import ContentStore
 from resourcesync import Limits
 from resourcesync.models import build_models
 
@@ -119,6 +122,13 @@ class Runtime:
         self.closing = Closing(self.revocations)
         self.revocation_store = RevocationStore(connections.main, self.store.scripts)
         self._revocations_read = asyncio.Lock()
+        #: Plain WebSub topics (hub.core.topic_content): which, their latest content, and
+        #: their publishes (content POSTed, or fetched on a ping).
+        self.plain_topics = PlainTopics(settings.websub_topics)
+        self.contents = ContentStore(connections.main)
+        self.content_publishing = ContentPublishing(
+            self.plain_topics, self.contents, self.ingest, self.client
+        )
         wake = asyncio.Event()  # set by delivery when a worker ends: ownership reconciles
         self.delivery = DeliveryService(
             settings,
@@ -130,6 +140,8 @@ class Runtime:
             tasks=self.tasks.group("delivery"),
             worker_ended=wake.set,
             revocations=self.revocations,
+            plain=self.plain_topics,
+            contents=self.contents,
         )
         self.ownership = Ownership(
             Leases(self.store.scripts, self.node, int(settings.ownership_lease_seconds * 1000)),

@@ -110,6 +110,17 @@ def pinged(topic: str) -> str:
     return f"{PREFIX}{{{topic}}}:pinged"
 
 
+def content(topic: str) -> str:
+    """Hash: a plain WebSub topic's latest content (:data:`CONTENT_BODY`, :data:`CONTENT_TYPE`;
+    see ``hub.store.topic_contents``)."""
+    return f"{PREFIX}{{{topic}}}:content"
+
+
+#: ``content``: the content's bytes and its ``Content-Type`` header value.
+CONTENT_BODY = "body"
+CONTENT_TYPE = "type"
+
+
 # -- hash fields --------------------------------------------------------------------------
 
 #: ``topic_meta``: id of the newest event, ms of the last publish, ms the topic was created,

@@ -60,6 +60,7 @@ def fixed_keys(topic: str) -> list[str]:
         keys.resourcelist_lock(topic),
         keys.topic_meta(topic),
         keys.pinged(topic),
+        keys.content(topic),
         keys.last_successes(topic),
         keys.requests(topic),
         keys.request_marks(topic),

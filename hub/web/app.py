@@ -50,6 +50,7 @@ from hub.web import request_headers as web_request_headers
 from hub.web import revocations as web_revocations
 from hub.web import streams as web_streams
 from hub.web import subscription_record as web_record
+from hub.web import topic_content as web_topic_content
 from hub.web import websub as web_websub
 from hub.web.cache import Builds, ByteCache
 from hub.web.error_responses import damaged_data, error_response, storage_failure
@@ -181,8 +182,12 @@ def _lifecycle(
         )
         decoder = app[web_request_body.DECODER] = web_request_body.decoder()
         urls = app[web_access.ACCESS].urls
+        contents = runtime.content_publishing if runtime.plain_topics else None
+        app[web_topic_content.SERVING_CONTENT] = web_topic_content.ServingContent(
+            runtime.plain_topics, runtime.contents
+        )
         app[web_publish.PUBLISHING] = web_publish.Publishing(
-            settings, auth, runtime.parser, runtime.ingest
+            settings, auth, runtime.parser, runtime.ingest, contents
         )
         app[web_websub.SUBSCRIBING] = web_websub.Subscribing(
             settings,
@@ -192,6 +197,7 @@ def _lifecycle(
             runtime.parser,
             runtime.ingest,
             web_websub.ping_limit(settings),
+            contents,
         )
         app[web_streams.STREAMING] = web_streams.Streaming(
             settings,
@@ -251,6 +257,8 @@ def _lifecycle(
                 max_changes=settings.delivery_batch_max_changes,
                 max_bytes=settings.delivery_batch_max_bytes,
                 attempts=runtime.delivery.attempts,
+                plain=runtime.plain_topics,
+                contents=runtime.contents,
             ),
         )
         try:
@@ -336,7 +344,7 @@ def create_app(
     get("/topics/{name}/ws", web_streams.websocket)
     get("/topics/{name}/events", web_streams.server_sent_events)
     get(WELL_KNOWN, web_documents.source_description)
-    get("/topics/{name}", web_documents.topic_uri)
+    get("/topics/{name}", web_topic_content.topic_uri)
     get("/topics/{name}/capabilitylist.xml", web_documents.capability_list)
     get("/topics/{name}/changelist.xml", web_documents.changelist_index)
     get(r"/topics/{name}/changelist/{page:[^/]+}.xml", web_documents.changelist_page)

@@ -26,9 +26,9 @@ from email.utils import parsedate_to_datetime
 from aiohttp import web
 from aiohttp.web_response import ContentCoding
 
-from hub.core.rendering import Rendered
+from hub.core.rendering import CHARSET, MEDIA_TYPE, Rendered
 
-XML = "application/xml"
+XML = MEDIA_TYPE
 #: A whole body is written in slices of this size, so one write never holds the loop long.
 WRITE_SLICE = 256 * 1024
 IMMUTABLE = "public, max-age=31536000, immutable"
@@ -160,7 +160,7 @@ async def stream(
         return web.Response(status=304, headers=all_headers)
     resp = web.StreamResponse(headers=all_headers)
     resp.content_type = XML
-    resp.charset = "utf-8"
+    resp.charset = CHARSET
     if request.method != "HEAD" and accepts_gzip(request):
         # (not for HEAD: aiohttp would still send the empty gzip stream's bytes)
         resp.enable_compression(ContentCoding.gzip)
@@ -232,7 +232,7 @@ async def send_bytes(
         all_headers["Content-Encoding"] = "gzip"
     resp = web.StreamResponse(headers=all_headers)
     resp.content_type = XML
-    resp.charset = "utf-8"
+    resp.charset = CHARSET
     resp.content_length = len(body)
     await resp.prepare(request)
     if request.method != "HEAD":

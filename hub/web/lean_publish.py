@@ -110,6 +110,7 @@ class LeanPublishing:
         "health",
         "max_body",
         "own_site",
+        "urls",
     )
 
     def __init__(self, app: web.Application) -> None:
@@ -128,6 +129,8 @@ class LeanPublishing:
         #: browser's publish also sends ``Origin`` and ``Sec-Fetch-Site``, so it is never
         #: lean. ``_hosts``: the ``Host`` values seen to name it (a publisher sends one).
         self.own_site: OwnSite | None = app[ACCESS].own_site if self.ctx.auth.open else None
+        #: Where topic URLs are (a plain WebSub topic's publish is aiohttp's: its content).
+        self.urls = app[ACCESS].urls
         self._hosts: set[bytes] = set()
 
     def head(self, url: bytes, headers: list[tuple[bytes, bytes]]) -> PublishHead | None:
@@ -165,6 +168,8 @@ class LeanPublishing:
             if len(self._topics) >= _TOPICS_KEPT:
                 self._topics.clear()
             self._topics[name] = topic
+        if self.ctx.contents is not None and self.ctx.plain(topic, self.urls.topic(topic)):
+            return None  # its content, of any type: aiohttp's path stores it
         authorization = seen.get(b"authorization")
         given_key = seen.get(b"idempotency-key")
         try:  # the hub's one header rule; what it refuses, aiohttp's path answers (400)

@@ -3,7 +3,9 @@
 ``POST /topics/{name}`` names the topic in the path; ``POST /`` names it in the
 ``Link: <topic>; rel="self"`` header (WebSub's publish style). The answer comes only after
 every change is in Redis: ``{"topic", "accepted", "ids", "replayed"}``. The policy is
-:mod:`hub.live.publication`'s, shared with the lean path (:mod:`hub.web.lean_publish`).
+:mod:`hub.live.publication`'s, shared with the lean path (:mod:`hub.web.lean_publish`). A
+plain WebSub topic's publish is its content, of any type (a fat ping,
+:mod:`hub.live.content_publication`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from aiohttp import web
 
 from hub.core.exceptions import BadRequest
 from hub.core.topics import check_name, parse_link_header
-from hub.live.publication import Publishing
+from hub.live.publication import Publishing, idempotency_key
 from hub.web.access import check_own_site, request_urls
 from hub.web.request_body import read_body
 
@@ -30,12 +32,21 @@ def accepted(answer: dict[str, object]) -> web.Response:
     return web.Response(body=orjson.dumps(answer), status=202, headers=_JSON)
 
 
-async def publish(request: web.Request, topic: str) -> web.Response:
-    """Validate, authorise and store one notification for ``topic``."""
+async def publish(request: web.Request, topic: str, topic_url: str | None = None) -> web.Response:
+    """Validate, authorise and store one notification for ``topic`` (whose URL is
+    ``topic_url``, by default this hub's ``/topics/{topic}``); or, for a plain WebSub topic,
+    its content."""
     ctx = request.app[PUBLISHING]
     if ctx.auth.open:  # anyone who reaches it may publish: not another site's page
         check_own_site(request)
     headers = request.headers
+    topic_url = topic_url or request_urls(request).topic(topic)
+    if ctx.contents is not None and ctx.plain(topic, topic_url):
+        ctx.auth.check(topic, headers.get("Authorization"))
+        key = idempotency_key(headers.get("Idempotency-Key"))
+        body = await read_body(request, ctx.settings)
+        ctype = headers.get("Content-Type")
+        return accepted(await ctx.contents.post(topic, topic_url, body, ctype, key))
     ctype = request.content_type if "Content-Type" in headers else ""
     key = ctx.admit(topic, headers.get("Authorization"), ctype, headers.get("Idempotency-Key"))
     body = await read_body(request, ctx.settings)
@@ -53,4 +64,4 @@ async def publish_to_self_link(request: web.Request) -> web.Response:
     self_url = links.get("self")
     if not self_url:
         raise BadRequest('publishing to the hub URL needs a Link: <topic-url>; rel="self" header')
-    return await publish(request, request_urls(request).name_from_url(self_url))
+    return await publish(request, request_urls(request).name_from_url(self_url), self_url)

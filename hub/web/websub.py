@@ -6,7 +6,9 @@ stores the changes it has not stored from earlier pings. The pinger learns the o
 ``202`` with the ids stored (maybe none), ``4xx`` for a URL or document the hub will not
 take, ``502`` when the fetch fails. Fetching obeys the same address rules as callbacks and
 the same size limit as a publish. A topic URI of this hub has nothing to fetch (its
-notifications are POSTed to it); a ping for one is acknowledged and stores nothing.
+notifications are POSTed to it); a ping for one is acknowledged and stores nothing. A ping
+for a plain WebSub topic fetches its content, of any type
+(:meth:`hub.live.content_publication.ContentPublishing.ping`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from hub.core.auth import PublisherAuth
 from hub.core.exceptions import BadRequest, Forbidden, Unauthorized
 from hub.core.ping_budgets import PingBudgets
 from hub.core.settings import Settings
+from hub.live.content_publication import ContentPublishing
 from hub.live.delivery import DeliveryService
 from hub.live.http_client import HttpClient
 from hub.live.ingest import Ingest
@@ -45,6 +48,8 @@ class Subscribing:
     ingest: Ingest
     #: Publish pings' budgets (None: no limit).
     pings: PingBudgets | None = None
+    #: Plain WebSub topics' pings: their content fetched (None: no such topics declared).
+    contents: ContentPublishing | None = None
 
 
 def ping_limit(settings: Settings) -> PingBudgets:
@@ -126,6 +131,8 @@ async def _publish_ping(request: web.Request, ping: websub.PublishPing) -> web.R
         return accepted({"topic": topic, "accepted": 0, "ids": [], "note": note})
     client = ctx.client
     await client.check_address(ping.url, what="hub.url")
+    if ctx.contents is not None and ctx.contents.covers(topic, ping.url):
+        return accepted(await ctx.contents.ping(topic, ping.url))
     changes = await ctx.parser.changes(await client.fetch_document(ping.url))
     ids = await ctx.ingest.append_unseen(topic, changes)
     metrics.CHANGES_ACCEPTED.inc(len(ids))

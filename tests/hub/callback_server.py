@@ -33,6 +33,9 @@ class CallbackServer:
     statuses: list[int] = field(default_factory=list)
     #: Seconds each delivery takes to answer (a batch stays in flight that long).
     delay: float = 0.0
+    #: Deliveries are change notifications, parsed and checked (False: a plain WebSub
+    #: topic's content, kept as it came).
+    notifications: bool = True
     verifications: list[dict[str, str]] = field(default_factory=list)
     deliveries: list[Delivery] = field(default_factory=list)
     #: The client certificate (``ssl.getpeercert()``) of each delivery, None without one.
@@ -68,6 +71,9 @@ class CallbackServer:
             if status >= 300:
                 self.refused += 1
                 return web.Response(status=status)
+        if not self.notifications:
+            self.deliveries.append(Delivery(body, dict(request.headers), [], []))
+            return web.Response(status=204)
         doc = parse(body)
         ids = [e.md.extra["{urn:rshub:1}id"] for e in doc.entries]  # type: ignore[union-attr]
         assert request.headers["X-RSHub-First-Event-Id"] == ids[0]

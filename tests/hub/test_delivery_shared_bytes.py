@@ -167,7 +167,7 @@ async def test_one_fan_out_from_shared_bytes_gives_each_callback_its_own_batch_a
         assert delivery.ids == want  # the callback server checks First/Last/Count against them
         headers = delivery.headers
         assert headers["X-RSHub-Subscription"] != "" and headers["Content-Type"] == (
-            "application/xml"
+            "application/xml; charset=utf-8"
         )
         if signing is None:
             assert not {"X-Hub-Signature", "webhook-signature"} & set(headers)

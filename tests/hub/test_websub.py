@@ -61,7 +61,13 @@ async def test_plain_subscription_gets_changes_in_order(hub: Hub, callback: Call
     assert callback.ids == published
     assert callback.locs == [c["loc"] for c in changes(15)]
     d = callback.deliveries[0]
-    assert d.headers["Content-Type"] == "application/xml"
+    # Exactly what the hub serves at the topic URI (WebSub §7, websub.rocks compares them).
+    topic = await hub.session.get(f"{hub.url}/topics/t")
+    assert (
+        d.headers["Content-Type"]
+        == topic.headers["Content-Type"]
+        == "application/xml; charset=utf-8"
+    )
     assert 'rel="hub"' in d.headers["Link"] and f"<{hub.url}/topics/t>" in d.headers["Link"]
     assert "X-Hub-Signature" not in d.headers
 
