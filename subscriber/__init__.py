@@ -12,6 +12,7 @@ from .audit import AuditReport, RepairReport
 from .callback import CallbackReceiver
 from .events import ChangeEvent, Gap
 from .exceptions import (
+    ChangesNoLongerListed,
     ChangesTrimmed,
     DiscoveryError,
     IntegrityError,
@@ -34,6 +35,7 @@ __all__ = [
     "CallbackReceiver",
     "ChangeEvent",
     "ChangeFilter",
+    "ChangesNoLongerListed",
     "ChangesTrimmed",
     "Discovery",
     "DiscoveryError",

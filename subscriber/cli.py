@@ -24,7 +24,7 @@ from rsclient.options import add_client_options, count, env_default, interval, n
 from rsclient.progress import add_progress_options, progress_bar
 
 from .audit import audit, repair
-from .events import Gap
+from .events import Gap, published_lastmod
 from .exceptions import DiscoveryError, HubRefused, SourceError, SubscriberError
 from .filters import MAX_PREFIXES, ChangeFilter
 from .follower import Follower, Mode
@@ -200,6 +200,7 @@ def _follower(
     *,
     start_at_end: bool = False,
     on_gap: Callable[[Gap], Awaitable[None]] | None = None,
+    latest: bool = False,
 ) -> Follower:
     host, _, port = args.listen.rpartition(":")
 
@@ -228,6 +229,7 @@ def _follower(
         on_gap=on_gap,
         event_filter=args.event_filter,
         signature=args.signature,
+        latest=latest,
     )
 
 
@@ -353,10 +355,16 @@ async def _sync(args: argparse.Namespace) -> int:
 
         async def rebaseline(gap: Gap) -> None:
             """The hub lost changes before delivering them: the Resource List again."""
-            report(
-                f"the hub trimmed changes through {gap.trimmed_through} before delivering "
-                "them; re-baselining from its Resource List"
-            )
+            if gap.unlisted:
+                report(
+                    f"the hub no longer lists changes through {gap.trimmed_through}, which "
+                    "this mirror has not applied; re-baselining from its Resource List"
+                )
+            else:
+                report(
+                    f"the hub trimmed changes through {gap.trimmed_through} before "
+                    "delivering them; re-baselining from its Resource List"
+                )
             began = time.monotonic()
             await _baseline(
                 mirror, documents, position, save, progress=False, prefixes=tuple(args.prefix)
@@ -365,7 +373,7 @@ async def _sync(args: argparse.Namespace) -> int:
 
         if args.once:
             args.via = "poll"
-        follower = _follower(args, session, position, save, on_gap=rebaseline)
+        follower = _follower(args, session, position, save, on_gap=rebaseline, latest=True)
         try:
             await follower.start()
             if not position.extra.get("baseline"):
@@ -384,7 +392,7 @@ async def _sync(args: argparse.Namespace) -> int:
                 )
                 report(f"baseline: {mirror.stats.summary()} in {time.monotonic() - started:.1f}s")
             if args.once:
-                batch = await follower.poller.poll(position.watermark) if follower.poller else []
+                batch = await follower.catch_up()
                 wanted = args.event_filter.accepts if args.event_filter else None
                 await mirror.apply(
                     [e for e in batch if position.accept(e) and (not wanted or wanted(e))]
@@ -481,8 +489,12 @@ async def _baseline(
         async for entry, at in documents.resources():
             if prefixes and not entry.loc.startswith(prefixes):
                 continue
-            if entry.lastmod is not None:
-                position.remember(entry.loc, format_datetime(entry.lastmod))
+            try:
+                lastmod = published_lastmod(entry)
+            except ValueError:  # the hub's extension unreadable: no key to remember
+                lastmod = None
+            if lastmod is not None:
+                position.remember(entry.loc, format_datetime(lastmod))
             yield entry, at
 
     at = await mirror.baseline(listed(), progress=bar)

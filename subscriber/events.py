@@ -17,9 +17,25 @@ import orjson
 
 from resourcesync import Entry, format_datetime, parse_datetime
 
-__all__ = ["ChangeEvent", "Gap", "event_order"]
+__all__ = ["RSHUB_LASTMOD", "ChangeEvent", "Gap", "event_order", "published_lastmod"]
 
 _CHANGES = frozenset({"created", "updated", "deleted"})
+
+#: The publisher's ``lastmod`` on the hub's Change Lists and Resource Lists, whose own
+#: ``<lastmod>`` is the hub's receipt time: an extension attribute of ``rs:md``.
+RSHUB_LASTMOD = "{urn:rshub:1}lastmod"
+
+
+def published_lastmod(entry: Entry) -> datetime | None:
+    """The entry's time as its publisher gave it: ``rs:md/@rshub:lastmod`` on the hub's
+    documents (what push delivers, so that a change has one identity whichever way it came),
+    else ``<lastmod>``.
+
+    Raises:
+        ValueError: ``rshub:lastmod`` is no W3C datetime.
+    """
+    extra = entry.md.extra.get(RSHUB_LASTMOD) if entry.md is not None else None
+    return parse_datetime(extra) if extra is not None else entry.lastmod
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,12 +126,14 @@ class ChangeEvent:
     ) -> ChangeEvent:
         """From a Change List or notification entry (1.0 or 1.1).
 
-        ``lastmod`` is the entry's ``<lastmod>`` when present, else its 1.1 ``datetime``,
-        else ``default_time``; ``time`` is the change time (``datetime`` first).
+        ``lastmod`` is the publisher's (:func:`published_lastmod`) when present, else the
+        entry's 1.1 ``datetime``, else ``default_time``; ``time`` is the change time
+        (``datetime`` first).
         """
         md = entry.md
         when = entry.change_time or default_time
-        stamp = entry.lastmod if entry.lastmod is not None else when
+        published = published_lastmod(entry)
+        stamp = published if published is not None else when
         if stamp is None or md is None or md.change is None:
             raise ValueError(f"{entry.loc}: not a change entry (needs rs:md change and a time)")
         links = tuple(
@@ -173,6 +191,9 @@ class Gap:
     trimmed_through: str
     #: The topic's Resource List, as the hub named it (``rs:ln rel="resourcelist"``).
     resourcelist: str | None = None
+    #: Found polling the hub's ``changes.xml``: it no longer lists changes through
+    #: ``trimmed_through`` (trimmed, or more URIs changed than it lists).
+    unlisted: bool = False
 
 
 def event_order(event_id: str) -> tuple[int, int] | None:

@@ -8,6 +8,7 @@ The tree::
     │   └── MalformedEvent        the stream carried what is not a change event
     ├── HubRefused                the hub answered 4xx (bad topic name, bad since): fatal
     │   └── ChangesTrimmed        the hub trimmed changes before delivering them (WebSub)
+    │       └── ChangesNoLongerListed  changes.xml no longer lists changes not applied
     ├── SourceError               a Source or hub answered wrongly (the peer's fault)
     │   └── DiscoveryError        no Change List / Resource List found from a start URL
     ├── IntegrityError            fetched bytes do not match the announced length or hash
@@ -25,6 +26,7 @@ from __future__ import annotations
 import rsclient.exceptions
 
 __all__ = [
+    "ChangesNoLongerListed",
     "ChangesTrimmed",
     "DiscoveryError",
     "HubRefused",
@@ -86,6 +88,23 @@ class ChangesTrimmed(HubRefused):
             f"delivered; re-baseline from {where}",
         )
         self.trimmed_through = trimmed_through
+        self.resourcelist = resourcelist
+
+
+class ChangesNoLongerListed(ChangesTrimmed):
+    """The hub's ``changes.xml`` begins with its marker (``rs:md/@rshub:lost-through``):
+    changes through that event are no longer listed (retention trimmed them, or more URIs
+    changed than one document lists) and this subscriber's position is before them."""
+
+    def __init__(self, lost_through: str, resourcelist: str | None) -> None:
+        where = resourcelist or "the topic's Resource List"
+        HubRefused.__init__(
+            self,
+            410,
+            f"the hub no longer lists changes through event {lost_through}, which this "
+            f"mirror has not applied; re-baseline from {where}",
+        )
+        self.trimmed_through = lost_through
         self.resourcelist = resourcelist
 
 

@@ -21,7 +21,10 @@ Guarantees to the caller of :meth:`Follower.batches`:
 - a WebSub gap notice (the hub trimmed changes before delivering them) is awaited as
   ``on_gap(gap)`` (e.g. a new baseline from the Resource List) before the changes that
   follow it are handed over; without ``on_gap`` it ends :meth:`batches` with
-  :class:`~subscriber.exceptions.ChangesTrimmed`: never a silent loss;
+  :class:`~subscriber.exceptions.ChangesTrimmed`: never a silent loss. With ``latest``
+  (a mirror: polling the hub's ``changes.xml``, the latest change of each URI), the same
+  goes for changes that document no longer lists after the position; after ``on_gap`` the
+  position moves on to them (the new baseline holds them);
 - restart: the position is saved (debounced, and on exit) once the caller asks for the next
   batch, i.e. after it handled the previous one. A crash may repeat the last batch.
 
@@ -47,7 +50,13 @@ from rsclient.hub_token import HubToken
 
 from .callback import CallbackReceiver
 from .events import ChangeEvent, Gap
-from .exceptions import ChangesTrimmed, HubRefused, PushUnavailable, SourceError
+from .exceptions import (
+    ChangesNoLongerListed,
+    ChangesTrimmed,
+    HubRefused,
+    PushUnavailable,
+    SourceError,
+)
 from .filters import ChangeFilter
 from .poller import Poller
 from .position import EventCursor
@@ -96,12 +105,15 @@ class Follower:
         event_filter: ChangeFilter | None = None,
         signature: Scheme = "websub",
         waits: bool = True,
+        latest: bool = False,
     ) -> None:
         """``event_filter``: only these changes (the hub filters what it pushes, polled
         Change Lists are filtered here); ``signature``: what a WebSub callback asks for;
         ``waits``: False for a one-shot caller (``sync --once``), which is told at
         :meth:`start` that the hub cannot be reached (:class:`SourceError`) instead of
-        the follower saying it waits for a hub it will never wait for."""
+        the follower saying it waits for a hub it will never wait for; ``latest``: poll
+        the hub's ``changes.xml`` (the latest change of each URI: for a mirror, which
+        needs no intermediate change) instead of its Change List pages."""
         if via != "poll" and (hub is None or topic is None):
             raise ValueError("push needs hub and topic")
         self.session = session
@@ -129,9 +141,16 @@ class Follower:
                 else f"{self.hub}/topics/{topic}/capabilitylist.xml"
             )
         self.poller: Poller | None = None
+        #: Polling the hub's latest changes: the marker there judges the position.
+        self.latest = latest and self.hub is not None and topic is not None and source is None
         if poll_start is not None and (via == "poll" or fallback):
             self.poller = Poller(
-                session, poll_start, topic=topic, overlap=overlap, token=self.hub_token
+                session,
+                poll_start,
+                topic=topic,
+                overlap=overlap,
+                token=self.hub_token,
+                latest=f"{self.hub}/topics/{topic}/changes.xml" if self.latest else None,
             )
         self.mode: Mode = "poll" if via == "poll" else "push"
         self._queue: asyncio.Queue[list[ChangeEvent] | Gap | _Lost] = asyncio.Queue(1000)
@@ -188,7 +207,7 @@ class Follower:
         if self.hub is not None and self.topic is not None:
             await self._check_topic()
         if self.via == "poll":
-            if self.hub is not None and self.topic is not None:
+            if self.hub is not None and self.topic is not None and not self.latest:
                 await self._check_since()
             self._set_mode("poll", "polling only")
         if self.via != "poll":
@@ -362,10 +381,35 @@ class Follower:
         self._next_push = time.monotonic() + self.push_retry
         self._set_mode("poll", f"push lost: {error}")
 
+    async def catch_up(self) -> list[ChangeEvent]:
+        """One poll, for a one-shot caller (``sync --once``): the changes listed after the
+        position, not yet judged by it; changes no longer listed after it as in
+        :meth:`batches` (``on_gap``, then the position moves on, else raised)."""
+        if self.poller is None:
+            return []
+        try:
+            return await self.poller.poll(self.position.watermark, self.position.event_id)
+        except ChangesNoLongerListed as exc:
+            await self._lost(exc)
+        return await self.poller.poll(self.position.watermark, self.position.event_id)
+
+    async def _lost(self, exc: ChangesNoLongerListed) -> None:
+        """Changes no longer listed that this position lacks: a new baseline (``on_gap``),
+        which holds them, then on from there; without ``on_gap``, the error."""
+        if self._on_gap is None:
+            raise exc
+        log.warning("changes through %s no longer listed: re-baselining", exc.trimmed_through)
+        await self._on_gap(Gap(exc.trimmed_through, exc.resourcelist, unlisted=True))
+        self.position.rebaselined(exc.trimmed_through)
+        self._dirty = True
+
     async def _poll_once(self) -> list[ChangeEvent]:
         if self.poller is not None:
             try:
-                changes = await self.poller.poll(self.position.watermark)
+                changes = await self.poller.poll(self.position.watermark, self.position.event_id)
+            except ChangesNoLongerListed as exc:
+                await self._lost(exc)
+                changes = []
             except HubRefused as exc:
                 if not (self.topic is not None and unknown_topic(exc.status, exc.message)):
                     raise

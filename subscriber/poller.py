@@ -14,6 +14,13 @@ hub (a private topic's need it), and with no other.
 
 Each :meth:`Poller.poll` returns the changes whose change time (``rs:md/@datetime`` if
 present, else ``lastmod``) is at or after ``watermark - overlap``, in document order.
+
+With ``latest`` (the hub's ``changes.xml``, which ``rshub sync`` follows) it reads that one
+Change List instead: the latest change of every URI, enough for a mirror whatever the time
+between two polls. When it begins with the hub's marker (``rs:md/@rshub:lost-through``, the
+newest change no longer listed) and the position is before that change (its event id, else
+its watermark), :meth:`Poller.poll` raises
+:class:`~subscriber.exceptions.ChangesNoLongerListed`: the mirror needs a new baseline.
 Pages entirely before that (``until`` earlier) are not fetched; unchanged pages (304) are
 skipped, since their entries were returned before. The result is not de-duplicated: the
 overlap deliberately re-reads the recent past, and :class:`~subscriber.position.EventCursor`
@@ -31,13 +38,13 @@ from datetime import UTC, datetime, timedelta
 import aiohttp
 
 import rsclient.exceptions
-from resourcesync import ChangeListIndex, Document, Entry, ResourceListIndex
+from resourcesync import ChangeList, ChangeListIndex, Document, Entry, ResourceListIndex
 from rsclient.discovery import Discovery, discover
 from rsclient.documents import DocumentClient, Fetched
 from rsclient.hub_token import HubToken
 
-from .events import ChangeEvent
-from .exceptions import DiscoveryError, HubRefused, SourceError
+from .events import ChangeEvent, event_order
+from .exceptions import ChangesNoLongerListed, DiscoveryError, HubRefused, SourceError
 from .refusal import refusal
 
 __all__ = ["Discovery", "Poller"]
@@ -71,10 +78,13 @@ class Poller:
         topic: str | None = None,
         overlap: timedelta = timedelta(seconds=30),
         token: HubToken | None = None,
+        latest: str | None = None,
     ) -> None:
         self.start = start
         self.topic = topic
         self.overlap = overlap
+        #: The hub's ``changes.xml`` to poll instead of the discovered Change List.
+        self.latest = latest
         self.documents = DocumentClient(session, max_bytes=MAX_DOCUMENT_BYTES, token=token)
         self._found: Discovery | None = None
         #: Change Lists whose current version was returned by a poll.
@@ -116,8 +126,19 @@ class Poller:
         with _as_subscriber_errors():
             return await self.documents.fetch(url)
 
-    async def poll(self, watermark: datetime | None) -> list[ChangeEvent]:
-        """Changes at or after ``watermark - overlap`` (all retained ones if ``None``)."""
+    async def poll(
+        self, watermark: datetime | None, event_id: str | None = None
+    ) -> list[ChangeEvent]:
+        """Changes at or after ``watermark - overlap`` (all retained ones if ``None``).
+
+        ``event_id``: the last hub event id handed over, which judges the ``latest``
+        document's marker exactly (else the watermark does).
+
+        Raises:
+            ChangesNoLongerListed: ``latest`` no longer lists changes after the position.
+        """
+        if self.latest is not None:
+            return await self._poll_latest(watermark, event_id)
         found = await self.discover()
         if found.changelist is None:
             raise DiscoveryError(f"{self.start}: no Change List found")
@@ -138,6 +159,25 @@ class Poller:
         if not result.changed and found.changelist in self._consumed:
             return []
         self._consumed.add(found.changelist)
+        return _changes(doc, threshold, self.topic)
+
+    async def _poll_latest(
+        self, watermark: datetime | None, event_id: str | None
+    ) -> list[ChangeEvent]:
+        assert self.latest is not None
+        result = await self._get(self.latest, keep=True)
+        if not result.changed and self.latest in self._consumed:
+            return []  # read before without a loss, and the position only moves on
+        doc = result.doc
+        if not isinstance(doc, ChangeList):
+            raise SourceError(f"{self.latest}: not a Change List")
+        marks = (_lost_through(entry) for entry in doc.entries)
+        lost = next((mark for mark in marks if mark is not None), None)
+        if lost is not None and _behind(lost, watermark, event_id):
+            found = await self.discover()
+            raise ChangesNoLongerListed(lost, found.resourcelist)
+        self._consumed.add(self.latest)
+        threshold = None if watermark is None else watermark - self.overlap
         return _changes(doc, threshold, self.topic)
 
     async def resources(self) -> AsyncIterator[tuple[Entry, datetime | None]]:
@@ -164,6 +204,25 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 #: The hub's event id of a Change List entry: an extension attribute of ``rs:md``.
 ID_ATTRIBUTE = "{urn:rshub:1}id"
+#: On the marker entry of the hub's ``changes.xml``: the newest change it no longer lists.
+LOST_ATTRIBUTE = "{urn:rshub:1}lost-through"
+
+
+def _lost_through(entry: Entry) -> str | None:
+    """The event id a marker entry names (the hub's ``changes.xml``), else ``None``."""
+    value = entry.md.extra.get(LOST_ATTRIBUTE) if entry.md is not None else None
+    return None if value is None else str(value)
+
+
+def _behind(lost: str, watermark: datetime | None, event_id: str | None) -> bool:
+    """Whether a position may lack the change with id ``lost`` (an unreadable id: yes)."""
+    order = event_order(lost)
+    if order is None:
+        return True
+    last = None if event_id is None else event_order(event_id)
+    if last is not None:
+        return last < order
+    return watermark is None or watermark < datetime.fromtimestamp(order[0] / 1000, UTC)
 
 
 def _changes(
@@ -176,6 +235,8 @@ def _changes(
     previous = doc.md.from_ or _EPOCH
     out = []
     for entry in doc.entries:
+        if _lost_through(entry) is not None:
+            continue  # the marker is no change (Poller._poll_latest judged it)
         when = entry.change_time or previous
         previous = when
         if threshold is not None and when < threshold:

@@ -108,6 +108,19 @@ class EventCursor:
         if self.watermark is None or when > self.watermark:
             self.watermark = when
 
+    def rebaselined(self, through: str) -> None:
+        """A new baseline was made after event ``through`` was no longer listed: every
+        change up to it is in the mirror, so the position moves on to it (never back)."""
+        new = event_order(through)
+        if new is None:
+            return
+        last = None if self.event_id is None else event_order(self.event_id)
+        if last is None or new > last:
+            self.event_id = through
+        when = datetime.fromtimestamp(new[0] / 1000, UTC)
+        if self.watermark is None or when > self.watermark:
+            self.watermark = when
+
     def remember(self, loc: str, lastmod: str) -> None:
         """Note a resource state as already held (e.g. from a baseline): a later creation
         or update announced with this ``lastmod`` is then a duplicate."""

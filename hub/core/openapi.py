@@ -398,6 +398,27 @@ def _document(summary: str, extra: list[dict[str, Any]] | None = None) -> dict[s
     }
 
 
+def _changes_lost() -> dict[str, Any]:
+    """What the marker entry of ``changes.xml`` names: always 410, saying what is lost."""
+    return {
+        "get": {
+            "summary": "What changes.xml no longer lists: always 410 Gone, with `lost_through` "
+            "(the newest change not listed, an event id; absent when nothing is lost), `from` "
+            "(its time: after a new baseline, where to resume), `changes` and `resourcelist` "
+            "(where to re-baseline from)",
+            "tags": ["documents"],
+            "parameters": [_TOPIC],
+            "responses": {
+                "400": _BAD_NAME,
+                **_READ_REFUSED,
+                "404": _NOT_FOUND,
+                "410": _error("Changes before `from` are no longer listed: make a new baseline"),
+                "503": _UNAVAILABLE,
+            },
+        }
+    }
+
+
 # -- issue 21: signatures, filters, rate limit ------------------------------------------------
 
 _SUBSCRIBE_EXTENSIONS: Schema = {
@@ -870,6 +891,13 @@ def spec(server_url: str = "/") -> dict[str, Any]:
                 {"name": "page", "in": "path", "required": True, "schema": {"type": "string"}},
             ],
         ),
+        "/topics/{name}/changes.xml": _document(
+            "The latest change of every URI changed in the retained stream, as one Change "
+            "List (at most 50,000 entries); it begins with a marker entry naming "
+            "changes-lost when some change is no longer listed",
+            [_TOPIC],
+        ),
+        "/topics/{name}/changes-lost": _changes_lost(),
         "/topics/{name}/resourcelist.xml": _document(
             "A topic's Resource List (an index when large)", [_TOPIC]
         ),

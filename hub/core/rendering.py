@@ -5,8 +5,7 @@ page or fanning a change out to many callbacks, so entries are rendered by strin
 with XML escaping; every output still parses and validates with :func:`resourcesync.parse`
 (the unit tests check each kind).
 
-A change entry (Z39.99 §12.1, ResourceSync 1.1) is the same ``<url>`` in a WebSub body and
-on a Change List page:
+A change entry (Z39.99 §12.1, ResourceSync 1.1) in a WebSub body (:func:`change_entry`):
 
 - ``<lastmod>``: the publisher's time of the change, as published;
 - ``rs:md/@datetime``: the hub's receipt time (the event id's milliseconds), which orders the
@@ -15,6 +14,15 @@ on a Change List page:
 - ``rs:md/@rshub:id`` (namespace :data:`RSHUB_NS`): the hub's event id, so a client can
   de-duplicate, resume entry by entry, and switch between push and polling at an exact
   position (a header listing every id would outgrow common header-size limits).
+
+In the documents a Destination polls (Change List pages, ``changes.xml``, Resource Lists:
+:func:`listed_change`, :func:`resource_entry`) ``<lastmod>`` is the hub's receipt time too,
+the same instant as ``rs:md/@datetime``, and the publisher's value moves to
+``rs:md/@rshub:lastmod``: a client compares the Resource List's ``lastmod``, the Change
+Lists' ``lastmod`` and ``datetime`` and its own position with one another, and the
+reference client (resync) takes its position after a baseline from the Resource List's
+``lastmod``, so every one of them must be the hub's clock. A publisher's clock that runs
+ahead would otherwise hide the changes that follow a baseline.
 
 Times are written as :func:`resourcesync.format_datetime` writes them: a fraction only when
 there is one, without trailing zeros.
@@ -49,7 +57,9 @@ _NS = (
 )
 DECLARATION = '<?xml version="1.0" encoding="UTF-8"?>\n'
 URLSET_OPEN = f"{DECLARATION}<urlset {_NS}>"
-CHANGES_OPEN = f'{DECLARATION}<urlset {_NS} xmlns:rshub="{RSHUB_NS}">'
+#: A ``<urlset>`` whose entries carry ``rshub:`` attributes (Change Lists, Resource Lists,
+#: WebSub bodies).
+RSHUB_URLSET_OPEN = f'{DECLARATION}<urlset {_NS} xmlns:rshub="{RSHUB_NS}">'
 URLSET_CLOSE = "</urlset>"
 INDEX_OPEN = f"{DECLARATION}<sitemapindex {_NS}>"
 INDEX_CLOSE = "</sitemapindex>"
@@ -125,13 +135,27 @@ def _md_extra(data: dict[str, Any]) -> str:
     return "".join(f" {name}={attr(data[name])}" for name in _MD_ATTRS if name in data)
 
 
-def change_entry(event_id: str, data: dict[str, Any], floor_ms: int = 0) -> str:
-    """One change ``<url>``; its receipt time is never before ``floor_ms`` (a page's from)."""
-    when = max(id_ms(event_id), floor_ms)
+def change_entry(event_id: str, data: dict[str, Any]) -> str:
+    """One change ``<url>`` of a WebSub body: ``<lastmod>`` as the publisher sent it."""
     text = (
         f"<url><loc>{escape(data['loc'])}</loc><lastmod>{data['lastmod']}</lastmod>"
-        f'<rs:md change={attr(data["change"])} datetime="{w3c_ms(when)}"'
+        f'<rs:md change={attr(data["change"])} datetime="{w3c_ms(id_ms(event_id))}"'
         f' rshub:id="{event_id}"{_md_extra(data)}/>'
+    )
+    if "links" in data:
+        text += _links(data["links"])
+    return text + "</url>"
+
+
+def listed_change(event_id: str, data: dict[str, Any], floor_ms: int = 0) -> str:
+    """One change ``<url>`` of a Change List (a page or ``changes.xml``): ``<lastmod>`` and
+    ``datetime`` are the receipt time, never before ``floor_ms`` (a page's ``from``); the
+    publisher's ``lastmod`` is ``rshub:lastmod``."""
+    when = w3c_ms(max(id_ms(event_id), floor_ms))
+    text = (
+        f"<url><loc>{escape(data['loc'])}</loc><lastmod>{when}</lastmod>"
+        f'<rs:md change={attr(data["change"])} datetime="{when}" rshub:id="{event_id}"'
+        f" rshub:lastmod={attr(data['lastmod'])}{_md_extra(data)}/>"
     )
     if "links" in data:
         text += _links(data["links"])
@@ -152,7 +176,7 @@ def notification(
     that the subscriber never got. Said in the body, so the signature covers it: a root
     ``rs:ln rel="resourcelist"`` and ``rs:md/@rshub:trimmed-through``.
     """
-    head = CHANGES_OPEN
+    head = RSHUB_URLSET_OPEN
     if up is not None:
         head += f'<rs:ln rel="up" href={attr(up)}/>'
     if gap is None:
@@ -164,12 +188,27 @@ def notification(
     return head.encode() + b"".join(e.xml(event_entry) for e in events) + URLSET_CLOSE.encode()
 
 
-def resource_entry(data: dict[str, Any]) -> str:
-    """One Resource List ``<url>`` from a stored change (the resource's latest state)."""
-    extra = _md_extra(data)
-    text = f"<url><loc>{escape(data['loc'])}</loc><lastmod>{data['lastmod']}</lastmod>"
-    if extra:
-        text += f"<rs:md{extra}/>"
+def lost_marker(loc: str, lost_through: str, at_ms: int) -> str:
+    """The first entry of a ``changes.xml`` that no longer lists every change: a change of
+    ``loc`` (the hub's ``changes-lost`` URL, 410 Gone) at ``at_ms``, so that a client whose
+    position is before it tries to apply it and fails (see
+    :func:`hub.core.latest_changes.marker_ms`). ``rshub:lost-through``: the event id of the
+    newest change not listed."""
+    when = w3c_ms(at_ms)
+    return (
+        f"<url><loc>{escape(loc)}</loc><lastmod>{when}</lastmod>"
+        f'<rs:md change="updated" datetime="{when}" rshub:lost-through={attr(lost_through)}/>'
+        "</url>"
+    )
+
+
+def resource_entry(event_id: str, data: dict[str, Any]) -> str:
+    """One Resource List ``<url>`` from a stored change (the resource's latest state):
+    ``<lastmod>`` is when the hub received that change, as in the Change Lists."""
+    text = (
+        f"<url><loc>{escape(data['loc'])}</loc><lastmod>{w3c_ms(id_ms(event_id))}</lastmod>"
+        f"<rs:md rshub:lastmod={attr(data['lastmod'])}{_md_extra(data)}/>"
+    )
     if "links" in data:
         text += _links(data["links"])
     return text + "</url>"
@@ -236,8 +275,8 @@ def rendered(chunks: Iterable[bytes], at_ms: int, last_id: str | None) -> Render
 def resource_entries(values: Iterable[bytes]) -> Iterator[str]:
     """Resource List ``<url>`` elements for fold values (``"<event-id> <event-json>"``)."""
     for value in values:
-        _, _, stored = value.partition(b" ")
-        yield resource_entry(decode(stored))
+        event_id, _, stored = value.partition(b" ")
+        yield resource_entry(event_id.decode(), decode(stored))
 
 
 def resource_list(head: str, fold: dict[bytes, bytes], at_ms: int, last_id: str | None) -> Rendered:
@@ -266,5 +305,5 @@ def relinked(page: bytes, base: str, alias: str) -> bytes:
 
 def change_rows(head: str, rows: list[tuple[str, bytes]], floor_ms: int) -> bytes:
     """``head`` then one batch of a Change List page's entries (stored events)."""
-    parts = [head, *(change_entry(eid, decode(data), floor_ms) for eid, data in rows)]
+    parts = [head, *(listed_change(eid, decode(data), floor_ms) for eid, data in rows)]
     return "".join(parts).encode()

@@ -159,6 +159,14 @@ class HubUrls:
         # sitemaps in sorted URI order).
         return f"{self.topic(name)}/changelist/{n:08d}.xml"
 
+    def changes(self, name: str) -> str:
+        """The latest change of every URI, one Change List (:mod:`hub.core.latest_changes`)."""
+        return self.topic(name) + "/changes.xml"
+
+    def changes_lost(self, name: str) -> str:
+        """What ``changes.xml``'s marker entry names: answers 410, saying what was lost."""
+        return self.topic(name) + "/changes-lost"
+
     def resourcelist(self, name: str) -> str:
         return self.topic(name) + "/resourcelist.xml"
 

@@ -275,7 +275,7 @@ class ResourceSnapshots:
 
         async def flush() -> None:
             nonlocal k, batch
-            head = rendering.URLSET_OPEN + rendering.root(
+            head = rendering.RSHUB_URLSET_OPEN + rendering.root(
                 "resourcelist",
                 [("up", urls.capabilitylist(topic)), ("index", urls.resourcelist(topic))],
                 at=at_ms,

@@ -40,6 +40,7 @@ from hub.web import cors as web_cors
 from hub.web import dashboard as web_pages
 from hub.web import dead_letters as web_dead_letters
 from hub.web import documents as web_documents
+from hub.web import latest_changes as web_latest_changes
 from hub.web import observe as web_observe
 from hub.web import operator as web_operator
 from hub.web import presence as web_presence
@@ -220,6 +221,9 @@ def _lifecycle(
             ByteCache(settings.document_cache_bytes),
             Builds(settings.built_document_cache_bytes),
         )
+        app[web_latest_changes.LATEST] = web_latest_changes.LatestViews(
+            runtime.store, runtime.parser, max_bytes=settings.built_document_cache_bytes
+        )
         app[web_operator.OPERATING] = web_operator.Operating(
             runtime.store,
             runtime.subscriptions,
@@ -347,6 +351,8 @@ def create_app(
     get("/topics/{name}", web_topic_content.topic_uri)
     get("/topics/{name}/capabilitylist.xml", web_documents.capability_list)
     get("/topics/{name}/changelist.xml", web_documents.changelist_index)
+    get("/topics/{name}/changes.xml", web_latest_changes.latest_changes)
+    get("/topics/{name}/changes-lost", web_latest_changes.changes_lost)
     get(r"/topics/{name}/changelist/{page:[^/]+}.xml", web_documents.changelist_page)
     get("/topics/{name}/resourcelist.xml", web_documents.resource_list)
     get(r"/topics/{name}/resourcelist/{page:[^/]+}.xml", web_documents.resource_list_page)

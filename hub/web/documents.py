@@ -140,7 +140,7 @@ def _page_validators(u: HubUrls, topic: str, page: Page, now_ms: int) -> Validat
 
 def _page_head(u: HubUrls, topic: str, page: Page) -> str:
     links = [("up", u.capabilitylist(topic)), ("index", u.changelist_index(topic))]
-    return rendering.CHANGES_OPEN + rendering.root(
+    return rendering.RSHUB_URLSET_OPEN + rendering.root(
         "changelist", links, from_=page.from_ms, until=page.until_ms
     )
 
@@ -303,7 +303,7 @@ async def resource_list(request: web.Request) -> web.StreamResponse:
             exact = await snapshots.exact(topic)
             if exact is None:
                 return None
-            head = rendering.URLSET_OPEN + rendering.root(
+            head = rendering.RSHUB_URLSET_OPEN + rendering.root(
                 "resourcelist",
                 [("up", u.capabilitylist(topic))],
                 at=exact.at_ms,

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from resourcesync import ResourceList, ResourceListIndex, parse, parse_datetime
+from resourcesync import ResourceList, ResourceListIndex, parse
 from tests.conftest import Hub
 from tests.hub.documents_support import get_doc, links
 from tests.support import changes, notification
@@ -57,7 +58,11 @@ async def test_latest_state_of_each_uri(hub: Hub) -> None:
     by_loc = {e.loc: e for e in doc.entries}
     assert sorted(by_loc) == [r + "a", r + "c"]
     a = by_loc[r + "a"]
-    assert a.lastmod == parse_datetime("2026-01-02T00:00:00Z")
+    # lastmod: when the hub received the change (its clock, as in the Change Lists); the
+    # publisher's own value is rshub:lastmod
+    assert a.lastmod == datetime.fromtimestamp(int(ids[0].split("-")[0]) / 1000, UTC)
+    assert a.md is not None
+    assert a.md.extra["{urn:rshub:1}lastmod"] == "2026-01-02T00:00:00Z"
     assert (a.md.hash, a.md.length, a.md.type) == (sha, 12, "text/plain")
     # `at` is the snapshot's Redis time: never before the last change it contains.
     last_ms = int(ids[-1].split("-")[0])

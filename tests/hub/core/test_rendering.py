@@ -23,6 +23,7 @@ from resourcesync import (
 
 U = HubUrls("http://hub.example")
 RSHUB_ID = f"{{{rendering.RSHUB_NS}}}id"
+RSHUB_LASTMOD = f"{{{rendering.RSHUB_NS}}}lastmod"
 
 
 def stored(loc: str, change: str = "updated", **extra: object) -> bytes:
@@ -70,25 +71,39 @@ def test_webSub_notification_round_trips() -> None:
     assert [ln.href for ln in doc.links] == [U.capabilitylist("t")]
 
 
-def test_the_same_entry_in_a_webSub_body_and_on_a_change_list_page() -> None:
-    event = EVENTS[0]
-    in_body = rendering.event_entry(event).decode()
-    on_page = rendering.change_entry(event.id, event.fields, floor_ms=0)
-    assert in_body == on_page
-    assert ".12Z" in on_page and ".120Z" not in on_page
+def test_a_change_in_a_webSub_body_and_on_a_change_list_page() -> None:
+    """Push carries the publisher's lastmod; the documents a Destination polls carry the
+    hub's receipt time in both lastmod and datetime, the publisher's as rshub:lastmod."""
+    event = EVENTS[1]
+    [pushed] = parse(rendering.notification([event])).entries
+    page = rendering.RSHUB_URLSET_OPEN + rendering.root("changelist", [], from_=0)
+    page += rendering.listed_change(event.id, event.fields) + rendering.URLSET_CLOSE
+    [listed] = parse(page.encode()).entries
+    received = datetime(2026, 11, 22, 10, 0, 0, 500_000, tzinfo=UTC)
+    assert pushed.lastmod == datetime(2026, 11, 22, 10, 0, 0, tzinfo=UTC)
+    assert listed.lastmod == received
+    assert pushed.md is not None and listed.md is not None
+    assert pushed.md.datetime == listed.md.datetime == received
+    assert listed.md.extra[RSHUB_LASTMOD] == "2026-11-22T10:00:00Z"
+    assert RSHUB_LASTMOD not in pushed.md.extra
+    same = ("loc", "links")
+    assert [getattr(listed, n) for n in same] == [getattr(pushed, n) for n in same]
+    assert listed.md.model_dump(exclude={"extra"}) == pushed.md.model_dump(exclude={"extra"})
+    assert listed.md.extra[RSHUB_ID] == pushed.md.extra[RSHUB_ID] == event.id
+    assert ".5Z" in rendering.listed_change(event.id, event.fields) and ".500Z" not in page
 
 
 def test_change_list_page_round_trips_and_respects_its_floor() -> None:
     floor = 1795341600300
     page = (
-        rendering.CHANGES_OPEN
+        rendering.RSHUB_URLSET_OPEN
         + rendering.root(
             "changelist",
             [("up", U.capabilitylist("t")), ("index", U.changelist_index("t"))],
             from_=floor,
             until=1795341602000,
         )
-        + "".join(rendering.change_entry(e.id, e.fields, floor) for e in EVENTS)
+        + "".join(rendering.listed_change(e.id, e.fields, floor) for e in EVENTS)
         + rendering.URLSET_CLOSE
     )
     doc = parse(page.encode())
@@ -96,19 +111,43 @@ def test_change_list_page_round_trips_and_respects_its_floor() -> None:
     times = [e.md.datetime for e in doc.entries if e.md and e.md.datetime]
     assert times[0] == datetime.fromtimestamp(floor / 1000, tz=UTC)  # not before from
     assert times == sorted(times)
+    assert [e.lastmod for e in doc.entries] == times  # the same instant
 
 
 def test_resource_list_round_trips() -> None:
     body = (
-        rendering.URLSET_OPEN
+        rendering.RSHUB_URLSET_OPEN
         + rendering.root("resourcelist", [("up", U.capabilitylist("t"))], at=1, completed=2)
-        + "".join(rendering.resource_entry(e.fields) for e in EVENTS[:2])
+        + "".join(rendering.resource_entry(e.id, e.fields) for e in EVENTS[:2])
         + rendering.URLSET_CLOSE
     )
     doc = parse(body.encode())
     assert isinstance(doc, ResourceList)
     assert [e.loc for e in doc.entries] == ["http://x/a?b=1&c=<2>", "http://x/quote\"'"]
     assert doc.entries[1].md is not None and doc.entries[1].md.type == "text/plain"
+    # lastmod as in the Change Lists: the receipt time; the publisher's as rshub:lastmod
+    assert doc.entries[0].lastmod == datetime(2026, 11, 22, 10, 0, 0, 120_000, tzinfo=UTC)
+    assert doc.entries[0].md is not None
+    assert doc.entries[0].md.extra[RSHUB_LASTMOD] == "2026-11-22T10:00:00Z"
+
+
+def test_the_lost_marker_round_trips_first_in_a_change_list() -> None:
+    lost = "1795341600120-3"
+    body = (
+        rendering.RSHUB_URLSET_OPEN
+        + rendering.root("changelist", [("up", U.capabilitylist("t"))], from_=1795341600119)
+        + rendering.lost_marker(U.changes_lost("t"), lost, 1795341600119)
+        + "".join(rendering.listed_change(e.id, e.fields) for e in EVENTS)
+        + rendering.URLSET_CLOSE
+    )
+    doc = parse(body.encode())
+    assert isinstance(doc, ChangeList)
+    marker = doc.entries[0]
+    assert marker.loc == "http://hub.example/topics/t/changes-lost"
+    assert marker.md is not None and str(marker.md.change) == "updated"
+    assert marker.md.datetime == marker.lastmod
+    assert marker.md.datetime == datetime(2026, 11, 22, 10, 0, 0, 119_000, tzinfo=UTC)
+    assert marker.md.extra[f"{{{rendering.RSHUB_NS}}}lost-through"] == lost
 
 
 def test_indexes_capability_list_and_source_description_round_trip() -> None:
