@@ -1,13 +1,21 @@
 """A connection's requests until one is not plain: served lean, or handed to aiohttp.
 
 Each accepted connection gets a :class:`LeanConnection`, which parses its requests with
-llhttp (``httptools``; never by hand). A plain SSE subscribe becomes a
+llhttp (``httptools``; never by hand). Only a request that is plain by the one rule of
+:class:`hub.core.plain_requests.PlainRequests` (HTTP/1.1, ``Host``, aiohttp's size limits,
+no framing headers...) can be served lean: a plain SSE subscribe becomes a
 :class:`hub.web.lean_sse.LeanStream` (the connection is then the stream's); a plain
 publish (:mod:`hub.web.lean_publish`) is answered here, and the next request on the
 kept-alive connection is parsed again. Anything else, including every request the hub
 answers with an error, is handed to aiohttp's ``RequestHandler`` on the same transport with
-the bytes of that request received so far, and served exactly as before: the lean paths
-decline whatever they would have to do differently, and decide before any side effect.
+the bytes of that request received so far, read by read as they came (aiohttp's parser
+drops a request that ends in the same read as a malformed one begins, so joined reads
+would be answered differently), and served exactly as before: the lean paths decline
+whatever they would have to do differently, and decide before any side effect.
+
+A request's body has one deadline, ``body_timeout_seconds`` from the request's first
+byte: a lean publish whose body is late at it is handed over then, with its first byte's
+time, and aiohttp's path answers 408 at once (:mod:`hub.web.request_body`).
 
 While a publish is stored, bytes that arrive (a pipelined request) are kept and reading is
 paused, so the next request's bytes are always the handed-over request's own. Reading is
@@ -28,20 +36,17 @@ from aiohttp import web
 from aiohttp.tcp_helpers import tcp_keepalive
 from aiohttp.web_protocol import RequestHandler
 
+from hub.core.plain_requests import HEAD_BYTES, PlainRequests
 from hub.live.feed import TopicFeed
 from hub.web.lean_publish import LeanPublishing, Publish, PublishHead
 from hub.web.lean_sse import LeanSse, LeanStream
 from hub.web.publish import PUBLISHING
 
-#: Header bytes the lean paths wait for before they leave the request to aiohttp (which
-#: answers an over-long request line or header itself).
-_MAX_HEAD = 8192
-
 
 class Lean:
     """What the lean paths need of the app, looked up once."""
 
-    __slots__ = ("body_timeout", "keepalive", "publish", "server", "serving", "sse")
+    __slots__ = ("body_timeout", "keepalive", "plain", "publish", "server", "serving", "sse")
 
     def __init__(
         self, app: web.Application, server: web.Server, *, sse: bool, publish: bool
@@ -52,9 +57,17 @@ class Lean:
         settings = app[PUBLISHING].settings
         #: How long a kept-alive connection may wait for its next request's head.
         self.keepalive = settings.keepalive_timeout_seconds
-        #: How long a lean publish's body may take before aiohttp's path takes it over (and
-        #: answers 408 after its own ``body_timeout_seconds``).
+        #: How long a request's body may take, from the request's first byte: a lean
+        #: publish still without its body then is aiohttp's, which answers 408 at once.
         self.body_timeout = settings.body_timeout_seconds
+        #: The rule for which requests the lean paths may take, with the limits of
+        #: aiohttp's parser (as its request handler holds them).
+        limits = server()
+        self.plain = PlainRequests(
+            max_line_size=limits.max_line_size,
+            max_field_size=limits.max_field_size,
+            max_headers=limits.max_headers,
+        )
         #: Lean publishes being stored: tasks, or the store's calls (a reference keeps
         #: each task alive).
         self.serving: set[asyncio.Future[Any]] = set()
@@ -75,8 +88,8 @@ class LeanConnection(asyncio.Protocol):
     """A connection while its requests are plain (see the module docstring)."""
 
     __slots__ = (
+        "_began",
         "_body",
-        "_buffer",
         "_busy",
         "_complete",
         "_eof",
@@ -89,6 +102,8 @@ class LeanConnection(asyncio.Protocol):
         "_parser",
         "_paused",
         "_publish",
+        "_reads",
+        "_received",
         "_served",
         "_started",
         "_storing",
@@ -108,8 +123,8 @@ class LeanConnection(asyncio.Protocol):
         self._mine = True
         #: A publish being stored: reading is paused.
         self._busy = False
-        #: Bytes received while busy (the next request's); reading is paused at the first.
-        self._later = b""
+        #: Reads received while busy (the next request's); reading is paused at the first.
+        self._later: list[bytes] = []
         self._paused = False
         #: The peer's end of sending, seen while busy: it takes effect once answered.
         self._eof = False
@@ -122,12 +137,17 @@ class LeanConnection(asyncio.Protocol):
         self._storing: Publish | None = None
         self._storing_on: asyncio.Transport | None = None
         self._started = 0.0
-        #: A publish's body deadline, from its complete head.
+        #: A publish's body deadline (armed at its complete head).
         self._timer: asyncio.TimerHandle | None = None
         self._reset()
 
     def _reset(self) -> None:
-        self._buffer = b""
+        #: The request's reads so far, as they came (handed to aiohttp as they came), and
+        #: their length together.
+        self._reads: list[bytes] = []
+        self._received = 0
+        #: When the request's first byte came (the loop's clock): its body deadline's start.
+        self._began: float | None = None
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
         self._body: list[bytes] = []
@@ -140,6 +160,8 @@ class LeanConnection(asyncio.Protocol):
     # -- llhttp callbacks
     def on_message_begin(self) -> None:
         self._messages += 1
+        if self._began is None:
+            self._began = asyncio.get_running_loop().time()
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -151,7 +173,7 @@ class LeanConnection(asyncio.Protocol):
         parser = self._parser
         assert parser is not None
         lean, topic = self._lean, None
-        if parser.get_http_version() == "1.1" and not parser.should_upgrade():
+        if self._messages == 1 and lean.plain.plain(self._head(), self._url, self._headers):
             method = parser.get_method()
             if method == b"POST" and lean.publish is not None:
                 self._publish = lean.publish.head(self._url, self._headers)
@@ -161,6 +183,13 @@ class LeanConnection(asyncio.Protocol):
             elif lean.sse is not None:
                 topic = lean.sse.topic(method, self._url, self._headers)
         self._topic = topic or ""
+
+    def _head(self) -> bytes:
+        """The request's head as received (up to its first empty line: where llhttp saw
+        the head end earlier, at a bare LF, the rule finds that LF in it)."""
+        data = b"".join(self._reads)  # (one read, as a rule: that read itself)
+        end = data.find(b"\r\n\r\n")
+        return data[: end + 4] if end >= 0 else data
 
     def on_body(self, body: bytes) -> None:
         self._body.append(body)
@@ -175,23 +204,24 @@ class LeanConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         parser = self._parser
         if self._busy:  # the next request's start: kept, and no more read until answered
-            self._later += data
+            self._later.append(data)
             if not self._paused and self.transport is not None:
                 self._paused = True
                 self.transport.pause_reading()
             return
         if parser is None:
             if self._waiting:  # a pipelined request: aiohttp's then
-                self._buffer += data
+                self._reads.append(data)
                 self._messages += 1
             return
-        self._buffer += data
+        self._reads.append(data)
+        self._received += len(data)
         try:
             parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade):
             self._hand_over()
             return
-        if self._topic == "" or (self._topic is None and len(self._buffer) > _MAX_HEAD):
+        if self._topic == "" or (self._topic is None and self._received > HEAD_BYTES):
             self._hand_over()
         elif self._complete and self._topic:
             if self._messages > 1:  # pipelined: aiohttp queues the next request
@@ -202,7 +232,9 @@ class LeanConnection(asyncio.Protocol):
                 self._start_stream(self._topic)
         elif self._publish is not None and self._timer is None:  # the body is on its way
             loop = asyncio.get_running_loop()
-            self._timer = loop.call_later(self._lean.body_timeout, self._body_late)
+            assert self._began is not None
+            due = self._began + self._lean.body_timeout
+            self._timer = loop.call_at(due, self._body_late)
 
     def eof_received(self) -> bool | None:
         if self._busy:  # answered first, as when reading was paused for every publish
@@ -283,7 +315,7 @@ class LeanConnection(asyncio.Protocol):
     def _answered(self, outcome: bool | None) -> None:
         """A publish was answered (None: refused by the store having stored nothing)."""
         self._busy = False
-        later, self._later = self._later, b""
+        later, self._later = self._later, []
         transport = self.transport
         if transport is None or transport.is_closing():
             return
@@ -291,7 +323,7 @@ class LeanConnection(asyncio.Protocol):
             transport.close()
             return
         if outcome is None:  # refused by the store, nothing stored: aiohttp's answer
-            self._buffer += later
+            self._reads += later
             self._hand_over()
         else:
             self._reset()
@@ -299,8 +331,8 @@ class LeanConnection(asyncio.Protocol):
             if self._paused:
                 self._paused = False
                 transport.resume_reading()
-            if later:
-                self.data_received(later)
+            for data in later:
+                self.data_received(data)
         if self._eof:
             self._eof_now(transport)
 
@@ -342,7 +374,7 @@ class LeanConnection(asyncio.Protocol):
         transport, sse = self.transport, self._lean.sse
         assert transport is not None and sse is not None
         self._parser = None
-        self._buffer = b""
+        self._reads = []
         self._mine = False  # the stream's now, released when it ends
         self._guard.request_started(self)
         stream = LeanStream(sse, self._guard, transport)
@@ -366,23 +398,25 @@ class LeanConnection(asyncio.Protocol):
             self.transport.close()
 
     def _hand_over(self) -> None:
-        transport, buffered = self.transport, self._buffer
+        transport, reads = self.transport, self._reads
         assert transport is not None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         self._parser = None
-        self._buffer = b""
+        self._reads = []
         self._mine = False
         handler = self._lean.server()
-        self._guard.handed_over(self, handler)
+        self._guard.handed_over(self, handler, self._began)
         transport.set_protocol(handler)
         handler.connection_made(transport)
         if self._paused:
             self._paused = False
             transport.resume_reading()
-        if not transport.is_closing() and buffered:
-            handler.data_received(buffered)
+        for data in reads:  # read by read, as aiohttp would have had them
+            if transport.is_closing():
+                break
+            handler.data_received(data)
 
 
 #: Feeds being started for a first request (a reference keeps each task alive).
@@ -394,7 +428,9 @@ class Guard(Protocol):
     connection guard (:class:`hub.web.listener.ConnectionGuard`)."""
 
     def released(self, conn: object) -> None: ...
-    def handed_over(self, first: LeanConnection, handler: RequestHandler) -> None: ...
+    def handed_over(
+        self, first: LeanConnection, handler: RequestHandler, began: float | None
+    ) -> None: ...
     def request_started(self, handler: object) -> None: ...
     def request_head(self, conn: LeanConnection) -> None: ...
     def waiting(self, conn: LeanConnection, seconds: float) -> None: ...

@@ -6,7 +6,8 @@ is the hub's TCP site: every accepted connection counts against ``max_connection
 the cap it is answered ``503`` and closed at once), and one that has not sent complete request
 headers within ``header_timeout_seconds`` is closed. Later requests on a kept-alive
 connection are bounded by aiohttp's ``keepalive_timeout``; request bodies by
-``body_timeout_seconds`` where handlers read them (:mod:`hub.web.request_body`).
+``body_timeout_seconds`` where handlers read them (:mod:`hub.web.request_body`), from the
+request's first byte where the lean connection saw it (the guard hands that time on).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from typing import TYPE_CHECKING, cast
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
+from hub.web.request_body import REQUEST_BEGAN
+
 if TYPE_CHECKING:
     from hub.web.lean_connection import Lean, LeanConnection
 
@@ -28,6 +31,9 @@ log = logging.getLogger(__name__)
 
 #: Not a kept-alive lean connection (see ``ConnectionGuard._idle``).
 _NOT_IDLE = object()
+#: Handed-over connections whose first request's start is kept, past which the ended ones
+#: are dropped (one that aiohttp refused before any handler never collects its own).
+_BEGAN_KEPT = 256
 
 _BUSY_BODY = b'{"error": "too many connections; retry later", "status": 503}'
 _BUSY = (
@@ -66,6 +72,9 @@ class ConnectionGuard:
         #: but when it fires early (a timer made and cancelled per publish was ~2% of the
         #: lean publish's CPU, issue 22).
         self._idle: dict[object, float | None] = {}
+        #: Connections handed over by the lean paths: when the request they were reading
+        #: began (its first byte), for its body deadline; collected at its dispatch.
+        self._began: dict[RequestHandler, float] = {}
 
     def protocol_factory(
         self, server: web.Server, lean: Lean | None = None
@@ -104,10 +113,17 @@ class ConnectionGuard:
         self._held -= 1
         self.request_started(conn)
 
-    def handed_over(self, first: LeanConnection, handler: RequestHandler) -> None:
+    def handed_over(
+        self, first: LeanConnection, handler: RequestHandler, began: float | None
+    ) -> None:
         """``first`` is now ``handler``'s (counted by aiohttp from its connection_made on),
-        with the header deadline it had."""
+        with the header deadline it had, and its request's start (``began``: the loop's
+        time of its first byte; None before any byte)."""
         self._held -= 1
+        if began is not None:
+            if len(self._began) >= _BEGAN_KEPT:
+                self._began = {h: t for h, t in self._began.items() if h.transport is not None}
+            self._began[handler] = began
         due = self._idle.pop(first, _NOT_IDLE)
         timer = self._pending.pop(first, None)
         if timer is not None:
@@ -139,8 +155,14 @@ class ConnectionGuard:
 
     def dispatched(self, request: web.Request) -> None:
         """The request's headers are complete: its connection's header deadline is moot
-        (called first by the hub's one middleware, :func:`hub.web.observe.observe_middleware`)."""
-        self.request_started(request.protocol)
+        (called first by the hub's one middleware, :func:`hub.web.observe.observe_middleware`).
+        The first request of a connection the lean paths handed over gets its start."""
+        handler = request.protocol
+        if self._began:
+            began = self._began.pop(handler, None)
+            if began is not None:
+                request[REQUEST_BEGAN] = began
+        self.request_started(handler)
 
     def request_started(self, handler: object) -> None:
         self._idle.pop(handler, None)

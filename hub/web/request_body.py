@@ -24,10 +24,15 @@ from hub.core import content_coding
 from hub.core.exceptions import BadRequest, RequestTimeout
 from hub.core.settings import Settings
 
-__all__ = ["DECODER", "decoder", "read_body", "read_form"]
+__all__ = ["DECODER", "REQUEST_BEGAN", "decoder", "read_body", "read_form"]
 
 #: The app's one body-decoding thread (made and shut down by the app's lifecycle).
 DECODER = web.AppKey("body_decoder", ThreadPoolExecutor)
+#: When the request's first byte came (the loop's clock), where the hub saw it before
+#: aiohttp did: a request the lean paths read first and handed over
+#: (hub.web.listener.ConnectionGuard.dispatched). Without it, the request's head is
+#: complete when its handler runs: aiohttp tells of a request no earlier.
+REQUEST_BEGAN = web.RequestKey("rshub_request_began", float)
 
 
 def decoder() -> ThreadPoolExecutor:
@@ -68,13 +73,20 @@ async def read_form(
 
 
 async def _received(request: web.Request, settings: Settings) -> bytes:
+    """The body, received within the one body deadline: ``body_timeout_seconds`` from the
+    request's start (:data:`REQUEST_BEGAN`), so that a request the lean paths waited on
+    before handing it over does not wait the whole time again."""
     if request.content.is_eof():  # all received (a small publish): nothing to wait for
         return await request.read()
+    timeout = settings.body_timeout_seconds
+    began = request.get(REQUEST_BEGAN)
+    left = timeout if began is None else began + timeout - asyncio.get_running_loop().time()
     try:
-        async with asyncio.timeout(settings.body_timeout_seconds):
+        if left <= 0:
+            raise TimeoutError
+        async with asyncio.timeout(left):
             return await request.read()
     except TimeoutError:
         raise RequestTimeout(
-            f"the request body was not received within {settings.body_timeout_seconds:g} s "
-            "(RSHUB_BODY_TIMEOUT_SECONDS)"
+            f"the request body was not received within {timeout:g} s (RSHUB_BODY_TIMEOUT_SECONDS)"
         ) from None
