@@ -95,6 +95,7 @@ ROOT = SCRIPT.parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import rawload  # noqa: E402
+from bench.render import append_record, commit_of, this_machine, utc_now  # noqa: E402
 from hub.serve.workers import worker_count  # noqa: E402
 from hub.store.embedded_redis import EmbeddedRedis  # noqa: E402
 from tests.support import free_port  # noqa: E402
@@ -729,7 +730,8 @@ class Placement:
     On a small machine the helpers share the hub's cores: each POST the hub writes wakes
     the callbacks process, which the kernel placed on the hub's own core and let preempt
     it, so a 100-callback fan-out took ~100 µs a POST instead of the ~25 µs of hub CPU
-    (docs/benchmarks.md, figure 4). In a deployment the receivers are other machines.
+    (bench/results/hub.jsonl, figure 4 in 2026-11-24). In a deployment the receivers are other
+    machines.
 
     * ``apart``: the servers (the hub with its workers and parse pool, the bare baselines)
       on the first CPU, the helpers (WebSocket clients, callbacks, idle clients, ``XADD``
@@ -2207,6 +2209,78 @@ def print_repeats(runs: list[list[Row]]) -> bool:
     return ok and not lost
 
 
+#: Figures whose bench target is a ratio to their baseline, recorded as that ratio too, under
+#: the names bench/results/benchmarks.json lists as current (issue 22 set figure 1 at 0.6).
+RATIO_FIGURES = {
+    "1. single-change publishes/s": (
+        "1. single-change publishes ÷ bare aiohttp 204",
+        "× bare aiohttp",
+        "≥ 0.6 (issue 22)",
+        0.6,
+    ),
+    "3. WebSocket events/s delivered": (
+        "3. WebSocket events/s ÷ bare broadcast",
+        "× bare broadcast",
+        "≥ 0.5",
+        0.5,
+    ),
+}
+
+
+def kept(x: float) -> float:
+    """A measured value as a record keeps it: rates whole, times to the microsecond."""
+    return round(x) if abs(x) >= 1000 else round(x, 4)
+
+
+def run_record(runs: list[list[Row]], command: str, date: str, hub_src: Path) -> dict[str, Any]:
+    """The runs as one record of bench/results/hub.jsonl (``--record``): each figure's value
+    per run beside its baseline and ratio per run, its target and in how many runs it was met.
+    A run whose events did not all arrive gives that figure no value (noted)."""
+    n = len(runs)
+    figures: list[dict[str, Any]] = []
+    for name in dict.fromkeys(r.figure for rows in runs for r in rows):
+        rows = [r for run in runs for r in run if r.figure == name and r.complete]
+        lost = sum(1 for run in runs for r in run if r.figure == name and not r.complete)
+        if not rows:
+            continue
+        unit = rows[0].unit
+        if unit == "/s":
+            unit = next((u for u in ("changes/s", "events/s") if u in name), "/s")
+        figure: dict[str, Any] = {"name": name, "unit": unit, "runs": [kept(r.value) for r in rows]}
+        if all(r.baseline for r in rows):
+            bases = [kept(r.baseline or 0) for r in rows]
+            figure["baseline"] = {"name": rows[0].baseline_name, "runs": bases}
+            figure["ratio"] = {"runs": [round(r.value / (r.baseline or 1), 3) for r in rows]}
+        if rows[0].target is not None:
+            kind, bound = rows[0].target
+            figure["target"] = {"ratio": f"ratio >= {bound:g}", "min": f">= {bound:g}"}.get(
+                kind, f"<= {bound:g}"
+            )
+            figure["met"] = f"{sum(bool(r.passed) for r in rows)} of {n}"
+        if lost:
+            figure["note"] = f"events never all arrived in {lost} of {n} runs: no value there"
+        figures.append(figure)
+        derived = next((v for k, v in RATIO_FIGURES.items() if name.startswith(k)), None)
+        if derived and "ratio" in figure:
+            ratio_name, ratio_unit, target, bound = derived
+            ratios = figure["ratio"]["runs"]
+            figures.append(
+                {"name": ratio_name, "unit": ratio_unit, "runs": ratios, "target": target,
+                 "met": f"{sum(x >= bound for x in ratios)} of {n}"}
+            )  # fmt: skip
+    record: dict[str, Any] = {
+        "bench": "hub",
+        "command": command,
+        "date": date,
+        "until": utc_now(),
+        "commit": commit_of(hub_src),
+        "machine": this_machine(),
+        "runs": n,
+        "figures": figures,
+    }
+    return {k: v for k, v in record.items() if v is not None}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="smaller counts, shorter runs")
@@ -2279,6 +2353,11 @@ def main() -> int:
     parser.add_argument(
         "--role", choices=("bare", "wsclients", "callbacks", "idle"), help=argparse.SUPPRESS
     )
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="append the run (figures 1-6, not --workers) to bench/results/hub.jsonl",
+    )
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--sinks", type=int, default=100, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -2301,6 +2380,7 @@ def main() -> int:
         return 0
 
     started = time.perf_counter()
+    began = utc_now()
     nofile = raise_nofile()
     global PLACEMENT
     # --workers N needs every core for the hub's processes: nothing is pinned there.
@@ -2346,10 +2426,14 @@ def main() -> int:
         return 0 if met else 2
     if len(runs) == 1:
         print_table(runs[0], f"Results ({time.perf_counter() - started:.0f} s wall)")
-        return exit_status(runs[0])
-    met = print_repeats(runs)
-    print(f"\n({time.perf_counter() - started:.0f} s wall)")
-    return 0 if met else 2
+        status = exit_status(runs[0])
+    else:
+        status = 0 if print_repeats(runs) else 2
+        print(f"\n({time.perf_counter() - started:.0f} s wall)")
+    if args.record:
+        command = " ".join(["bench/hub.py", *(a for a in sys.argv[1:] if a != "--record")])
+        print(f"recorded in {append_record(run_record(runs, command, began, args.hub_src))}")
+    return status
 
 
 if __name__ == "__main__":

@@ -79,6 +79,7 @@ import pyspy_raw
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.render import append_record, commit_of, this_machine, utc_now  # noqa: E402
 from hub.store.embedded_redis import find_redis_server  # noqa: E402
 
 HOST = "127.0.0.1"
@@ -1162,6 +1163,78 @@ def print_summary(runs: list[tuple[Figures, Figures]]) -> None:
         )
 
 
+def figure_name(row: str) -> tuple[str, str] | None:
+    """A summary row's name as a record's figure name and unit: ``WS p50 ms (100 WS)`` is
+    ``WS p50 (100 WS)`` in ms; None for a row whose unit the records do not know."""
+    if row.startswith("publishes/s accepted"):
+        return row, "/s"
+    if row.startswith("server context switches"):
+        return row, "switches"
+    words = row.split(" ")
+    for unit in ("ms", "s", "KiB"):
+        if unit in words:
+            words.remove(unit)
+            return " ".join(words), unit
+    return None
+
+
+def run_record(
+    runs: list[tuple[Figures, Figures]], command: str, date: str, checkout: Path, alone: bool
+) -> dict[str, object]:
+    """The summary as one record of bench/results/peer_nchan.jsonl (``--record``): rshub's
+    median and per-run values, Nchan's beside them (the baseline), the ratio, the target and
+    in how many runs it was met. With rshub alone (``--servers rshub``) the figures are named
+    ``[rshub alone]``: they are not the figures measured beside Nchan."""
+    n = len(runs)
+    need = (n // 2) + 1 if n > 1 else 1
+    figures: list[dict[str, object]] = []
+    for row in runs[0][0].values:
+        named = figure_name(row)
+        mines = [round(m.values[row], 4) for m, _ in runs if row in m.values]
+        if named is None or not mines:
+            continue
+        name, unit = named
+        if alone and not name.startswith("restart"):
+            name += " [rshub alone]"
+        figure: dict[str, object] = {
+            "name": name,
+            "unit": unit,
+            "value": statistics.median(mines),
+            "runs": mines,
+        }
+        peers = [p.values.get(row, float("nan")) for _, p in runs]
+        pairs = [
+            (m.values[row], p) for (m, _), p in zip(runs, peers, strict=True) if row in m.values
+        ]
+        if not alone and all(p == p and p for p in peers):
+            ratios = [round(a / b, 4) for a, b in pairs]
+            kept = [round(p, 4) for p in peers]
+            figure["baseline"] = {"name": "Nchan", "value": statistics.median(kept), "runs": kept}
+            figure["ratio"] = {
+                "value": statistics.median(ratios),
+                "min": min(ratios),
+                "max": max(ratios),
+                "runs": ratios,
+            }
+        target = TARGETS.get(row)
+        if target is not None and (target[0] == "abs" or "ratio" in figure):
+            hits = sum(bool(met(row, a, b)) for a, b in pairs)
+            figure["target"] = f"{'ratio' if target[0] == 'ratio' else 'rshub'} ≤ {target[1]}"
+            figure["met"] = f"{hits} of {n} ({'met' if hits >= need else 'NOT met'})"
+        figures.append(figure)
+    record: dict[str, object] = {
+        "bench": "peer_nchan",
+        "command": command,
+        "date": date,
+        "until": utc_now(),
+        "commit": commit_of(checkout),
+        "machine": this_machine(),
+        "runs": n,
+        "figures": figures,
+    }
+    return {k: v for k, v in record.items() if v is not None}
+
+
 def top_own(raw: Path, limit: int = 20) -> list[tuple[str, int, float]]:
     """The ``limit`` frames with the most own (leaf) samples in a py-spy raw profile."""
     rows, total = pyspy_raw.top_own([raw], limit)
@@ -1212,6 +1285,11 @@ async def main_async(args: argparse.Namespace) -> int:
             runs.append((got["rshub"], got["Nchan"]))
         if runs and runs[0][0].values:
             print_summary(runs)
+            if args.record:
+                command = " ".join(["bench/peer_nchan.py", *args.argv])
+                alone = args.servers == {"rshub"}
+                record = run_record(runs, command, args.began, args.checkout, alone)
+                print(f"\nrecorded in {append_record(record)}")
         if args.profile:
             print(f"\nprofiles: {write_profiles(Path(args.profile))}")
     finally:
@@ -1262,7 +1340,13 @@ def main() -> int:
         "--hub-src", metavar="DIR", help="run rshub from this checkout (e.g. a worktree of main)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, configs)")
+    parser.add_argument(
+        "--record", action="store_true", help="append the summary to bench/results/peer_nchan.jsonl"
+    )
     args = parser.parse_args()
+    args.argv = [a for a in sys.argv[1:] if a != "--record"]
+    args.began = utc_now()
+    args.checkout = Path(args.hub_src).resolve() if args.hub_src else ROOT
     if args.hub_src:
         HUB_SRC["PYTHONPATH"] = str(Path(args.hub_src).resolve())
     args.servers = {s.strip().lower() for s in args.servers.split(",")}

@@ -22,7 +22,7 @@ converted at the API edge would not help: every caller reads ``Document.entries`
 entry would be converted. Entries carry only the keys the document had, so pydantic fills
 the defaults and ``model_fields_set`` is what it was.
 
-Also measured and left out (docs/benchmarks.md, "Documents, parse fifth round"): feeding the
+Also measured and left out (bench/results/documents.jsonl, branch parse5): feeding the
 walk to ``model_validate`` as a generator (2% fewer instructions, slower in time); a loop for
 the common entry shape (no fewer instructions: three fresh proxies, their first ``.tag`` and
 ``items()`` are most of the walk); columns read by compiled XPath (2.2-2.7 k instructions per

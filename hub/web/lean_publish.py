@@ -13,10 +13,10 @@ that the publisher's answer does not wait behind the fan-out. A store that fails
 append began cannot be handed over (it might store twice): its 503 is
 :func:`hub.web.error_responses.storage_failure`'s.
 
-Why (py-spy of ``bench/peer_nchan.py --only tput``, docs/benchmarks.md "Issue 22 changes:
-lean publish"): of ~1.0 ms of CPU per paced publish, aiohttp's request path (protocol,
-request and response objects, the handler task, middleware, router, signals) was the
-largest part after the parse and the Redis write.
+Why (py-spy of ``bench/peer_nchan.py --only tput``, in the notes of the lean-publish runs in
+bench/results/peer_nchan.jsonl): of ~1.0 ms of CPU per paced publish, aiohttp's request
+path (protocol, request and response objects, the handler task, middleware, router,
+signals) was the largest part after the parse and the Redis write.
 """
 
 from __future__ import annotations

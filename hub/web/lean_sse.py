@@ -14,15 +14,15 @@ What a stream does at its start and end (feed, counts, shutdown, last event) is
 :mod:`hub.live.client_streams`, shared with :mod:`hub.web.streams`; the response head is
 aiohttp's, byte for byte (tests/hub/test_lean_sse.py compares them).
 
-Why (``bench/peer_nchan.py --only idle``; py-spy profile "run1-idle" in
-docs/benchmarks-nchan-profiles.md): accepting 5,000 SSE subscribers was 3.2x Nchan's time
+Why (``bench/peer_nchan.py --only idle``; py-spy profile "run1-idle", in the notes of
+bench/results/peer_nchan.jsonl): accepting 5,000 SSE subscribers was 3.2x Nchan's time
 and each idle one held 16.7 KiB (1.76x). Of the Python heap per idle stream, ~6 KiB were
 aiohttp's and uvloop's per-connection objects (RequestHandler, its parser and payload
 reader, BaseRequest/web.Request, StreamResponse, StreamWriter) and the rest the handler task
 with its coroutine frames (handler, three middlewares, the stream's sender). With this
 path, same runs alternating with main: RSS per idle SSE 18.4 -> 2.9 KiB (Nchan 10.0), and
-5,000 accepts 3.29x -> 1.38x Nchan's time (medians of 5; docs/benchmarks.md "Lean SSE
-subscribe"). Live delivery is unchanged (the same fan-out writes both paths).
+5,000 accepts 3.29x -> 1.38x Nchan's time (medians of 5; bench/results/peer_nchan.jsonl,
+the lean-sse runs). Live delivery is unchanged (the same fan-out writes both paths).
 """
 
 from __future__ import annotations
