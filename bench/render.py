@@ -1,25 +1,39 @@
 """Render the benchmark records in ``bench/results/`` as Markdown, and check the docs against them.
 
 Every benchmark run recorded so far is one JSON object on one line of
-``bench/results/<bench>.jsonl`` (JSON Lines: a new run is one appended line). A record names
-the benchmark, the command line, the date (UTC), the code measured (``main`` at the time, an
-``earlier`` commit run beside it, or a ``branch`` not merged then), the machine, and its
-figures: each with its unit, its value (one run), its ``runs`` (one value per run) or its
-``min``/``max`` (a range over runs), and, where the run measured one, the baseline measured
-in the same run. ``note`` keeps what explains a result. ``bench/results/benchmarks.json``
-lists the benchmarks, the command that reproduces each, and the figures shown as current.
+``bench/results/<bench>.jsonl`` (JSON Lines: a new run is one appended line). A record::
+
+    bench      the file's name: hub, peer_nchan, documents, ...           (required)
+    command    the command line as run                                    (required)
+    date       UTC start, "YYYY-MM-DD" or "YYYY-MM-DDThh:mmZ"; until: its end (date required)
+    commit     the hub's commit measured, where known
+    code       "main" (the default: main's code then, or the change that became main's),
+               "earlier" (the code a change replaced, run beside it), "branch" (never merged)
+    label      what this run is, beside the others of its day
+    machine    {"host": ..., "cores": 2, "load": "1.4"}                  (host, cores required)
+    runs       how many runs the figures summarise
+    figures    [{"name", "unit", and "value" (one run, or the median), "runs" (one value
+               per run) and/or "min"/"max" (a range over runs); "baseline": {"name", and the
+               same numbers, "unit" if it is not the figure's}: measured in the same run;
+               "ratio": the same numbers; "target", "met": in how many runs; "note"}]
+    note       what the run found and why, as its log said it
+    source     where the log was (git object of the docs it came from), for runs before records
+
+``bench/results/benchmarks.json`` lists the benchmarks, the command that reproduces each, and
+the figures shown as current.
 
     python bench/render.py                        # current: each listed figure's newest run
     python bench/render.py --history [--notes]    # every run, newest first
     python bench/render.py --bench hub --history  # one benchmark
     python bench/render.py --check docs/benchmarks.md
     python bench/render.py --update docs/benchmarks.md  # write the table between the markers
-    python bench/render.py --add run.json         # check a record and append it
+    python bench/render.py --add run.json         # check records and append them
 
 A figure is current in the newest record of ``main`` code that holds it (a partial run, e.g.
 ``--only websub``, updates only the figures it measured). ``--check`` compares the table
 between the markers in the given file with what the records say and exits 1 on a difference,
-so the docs cannot drift from the records. Standard library only.
+so the docs cannot drift from the records. Standard library only; ``bench/hub.py --record``
+and ``bench/peer_nchan.py --record`` append their runs through :func:`append_record`.
 """
 
 from __future__ import annotations
@@ -208,7 +222,7 @@ class Record:
     def when(self) -> str:
         """The date as the tables show it: ``2026-11-25 18:22-18:25``."""
         text = self.date.replace("T", " ").removesuffix("Z")
-        if self.until is not None:
+        if self.until is not None and self.until != self.date:
             end = self.until.replace("T", " ").removesuffix("Z")
             same_day = end[:10] == text[:10]
             text += "-" + (end[11:] if same_day and len(end) > 10 else end)
