@@ -79,14 +79,17 @@ class EventCursor:
         if event.id is not None and self.event_id is not None:
             new, last = event_order(event.id), event_order(self.event_id)
             if new is not None and last is not None:
-                if new <= last:
-                    return True
-            elif event.id == self.event_id:
+                # The ids decide: a newer one is a change not delivered yet, even with a
+                # (loc, lastmod) seen before. A publisher's lastmod has whole seconds (or a
+                # clock that repeats itself): two updates of one resource within one of
+                # them are two changes, and dropping the second left a mirror stale.
+                return new <= last
+            if event.id == self.event_id:
                 return True
         return event.key in self.recent
 
     def record(self, event: ChangeEvent, *, now: datetime | None = None) -> None:
-        """Note ``event`` as delivered (or as seen, for a duplicate carrying a newer id).
+        """Note ``event`` as delivered (or as seen, for a duplicate).
 
         The watermark never moves past ``now``: a publisher's clock running ahead must not
         make a later poll skip changes.

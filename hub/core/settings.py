@@ -364,9 +364,11 @@ class Settings(BaseSettings):
     stream_close_seconds: float = Field(5.0, gt=0, le=300)
 
     # -- readers: documents built once per version ----------------------------------------
-    #: In-process cache of whole Resource Lists (plain and gzipped), each built once per
-    #: topic version off the event loop and shared by every request for it (0 = build
-    #: per version without keeping it; concurrent requests still share one build).
+    #: In-process cache of whole Resource Lists and ``changes.xml`` (plain and gzipped),
+    #: each built once per topic version off the event loop and shared by every request
+    #: for it (0 = build per version without keeping it; concurrent requests still share
+    #: one build). The latest change of each URI behind ``changes.xml`` is kept per topic
+    #: up to as much again (least recently read topics out; one is always kept).
     built_document_cache_bytes: int = Field(256 * 1024 * 1024, ge=0, le=16 * 1024**3)
 
     # -- https callbacks (task: hostile callback answers, TLS settings) -----------------

@@ -106,9 +106,6 @@ class LatestViews:
             _, dropped = self._held.popitem(last=False)
             total -= dropped.view.nbytes
 
-    def forget(self, topic: str) -> None:
-        self._held.pop(topic, None)
-
 
 LATEST = web.AppKey("latest_changes", LatestViews)
 

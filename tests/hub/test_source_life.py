@@ -6,8 +6,9 @@ Real parts: a hub on the session's Redis, a static web server on 127.0.0.1 servi
 Source's files, the clients as child processes writing real mirror directories. The Source
 publishes by plain POSTs of change notifications, one change each, with ``lastmod`` from
 clocks skewed by +5 s and -5 s. Between two runs it creates and deletes a resource, closes
-Change List pages (3 entries a page) and lets retention (6 events) trim changes the client
-already applied, once exactly through the newest change the client had read. After every
+Change List pages (3 entries a page), updates a file twice with one lastmod (a clock of
+whole seconds), and lets retention (6 events) trim changes the client already applied, once exactly
+through the newest change the client had read. After every
 run the mirror equals the Source byte for byte; at the end ``resync-sync --audit`` says
 ``IN SYNC``.
 
@@ -64,8 +65,8 @@ class Source:
         self.root = root
         self.url = url
 
-    async def _publish(self, name: str, change: str, skew: float) -> None:
-        stamp = datetime.now(UTC) + timedelta(seconds=skew)
+    async def _publish(self, name: str, change: str, skew: float, at: datetime | None) -> None:
+        stamp = at or datetime.now(UTC) + timedelta(seconds=skew)
         item: dict[str, Any] = {
             "loc": f"{self.url}/{name}",
             "change": change,
@@ -77,16 +78,19 @@ class Source:
         resp = await self.hub.publish(TOPIC, notification([item]))
         assert resp.status == 202, (name, change, resp.status)
 
-    async def put(self, name: str, data: bytes, *, skew: float = 0) -> None:
+    async def put(
+        self, name: str, data: bytes, *, skew: float = 0, at: datetime | None = None
+    ) -> None:
+        """Write the file, then publish the change (``lastmod``: ``at``, else now + skew)."""
         path = self.root / name
         change = "updated" if path.exists() else "created"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
-        await self._publish(name, change, skew)
+        await self._publish(name, change, skew, at)
 
     async def delete(self, name: str, *, skew: float = 0) -> None:
         (self.root / name).unlink()
-        await self._publish(name, "deleted", skew)
+        await self._publish(name, "deleted", skew, None)
 
     def files(self) -> dict[str, bytes]:
         return tree(self.root)
@@ -231,16 +235,20 @@ async def live(source: Source, client: Client, hub: Hub) -> None:
     await source.delete("b.bin", skew=-5)
     await step("a create and a delete in one interval")
     assert await trimmed_through(hub) is not None  # retention (6 events) trimmed applied ones
-    # 4. Four changes: a Change List page (3 entries) closes between two runs.
+    # 4. Five changes: a Change List page (3 entries) closes between two runs.
+    second = datetime.now(UTC).replace(microsecond=0)
     await source.put("sub/c.html", b"<p>c, edited</p>", skew=5)
     await source.put("e.txt", b"echo", skew=5)
+    await source.put("e.txt", b"echo, again", at=second)
     await source.put("d.txt", b"delta, edited\n", skew=5)
     await source.put("f.txt", b"foxtrot", skew=5)
     await step("a page closed between two runs")
     # 5. Six changes: retention trims exactly through the newest change the client read.
     newest_read = await last_id(hub)
     await source.put("a.txt", b"alpha, third\n", skew=-5)
-    await source.delete("e.txt", skew=-5)
+    # ... one an update announced with the lastmod of the last one the client applied (a
+    # publisher's clock of whole seconds): a new change all the same
+    await source.put("e.txt", b"echo, third", at=second)
     await source.put("h.txt", b"hotel", skew=-5)
     await source.put("h.txt", b"hotel, edited", skew=-5)
     await source.put("i.txt", b"india", skew=-5)
@@ -252,6 +260,7 @@ async def live(source: Source, client: Client, hub: Hub) -> None:
     await source.put("g.txt", b"golf")
     await source.put("f.txt", b"foxtrot, edited")
     await source.delete("d.txt")
+    await source.delete("e.txt")
     await step("a page closed by time")
 
 

@@ -73,6 +73,17 @@ def test_position_dedupes_by_id_then_by_key() -> None:
     assert event_order("10-3") == (10, 3) and event_order("x") is None
 
 
+def test_two_changes_with_one_lastmod_are_two_when_their_ids_say_so() -> None:
+    """A publisher's lastmod has whole seconds: two updates of one resource within one second
+    (or from a clock that went back) share it. The hub's ids tell them apart; the second
+    was dropped as a duplicate, and a mirror kept the first version."""
+    pos = EventCursor()
+    assert pos.accept(_ev("a", id="5-0"))
+    assert pos.accept(_ev("a", id="7-0"))  # same (loc, lastmod, change), a newer id
+    assert not pos.accept(_ev("a", id="7-0"))
+    assert not pos.accept(_ev("a"))  # without an id the key still judges
+
+
 def test_position_watermark_never_passes_now() -> None:
     pos = EventCursor()
     pos.accept(_ev("a", lastmod="2999-01-01T00:00:00Z"))
