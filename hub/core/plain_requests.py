@@ -58,10 +58,12 @@ FRAMING = frozenset(
     }
 )
 
-#: The head's grammar (RFC 9112 §2-5, narrowed as the module docstring says).
+#: The head's grammar (RFC 9112 §2-5, narrowed as the module docstring says), but for a
+#: value's end: no space or tab before a line's CRLF (two searches, cheaper than the
+#: pattern's backtracking).
 _HEAD = re.compile(
     rb"(?:GET|POST) /[\x21-\x7e]* HTTP/1\.1\r\n"
-    rb"(?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[ \t]*(?:[\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?)?\r\n)*"
+    rb"(?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\x20-\x7e\t]*\r\n)*"
     rb"\r\n"
 )
 
@@ -77,22 +79,29 @@ class PlainRequests:
     #: aiohttp's most headers.
     max_headers: int
 
-    def plain(self, head: bytes, target: bytes, headers: list[tuple[bytes, bytes]]) -> bool:
-        """Whether the request whose ``head`` (its bytes up to and with the empty line),
-        ``target`` and ``headers`` (as llhttp read them) are these is plain."""
+    def plain(
+        self, head: bytes, target: bytes, headers: list[tuple[bytes, bytes]]
+    ) -> dict[bytes, bytes] | None:
+        """The headers by lower-case name of the request whose ``head`` (its bytes up to
+        and with the empty line), ``target`` and ``headers`` (as llhttp read them) are these,
+        when it is plain (each name once, each value ASCII); None when it is not."""
         if (
             len(head) > HEAD_BYTES
             or len(target) > self.max_line_size
             or len(headers) > self.max_headers
             or _HEAD.fullmatch(head) is None
+            or b" \r\n" in head
+            or b"\t\r\n" in head
         ):
-            return False
-        seen: set[bytes] = set()
-        for name, value in headers:
-            key = name.lower()
-            if key in seen or key in FRAMING or len(name) + len(value) > self.max_field_size:
-                return False
-            if key == b"content-length" and not value.isdigit():
-                return False
-            seen.add(key)
-        return b"host" in seen
+            return None
+        named = {name.lower(): value for name, value in headers}
+        if len(named) < len(headers) or b"host" not in named or not FRAMING.isdisjoint(named):
+            return None
+        length = named.get(b"content-length")
+        if length is not None and not length.isdigit():
+            return None
+        if len(head) > self.max_field_size and any(  # (else no header in it can be longer)
+            len(name) + len(value) > self.max_field_size for name, value in headers
+        ):
+            return None
+        return named

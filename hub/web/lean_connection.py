@@ -173,10 +173,13 @@ class LeanConnection(asyncio.Protocol):
         parser = self._parser
         assert parser is not None
         lean, topic = self._lean, None
-        if self._messages == 1 and lean.plain.plain(self._head(), self._url, self._headers):
+        named = None
+        if self._messages == 1:
+            named = lean.plain.plain(self._head(), self._url, self._headers)
+        if named is not None:
             method = parser.get_method()
             if method == b"POST" and lean.publish is not None:
-                self._publish = lean.publish.head(self._url, self._headers)
+                self._publish = lean.publish.head(self._url, named)
                 if self._publish is not None:
                     topic = self._publish.topic
                     self._guard.request_head(self)  # the body's deadline is ours

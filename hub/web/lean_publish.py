@@ -1,15 +1,17 @@
 """A plain publish without aiohttp's per-request machinery (issue 22).
 
-``POST /topics/{name}`` over HTTP/1.1 with a ``Content-Length`` body small enough to parse
-inline, a plain XML ``Content-Type`` and only the headers of :data:`_HEADERS` (each once,
-ASCII), is decided here from the bytes :class:`hub.web.lean_connection.LeanConnection`
-parsed: :meth:`LeanPublishing.decide` runs the publish's checks and parse
-(:meth:`hub.live.publication.Publishing.admit`, the same ones aiohttp's handler runs) and
-declines on anything but success, before any side effect, so aiohttp's path answers every
-error with its own message. Only then is the publish stored (:meth:`Publishing.store`),
-and answered with the bytes aiohttp sends (tests/hub/test_lean_publish.py compares them),
-the same metrics and access-log line, and only then handed to the topic's live feed, so
-that the publisher's answer does not wait behind the fan-out. A store that fails after the
+``POST /topics/{name}``, plain by the lean paths' rule (:mod:`hub.core.plain_requests`:
+HTTP/1.1 with ``Host``, each header once, ASCII, within aiohttp's limits...), with a
+``Content-Length`` body small enough to parse inline, a plain XML ``Content-Type`` and only
+the headers of :data:`_HEADERS`, is decided here from the bytes
+:class:`hub.web.lean_connection.LeanConnection` parsed: :meth:`LeanPublishing.decide` runs
+the publish's checks and parse (:meth:`hub.live.publication.Publishing.admit`, the same
+ones aiohttp's handler runs) and declines on anything but success, before any side effect,
+so aiohttp's path answers every error with its own message. Only then is the publish
+stored (:meth:`Publishing.store`), and answered with the bytes aiohttp sends
+(tests/hub/test_lean_publish.py compares them), the same metrics and access-log line, and
+only then handed to the topic's live feed, so that the publisher's answer does not wait
+behind the fan-out. A store that fails after the
 append began cannot be handed over (it might store twice): its 503 is
 :func:`hub.web.error_responses.storage_failure`'s.
 
@@ -133,16 +135,12 @@ class LeanPublishing:
         self.urls = app[ACCESS].urls
         self._hosts: set[bytes] = set()
 
-    def head(self, url: bytes, headers: list[tuple[bytes, bytes]]) -> PublishHead | None:
-        """The head of a plain publish the lean path serves as aiohttp would, else None."""
-        if not url.startswith(_PREFIX):
+    def head(self, url: bytes, seen: dict[bytes, bytes]) -> PublishHead | None:
+        """The head of a plain publish the lean path serves as aiohttp would, else None;
+        ``seen``: a plain request's headers by lower-case name (each once, ASCII: the
+        lean paths' rule, :class:`hub.core.plain_requests.PlainRequests`)."""
+        if not url.startswith(_PREFIX) or not _HEADERS.issuperset(seen):
             return None
-        seen: dict[bytes, bytes] = {}
-        for key, value in headers:
-            name = key.lower()
-            if name not in _HEADERS or name in seen or not value.isascii():
-                return None
-            seen[name] = value
         if self.own_site is not None and not self._own_host(seen.get(b"host")):
             return None  # aiohttp's path refuses it, naming the header
         length = seen.get(b"content-length")
