@@ -1,7 +1,8 @@
 """Re-delivering a subscription's dead letters, when an operator asks (issue 21).
 
 The process that takes ``POST /admin/subscriptions/{id}/dead-letters/replay`` POSTs them
-itself, oldest first, in batches of the usual bounds, each marked :data:`REPLAY_HEADER`:
+itself, oldest first, in batches of the usual bounds, each made as a delivery of that batch
+is (:mod:`hub.live.delivery_posts`, which says what differs), marked ``X-RSHub-Replay``:
 they arrive **out of order** relative to the events delivered after them. Each entry is
 removed from the dead-letter stream once its batch got a 2xx; the first failure stops the
 replay and leaves the rest for the next one. A replay does not go through the delivery
@@ -15,28 +16,21 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from hub.core import rendering
 from hub.core.exceptions import CallbackFailed, Conflict
-from hub.core.placement import subscription_id
 from hub.core.topic_content import PlainTopics, TopicContent
 from hub.core.topics import HubUrls
-from hub.live.delivery import (
-    EVENT_COUNT_HEADER,
-    FIRST_EVENT_ID_HEADER,
-    LAST_EVENT_ID_HEADER,
-    NODE_HEADER,
-    SUBSCRIPTION_HEADER,
+from hub.live.delivery_posts import (
+    DeliveryPosts,
+    current_content,
+    fitting,
+    notification_body,
 )
 from hub.live.http_client import HttpClient
-from hub.live.subscription_terms import signature_headers
 from hub.store.attempts import Attempt, AttemptWriter
 from hub.store.dead_letters import DeadLetter, DeadLetterStore
 from hub.store.subscriptions import Subscription
 from hub.store.topic_contents import ContentStore
 
-#: Marks a replayed delivery: ``dead-letter``. Its events were dead-lettered earlier and
-#: come after events with later ids; a subscriber applies them by their own times.
-REPLAY_HEADER = "X-RSHub-Replay"
 #: How long a replay may hold its subscription's lock (a dead process's lock lapses).
 REPLAY_LOCK_SECONDS = 300
 
@@ -100,12 +94,13 @@ class Replays:
 
     async def _replay(self, sub: Subscription) -> Replayed:
         replayed, error, after = 0, None, None
+        posts = DeliveryPosts(sub, self.urls, self.node)
         while True:  # each round removes what it read, or stops
             letters = await self.dead_letters.read(sub.topic, sub.callback, self.max_changes, after)
             if not letters:
                 break
-            batch = self._cut(letters)
-            error = await self._post(sub, batch)
+            batch = letters[: fitting([d.event for d in letters], self.max_bytes)]
+            error = await self._post(sub, posts, batch)
             if error is not None:
                 break
             await self.dead_letters.remove(sub.topic, sub.callback, [d.entry for d in batch])
@@ -113,46 +108,21 @@ class Replays:
         remaining = await self.dead_letters.count(sub.topic, sub.callback)
         return Replayed(replayed, remaining, error)
 
-    def _cut(self, letters: list[DeadLetter]) -> list[DeadLetter]:
-        """``letters`` cut to the byte budget (always at least one)."""
-        size = 0
-        for i, letter in enumerate(letters):
-            size += len(letter.event.xml(rendering.event_entry)) + 16
-            if size > self.max_bytes and i > 0:
-                return letters[:i]
-        return letters
-
-    async def _content(self, sub: Subscription) -> TopicContent | None:
-        """A plain topic's content now (None: a ResourceSync topic, or no content)."""
-        if self.contents is None or not self.plain.covers(sub.topic, sub.topic_url):
-            return None
-        return await self.contents.get(sub.topic)
-
-    async def _post(self, sub: Subscription, batch: list[DeadLetter]) -> str | None:
+    async def _post(
+        self, sub: Subscription, posts: DeliveryPosts, batch: list[DeadLetter]
+    ) -> str | None:
         """POST one batch; the error, or ``None`` on a 2xx."""
         events = [d.event for d in batch]
-        content = await self._content(sub)
-        if content is None:
-            body = rendering.notification(events, up=self.urls.capabilitylist(sub.topic))
-        else:
-            body = content.body
-        headers = {
-            "Content-Type": rendering.CONTENT_TYPE if content is None else content.content_type,
-            "Link": self.urls.links(sub.topic_url),
-            NODE_HEADER: self.node,
-            SUBSCRIPTION_HEADER: subscription_id(sub.topic, sub.callback),
-            FIRST_EVENT_ID_HEADER: events[0].id,
-            LAST_EVENT_ID_HEADER: events[-1].id,
-            EVENT_COUNT_HEADER: str(len(events)),
-            REPLAY_HEADER: "dead-letter",
-        }
-        # Signed as its deliveries are (scheme, secrets in force): a Standard Webhooks
-        # subscriber would drop, yet acknowledge, a replay signed otherwise.
+        plain = self.plain.covers(sub.topic, sub.topic_url)
+        content = await current_content(self.contents if plain else None, sub.topic)
+        body: bytes | TopicContent = (
+            notification_body(self.urls, sub.topic, events) if content is None else content
+        )
         started = time.time()
-        headers.update(signature_headers(sub, body, events, started))
+        post = posts.post(events, body, started, replay=True)
         status: int | None = None
         try:
-            answer = await self.client.post(sub.callback, body, headers)
+            answer = await self.client.post(post.url, post.body, post.headers)
         except CallbackFailed as exc:
             error: str | None = str(exc)[:300]
         else:

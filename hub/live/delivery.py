@@ -31,10 +31,10 @@ import logging
 import time
 from asyncio import FIRST_COMPLETED
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, NamedTuple
 
-from hub.core import metrics, rendering, websub
+from hub.core import metrics, websub
 from hub.core.damage import DamageLog
 from hub.core.events import Event, EventKey, parse_id
 from hub.core.exceptions import CallbackFailed, DamagedData
@@ -47,6 +47,14 @@ from hub.core.tasks import Tasks, cancel_and_wait
 from hub.core.topic_content import PlainTopics, TopicContent
 from hub.core.topics import HubUrls
 from hub.live.callback_connections import Prefix, Started, header_block, length_line
+from hub.live.delivery_posts import (
+    DeliveryPost,
+    DeliveryPosts,
+    current_content,
+    event_id_headers,
+    fitting,
+    notification_body,
+)
 from hub.live.feed import FeedHub, TopicFeed
 from hub.live.http_client import Answer, HttpClient
 from hub.live.ownership import Lease
@@ -66,21 +74,8 @@ from rsclient.backoff import Backoff, parse_retry_after
 
 log = logging.getLogger(__name__)
 
-#: Headers naming the first and last event ids of a delivery body and their count (each
-#: entry's own id is its ``rs:md/@rshub:id``, see :mod:`hub.core.rendering`).
-FIRST_EVENT_ID_HEADER = "X-RSHub-First-Event-Id"
-LAST_EVENT_ID_HEADER = "X-RSHub-Last-Event-Id"
-EVENT_COUNT_HEADER = "X-RSHub-Event-Count"
-#: On a delivery whose events do not follow on from the previous one because retention
-#: trimmed events the subscription had not received: ``trimmed-through=<last trimmed id>``.
-#: The body says the same (signed), see :func:`hub.core.rendering.notification`.
-GAP_HEADER = "X-RSHub-Gap"
 #: How long a worker waits for its node's heartbeat to vouch for its lease again.
 _LEASE_PATIENCE = 60.0
-#: The hub process that sent a delivery (its ``node`` in ``/healthz``), for operators.
-NODE_HEADER = "X-RSHub-Node"
-#: The subscription's stable id (``GET /admin/subscriptions/{id}``, ``rshub inspect``).
-SUBSCRIPTION_HEADER = "X-RSHub-Subscription"
 
 
 class _Gone(Exception):
@@ -96,8 +91,6 @@ class _Sent(NamedTuple):
 
     batch: list[Event]
     body: bytes
-    #: None when it was written from the shared bytes of :class:`Rendered`.
-    headers: dict[str, str] | None
     #: The event the cursor moves to once it is delivered.
     through: Event
     request: Started
@@ -178,36 +171,16 @@ class Bodies:
             if gap is None:
                 self._last = (events, variant, topic, hit)
             return hit
-        batch = self._cut(events)
-        body = rendering.notification(
-            batch,
-            up=self.urls.capabilitylist(topic),
-            gap=None if gap is None else (gap, self.urls.resourcelist(topic)),
-        )
-        ids = header_block(_id_headers(batch))
+        fit = fitting(events, self.max_bytes)
+        batch = events if fit == len(events) else events[:fit]
+        body = notification_body(self.urls, topic, batch, gap)
+        ids = header_block(event_id_headers(batch))
         rendered = self._cache[key] = Rendered(batch, body, ids, length_line(body))
         if len(self._cache) > self.size:
             self._cache.popitem(last=False)
         if gap is None:
             self._last = (events, variant, topic, rendered)
         return rendered
-
-    def _cut(self, events: list[Event]) -> list[Event]:
-        """``events`` cut to the byte budget (always at least one event)."""
-        size = 0
-        for i, event in enumerate(events):
-            size += len(event.xml(rendering.event_entry)) + 16
-            if size > self.max_bytes and i > 0:
-                return events[:i]
-        return events
-
-
-def _id_headers(batch: list[Event]) -> dict[str, str]:
-    return {
-        FIRST_EVENT_ID_HEADER: batch[0].id,
-        LAST_EVENT_ID_HEADER: batch[-1].id,
-        EVENT_COUNT_HEADER: str(len(batch)),
-    }
 
 
 class DeliveryWorker:
@@ -256,15 +229,8 @@ class DeliveryWorker:
         self.terms = Terms(sub, settings)
         self.bucket = self.terms.rate_limit.bucket(time.monotonic())
         self.contents = contents
-        #: The headers every delivery of this subscription carries. Its Content-Type is
-        #: exactly what the hub serves at a topic URI (WebSub §7: the topic's own); a
-        #: plain topic's delivery has its content's instead.
-        self.headers = {
-            "Content-Type": rendering.CONTENT_TYPE,
-            "Link": self.urls.links(sub.topic_url),
-            NODE_HEADER: node,
-            SUBSCRIPTION_HEADER: subscription_id(sub.topic, sub.callback),
-        }
+        #: Its POSTs, made as a dead-letter replay's are (:mod:`hub.live.delivery_posts`).
+        self.posts = DeliveryPosts(sub, self.urls, node)
         self.attempts = attempts
         self.task: asyncio.Task[None] | None = None
         self.delivered = 0
@@ -328,7 +294,7 @@ class DeliveryWorker:
                     await self._park(remaining)
                     continue
                 sent: _Sent | None = None
-                content: TopicContent | None = None
+                body: bytes | TopicContent
                 if cursor == feed.last_key:  # caught up: the feed hands the next events over
                     sent = await self._wait_offer(feed, min(remaining, 60.0))
                     if sent is None:  # timed out, or offer() left them to this task
@@ -350,15 +316,14 @@ class DeliveryWorker:
                     if self.bucket and (wait := self.bucket.take(time.monotonic())) > 0:
                         await asyncio.sleep(wait)  # over its rate limit: a bigger batch then
                         continue
-                    content = await self._content()
+                    content = await current_content(self.contents, sub.topic)
                     if content is None:
                         batch, body = self.bodies.get(sub.topic, kept, gap, self.terms.filter)
                     else:  # the content now stands for every change read: one POST
-                        batch, body = kept, content.body
+                        batch, body = kept, content
                     # The events filtered out after the last one sent are done with too.
                     through = read[-1] if len(batch) == len(kept) else batch[-1]
-                content_type = None if content is None else content.content_type
-                if await self._deliver(batch, body, gap, through.id, sent, content_type):
+                if await self._deliver(batch, body, gap, through.id, sent):
                     self.delivered += len(batch)
                 if sub.disabled:  # the batch stays at the cursor
                     continue
@@ -467,53 +432,36 @@ class DeliveryWorker:
             prefix = self._prefix = self._make_prefix()
         if self.bucket and self.bucket.take(time.monotonic()) > 0:
             return None
-        headers = None
         if isinstance(prefix, Prefix):
-            # The same bytes HttpClient.post would write, from the batch's shared lines:
-            # only a signature is the subscription's own.
+            # The bytes of self.posts.post(batch, body, now), from the batch's shared
+            # lines (the order hub.live.delivery_posts gives): only a signature is the
+            # subscription's own.
             parts: tuple[bytes, ...]
             if sub.secret:
-                signed = header_block(self.terms.signature_headers(body, batch, now))
+                signed = header_block(self.posts.signature(body, batch, now))
                 parts = (prefix.head, rendered.ids, signed, rendered.length, body)
             else:
                 parts = (prefix.head, rendered.ids, rendered.length, body)
             request = self.client.begin_built(prefix, b"".join(parts))
         else:
-            headers = self._headers(batch, None)
-            headers.update(self.terms.signature_headers(body, batch, now))
-            request = self.client.begin_post(sub.callback, body, headers)
+            post = self.posts.post(batch, body, now)
+            request = self.client.begin_post(post.url, post.body, post.headers)
         if request is None:
             if self.bucket:
                 self.bucket.refund()
             return None
         self._idle.clear()
         self.posting = True
-        return _Sent(batch, body, headers, through, request, now)
-
-    async def _content(self) -> TopicContent | None:
-        """A plain topic's content as it is now (WebSub delivers a topic's current content:
-        it stands for every change read); None for a ResourceSync topic, or a plain one
-        that has none (changes stored before it was declared plain go as notifications)."""
-        if self.contents is None:
-            return None
-        try:
-            return await self.contents.get(self.sub.topic)
-        except DamagedData as exc:  # its changes go as notifications, said once
-            _damage.damaged(f"content of topic {self.sub.topic!r}", exc)
-            return None
+        return _Sent(batch, body, through, request, now)
 
     def _make_prefix(self) -> Prefix | bool:
         try:
-            return self.client.connections.prefix(self.sub.callback, self.headers)
+            return self.client.connections.prefix(self.sub.callback, self.posts.fixed)
         except CallbackFailed:
             return False
 
     async def _post(
-        self,
-        batch: list[Event],
-        body: bytes,
-        headers: Mapping[str, str] | None,
-        sent: _Sent | None = None,
+        self, batch: list[Event], post: DeliveryPost | None, sent: _Sent | None = None
     ) -> Answer:
         """POST under a valid lease only: a paused process must not deliver on waking.
         ``sent``: the attempt :meth:`offer` started (the lease was valid then)."""
@@ -524,8 +472,8 @@ class DeliveryWorker:
                 raise _Lost
             self.posting = True
             started = time.time()  # for the attempt log (queued, never waited for)
-            assert headers is not None
-            request = self.client.post(self.sub.callback, body, headers)
+            assert post is not None
+            request = self.client.post(post.url, post.body, post.headers)
         else:
             started = sent.started
             request = self.client.finish_post(sent.request)
@@ -543,48 +491,33 @@ class DeliveryWorker:
                     self.sub.topic, self.sub.callback, _attempt(started, outcome, batch)
                 )
 
-    def _headers(
-        self, batch: list[Event], gap: str | None, content_type: str | None = None
-    ) -> dict[str, str]:
-        headers = {**self.headers, **_id_headers(batch)}
-        if content_type is not None:
-            headers["Content-Type"] = content_type
-        if gap is not None:
-            headers[GAP_HEADER] = f"trimmed-through={gap}"
-            resourcelist = self.urls.resourcelist(self.sub.topic)
-            headers["Link"] = f'{headers["Link"]}, <{resourcelist}>; rel="resourcelist"'
-        return headers
-
     async def _deliver(
         self,
         batch: list[Event],
-        body: bytes,
+        body: bytes | TopicContent,
         gap: str | None = None,
         through: str | None = None,
         sent: _Sent | None = None,
-        content_type: str | None = None,
     ) -> bool:
-        """POST ``batch`` until a 2xx (True: the cursor moves to ``through``, default its
-        last event), its dead letter or the subscription's disabling (False); raise
-        :class:`_Gone` if the subscription ends. ``sent``: its first attempt, started by
-        :meth:`offer`; ``content_type``: a plain topic's content's, for ``body``."""
+        """POST ``batch`` as ``body`` (its notification, or a plain topic's content) until a
+        2xx (True: the cursor moves to ``through``, default its last event), its dead
+        letter or the subscription's disabling (False); raise :class:`_Gone` if the
+        subscription ends. ``sent``: its first attempt, started by :meth:`offer`."""
         sub = self.sub
-        headers = self._headers(batch, gap, content_type) if sent is None else sent.headers
         while True:
             retry_after: float | None = None
             status: int | None = None
+            post: DeliveryPost | None = None
             if sent is None:
                 if sub.expired:
                     raise _Gone("lease expired")
                 if self._stopping:  # no new attempt: the stop cancels this task at once
                     await asyncio.Event().wait()
                 self._idle.clear()
-                if headers is None:  # the first attempt was written from shared bytes
-                    headers = self._headers(batch, gap, content_type)
-                headers.update(self.terms.signature_headers(body, batch, time.time()))
+                post = self.posts.post(batch, body, time.time(), gap=gap)
             attempt, sent = sent, None
             try:
-                answer = await self._post(batch, body, headers, attempt)
+                answer = await self._post(batch, post, attempt)
             except (_Lost, _Gone):
                 raise
             except CallbackFailed as exc:

@@ -20,10 +20,8 @@ from hub.store.subscriptions import Subscription
 class Terms:
     def __init__(self, sub: Subscription, settings: Settings) -> None:
         self.sub = sub
-        self.id = subscription_id(sub.topic, sub.callback)
         self.filter = event_filter(sub)
         self.rate_limit = rate_limit(sub, settings)
-        self.scheme = signing.Scheme(sub.signature)
 
     def kept(self, events: list[Event]) -> list[Event]:
         """The events the subscription's filter lets through (all without one)."""
@@ -31,10 +29,6 @@ class Terms:
             return events
         accepts = self.filter.accepts
         return [e for e in events if accepts(e.fields)]
-
-    def signature_headers(self, body: bytes, batch: list[Event], now: float) -> dict[str, str]:
-        """The signature headers of one attempt to deliver ``batch`` as ``body``."""
-        return signature_headers(self.sub, body, batch, now, sub_id=self.id, scheme=self.scheme)
 
 
 def signature_headers(
@@ -47,7 +41,8 @@ def signature_headers(
     scheme: signing.Scheme | None = None,
 ) -> dict[str, str]:
     """``sub``'s signature headers (its scheme, its secrets in force) for ``batch`` as
-    ``body``: a delivery's, and a dead-letter replay's."""
+    ``body``, signed at ``now`` (:class:`hub.live.delivery_posts.DeliveryPosts` puts them on
+    every delivery and dead-letter replay)."""
     if not sub.secret:
         return {}
     secrets = [sub.secret]
