@@ -5,15 +5,9 @@
 --       4 the request's number (see request_arrived.lua), 5 ms to remember that number
 -- Returns the cursor in force, or nil (nothing saved) when a later request for the same
 -- callback was stored already: the latest request wins.
-if ARGV[4] then
-  local stored = redis.call('HGET', KEYS[4], ARGV[1])
-  if stored and tonumber(stored) > tonumber(ARGV[4]) then
-    return false
-  end
-  local t = redis.call('TIME')
-  redis.call('HSET', KEYS[4], ARGV[1], ARGV[4])
-  redis.call('ZADD', KEYS[5], tonumber(t[1]) * 1000 + tonumber(ARGV[5]), ARGV[1])
-end
+--#include cursor_advance
+--#include latest_request
+if ARGV[4] and superseded(KEYS[4], KEYS[5], ARGV[1], ARGV[4], ARGV[5]) then return false end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 if ARGV[3] ~= '' then
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
@@ -21,5 +15,5 @@ else
   redis.call('HSETNX', KEYS[2], ARGV[1], '0-0')
 end
 local cursor = redis.call('HGET', KEYS[2], ARGV[1])
-redis.call('ZADD', KEYS[3], string.match(cursor, '^%d+') or '0', ARGV[1])
+hold_cursor(KEYS[3], ARGV[1], cursor)
 return cursor

@@ -3,11 +3,11 @@
 -- KEYS: 1 stream, 2 pages zset, 3 head hash, 4 topic meta
 -- ARGV: 1 window ms, 2 max entries, 3 grace ms, 4 scan budget, 5 wanted record ('' | 'all' | n)
 -- Returns {n, from, first, last, count, wend, now, more, records...}
+--#include redis_clock
 local stream, pages, head, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local window, maxn = tonumber(ARGV[1]), tonumber(ARGV[2])
 local grace, budget, want = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 
 local function ms(id) return tonumber(string.match(id, '^(%d+)')) end
 local function seq(id) return tonumber(string.match(id, '-(%d+)$')) end

@@ -10,6 +10,7 @@
 -- than one call cuts (EventStore.trim calls again)}, or {1, the earlier reply} on a replay.
 -- The changes travel as one argument because encoding thousands of arguments costs the
 -- client more than the server's work. NUL cannot occur in XML text nor in JSON output.
+--#include cursor_advance
 local stream, resources, meta, holds, cursors = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 if #KEYS > 6 then
   local prev = redis.call('GET', KEYS[7])
@@ -63,7 +64,7 @@ if ARGV[7] ~= '0' then
     -- Cursors written by a hub that kept no holds: index them, once.
     local all = redis.call('HGETALL', cursors)
     for i = 1, #all, 2 do
-      redis.call('ZADD', holds, string.match(all[i + 1], '^%d+') or '0', all[i])
+      hold_cursor(holds, all[i], all[i + 1])
     end
     low = redis.call('ZRANGE', holds, 0, 0, 'WITHSCORES')
   end

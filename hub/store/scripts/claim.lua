@@ -5,10 +5,11 @@
 -- KEYS: 1 owners hash, 2 owner epoch counter, 3 subscriptions hash, 4 topic heartbeats
 -- ARGV: 1 node, 2 lease ms, then the callbacks
 -- Returns per callback: its token, 0 when a live node holds it, -1 when it is gone.
+--#include lease_entry
+--#include redis_clock
 local owners, epoch, subs, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local node, ttl = ARGV[1], tonumber(ARGV[2])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local out = {}
 local claimed = false
 for i = 3, #ARGV do
@@ -18,7 +19,7 @@ for i = 3, #ARGV do
   else
     local entry = redis.call('HGET', owners, cb)
     local holder, token
-    if entry then holder, token = string.match(entry, '^(%S+) (%d+)$') end
+    if entry then holder, token = lease_parts(entry) end
     local expiry = holder and tonumber(redis.call('HGET', alive, holder) or '0') or 0
     if entry and holder == node then
       out[#out + 1] = tonumber(token)
@@ -28,7 +29,7 @@ for i = 3, #ARGV do
     else
       if holder then redis.call('HDEL', alive, holder) end
       local fresh = redis.call('INCR', epoch)
-      redis.call('HSET', owners, cb, node .. ' ' .. fresh)
+      redis.call('HSET', owners, cb, lease_entry(node, fresh))
       out[#out + 1] = fresh
       claimed = true
     end

@@ -7,27 +7,15 @@
 --       6 dead-lettered at (ms), 7 first failure (ms), 8 last error,
 --       then pairs: event id, stored event JSON
 -- Returns 1 when done, 0 when refused (the lease is not ours).
+--#include lease_entry
+--#include cursor_advance
 local owners, cursors, holds, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local cb, cursor = ARGV[3], ARGV[4]
-if redis.call('HGET', owners, cb) ~= ARGV[1] .. ' ' .. ARGV[2] then return 0 end
+if not holds_lease(owners, cb, ARGV[1], ARGV[2]) then return 0 end
 for i = 9, #ARGV, 2 do
   redis.call('XADD', dead, '*', 'id', ARGV[i], 'e', ARGV[i + 1], 'at', ARGV[6],
              'since', ARGV[7], 'error', ARGV[8])
 end
 redis.call('XTRIM', dead, 'MAXLEN', tonumber(ARGV[5]))
-local function key(id)
-  local ms, seq = string.match(id, '^(%d+)-?(%d*)$')
-  return tonumber(ms) or 0, tonumber(seq) or 0
-end
-local old = redis.call('HGET', cursors, cb)
-local newer = true
-if old then
-  local om, os = key(old)
-  local nm, ns = key(cursor)
-  newer = nm > om or (nm == om and ns > os)
-end
-if newer then
-  redis.call('HSET', cursors, cb, cursor)
-  redis.call('ZADD', holds, string.match(cursor, '^%d+') or '0', cb)
-end
+advance_cursor(cursors, holds, cb, cursor)
 return 1

@@ -7,15 +7,8 @@
 --       3 ms to remember that number
 -- Returns 1 if the subscription existed, 0 if not, -1 (nothing removed) when a later
 -- request for the same callback was stored already: the latest request wins.
-if ARGV[2] then
-  local stored = redis.call('HGET', KEYS[8], ARGV[1])
-  if stored and tonumber(stored) > tonumber(ARGV[2]) then
-    return -1
-  end
-  local t = redis.call('TIME')
-  redis.call('HSET', KEYS[8], ARGV[1], ARGV[2])
-  redis.call('ZADD', KEYS[9], tonumber(t[1]) * 1000 + tonumber(ARGV[3]), ARGV[1])
-end
+--#include latest_request
+if ARGV[2] and superseded(KEYS[8], KEYS[9], ARGV[1], ARGV[2], ARGV[3]) then return -1 end
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])

@@ -3,7 +3,8 @@
 -- KEYS: 1 owners hash, 2 subscriptions hash
 -- ARGV: 1 node, 2 token, 3 callback, 4 record JSON
 -- Returns 1 when saved, 0 when refused.
-if redis.call('HGET', KEYS[1], ARGV[3]) ~= ARGV[1] .. ' ' .. ARGV[2] then return 0 end
+--#include lease_entry
+if not holds_lease(KEYS[1], ARGV[3], ARGV[1], ARGV[2]) then return 0 end
 if redis.call('HEXISTS', KEYS[2], ARGV[3]) == 0 then return 0 end
 redis.call('HSET', KEYS[2], ARGV[3], ARGV[4])
 return 1

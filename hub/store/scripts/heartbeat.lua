@@ -2,9 +2,9 @@
 -- KEYS: 1 nodes sorted set, 2 leader key
 -- ARGV: 1 node, 2 lease ms (0 = leaving)
 -- Returns {leader (1 if this node runs the hub-wide jobs, else 0), live nodes...}
+--#include redis_clock
 local nodes, leader, node, ttl = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 redis.call('ZREMRANGEBYSCORE', nodes, '-inf', now)
 local leads = 0
 if ttl > 0 then
