@@ -29,6 +29,8 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from hub.core.placement import subscription_id
+from hub.store import keys
+from resourcesync import parse
 from subscriber.signatures import verify
 from tests.conftest import Hub
 from tests.hub.callback_server import CallbackServer
@@ -98,7 +100,9 @@ class Recorder(CallbackServer):
 @pytest.fixture
 def hub_settings() -> dict[str, Any]:
     return {
-        "websub_topics": ["notes"],
+        # "torn": a plain topic of its own for the damaged content's test, whose warning
+        # is said once per process.
+        "websub_topics": ["notes", "torn"],
         "retry_base_seconds": 0.02,
         "retry_max_seconds": 0.1,
         "retry_window_seconds": 0.4,
@@ -120,9 +124,9 @@ async def _dead_letters(hub: Hub, sub_id: str) -> int:
 
 
 async def _publish(hub: Hub, topic: str) -> None:
-    if topic == "notes":
+    if topic in ("notes", "torn"):
         async with hub.session.post(
-            f"{hub.url}/topics/notes",
+            f"{hub.url}/topics/{topic}",
             data=b"caf\xe9 content\n",
             headers={"Content-Type": TEXT},
         ) as resp:
@@ -188,3 +192,33 @@ async def test_a_replay_sends_what_its_delivery_sent(
             replay.headers,
         )
     assert await _dead_letters(hub, sub_id) == 0
+
+
+async def test_a_replay_of_a_plain_topic_whose_content_is_damaged_goes_as_its_deliveries_do(
+    hub: Hub, recorder: Recorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A delivery sends the change notification when the content stored in Redis is not
+    what the hub wrote (said once in the log); a replay, made by the same builder, does the
+    same: it failed (500) before, while its deliveries went on."""
+    await subscribe(hub, recorder, "torn", **{"hub.secret": "s3cret"})
+    await _publish(hub, "torn")
+    sub_id = subscription_id("torn", recorder.url)
+
+    async def dead_lettered() -> bool:
+        return await _dead_letters(hub, sub_id) == 1
+
+    await wait_for(dead_lettered, timeout=20)
+    await hub.redis.hdel(keys.content("torn"), keys.CONTENT_TYPE)
+    recorder.down = False
+    async with hub.session.post(
+        f"{hub.url}/admin/subscriptions/{sub_id}/dead-letters/replay"
+    ) as resp:
+        assert resp.status == 200, await resp.text()
+        assert (await resp.json())["replayed"] == 1
+    [replay] = [r for r in recorder.received if r.get(REPLAY) is not None]
+    assert replay.get("Content-Type") == "application/xml; charset=utf-8"
+    [entry] = parse(replay.body).entries
+    assert entry.loc == f"{hub.url}/topics/torn"
+    assert verify("websub", ["s3cret"], CIMultiDict(replay.headers), replay.body)
+    said = [r for r in caplog.records if "content of topic 'torn' is damaged" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "WARNING"
