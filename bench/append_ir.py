@@ -1,8 +1,8 @@
 """Redis's instructions per publish: the append script under callgrind, two checkouts.
 
 Figure 1 of ``bench/hub.py`` (single-change publishes) shares the hub's core with Redis,
-which runs ``hub/store/scripts/append.lua`` once per publish (issue 22). Timings of Redis
-swing with the machine; instruction counts do not. This starts one ``redis-server`` (AOF,
+which runs ``hub/store/scripts/append.lua`` once per publish. Timings of Redis swing with
+the machine; instruction counts do not. This starts one ``redis-server`` (AOF,
 ``everysec``, as the benches) under ``valgrind --tool=callgrind`` with instrumentation off,
 loads the script of this checkout and of ``--hub-src``, and for each, alternating, counts
 the instructions of ``--calls`` single-change ``EVALSHA`` calls (8 per pipeline, with the

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""rshub beside Nchan (issue 22): the same clients, payload and Redis persistence against both.
+"""rshub beside Nchan: the same clients, payload and Redis persistence against both.
 
 Nchan (the nginx pub/sub module, Redis-backed) is what an operator would otherwise pick for
 HTTP publish → WebSocket/SSE fan-out with resume. This bench starts, in its own temp dir

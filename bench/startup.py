@@ -1,4 +1,4 @@
-"""Start-up of ``rshub serve`` (issue 22: restart → serving ≤ 0.3 s), beside same-run baselines.
+"""Start-up of ``rshub serve`` (target: restart → serving ≤ 0.3 s), beside same-run baselines.
 
 One ``redis-server`` (AOF, as ``bench/peer_nchan.py``) stays up. Each round runs, in an order
 that rotates from round to round:

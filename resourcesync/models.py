@@ -86,7 +86,7 @@ class Change(StrEnum):
 
 #: ``defer_build``: each model's validator is built at its first use (or by
 #: :func:`build_models`), not at import: the 19 of them took ~20 ms of CPU at every import,
-#: before a restarted hub could serve (issue 22).
+#: before a restarted hub could serve.
 _CONFIG = ConfigDict(frozen=True, populate_by_name=True, extra="forbid", defer_build=True)
 
 

@@ -1,4 +1,4 @@
-"""``rshub dead-letters``: list or replay a WebSub subscription's dead letters (issue 21).
+"""``rshub dead-letters``: list or replay a WebSub subscription's dead letters.
 
 A thin client of ``GET /admin/subscriptions/{id}/dead-letters`` (paged through to the end)
 and ``POST .../dead-letters/replay``. One line per dead letter, tab-separated: event id,

@@ -1,4 +1,4 @@
-"""What a failed WebSub delivery leads to: retry, dead letter, disable, or the end (issue 21).
+"""What a failed WebSub delivery leads to: retry, dead letter, disable, or the end.
 
 Pure data, so every rule is tested without a socket or a clock:
 

@@ -114,7 +114,7 @@ _Call = tuple[tuple[str, ...], str, float]
 
 
 # The series, stand-ins until load(): prometheus_client (with the http.server, wsgiref and
-# urllib it imports for its exposition) is not on the way to serving (issue 22, start-up).
+# urllib it imports for its exposition) is not on the way to serving (start-up time).
 PUBLISHES: Count = _Pending("PUBLISHES", [])
 CHANGES_ACCEPTED: Count = _Pending("CHANGES_ACCEPTED", [])
 INGESTED_BYTES: Count = _Pending("INGESTED_BYTES", [])
@@ -271,7 +271,7 @@ _TALLIED_ROUTE = "/topics/{name}"
 
 class _Tally:
     """Accepted publishes' five series updates kept as plain sums, added to the series by
-    :func:`flush` before each read of them (issue 22: prometheus_client's locked updates
+    :func:`flush` before each read of them (measured: prometheus_client's locked updates
     were ~3% of a publish's CPU). Updated and flushed on the loop's thread only; with
     several processes (:data:`MULTIPROC_ENV`), where another process's scrape reads
     these series' files, the updates go straight to the series."""

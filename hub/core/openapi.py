@@ -97,7 +97,7 @@ _SUBSCRIPTION: Schema = {
     },
 }
 
-# -- issue 21: a subscription's delivery terms, as GET /admin/subscriptions shows them -----
+# -- a subscription's delivery terms, as GET /admin/subscriptions shows them ---------------
 
 _RATE_LIMIT_IN_FORCE: Schema = {
     "type": "object",
@@ -265,7 +265,7 @@ _OVERVIEW: Schema = {
     },
 }
 
-# -- issue 21: attempt log and presence --------------------------------------------------
+# -- attempt log and presence ------------------------------------------------------------
 
 _PRESENCE: Schema = {
     "type": "object",
@@ -419,7 +419,7 @@ def _changes_lost() -> dict[str, Any]:
     }
 
 
-# -- issue 21: signatures, filters, rate limit ------------------------------------------------
+# -- signatures, filters, rate limit ----------------------------------------------------------
 
 _SUBSCRIBE_EXTENSIONS: Schema = {
     "hub.signature": {
@@ -616,7 +616,7 @@ def _admin(
     }
 
 
-# -- issue 21: a subscription's dead letters ------------------------------------------------
+# -- a subscription's dead letters ----------------------------------------------------------
 
 _SUBSCRIPTION_ID = {
     "name": "id",

@@ -39,7 +39,7 @@ def pack(changes: Iterable[tuple[str, str, bytes]]) -> Packed:
 def pack_nul_free(changes: list[tuple[str, str, bytes]]) -> Packed:
     """:func:`pack` of changes whose fields cannot hold a NUL (a loc that
     :data:`hub.core.events.LOC` accepted, a change type, orjson's JSON), without its check:
-    a pass over every byte, a tenth of a one-change publish's packing (issue 22)."""
+    a pass over every byte, a tenth of a one-change publish's packing."""
     parts = [b"%s\0%s\0%s\0" % (loc.encode(), kind.encode(), event) for loc, kind, event in changes]
     return _new(Packed, (b"".join(parts), len(parts)))
 

@@ -1,4 +1,4 @@
-"""The common publish, a few plain changes, packed without building models (issue 22).
+"""The common publish, a few plain changes, packed without building models.
 
 :func:`hub.core.events.packed_from_document` builds pydantic models and runs the
 ResourceSync rules over them: for a one-change notification, model validation and rule
@@ -37,8 +37,8 @@ _NOTIFICATION = "changelist-notification"
 _CHANGES = frozenset({"created", "updated", "deleted"})
 _NUL = "\0"
 #: NUL-separated values each matching LOC (HASH_LIST): a regex call per document, not per
-#: value, whose call cost was as much as its matching (issue 22). Each pattern is grouped
-#: (an alternation in it stays whole); neither matches a NUL, which a test holds.
+#: value, whose call cost was as much as its matching. Each pattern is grouped (an
+#: alternation in it stays whole); neither matches a NUL, which a test holds.
 _LOCS = re.compile(rf"(?:{LOC.pattern})(?:\0(?:{LOC.pattern}))*", LOC.flags).fullmatch
 _HASHES = re.compile(
     rf"(?:{HASH_LIST.pattern})(?:\0(?:{HASH_LIST.pattern}))*", HASH_LIST.flags
@@ -59,10 +59,10 @@ def quick_rows(root: Any, limits: Limits = DEFAULT_LIMITS) -> list[Row] | None:
     docstring), equal to what the full path stores; ``None`` for any other document.
 
     One function with the names it needs in locals: at one change per publish, calls and
-    global lookups were a third of it (issue 22). A ``<lastmod>`` in exactly
-    ``YYYY-MM-DDThh:mm:ssZ`` that :meth:`datetime.fromisoformat` accepts is already what
-    :func:`hub.core.events.w3c` writes, and such fixed-width UTC strings sort as their
-    instants do, so the text itself is stored and compared.
+    global lookups were a third of it. A ``<lastmod>`` in exactly ``YYYY-MM-DDThh:mm:ssZ``
+    that :meth:`datetime.fromisoformat` accepts is already what :func:`hub.core.events.w3c`
+    writes, and such fixed-width UTC strings sort as their instants do, so the text itself
+    is stored and compared.
     """
     max_chars, max_links, max_attributes = (
         limits.max_value_chars,

@@ -76,7 +76,7 @@ CHUNK_CHARS = 64 * 1024
 
 def escape(text: str) -> str:
     """XML character data: ``&``, ``>`` and ``<`` escaped, as ``xml.sax.saxutils.escape``
-    does (not imported: the xml.sax package is ~3 ms of every start, issue 22)."""
+    does (not imported: the xml.sax package is ~3 ms of every start)."""
     return text.replace("&", "&amp;").replace(">", "&gt;").replace("<", "&lt;")
 
 
@@ -84,7 +84,7 @@ def attr(value: object) -> str:
     """``value`` as a double-quoted, escaped XML attribute value."""
     text = str(value)
     # Most values need no escaping: one search instead of seven replaces, on the path of
-    # every WebSub body (issue 22: publish -> first callback POST).
+    # every WebSub body (the WebSub latency, publish -> first callback POST).
     if _ATTR_SPECIAL.search(text) is None:
         return '"' + text + '"'
     text = escape(text)

@@ -61,7 +61,7 @@ class SubscriptionRequest:
     secret: str | None
     #: rshub extension ``hub.since``: start delivering after this event id.
     since: str | None
-    # -- issue 21: rshub extensions ``hub.signature``, ``hub.filter.*``, ``hub.rate_limit``
+    # -- rshub extensions ``hub.signature``, ``hub.filter.*``, ``hub.rate_limit``
     signature: signing.Scheme = signing.Scheme.WEBSUB
     event_filter: EventFilter | None = None
     rate_limit: token_bucket.RateLimit | None = None

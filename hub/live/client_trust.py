@@ -2,12 +2,12 @@
 
 aiohttp's package ``__init__`` imports its client, whose connector makes two default client
 contexts at import, each parsing the system CA bundle: ~50 ms of CPU on a restart's way to
-serving (issue 22), for a client the hub does not use (its callbacks have their own context,
+serving, for a client the hub does not use (its callbacks have their own context,
 :mod:`hub.live.callback_connections`). Inside :func:`deferred`, a context's
 ``set_default_verify_paths()`` (which ``ssl.create_default_context()`` calls) only notes the
-context; :func:`load` makes that same call on each later (the runtime does it in a thread,
-a second after the start). Until then such a context trusts no CA: a verifying connection
-made with it fails its handshake (fail closed), none goes through unverified.
+context; :func:`load` makes that same call on each later (the runtime does it in a thread, a
+second after the start). Until then such a context trusts no CA: a verifying connection made
+with it fails its handshake (fail closed), none goes through unverified.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Re-delivering a subscription's dead letters, when an operator asks (issue 21).
+"""Re-delivering a subscription's dead letters, when an operator asks.
 
 The process that takes ``POST /admin/subscriptions/{id}/dead-letters/replay`` POSTs them
 itself, oldest first, in batches of the usual bounds, each made as a delivery of that batch

@@ -225,7 +225,7 @@ class DeliveryWorker:
         self.deny = deny
         #: The callback answered this worker's denial (a new owner sends it once more).
         self.denied = False
-        #: Its filter, rate limit and signatures (issue 21).
+        #: Its filter, rate limit and signatures.
         self.terms = Terms(sub, settings)
         self.bucket = self.terms.rate_limit.bucket(time.monotonic())
         self.contents = contents

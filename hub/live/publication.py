@@ -3,7 +3,7 @@ accepted, the one way into the store, the answer and its metrics.
 
 aiohttp's handler (:mod:`hub.web.publish`) and the lean path (:mod:`hub.web.lean_publish`)
 both call :meth:`Publishing.admit` before reading the body and :meth:`Publishing.store`
-after parsing it, so a rule changes in one place (issue 22).
+after parsing it, so a rule changes in one place.
 """
 
 from __future__ import annotations
@@ -85,9 +85,9 @@ class Publishing:
     def store_now(
         self, topic: str, body: bytes, changes: Packed, key: str | None
     ) -> asyncio.Future[Any] | None:
-        """:meth:`store` begun without a coroutine (the lean publish, issue 22): the store's
-        call under way, which :meth:`stored` reads once done; None when only :meth:`store`
-        can (the topic's first publish in this process)."""
+        """:meth:`store` begun without a coroutine (the lean publish): the store's call
+        under way, which :meth:`stored` reads once done; None when only :meth:`store` can
+        (the topic's first publish in this process)."""
         ingest = self.ingest
         return ingest.store.append_now(
             topic, changes, _digest(body, key), key, ingest.feeds.own_node

@@ -134,7 +134,7 @@ class AttemptWriter:
     A round also waits (at most ``patience`` seconds) for the deliveries in flight to be
     answered (``quiet``): a round of 100 attempts is ~1 ms of Redis, and 50 ms after one
     publish's answers it fell, at 20 publishes/s, in the middle of the next publish's append
-    and fan-out (bench/hub.py figure 4's p99, issue 22).
+    and fan-out (bench/hub.py figure 4's p99).
     """
 
     def __init__(

@@ -82,7 +82,7 @@ def _free_port() -> int:
 def die_with_parent() -> Callable[[], None]:
     """A ``preexec_fn`` after which the kernel sends the child SIGTERM when this process
     dies (``PR_SET_PDEATHSIG``; nothing off Linux). ctypes is loaded here, in the parent, at
-    the first child: not at import, where it was ~4 ms of every start (issue 22)."""
+    the first child: not at import, where it was ~4 ms of every start."""
     if not sys.platform.startswith("linux"):
         return lambda: None
     import ctypes

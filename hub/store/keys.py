@@ -359,7 +359,7 @@ def xread_fields(result: Any) -> list[tuple[str, dict[str, str]]]:
     return [(text(eid), {text(k): text(v) for k, v in fields.items()}) for eid, fields in rows]
 
 
-# -- attempt log and presence (issue 21) ----------------------------------------------------
+# -- attempt log and presence ---------------------------------------------------------------
 
 
 def attempts(topic: str, sub_id: str) -> str:

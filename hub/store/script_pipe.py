@@ -113,10 +113,10 @@ class Dial:
 class _Link(asyncio.Protocol):
     """One connection to Redis speaking RESP2, requests answered in order.
 
-    A protocol rather than a stream reader and writer: each reply is parsed where the
-    loop hands over the bytes, and a batch's waiter is woken once with all its replies
-    (profile of the publish path, issue 22: the stream reader's per-read futures and the
-    per-batch timeout context were a tenth of the append's own time).
+    A protocol rather than a stream reader and writer: each reply is parsed where the loop
+    hands over the bytes, and a batch's waiter is woken once with all its replies (profile
+    of the publish path: the stream reader's per-read futures and the per-batch timeout
+    context were a tenth of the append's own time).
     """
 
     def __init__(self) -> None:
@@ -233,7 +233,7 @@ class _Link(asyncio.Protocol):
     ) -> None:
         """:meth:`run` without a coroutine: ``done`` is called with the replies, or with
         the error (a lost connection, ``TimeoutError`` after ``timeout``), from the loop's
-        own callbacks. (The publish path, issue 22: no task, future or frame per batch.)"""
+        own callbacks. (On the publish path: no task, future or frame per batch.)"""
         assert self.transport is not None and self._waiter is None and self._done is None
         self._done = done
         self._replies, self._expected = [], len(commands)
@@ -338,7 +338,7 @@ class ScriptPipe:
         #: Where a new connection goes: the master Sentinel names now, if behind Sentinel.
         self._master: Callable[[], Awaitable[Any]] | None = None
         #: Checked once: ``isinstance`` against redis-py's Cluster class runs
-        #: ``typing``'s protocol check in Python (a per-batch cost, issue 22).
+        #: ``typing``'s protocol check in Python (a per-batch cost).
         self._cluster = isinstance(redis, RedisCluster)
         if isinstance(redis, RedisCluster):
             self._options = dict(redis.get_connection_kwargs())

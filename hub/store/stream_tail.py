@@ -4,7 +4,7 @@ Redis answers a blocked ``XREAD`` on every append to its stream, so the live fee
 (:mod:`hub.live.feed`) makes one read per publish, whichever process published. Through
 redis-py each read took a connection from the pool and gave it back, and went through its
 command, retry and response-callback layers: about a third of the read's CPU in
-``bench/peer_nchan.py``'s stream phases (issue 22: server CPU per delivery). Here the
+``bench/peer_nchan.py``'s stream phases (measured as server CPU per delivery). Here the
 connection is held for the feed's life and the command packed and read by hiredis, as
 :mod:`hub.store.script_pipe` does for scripts (over TCP, TLS or a unix socket alike).
 On a Cluster, where that pipe gives no connection of its own, this read goes through
@@ -16,7 +16,7 @@ only reads, and the feed asks again from its own last id.
 
 With :attr:`StreamTail.arrived` set, the rows of a read are handed to it where the loop
 hands over Redis's reply, before the reading task resumes: a publish's fan-out then starts
-without a task hop, ahead of the other callbacks ready in that loop pass (issue 22, WebSub
+without a task hop, ahead of the other callbacks ready in that loop pass (for the WebSub
 p50). The read still returns the same rows (converted once).
 """
 

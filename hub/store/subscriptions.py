@@ -59,8 +59,8 @@ class State(StrEnum):
     #: Kept failing; still probed at the longest back-off and resumed from its cursor when
     #: the callback answers again. Never deleted for failing (only 410 or expiry end it).
     SUSPENDED = "suspended"
-    #: Kept failing for ``disable_after_seconds`` (issue 21): nothing is delivered until it
-    #: is re-subscribed or resumed (``POST /admin/subscriptions/resume``).
+    #: Kept failing for ``disable_after_seconds``: nothing is delivered until it is
+    #: re-subscribed or resumed (``POST /admin/subscriptions/resume``).
     DISABLED = "disabled"
 
 
@@ -82,8 +82,8 @@ class Subscription:
     #: (``X-RSHub-Gap``), and the last trimmed id of the latest one.
     gaps: int = 0
     last_gap: str | None = None
-    #: Issue 21 (see :class:`hub.core.failure_policy.Track`): weighted failures toward
-    #: suspension, the first counted failure since the last success, the first failure of
+    #: The failure policy's counts (:class:`hub.core.failure_policy.Track`): weighted failures
+    #: toward suspension, the first counted failure since the last success, the first failure of
     #: the batch in flight (epoch seconds, 0 = none), and when it was disabled.
     strikes: int = 0
     failing_since: float = 0.0
@@ -92,7 +92,7 @@ class Subscription:
     #: A gap notice whose batch was dead-lettered: the next delivery carries it.
     untold_gap: str | None = None
 
-    # -- issue 21: signatures, filters, rate limit (hub.core.signing, events, token_bucket)
+    # -- signatures, filters, rate limit (hub.core.signing, events, token_bucket)
     #: ``websub`` (``X-Hub-Signature``) or ``standard-webhooks``.
     signature: str = "websub"
     #: The secret a re-subscription replaced, still signing until ``previous_until``.

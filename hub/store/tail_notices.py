@@ -2,7 +2,7 @@
 
 Redis answers a blocked ``XREAD`` on every append, the reader's own included, so a process
 that followed a topic that way paid, for each of its own publishes, a reply to read and a
-new ``XREAD`` to send, and Redis a wake-up that took the hub's core mid-burst (issue 22: 10%
+new ``XREAD`` to send, and Redis a wake-up that took the hub's core mid-burst (measured: 10%
 of the hub's CPU per delivery in ``bench/peer_nchan.py``'s WebSocket phase). Instead, a
 process subscribes to a channel of its own (:data:`hub.store.keys.TAIL_CHANNEL` and its node
 id) and joins the tails set of each topic it follows (:meth:`EventStore.follow`); the append

@@ -1,4 +1,4 @@
-"""The admin API of a subscription's dead letters (issue 21).
+"""The admin API of a subscription's dead letters.
 
 ==================================================  ========================================
 ``GET /admin/subscriptions/{id}/dead-letters``       the oldest dead letters (``?limit=``,

@@ -20,9 +20,9 @@ time, and aiohttp's path answers 408 at once (:mod:`hub.web.request_body`).
 While a publish is stored, bytes that arrive (a pipelined request) are kept and reading is
 paused, so the next request's bytes are always the handed-over request's own. Reading is
 paused only then, not for every publish: a pause and resume cost the loop two ``epoll_ctl``
-calls, where a client that waits for its answer sends nothing meanwhile (issue 22). The
-peer's end of sending seen meanwhile takes effect once the publish is answered, as it did
-when reading was paused.
+calls, where a client that waits for its answer sends nothing meanwhile. The peer's end of
+sending seen meanwhile takes effect once the publish is answered, as it did when reading
+was paused.
 """
 
 from __future__ import annotations
@@ -279,7 +279,7 @@ class LeanConnection(asyncio.Protocol):
         if pending is None:  # the topic's first publish here, say
             self._serve_in_task(publish, transport, started)
             return
-        # No task: answered from the store call's own callback (issue 22).
+        # No task: answered from the store call's own callback.
         self._storing, self._storing_on, self._started = publish, transport, started
         self._lean.serving.add(pending)
         pending.add_done_callback(self._stored)

@@ -1,4 +1,4 @@
-"""A plain publish without aiohttp's per-request machinery (issue 22).
+"""A plain publish without aiohttp's per-request machinery.
 
 ``POST /topics/{name}``, plain by the lean paths' rule (:mod:`hub.core.plain_requests`:
 HTTP/1.1 with ``Host``, each header once, ASCII, within aiohttp's limits...), with a
@@ -124,7 +124,7 @@ class LeanPublishing:
         self.max_body = min(settings.max_body_bytes, self.ctx.parser.inline_bytes)
         #: Checked topic names and Content-Type values as sent, and what each is: a
         #: publisher sends the same few (bounded caches; the checks were a tenth of the
-        #: head's work, issue 22).
+        #: head's work).
         self._topics: dict[bytes, str] = {}
         self._media_types: dict[bytes, str] = {}
         #: On a hub without tokens, the ``Host`` must name the hub (hub.core.own_site); a
@@ -206,7 +206,7 @@ class LeanPublishing:
         return Publish(head, key, body, changes)
 
     def begin(self, publish: Publish) -> asyncio.Future[Any] | None:
-        """Start storing ``publish`` without a task (issue 22: a task and five coroutine
+        """Start storing ``publish`` without a task (measured: a task and five coroutine
         frames per publish were a tenth of its work): the store's call under way, which
         :meth:`finish` answers once done; None when :meth:`serve` must, in a task (the
         topic's first publish in this process)."""
@@ -242,7 +242,7 @@ class LeanPublishing:
             answer, stored = done
             kept = self._answer(answer, head, transport, started)
             # Only now the fan-out: the publisher's 202 is not queued behind every
-            # subscriber's write (issue 22: its round trip at 100 subscribers, 5.8 → 1.4 ms).
+            # subscriber's write (measured: its round trip at 100 subscribers, 5.8 → 1.4 ms).
             try:
                 self.ctx.ingest.appended(head.topic, stored)
             except Exception:  # answered already; the next append finds the gap and reads it

@@ -1,4 +1,4 @@
-"""A plain SSE subscribe without aiohttp's per-request machinery (issue 22).
+"""A plain SSE subscribe without aiohttp's per-request machinery.
 
 Each accepted connection first gets a :class:`hub.web.lean_connection.LeanConnection`,
 which parses its requests with llhttp (``httptools``; never by hand). A plain subscribe, ``GET
@@ -165,7 +165,7 @@ class LeanStream(asyncio.Protocol):
         pump = self._pump
         assert pump is not None
         # Unfiltered (a lean stream has no filter): the feed's shared chunk, without the
-        # pump's call in between (issue 22: this runs once per client and publish).
+        # pump's call in between (this runs once per client and publish).
         self._transport.write(pump.feed.sse_events(events, chunked=True))
         return True  # the feed counts the message
 

@@ -70,7 +70,7 @@ class ConnectionGuard:
         #: Kept-alive lean connections: when each stops waiting for its next request's head
         #: (None while it serves one). Its timer in ``_pending`` is not re-armed per request
         #: but when it fires early (a timer made and cancelled per publish was ~2% of the
-        #: lean publish's CPU, issue 22).
+        #: lean publish's CPU).
         self._idle: dict[object, float | None] = {}
         #: Connections handed over by the lean paths: when the request they were reading
         #: began (its first byte), for its body deadline; collected at its dispatch.
@@ -89,7 +89,7 @@ class ConnectionGuard:
             # which the loop schedules after the accept: a burst accepted in one go would
             # all pass a check on it alone. ``_held`` counts those still on their way.
             # (``_connections``: the ``connections`` property copies it into a list, per
-            # accept: quadratic in the connections held; issue 22.)
+            # accept: quadratic in the connections held.)
             if len(server._connections) + self._held >= self.max_connections:
                 self.refused += 1
                 return _Refuse()

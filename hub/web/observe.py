@@ -114,7 +114,7 @@ def observe_middleware(
 
     ``first`` runs before anything else, ``inner`` (the error mapping) inside the
     observation: one aiohttp middleware layer where three made a partial, a coroutine and
-    an ``await`` each per request (issue 22, the publish path).
+    an ``await`` each per request, on the publish path.
     """
 
     @web.middleware

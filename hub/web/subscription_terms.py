@@ -1,4 +1,4 @@
-"""A subscription's delivery terms as operators read them (issue 21), never a secret.
+"""A subscription's delivery terms as operators read them, never a secret.
 
 One shape for ``GET /admin/subscriptions`` and the rate-limit answers
 (:mod:`hub.web.rate_limits`): the signature scheme, whether a rotated-out secret still

@@ -1,4 +1,4 @@
-"""``GET /admin/subscriptions`` shows each subscription's issue-21 terms (signature scheme,
+"""``GET /admin/subscriptions`` shows each subscription's delivery terms (signature scheme,
 a rotated-out secret as a boolean and its end, filter, rate limit in force and its source,
 strikes, disabled_at, last success), never a secret, in the shape the OpenAPI document
 gives (``AdminSubscriptions``). A real hub, real Redis, real callbacks."""

@@ -1,4 +1,4 @@
-"""A round of the attempt log waits for the deliveries in flight (issue 22, figure 4).
+"""A round of the attempt log waits for the deliveries in flight (bench/hub.py figure 4).
 
 Written 50 ms after a publish's answers, a round (~1 ms of Redis for 100 attempts) fell, at
 20 publishes/s, in the middle of the next publish's append and fan-out. Now it also waits,

@@ -1,8 +1,8 @@
-"""Issue 21 against a real hub, real Redis and real callbacks: a batch that fails for
-``retry_window_seconds`` moves to the subscription's dead letters and the next goes on in
-order; sustained failure disables (with a WebSub denial) until resume or re-subscription;
-4xx answers suspend sooner; 429 and 503 never suspend nor disable; the admin API and
-``rshub dead-letters`` list and replay dead letters."""
+"""The delivery failure policy against a real hub, real Redis and real callbacks: a batch
+that fails for ``retry_window_seconds`` moves to the subscription's dead letters and the
+next goes on in order; sustained failure disables (with a WebSub denial) until resume or
+re-subscription; 4xx answers suspend sooner; 429 and 503 never suspend nor disable; the
+admin API and ``rshub dead-letters`` list and replay dead letters."""
 
 from __future__ import annotations
 

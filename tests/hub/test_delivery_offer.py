@@ -1,4 +1,4 @@
-"""A caught-up delivery worker's POST is started by the feed's own fan-out (issue 22).
+"""A caught-up delivery worker's POST is started by the feed's own fan-out.
 
 The feed hands a publish's events to every caught-up worker (``DeliveryWorker.offer``) and
 each POST is written there, in one loop turn, instead of after a task switch per worker.

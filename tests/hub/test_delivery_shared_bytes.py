@@ -1,4 +1,4 @@
-"""A publish's fan-out writes each POST from bytes shared by every callback (issue 22).
+"""A publish's fan-out writes each POST from bytes shared by every callback.
 
 Each worker encodes the start of its POSTs once (:meth:`CallbackConnections.prefix`: request
 line, ``Host``, its fixed headers); each batch encodes its body and the header lines naming

@@ -1,4 +1,4 @@
-"""The feed's fan-out starts where Redis's answer to its ``XREAD`` arrives (issue 22).
+"""The feed's fan-out starts where Redis's answer to its ``XREAD`` arrives.
 
 :attr:`hub.store.stream_tail.StreamTail.arrived` hands a read's rows to the feed in the
 connection's ``data_received``, before the reading task resumes: no task hop, and ahead of

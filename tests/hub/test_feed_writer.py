@@ -125,7 +125,7 @@ async def test_a_local_publish_is_taken_only_when_it_follows_on() -> None:
 async def test_appends_of_one_loop_pass_reach_a_live_client_in_one_write() -> None:
     """Appends answered together (the script pipe's replies to a batch of publishes, several
     notices in one read) are in the ring and wake its readers at once, and are pushed to
-    the followers a pass of the loop later, as one batch (issue 22: a transport write per
+    the followers a pass of the loop later, as one batch (measured: a transport write per
     event and client was 62% of the hub's CPU with 8 publishers flat out)."""
     written = Recorder()
     client = live_client(written)
@@ -279,7 +279,7 @@ def ids(written: list[list[Event]]) -> list[list[str]]:
 
 async def test_after_a_costly_push_the_next_waits_and_takes_what_came_meanwhile() -> None:
     """Under load the fan-out takes at most a fifth of the time, and batches grow instead
-    (issue 22: with 100 clients and 8 publishers flat out, a write per client every ~3
+    (measured: with 100 clients and 8 publishers flat out, a write per client every ~3
     events was most of the hub's CPU): a push of two appends that took 2 ms is followed by
     the next no sooner than 8 ms later, with every append of those passes in one write."""
     client, written = costly_client(cost=0.002, push_delay_max=1.0)

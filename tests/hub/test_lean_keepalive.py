@@ -1,7 +1,7 @@
-"""A kept-alive lean connection between publishes (issue 22, the publish path's third cut):
-reading is paused only when bytes arrive while a publish is stored, and the keep-alive
-deadline's timer is re-armed when it fires, not made anew per publish; the deadlines and
-the order of requests are what they were.
+"""A kept-alive lean connection between publishes (a cut in the publish path's CPU): reading
+is paused only when bytes arrive while a publish is stored, and the keep-alive deadline's
+timer is re-armed when it fires, not made anew per publish; the deadlines and the order of
+requests are what they were.
 
 Raw sockets on the in-process hub; which path served a publish is told by a spy on the lean
 path, and a publish's append can be held (both lean ways: in a task or without one).

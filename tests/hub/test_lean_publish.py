@@ -296,7 +296,7 @@ async def test_a_lean_publish_is_answered_before_its_changes_are_fanned_out(
 ) -> None:
     """When the topic's live feed is handed a publish's changes, the publisher's 202 is in
     its socket already: the answer does not wait behind the write to every subscriber
-    (issue 22: the publish round trip at 200 subscribers, 5.8 ms before, 1.4 ms after).
+    (measured: the publish round trip at 200 subscribers, 5.8 ms before, 1.4 ms after).
     Every change still reaches the subscriber, in order."""
     loop = asyncio.get_running_loop()
     publisher = socket.create_connection(("127.0.0.1", _port(hub)), timeout=10 * TIME_SCALE)

@@ -1,6 +1,6 @@
-"""Publish metrics kept as plain sums and added to the series before each read (issue 22,
-the publish path's fourth cut): ``/metrics`` and any read of the registry on the loop's
-thread still show every publish, value by value as prometheus_client's own updates would.
+"""Publish metrics kept as plain sums and added to the series before each read (a cut in the
+publish path's CPU): ``/metrics`` and any read of the registry on the loop's thread still
+show every publish, value by value as prometheus_client's own updates would.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 21: a subscription's delivery rate limit, on a real hub, Redis and callback.
+"""A subscription's delivery rate limit, on a real hub, Redis and callback.
 
 The limit shapes deliveries into bigger batches and never drops a change: published faster
 than the limit, every event still arrives, in order, while the POSTs stay within it.

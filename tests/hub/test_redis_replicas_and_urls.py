@@ -1,4 +1,4 @@
-"""Issue 23's settings: the ``redis+sentinel://`` URL form, ``RSHUB_REDIS_WAIT_REPLICAS``
+"""Redis settings: the ``redis+sentinel://`` URL form, ``RSHUB_REDIS_WAIT_REPLICAS``
 and ``RSHUB_REDIS_WAIT_SECONDS``, each bad value a one-line configuration error (exit 2);
 and a publish its replicas do not acknowledge in time is a 503 that says so."""
 

@@ -102,7 +102,7 @@ async def test_a_batch_on_a_sound_connection_needs_no_task_and_close_waits_for_i
     redis_url: str,
 ) -> None:
     """Once connected, a batch is written from a loop callback and answered by the link's
-    (issue 22: a task per batch was a publish's largest store cost); closing the pipe still
+    (measured: a task per batch was a publish's largest store cost); closing the pipe still
     lets the batch in flight finish rather than cut it off."""
     redis = Redis.from_url(redis_url)
     pipe = ScriptPipe(redis)

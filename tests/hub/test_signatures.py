@@ -1,5 +1,5 @@
-"""Issue 21: Standard Webhooks signatures and secret rotation, on a real hub, a real Redis
-and real callback sockets; the subscriber library verifies what the hub signs."""
+"""Standard Webhooks signatures and secret rotation, on a real hub, a real Redis and real
+callback sockets; the subscriber library verifies what the hub signs."""
 
 from __future__ import annotations
 

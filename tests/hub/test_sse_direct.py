@@ -1,4 +1,4 @@
-"""SSE written directly by the feed's fan-out (issue 22), under readers fast and slow.
+"""SSE written directly by the feed's fan-out, under readers fast and slow.
 
 A live SSE batch the connection can take is written to its transport by the feed, as one
 shared HTTP chunk; one it cannot take queues for the sender task. These tests read the raw

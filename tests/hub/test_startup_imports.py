@@ -1,5 +1,5 @@
-"""What ``rshub serve`` pays before it serves (issue 22): no module it does not need, and no
-cyclic garbage collection while it imports. Guards, not timings: each checks a state that a
+"""What ``rshub serve`` pays before it serves: no module it does not need, and no cyclic
+garbage collection while it imports. Guards, not timings: each checks a state that a
 regression changes, whatever the machine's speed."""
 
 from __future__ import annotations

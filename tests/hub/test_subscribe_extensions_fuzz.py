@@ -1,4 +1,4 @@
-"""Issue 21, hostile: seeded fuzz of ``hub.signature``, ``hub.secret``, ``hub.filter.*``,
+"""Hostile: seeded fuzz of ``hub.signature``, ``hub.secret``, ``hub.filter.*``,
 ``hub.rate_limit`` and the admin rate-limit body, under the watchdog, on a real hub.
 
 Every request is answered 202 or a 4xx naming the faulty parameter; a refused one stores

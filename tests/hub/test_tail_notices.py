@@ -1,5 +1,5 @@
 """Tail notices (hub.store.tail_notices): how a process's live feeds hear of the other
-processes' appends, without being told back their own (issue 22: the XREAD echo).
+processes' appends, without being told back their own (the XREAD echo).
 
 Real Redis, several "processes" in one loop: each an EventStore, a FeedHub and an Ingest of
 its own, as ``rshub serve`` builds them. Named cases, then a seeded fuzz of appends from

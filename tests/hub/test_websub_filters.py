@@ -1,5 +1,5 @@
-"""Issue 21: ``hub.filter.change``/``hub.filter.prefix`` on a WebSub subscription, and the
-same filter in the subscriber library and ``rshub subscribe``, on a real hub and Redis.
+"""``hub.filter.change``/``hub.filter.prefix`` on a WebSub subscription, and the same filter
+in the subscriber library and ``rshub subscribe``, on a real hub and Redis.
 
 The hub filters (with the one :class:`hub.core.events.EventFilter` its streams use); a
 change filtered out still moves the subscription's cursor on.

@@ -216,9 +216,9 @@ def _verdict(func: Callable[[bytes], object], data: bytes) -> object:
 
 
 def test_seeded_fuzz_of_doctype_scans() -> None:
-    """The head is searched for NUL before the UTF-16 spellings of ``<!DOCTYPE`` (issue 22):
-    the same verdict and message as searching for all three, on documents in UTF-8, UTF-16
-    with and without BOM and UTF-32, with DOCTYPEs, stray NULs and long prologs."""
+    """The head is searched for NUL before the UTF-16 spellings of ``<!DOCTYPE``: the same
+    verdict and message as searching for all three, on documents in UTF-8, UTF-16 with and
+    without BOM and UTF-32, with DOCTYPEs, stray NULs and long prologs."""
     rng = random.Random(1022)
     doc = (
         f'<urlset xmlns="{SITEMAP}" xmlns:rs="http://www.openarchives.org/rs/terms/">'

@@ -1,5 +1,5 @@
-"""The failure policy of WebSub deliveries (issue 21), as pure data: what each answer
-counts, when a batch is dead-lettered, when a subscription is suspended or disabled."""
+"""The failure policy of WebSub deliveries, as pure data: what each answer counts, when a
+batch is dead-lettered, when a subscription is suspended or disabled."""
 
 from __future__ import annotations
 

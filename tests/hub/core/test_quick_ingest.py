@@ -261,7 +261,7 @@ def _stamp(rng: random.Random) -> str:
 
 def test_seeded_fuzz_of_stamps_and_their_order() -> None:
     """The fast path stores and orders ``<lastmod>`` by its text: the full path's verdict,
-    stored spelling and order, on stamps near every calendar edge (issue 22)."""
+    stored spelling and order, on stamps near every calendar edge."""
     rng = random.Random(2022)
     taken = 0
     for _ in range(1500):
@@ -314,7 +314,7 @@ def _hostile(rng: random.Random) -> tuple[bytes, Limits]:
 
 def test_seeded_fuzz_of_hostile_documents() -> None:
     """Hostile XML gets the full path's verdict and message from the fast path's entry
-    point too, quickly (issue 22)."""
+    point too, quickly."""
     rng = random.Random(1122)
     errors = 0
     for _ in range(600):

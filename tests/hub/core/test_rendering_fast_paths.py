@@ -1,4 +1,4 @@
-"""hub.core.rendering's fast paths (issue 22, figure 4) write what the plain code wrote.
+"""hub.core.rendering's fast paths (bench/hub.py figure 4) write what the plain code wrote.
 
 :func:`rendering.attr` skips escaping a value with nothing to escape, and
 :func:`rendering.w3c_ms` formats the whole seconds once per second: both are checked

@@ -1,5 +1,5 @@
-"""Issue 21, sans I/O: Standard Webhooks signatures, rotation headers, the token bucket and
-the new ``hub.*`` parameters of a subscription request."""
+"""Sans I/O: Standard Webhooks signatures, rotation headers, the token bucket and the new
+``hub.*`` parameters of a subscription request."""
 
 from __future__ import annotations
 
