@@ -35,14 +35,7 @@ PENDING = frozenset(
         "hub/live/feed.py",
         "hub/web/streams.py",
         "hub/core/settings.py",
-        "hub/core/events.py",
         "hub/store/event_store.py",
-        "hub/web/access.py",
-        "hub/core/access.py",
-        "hub/core/read_tokens.py",
-        "hub/serve/token_cli.py",
-        "hub/web/app.py",
-        "hub/store/scripts/",
     }
 )
 

@@ -26,8 +26,8 @@ end
 -- The stream's last id before this publish: the hub process that published hands its
 -- events to its own live feed at once when the feed is at exactly that id (hub.live.feed).
 -- '$LAST_ID' is the newest id ever appended (this script alone XADDs to the stream), read
--- as a short string; XREVRANGE returns the whole entry (~11% of this script's work, issue
--- 22). Without it (a topic being deleted, say), the stream itself answers.
+-- as a short string; XREVRANGE returns the whole entry (measured: ~11% of this script's
+-- work). Without it (a topic being deleted, say), the stream itself answers.
 local before = redis.call('HGET', meta, '$LAST_ID')
 if not before then
   before = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)
@@ -77,7 +77,7 @@ if ARGV[4] ~= '' then
   -- Look before trimming, forwards: when nothing is older (the usual case) this XRANGE
   -- stops at the first entry and returns none, where XREVRANGE from MINID walks the whole
   -- stream on Redis 6.2 (measured 2026-11-25: 22 ms over 100,000 entries), and reading the
-  -- first entry to compare costs its conversion (~20% of this script's work, issue 22).
+  -- first entry to compare costs its conversion (measured: ~20% of this script's work).
   -- When one is older, XREVRANGE finds the newest older one at once (its radix seek
   -- lands: ~20 us), where reading all of them (10,000 a call, before 2026-11-25) held
   -- Redis 30-55 ms. (Nothing is older than 0-0, which an exclusive range cannot name.)
@@ -127,7 +127,7 @@ end
 if #KEYS > 6 then redis.call('SET', KEYS[7], ARGV[1] .. '|' .. joined, 'EX', ARGV[2]) end
 -- Tail notices: every other process whose feed follows this topic is told what was
 -- appended, after what (its feed checks it follows on, else reads the stream). The caller
--- takes its own events from this reply, so it is not told (no echo, issue 22). A follower
+-- takes its own events from this reply, so it is not told (no echo of its own append). A follower
 -- nobody listens for any more (its process died, or its connection is being replaced, which
 -- then follows again) leaves the set.
 if #ids > 0 then

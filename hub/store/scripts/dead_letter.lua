@@ -1,4 +1,4 @@
--- Dead-letter a batch (issue 21), fenced like a cursor write: its events are appended to
+-- Dead-letter a batch, fenced like a cursor write: its events are appended to
 -- the subscription's dead-letter stream (trimmed to its bound) and its cursor moves past
 -- them, in one step, only while the writer holds the lease with that token; so a process
 -- that lost the subscription neither dead-letters nor skips anything.
