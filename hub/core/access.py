@@ -1,9 +1,11 @@
 """Who may read which topic, and who may operate the hub: bearer tokens, as plain data.
 
 Reading is open by default. Global read tokens make every topic private; per-topic read
-tokens make that topic private. A private topic is readable with a global read token, one
-of its own read tokens, a token that may publish to it (a publisher reads what it writes),
-or a signed read token naming it (:mod:`hub.core.read_tokens`). The admin API has a token of
+tokens make that topic private, and those of a name prefix (a ``topic_read_tokens`` key
+``pri*``) every topic whose name starts so (:mod:`hub.core.topic_patterns`). A private topic
+is readable with a global read token, one of its own or its prefixes' read tokens, a token
+that may publish to it (a publisher reads what it writes), or a signed read token naming it
+or a prefix of it (:mod:`hub.core.read_tokens`). The admin API has a token of
 its own; without one, only loopback clients of an open hub may use it (the web layer knows
 the peer; :meth:`OperatorAccess.check` is told).
 ``/metrics`` may have a token of its own too (:class:`MetricsAccess`).
@@ -22,6 +24,7 @@ from hub.core.exceptions import Forbidden, Unauthorized
 from hub.core.read_tokens import SignedReadTokens, looks_signed
 from hub.core.revocations import Credential, Revocations
 from hub.core.settings import Settings
+from hub.core.topic_patterns import TopicPatterns
 
 
 def bearer(authorization: str | None, what: str) -> bytes:
@@ -76,13 +79,22 @@ class ReadAccess:
         #: them current).
         self.revocations = Revocations() if revocations is None else revocations
         self.all_private = bool(settings.read_tokens)
-        self.private_topics = frozenset(settings.topic_read_tokens)
+        #: Private topics by name, and by name prefix (a ``prefix*`` key of
+        #: ``topic_read_tokens``: every topic whose name starts so, and its tokens).
+        named = {k: v for k, v in settings.topic_read_tokens.items() if not k.endswith("*")}
+        self.private_topics = frozenset(named)
+        self.prefix_tokens: tuple[tuple[str, list[bytes]], ...] = tuple(
+            (k[:-1], _encoded(v))
+            for k, v in sorted(settings.topic_read_tokens.items())
+            if k.endswith("*")
+        )
+        self._private_prefixes = tuple(prefix for prefix, _tokens in self.prefix_tokens)
         #: Tokens that read every topic: global read tokens and global publisher tokens.
         self.global_tokens = _encoded(settings.read_tokens) + _encoded(settings.tokens)
         self.topic_tokens: dict[str, list[bytes]] = {}
-        for name in set(settings.topic_read_tokens) | set(settings.topic_tokens):
+        for name in set(named) | set(settings.topic_tokens):
             self.topic_tokens[name] = _encoded(
-                settings.topic_read_tokens.get(name, []) + settings.topic_tokens.get(name, [])
+                named.get(name, []) + settings.topic_tokens.get(name, [])
             )
         key = settings.jwt_key
         self.signed: SignedReadTokens | None = None
@@ -91,7 +103,19 @@ class ReadAccess:
 
     def is_open(self, topic: str) -> bool:
         """True when ``topic`` is readable without a token."""
-        return not self.all_private and topic not in self.private_topics
+        return (
+            not self.all_private
+            and topic not in self.private_topics
+            and not (self._private_prefixes and topic.startswith(self._private_prefixes))
+        )
+
+    def _tokens_of(self, topic: str) -> list[bytes]:
+        """The tokens that read ``topic``: global ones, its own, its prefixes'."""
+        tokens = self.global_tokens + self.topic_tokens.get(topic, [])
+        for prefix, more in self.prefix_tokens:
+            if topic.startswith(prefix):
+                tokens = tokens + more
+        return tokens
 
     def check(self, topic: str, authorization: str | None) -> float | None:
         """Raise 401/403 unless ``authorization`` may read ``topic``. Else when that access
@@ -107,19 +131,39 @@ class ReadAccess:
         credential = Credential.of(given)
         revocations = self.revocations
         revocations.check(credential, topic)
-        if matches(given, self.global_tokens + self.topic_tokens.get(topic, [])):
+        if matches(given, self._tokens_of(topic)):
             return ReadGrant(None, credential)
         if self.signed is not None and looks_signed(given):
             grant = self.signed.grant(given)  # 401 naming what is wrong with it
             if grant.jti is not None:
                 credential = Credential(credential.fingerprint, grant.jti)
                 revocations.check(credential, topic)
-            names = grant.topics
-            if topic in names:
+            if grant.patterns.matches(topic):
                 return ReadGrant(grant.ends_at, credential)
-            shown = ", ".join(repr(n) for n in sorted(names)[:10])
+            shown = grant.patterns.shown()
             raise Forbidden(f"this read token is for topics {shown}, not {topic!r}")
         raise Forbidden(f"this token may not read topic {topic!r}")
+
+    def check_token(self, authorization: str | None) -> None:
+        """Raise 401/403 unless ``authorization`` is absent or carries a token that reads
+        something: a stream that follows a topic prefix checks the token it is given once,
+        as a stream of one topic does (a wrong or expired token must not look like a
+        token that reads no private topic yet), and then reads each topic it finds with it."""
+        if authorization is None:
+            return
+        given = bearer(authorization, "reading")
+        credential = Credential.of(given)
+        self.revocations.check(credential, None)
+        every = self.global_tokens + [t for ts in self.topic_tokens.values() for t in ts]
+        every += [t for _prefix, ts in self.prefix_tokens for t in ts]
+        if matches(given, every):
+            return
+        if self.signed is not None and looks_signed(given):
+            grant = self.signed.grant(given)  # 401 naming what is wrong with it
+            if grant.jti is not None:
+                self.revocations.check(Credential(credential.fingerprint, grant.jti), None)
+            return
+        raise Forbidden("this token reads no topic of this hub")
 
     def sight(self, authorization: str | None) -> Callable[[str], bool]:
         """Which topics ``authorization`` may read, decided once for a whole listing.
@@ -138,23 +182,35 @@ class ReadAccess:
                 revoked = topics
         if given is not None and matches(given, self.global_tokens):
             return lambda topic: topic not in revoked
-        mine = (
+        signed = self._signed_patterns(given)
+        names = (
             frozenset(
                 name
                 for name, tokens in self.topic_tokens.items()
                 if given is not None and matches(given, tokens)
             )
-            | self._signed_topics(given)
+            | signed.names
         ) - revoked
-        return lambda topic: topic in mine or self.is_open(topic)
+        prefixes = signed.prefixes + tuple(
+            prefix
+            for prefix, tokens in self.prefix_tokens
+            if given is not None and matches(given, tokens)
+        )
+        if not prefixes:
+            return lambda topic: topic in names or self.is_open(topic)
+        return lambda topic: (
+            topic in names
+            or (topic.startswith(prefixes) and topic not in revoked)
+            or self.is_open(topic)
+        )
 
-    def _signed_topics(self, given: bytes | None) -> frozenset[str]:
+    def _signed_patterns(self, given: bytes | None) -> TopicPatterns:
         if self.signed is None or given is None or not looks_signed(given):
-            return frozenset()
+            return TopicPatterns()
         try:
-            return self.signed.topics(given)
+            return self.signed.grant(given).patterns
         except Unauthorized:
-            return frozenset()
+            return TopicPatterns()
 
     def _signed_jti(self, given: bytes) -> str | None:
         if self.signed is None or not looks_signed(given):

@@ -40,7 +40,8 @@ EventKey = tuple[int, int]
 #: The stream id grammar: ``<ms>-<seq>`` or ``<ms>``, ASCII digits only (``\d`` would take
 #: any Unicode digit), no sign, no spaces; each part must also fit 64 bits unsigned.
 _ID = re.compile(r"([0-9]{1,20})(?:-([0-9]{1,20}))?")
-_U64_MAX = 2**64 - 1
+#: The largest part of an event id (Redis stream ids are two unsigned 64-bit integers).
+U64_MAX = 2**64 - 1
 #: What a 400 for a malformed event id says.
 ID_RULE = (
     "an event id is <ms>-<seq> or <ms>: unsigned 64-bit decimal integers "
@@ -56,7 +57,7 @@ def parse_id(value: str) -> EventKey:
     """``"<ms>-<seq>"`` (or ``"<ms>"``) as a comparable tuple; 400 if it is not one."""
     match = _ID.fullmatch(value)
     key = (int(match.group(1)), int(match.group(2) or 0)) if match else None
-    if key is None or key[0] > _U64_MAX or key[1] > _U64_MAX:
+    if key is None or key[0] > U64_MAX or key[1] > U64_MAX:
         raise BadRequest(f"invalid event id {value[:60]!r}: {ID_RULE}", rule=ID_RULE)
     return key
 

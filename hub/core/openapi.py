@@ -684,14 +684,37 @@ def _optional(name: str, where: str) -> dict[str, Any]:
     return {"name": name, "in": where, "required": False, "schema": {"type": "string"}}
 
 
-def _event_id(name: str, where: str) -> dict[str, Any]:
-    """A resume point: the stream id grammar (hub.core.events.parse_id); anything else is 400."""
+#: The event id grammar (hub.core.events.parse_id) and the time grammar
+#: (hub.core.resume_points) of a resume point.
+_EVENT_ID_PATTERN = "^[0-9]{1,20}(-[0-9]{1,20})?$"
+_TIME_PATTERN = (
+    "^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}(:[0-9]{2}([.,][0-9]{1,9})?)?"
+    "([Zz]|[+-][0-9]{2}:[0-9]{2})$"
+)
+#: A composite resume id of a stream of several topics (hub.core.stream_positions).
+_COMPOSITE_PATTERN = "^m1\\.[A-Za-z0-9_-]*$"
+
+
+def _event_id(name: str, where: str, *, composite: bool = False) -> dict[str, Any]:
+    """A resume point: an event id or a time (hub.core.resume_points), and on a stream of
+    several topics its composite id; anything else is 400."""
+    patterns = [_EVENT_ID_PATTERN, _TIME_PATTERN] + ([_COMPOSITE_PATTERN] if composite else [])
+    text = (
+        "An event id, `<ms>-<seq>` or `<ms>` (unsigned 64-bit decimal integers, digits only, "
+        "no sign or spaces; `0`: all retained events), or an ISO 8601 time with its zone "
+        "(`2026-11-22T10:00:00Z`: the events the hub received at or after it); else 400 "
+        "naming the parameter."
+    )
+    if composite:
+        text += (
+            " Or the id of an event of an earlier stream of these topics (`m1.` and "
+            "base64url): every topic resumes exactly where that stream was. An event id or "
+            "time applies to every topic."
+        )
     return {
         **_optional(name, where),
-        "description": "An event id, `<ms>-<seq>` or `<ms>`: unsigned 64-bit decimal "
-        "integers, digits only, no sign or spaces (else 400 naming that rule). `0`: all "
-        "retained events.",
-        "schema": {"type": "string", "pattern": "^[0-9]{1,20}(-[0-9]{1,20})?$"},
+        "description": text,
+        "schema": {"type": "string", "anyOf": [{"pattern": p} for p in patterns]},
     }
 
 
@@ -701,6 +724,46 @@ def _stream_parameters(*, last_event_id: bool) -> list[dict[str, Any]]:
     if last_event_id:
         resume.append(_event_id("Last-Event-ID", "header"))
     return [*resume, _optional("change", "query"), _optional("prefix", "query"), _ACCESS_TOKEN]
+
+
+def _topics_parameters(*, last_event_id: bool) -> list[dict[str, Any]]:
+    """A stream of several topics: which (``topic``, ``topic_prefix``), from where, and the
+    filters of a one-topic stream."""
+    names = {
+        "name": "topic",
+        "in": "query",
+        "required": False,
+        "style": "form",
+        "explode": True,
+        "description": "A topic to follow (repeatable, or names separated by commas); at "
+        "least one `topic` or `topic_prefix`. A private one the token may not read is "
+        "401/403.",
+        "schema": {"type": "array", "items": {"type": "string"}},
+    }
+    prefixes = {
+        **names,
+        "name": "topic_prefix",
+        "description": "Follow every topic whose name starts with this (repeatable, at most "
+        "32), those first published while the stream is open included, among those the "
+        "token may read (the others are left out, never named).",
+    }
+    resume = [_event_id("since", "query", composite=True)]
+    if last_event_id:
+        resume.append(_event_id("Last-Event-ID", "header", composite=True))
+    return [
+        names,
+        prefixes,
+        *resume,
+        _optional("change", "query"),
+        _optional("prefix", "query"),
+        _ACCESS_TOKEN,
+    ]
+
+
+_TOPICS_BAD = (
+    "No topic or prefix, a bad name, prefix, resume id or filter, or more topics or a longer "
+    "resume id than the hub's limits (stream_max_topics, stream_max_id_bytes), named"
+)
 
 
 def _publish_responses() -> dict[str, Any]:
@@ -875,6 +938,52 @@ def spec(server_url: str = "/") -> dict[str, Any]:
                         "browser page's Origin is neither listed nor the hub's own"
                     ),
                     "410": _error("Events after the resume id are no longer retained"),
+                    "503": _UNAVAILABLE,
+                },
+            },
+        },
+        "/events": {
+            "get": {
+                "operationId": "serverSentEventsOfTopics",
+                "summary": "Follow several topics as one stream of server-sent events",
+                "description": "One event per change, naming its topic; each `id:` is the "
+                "stream's resume id after that change (every topic resumes exactly from it), "
+                "and the stream opens with an `id:` of where it starts.",
+                "tags": ["streams"],
+                "parameters": _topics_parameters(last_event_id=True),
+                "responses": {
+                    "200": {
+                        "description": "An endless event stream",
+                        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                    },
+                    "400": _error(_TOPICS_BAD),
+                    **_READ_REFUSED,
+                    "410": _error(
+                        "Events of a topic after its resume point are no longer retained"
+                    ),
+                    "503": _UNAVAILABLE,
+                },
+            },
+        },
+        "/ws": {
+            "get": {
+                "operationId": "webSocketOfTopics",
+                "summary": "Follow several topics over one WebSocket",
+                "description": 'Each text message is `{"id": <resume id after it>, '
+                '"events": [...]}`, each change naming its topic; the first has no events.',
+                "tags": ["streams"],
+                "parameters": _topics_parameters(last_event_id=False),
+                "responses": {
+                    "101": {"description": "Switching to the WebSocket protocol"},
+                    "400": _error(f"Not a WebSocket upgrade. {_TOPICS_BAD}"),
+                    **_READ_REFUSED,
+                    "403": _error(
+                        "The token may not read a named topic, or (with RSHUB_CORS_ORIGINS set) "
+                        "a browser page's Origin is neither listed nor the hub's own"
+                    ),
+                    "410": _error(
+                        "Events of a topic after its resume point are no longer retained"
+                    ),
                     "503": _UNAVAILABLE,
                 },
             },

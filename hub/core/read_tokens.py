@@ -2,7 +2,8 @@
 
 A site that serves browsers mints one per visitor (``rshub token``, or any JWT library with
 the hub's ``RSHUB_JWT_KEY``) instead of handing out a long-lived read token: it names its
-topics (claim ``topics``, a list of names) and must expire (claim ``exp``, a number of
+topics (claim ``topics``, a list of names, or of name prefixes followed by ``*``: ``pri*``
+reads every topic whose name starts with ``pri``) and must expire (claim ``exp``, a number of
 seconds since the epoch, at most ``jwt_max_ttl`` ahead). The hub accepts one wherever it
 accepts a read token (:class:`hub.core.access.ReadAccess`). Only HS256 is accepted (never
 ``none``, never an algorithm the token picks), and every refusal says why.
@@ -23,11 +24,12 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from hub.core.exceptions import Unauthorized
 from hub.core.revocations import JTI
+from hub.core.topic_patterns import TopicPatterns
 
 if TYPE_CHECKING:
     import jwt
@@ -104,6 +106,12 @@ class Grant:
     topics: frozenset[str]
     ends_at: float
     jti: str | None = None
+    #: The topics as names and name prefixes (an entry ``pri*`` reads every topic whose
+    #: name starts with ``pri``; :mod:`hub.core.topic_patterns`).
+    patterns: TopicPatterns = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "patterns", TopicPatterns.of(self.topics))
 
 
 class SignedReadTokens:

@@ -25,6 +25,7 @@ from hub.core import sentinel_url, tls_files
 from hub.core.cors import origin_of
 from hub.core.exceptions import BadRequest
 from hub.core.read_tokens import check_key
+from hub.core.topic_patterns import check_pattern
 from hub.core.topics import base_origin, check_name
 
 #: Upper bounds of the durations and counts below: far beyond any sensible setting, and
@@ -92,6 +93,8 @@ def _plain_topic(value: str) -> str:
 
 Token = Annotated[str, AfterValidator(_token)]
 TopicName = Annotated[str, AfterValidator(_topic_name)]
+#: A topic name, or a name prefix followed by ``*`` (hub.core.topic_patterns).
+TopicPattern = Annotated[str, AfterValidator(check_pattern)]
 PlainTopic = Annotated[str, AfterValidator(_plain_topic)]
 
 
@@ -202,8 +205,10 @@ class Settings(BaseSettings):
     # -- reading and operating ---------------------------------------------------------
     #: Bearer tokens that may read every topic; when set, no topic is readable without one.
     read_tokens: list[Token] = Field(default_factory=list)
-    #: Bearer tokens per topic that make the topic private: ``{"news": ["r1"]}``.
-    topic_read_tokens: dict[TopicName, list[Token]] = Field(default_factory=dict)
+    #: Bearer tokens per topic that make the topic private: ``{"news": ["r1"]}``; a key
+    #: ``"pri*"`` makes every topic whose name starts with ``pri`` private, readable with its
+    #: tokens (a topic may also have tokens of its own).
+    topic_read_tokens: dict[TopicPattern, list[Token]] = Field(default_factory=dict)
     #: Bearer token of the ``/admin`` API (without it: loopback clients of an open hub only).
     admin_token: Token | None = None
     #: Largest request body accepted (a publish, a form); larger is 413.
@@ -300,6 +305,21 @@ class Settings(BaseSettings):
     #: one publish, or a cheap one, never delays the next. 0 = every pass of the event loop
     #: writes what arrived (least latency, most CPU under load).
     push_delay_max_ms: float = Field(5.0, ge=0, le=1000)
+    #: Topics one stream of several topics (``/ws``, ``/events`` with ``topic=`` and
+    #: ``topic_prefix=``) may follow: more named, or matching its prefixes when it opens,
+    #: is 400 naming this setting; a prefix that comes to match more ends the stream. Each
+    #: topic followed is a live feed of the process (on a Redis Cluster, a connection).
+    stream_max_topics: int = Field(10_000, ge=1, le=1_000_000)
+    #: Longest resume id of a stream of several topics, in bytes: a longer one is 400
+    #: naming this setting, and the hub gives out none longer (it keeps ids short; an event
+    #: whose id would not fit ends the stream with its resume point). With more than ~7,000,
+    #: a client's ``Last-Event-ID`` (or ``since=``) outgrows what proxies pass by default;
+    #: the hub's own limits on a request line and header grow with it.
+    stream_max_id_bytes: int = Field(6000, ge=256, le=1_000_000)
+    #: How often (seconds) a process with streams that follow a topic prefix reads the
+    #: topic names for topics first published since: the longest such a topic's first
+    #: events wait (they are never missed).
+    stream_topic_scan_seconds: float = Field(1.0, ge=0.05, le=3600)
 
     # -- materialized documents --------------------------------------------------------
     #: A Change List page closes after this many seconds (or at 50,000 entries).

@@ -16,8 +16,9 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from hub.core import signing, token_bucket
 from hub.core.addresses import MAX_URL_LENGTH, as_uri, check_http_url
-from hub.core.events import EventFilter, parse_id
+from hub.core.events import EventFilter
 from hub.core.exceptions import BadRequest, UnknownHubName
+from hub.core.resume_points import parse_since
 from hub.core.revocations import Credential
 from hub.core.topics import HubUrls
 
@@ -155,7 +156,7 @@ def parse_request(
 
     since = form.get("hub.since") or None
     if since is not None:
-        parse_id(since)
+        parse_since(since, "hub.since")  # an event id or a time (its cursor: the web layer's)
     scheme, event_filter, rate_limit = signing.Scheme.WEBSUB, None, None
     if mode is Mode.SUBSCRIBE:  # an unsubscription ignores them
         scheme, event_filter, rate_limit = _extensions(form, secret, prefixes or [])

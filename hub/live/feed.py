@@ -835,6 +835,7 @@ class ClientStream:
         "filter",
         "last_sent",
         "live",
+        "on_queue",
         "overflowed",
         "stopped",
         "transport",
@@ -871,6 +872,10 @@ class ClientStream:
         self.stopped: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         #: Id of the last event handed to the transport.
         self.last_sent: str | None = None
+        #: Called when a batch is queued for the sender (or the client overflowed), for a
+        #: sender that waits on many streams at once (hub.live.multiplex) rather than
+        #: in :meth:`next`.
+        self.on_queue: Callable[[ClientStream], None] | None = None
         feed.streams.add(self)
         if feed.ended.is_set():
             self.stop()
@@ -883,6 +888,8 @@ class ClientStream:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(True)
+        if self.on_queue is not None:
+            self.on_queue(self)
 
     def offer(self, events: list[Event]) -> str | None:
         """Called by the feed for each new batch while the client is live; returns
@@ -994,6 +1001,10 @@ class ClientStream:
         self.live = True
         self.feed.follow(self)
 
+    def first_queued(self) -> Event | None:
+        """The oldest event queued for the sender (the next after those sent), if any."""
+        return self._pending[0][0] if self._pending else None
+
     def take_pending(self) -> list[Event]:
         """Everything queued (filtered), without a wait: for a connection that drained."""
         if not self._pending:
@@ -1010,6 +1021,7 @@ class ClientStream:
         # The writer is a closure over this stream and its connection: a reference cycle
         # that would keep the whole connection alive until a full GC pass.
         self.writer = None
+        self.on_queue = None
 
     def resume_hint(self) -> str:
         return self.last_sent or "the id of the last event you received"

@@ -26,7 +26,7 @@ from typing import Any
 from hub.core.exceptions import BadRequest
 from hub.core.read_tokens import DEFAULT_MAX_TTL_SECONDS, check_jti, mint
 from hub.core.revocations import FINGERPRINT, fingerprint
-from hub.core.topics import check_name
+from hub.core.topic_patterns import check_pattern
 from rsclient.options import DEFAULT_HUB, env_default
 
 _TTL = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd]?)")
@@ -52,7 +52,12 @@ def add_parsers(subparsers: Any) -> None:
         "verb: revoke a token, lift a revocation, or list the revocations (the hub's admin "
         "API).",
     )
-    parser.add_argument("--topic", action="append", help="a topic it may read (repeatable)")
+    parser.add_argument(
+        "--topic",
+        action="append",
+        help="a topic it may read, or a name prefix and '*' (pri*: every topic starting "
+        "pri) (repeatable)",
+    )
     parser.add_argument(
         "--ttl",
         type=ttl_seconds,
@@ -132,7 +137,7 @@ def run_token(args: argparse.Namespace) -> int:
                 f"(RSHUB_JWT_MAX_TTL: {limit:g} s)"
             )
         for name in args.topic:
-            check_name(name)
+            check_pattern(name)  # a topic, or a name prefix and '*'
         print(mint(key, args.topic, args.ttl, jti=args.jti))
     except (ValueError, BadRequest) as exc:
         print(f"rshub token: {exc}", file=sys.stderr)

@@ -16,10 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError
 
 from hub.core.damage import DamageLog
-from hub.core.events import Change, Event
+from hub.core.events import U64_MAX, Change, Event, EventKey
 from hub.core.exceptions import Conflict
 from hub.core.packed import Packed, pack, stored_json
 from hub.store import keys, scripts
@@ -35,6 +36,10 @@ READ_COUNT = 1000
 
 #: Script calls one :meth:`EventStore.trim` makes at most (1,000 events each by length).
 TRIM_CALLS = 10_000
+
+#: How far apart (ms) the clocks of a Redis Cluster's nodes may be for
+#: :meth:`EventStore.new_ids_after` to hold.
+_CLUSTER_CLOCKS_MS = 1000
 
 #: Topics whose append keys :class:`EventStore` keeps built.
 _APPEND_KEYS_CACHED = 4096
@@ -151,7 +156,10 @@ class EventStore:
         whose caller takes what was stored from the answer."""
         packed = changes if isinstance(changes, Packed) else pack(changes)
         if packed.changes and topic not in self._known_topics:
-            await self.redis.sadd(keys.TOPICS, topic)
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.sadd(keys.TOPICS, topic)
+                pipe.incr(keys.TOPICS_VERSION)  # both done before the topic's first event
+                await pipe.execute()
             self._known_topics.add(topic)
         script_keys, args = self._append_call(topic, packed, digest, idempotency_key, node)
         try:
@@ -338,6 +346,10 @@ class EventStore:
             self.damage.damaged(f"topic set member {member!r}", "not a topic name")
         return names
 
+    async def topics_version(self) -> int:
+        """:data:`hub.store.keys.TOPICS_VERSION`: it moves whenever a topic name is added."""
+        return keys.count(await self.redis.get(keys.TOPICS_VERSION))
+
     def forget(self, topic: str) -> None:
         """``topic`` was deleted: do not take it for known any longer."""
         self._known_topics.discard(topic)
@@ -361,6 +373,45 @@ class EventStore:
             last_publish_ms=int(published) if published else None,
             trimmed_through=keys.optional_text(trimmed),
         )
+
+    async def facts_of(self, topics: list[str]) -> list[TopicFacts | None]:
+        """:meth:`facts` of every topic in one round trip (a pipeline: a Cluster splits it
+        by node); None for a topic whose meta Redis holds in another shape."""
+        fields = [keys.CREATED_MS, keys.LAST_ID, keys.LAST_PUBLISH_MS, keys.TRIMMED_THROUGH]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for name in topics:
+                pipe.hmget(keys.topic_meta(name), fields)
+            values = await pipe.execute(raise_on_error=False)
+        out: list[TopicFacts | None] = []
+        for group in keys.per_topic(values, 1):
+            if group is None:
+                out.append(None)
+                continue
+            created, last, published, trimmed = group[0]
+            out.append(
+                TopicFacts(
+                    created_ms=keys.count(created),
+                    last_id=keys.optional_text(last),
+                    last_publish_ms=keys.count(published) or None,
+                    trimmed_through=keys.optional_text(trimmed),
+                )
+            )
+        return out
+
+    async def new_ids_after(self) -> EventKey:
+        """A position that every event appended from now on comes after (read *before*
+        whatever it bounds: a topic's last id read later says no event of it lies between).
+
+        Redis makes a new event id from its clock (``XADD *``: the current millisecond, or
+        the stream's last one if that is later), so events appended after this call get ids
+        from this millisecond on. On a Cluster each node makes its ids from its own clock,
+        and this reads one node's: a second less, so nodes whose clocks agree within a
+        second (NTP) keep the bound true."""
+        seconds, micros = await self.redis.time()
+        ms = int(seconds) * 1000 + int(micros) // 1000
+        if isinstance(self.redis, RedisCluster):
+            ms -= _CLUSTER_CLOCKS_MS
+        return (ms - 1, U64_MAX) if ms > 0 else (0, 0)
 
     async def trimmed_through(self, topic: str) -> str | None:
         """Id of the newest event retention ever removed from ``topic``, if any."""

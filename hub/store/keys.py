@@ -25,6 +25,10 @@ PREFIX = "rshub:"
 #: Set of every topic name that has ever been published to.
 TOPICS = PREFIX + "topics"
 
+#: Counter bumped each time a process adds a name to :data:`TOPICS` (before the topic's
+#: first event): while it stands still, the set has no new name (hub.live.topic_directory).
+TOPICS_VERSION = PREFIX + "topics:version"
+
 #: Stream field holding one change as compact JSON (without its id).
 EVENT_FIELD = b"e"
 

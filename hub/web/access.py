@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from hub.core.access import OPEN, OperatorAccess, ReadAccess, ReadGrant
+from hub.core.exceptions import Forbidden, Unauthorized
 from hub.core.forwarding import TrustedPeers, forwarded_base, forwarded_client
 from hub.core.own_site import OwnSite
 from hub.core.topics import HubUrls
@@ -67,6 +68,33 @@ def read_grant(request: web.Request, topic: str, *, query_token: bool = False) -
     grant = readers.grant(topic, _authorization(request, query_token=query_token))
     request[_PRIVATE] = True
     return grant
+
+
+def stream_reader(
+    request: web.Request, authorization: str | None = None
+) -> Callable[[str], ReadGrant | None]:
+    """How a stream of several topics reads each topic: with ``authorization`` (default: the
+    request's token, header or ``?access_token=``), checked once (401/403 for one that
+    reads nothing: a wrong token must not pass for one that reads no private topic yet);
+    then each topic gets its grant, or None when the token may not read it (a prefix stream
+    leaves it out: a private topic is never streamed, nor named, to a client that may not
+    read it)."""
+    readers = request.app[ACCESS].readers
+    if authorization is None:
+        authorization = _authorization(request, query_token=True)
+    readers.check_token(authorization)
+
+    def grant_of(topic: str) -> ReadGrant | None:
+        if readers.is_open(topic):
+            return OPEN
+        try:
+            grant = readers.grant(topic, authorization)
+        except (Unauthorized, Forbidden):
+            return None
+        request[_PRIVATE] = True
+        return grant
+
+    return grant_of
 
 
 def readable(request: web.Request, topics: list[str]) -> list[str]:

@@ -31,6 +31,7 @@ from hub.core.settings import Settings
 from hub.core.topics import WELL_KNOWN, HubUrls, loopback_aliases
 from hub.live.dead_letter_replay import Replays
 from hub.live.runtime import Runtime
+from hub.live.topic_directory import TopicDirectory
 from hub.store.embedded_redis import EmbeddedRedis
 from hub.store.redis_connection import StoreError
 from hub.store.replicas import NotReplicated
@@ -41,6 +42,7 @@ from hub.web import dashboard as web_pages
 from hub.web import dead_letters as web_dead_letters
 from hub.web import documents as web_documents
 from hub.web import latest_changes as web_latest_changes
+from hub.web import multiplex as web_multiplex
 from hub.web import observe as web_observe
 from hub.web import operator as web_operator
 from hub.web import presence as web_presence
@@ -211,6 +213,9 @@ def _lifecycle(
         app[web_revocations.REVOKING] = web_revocations.Revoking(
             runtime.revocation_store, runtime.refresh_revocations, settings
         )
+        app[web_multiplex.MULTIPLEXING] = web_multiplex.Multiplexing(
+            TopicDirectory(runtime.store, runtime.feeds.tasks, settings.stream_topic_scan_seconds)
+        )
         app[web_presence.PRESENCE] = runtime.presence
         app[web_documents.READING] = web_documents.Reading(
             urls,
@@ -347,6 +352,8 @@ def create_app(
     get("/healthz", web_admin.healthz)
     get("/topics/{name}/ws", web_streams.websocket)
     get("/topics/{name}/events", web_streams.server_sent_events)
+    get("/ws", web_multiplex.websocket)
+    get("/events", web_multiplex.server_sent_events)
     get(WELL_KNOWN, web_documents.source_description)
     get("/topics/{name}", web_topic_content.topic_uri)
     get("/topics/{name}/capabilitylist.xml", web_documents.capability_list)
@@ -385,6 +392,10 @@ def create_app(
     return app
 
 
+#: aiohttp's own limit on a request line and on a header field.
+_HTTP_LINE_BYTES = 8190
+
+
 def _lean(app: web.Application, server: web.Server | None, settings: Settings) -> Lean | None:
     """The lean paths wanted (neither with CORS: its headers are aiohttp's middleware's)."""
     sse, publish = settings.lean_sse, settings.lean_publish
@@ -409,6 +420,10 @@ async def start(
         # read or not. Handlers decode what they read, bounded, off the loop
         # (hub.web.request_body).
         auto_decompress=False,
+        # A resume id of a stream of several topics travels in a request line (since=) or
+        # a header (Last-Event-ID): aiohttp's limits (8190 bytes) grow with the setting.
+        max_line_size=max(_HTTP_LINE_BYTES, settings.stream_max_id_bytes + 2048),
+        max_field_size=max(_HTTP_LINE_BYTES, settings.stream_max_id_bytes + 64),
     )
     await runner.setup()
     server = runner.server

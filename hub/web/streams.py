@@ -1,7 +1,9 @@
 """Live streams of a topic's changes: WebSocket (``/ws``) and server-sent events (``/events``).
 
-Both replay from ``?since=ID`` (or SSE's ``Last-Event-ID``) and then follow live. Without
-either they start at the current end. An event is the stored change as JSON with its ``id``
+Both replay from ``?since=ID`` (or SSE's ``Last-Event-ID``), or from ``?since=TIME`` (an ISO
+8601 time: the events the hub received at or after it, :mod:`hub.core.resume_points`), and
+then follow live. Without either they start at the current end. Several topics on one
+connection are :mod:`hub.web.multiplex`'s. An event is the stored change as JSON with its ``id``
 and ``topic`` (:func:`hub.core.events.with_id`); a WebSocket text message is a JSON array of one
 or more of them, an SSE event carries one.
 
@@ -50,6 +52,7 @@ from aiohttp import WSCloseCode, WSMsgType, hdrs, web
 from hub.core import metrics
 from hub.core.events import Event, EventFilter, EventKey, parse_id
 from hub.core.exceptions import BadRequest, DamagedData, Gone, RequestError
+from hub.core.resume_points import parse_since
 from hub.core.tasks import cancel_and_wait
 from hub.core.topics import check_name
 from hub.live.client_streams import (
@@ -72,10 +75,21 @@ from hub.live.client_streams import (
     resume_point,
     sse_last_event,
 )
-from hub.live.feed import ClientStream, TopicFeed, Writer
+from hub.live.feed import ClientStream, Writer
 from hub.web.access import ACCESS, read_grant
 
-__all__ = ["STREAMING", "Closing", "Streaming", "check_since", "server_sent_events", "websocket"]
+__all__ = [
+    "STREAMING",
+    "Closing",
+    "EventStream",
+    "Streaming",
+    "check_since",
+    "close_within",
+    "renewal",
+    "resume_from",
+    "server_sent_events",
+    "websocket",
+]
 
 STREAMING = web.AppKey("streaming", Streaming)
 
@@ -108,30 +122,32 @@ async def _until_overflow_or_done(
     return ending(pump, closing)
 
 
-def _since(request: web.Request) -> str | None:
-    """The resume point; ``Last-Event-ID`` wins, as an SSE client reconnecting to the same
-    URL (``?since=`` included) sends it with the newer position."""
-    return request.headers.get("Last-Event-ID") or request.query.get("since") or None
+def resume_from(request: web.Request) -> tuple[str, str] | None:
+    """The resume point and what named it; ``Last-Event-ID`` wins, as an SSE client
+    reconnecting to the same URL (``?since=`` included) sends it with the newer position."""
+    header = request.headers.get("Last-Event-ID")
+    if header:
+        return header, "Last-Event-ID"
+    since = request.query.get("since")
+    return (since, "since") if since else None
 
 
-def _start_cursor(request: web.Request, feed: TopicFeed) -> EventKey:
-    since = _since(request)
-    if since:
-        return parse_id(since)
-    return feed.last_key
-
-
-async def check_since(request: web.Request, topic: str, since: str, what: str = "since") -> None:
-    """A resume point must lie within the stream: 400 when it is beyond the topic's last id
-    (a typo, or a position from another hub, would otherwise wait forever), 410 when
-    retention removed events after it (``0`` asks for what is retained)."""
-    key = parse_id(since)
+async def check_since(
+    request: web.Request, topic: str, since: str, what: str = "since"
+) -> EventKey:
+    """Where a stream of ``topic`` resumes from ``since`` (an event id, or a time:
+    :mod:`hub.core.resume_points`), which must lie within the stream: 400 when an id is
+    beyond the topic's last id (a typo, or a position from another hub, would otherwise
+    wait forever), 410 when retention removed events after it (``0`` asks for what is
+    retained). A time is never beyond: a moment with nothing after it yet is no typo."""
+    point = parse_since(since, what)
+    key = point.key
     if key == (0, 0):
-        return
+        return key
     ctx = request.app[STREAMING]
     facts = await ctx.store.facts(topic)
     last = facts.last_id
-    if last is None or key > parse_id(last):
+    if not point.moment and (last is None or key > parse_id(last)):
         raise BadRequest(
             f"{what}={since} is beyond the last event id of topic {topic} "
             f"({last or 'none: nothing published yet'}); resume from an id this hub gave out, "
@@ -141,13 +157,15 @@ async def check_since(request: web.Request, topic: str, since: str, what: str = 
     trimmed = facts.trimmed_through
     if trimmed is not None and key < parse_id(trimmed):
         resourcelist = ctx.urls.resourcelist(topic)
+        after = "at or after" if point.moment else "after"
         raise Gone(
-            f"events after {since} are no longer retained (trimmed through {trimmed}); "
+            f"events {after} {since} are no longer retained (trimmed through {trimmed}); "
             f"re-baseline from {resourcelist} and resume from its position, or pass since=0 "
             "for what is retained",
             trimmed_through=trimmed,
             resourcelist=resourcelist,
         )
+    return key
 
 
 @contextlib.asynccontextmanager
@@ -156,13 +174,15 @@ async def _following(
 ) -> AsyncIterator[tuple[str, ClientStream]]:
     topic = check_name(request.match_info["name"])
     grant = read_grant(request, topic, query_token=True)
-    since = _since(request)
-    if since:
-        await check_since(request, topic, since)  # 400/410 before any upgrade
+    resume = resume_from(request)
+    start = None
+    if resume is not None:
+        start = await check_since(request, topic, *resume)  # 400/410 before any upgrade
     event_filter = EventFilter.from_query(request.query, request.query.getall("prefix", []))
     ctx = request.app[STREAMING]
     feed = await ctx.feeds.acquire(topic)
-    client = opened(ctx, feed, _start_cursor(request, feed), event_filter, transport, grant)
+    cursor = feed.last_key if start is None else start
+    client = opened(ctx, feed, cursor, event_filter, transport, grant)
     try:
         yield topic, client
     finally:
@@ -170,7 +190,7 @@ async def _following(
         await ctx.feeds.release(feed)
 
 
-async def _close_within(
+async def close_within(
     ws: web.WebSocketResponse,
     request: web.Request,
     within: float,
@@ -227,7 +247,7 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
         )
         if ended == SHUTDOWN:
             reason = f"shutdown; resume with since={resume_point(pump)}"
-            await _close_within(
+            await close_within(
                 ws,
                 request,
                 min(within, settings.shutdown_streams_seconds),
@@ -235,17 +255,15 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
                 reason=reason,
             )
         elif ended == DELETED:
-            await _close_within(ws, request, within, reason=DELETED)
+            await close_within(ws, request, within, reason=DELETED)
         elif ended in (EXPIRED, REVOKED):
             code = EXPIRED_CLOSE_CODE if ended == EXPIRED else REVOKED_CLOSE_CODE
             reason = f"{ended} and resume with since={resume_point(pump)}"
-            await _close_within(ws, request, within, code=code, reason=reason)
+            await close_within(ws, request, within, code=code, reason=reason)
         elif ended == TOO_SLOW:
             reason = f"too slow; resume with since={pump.resume_hint()}"
-            await _close_within(
-                ws, request, within, code=WSCloseCode.TRY_AGAIN_LATER, reason=reason
-            )
-        await _close_within(ws, request, within)
+            await close_within(ws, request, within, code=WSCloseCode.TRY_AGAIN_LATER, reason=reason)
+        await close_within(ws, request, within)
     return ws
 
 
@@ -303,7 +321,7 @@ async def _incoming(
     taken (see the module's docstring), anything else ignored."""
     closing = request.app[STREAMING].closing
     async for msg in ws:
-        token = _renewal(msg.data) if msg.type is WSMsgType.TEXT else None
+        token = renewal(msg.data) if msg.type is WSMsgType.TEXT else None
         if token is None:
             continue
         try:
@@ -311,12 +329,12 @@ async def _incoming(
         except RequestError as exc:  # 4401, 4403: the status the same token gets
             code = 4000 + exc.http_status
             within = request.app[STREAMING].settings.stream_close_seconds
-            await _close_within(ws, request, within, code=code, reason=exc.message)
+            await close_within(ws, request, within, code=code, reason=exc.message)
             return
         closing.granted(pump, grant)
 
 
-def _renewal(data: str) -> str | None:
+def renewal(data: str) -> str | None:
     """The token of a ``{"access_token": "..."}`` message, else None."""
     if "access_token" not in data:  # most messages: no parse
         return None
@@ -328,7 +346,7 @@ def _renewal(data: str) -> str | None:
     return token if isinstance(token, str) and token.strip() else None
 
 
-class _EventStream(web.StreamResponse):
+class EventStream(web.StreamResponse):
     """An SSE response whose headers go out with its first bytes (``retry:``), in one write:
     a plain StreamResponse sends them on their own first, two syscalls per connect
     (issue 22: ``StreamWriter._write`` was 12% of the hub's time accepting 5,000 streams)."""
@@ -340,7 +358,7 @@ async def server_sent_events(request: web.Request) -> web.StreamResponse:
     ctx = request.app[STREAMING]
     settings = ctx.settings
     async with _following(request, "sse") as (_topic, pump):
-        resp = _EventStream(headers=SSE_HEADERS)
+        resp = EventStream(headers=SSE_HEADERS)
         await resp.prepare(request)
         if request.method == "HEAD":  # the headers only: a body would break the connection
             await resp.write_eof()

@@ -14,13 +14,14 @@ for a plain WebSub topic fetches its content, of any type
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from aiohttp import web
 
 from hub.core import metrics, websub
 from hub.core.access import given_token
 from hub.core.auth import PublisherAuth
+from hub.core.events import format_id
 from hub.core.exceptions import BadRequest, Forbidden, Unauthorized
 from hub.core.ping_budgets import PingBudgets
 from hub.core.settings import Settings
@@ -102,7 +103,9 @@ async def _websub_request(request: web.Request) -> web.Response:
         parsed = websub.within_grant(parsed, grant.ends_at, grant.credential)
     await client.check_address(parsed.callback)
     if parsed.since is not None and parsed.mode is websub.Mode.SUBSCRIBE:
-        await check_since(request, parsed.topic, parsed.since, "hub.since")
+        # An event id, or a time: the id its events come after becomes the cursor.
+        start = await check_since(request, parsed.topic, parsed.since, "hub.since")
+        parsed = replace(parsed, since=format_id(start))
     await service.request(parsed)
     return web.Response(
         status=202,
