@@ -58,12 +58,12 @@ FRAMING = frozenset(
     }
 )
 
-#: The head's grammar (RFC 9112 §2-5, narrowed as the module docstring says), but for a
-#: value's end: no space or tab before a line's CRLF (two searches, cheaper than the
-#: pattern's backtracking).
+#: The head's grammar (RFC 9112 §2-5, narrowed as the module docstring says): possessive
+#: repeats and a value's end looked behind for, so nothing backtracks (~50 instructions a
+#: byte of head: half the rule's cost, ~3% of a lean publish's instructions).
 _HEAD = re.compile(
-    rb"(?:GET|POST) /[\x21-\x7e]* HTTP/1\.1\r\n"
-    rb"(?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\x20-\x7e\t]*\r\n)*"
+    rb"(?:GET|POST) /[\x21-\x7e]*+ HTTP/1\.1\r\n"
+    rb"(?:[!#$%&'*+.^_`|~0-9A-Za-z-]++:[\x20-\x7e\t]*+(?<![ \t])\r\n)*+"
     rb"\r\n"
 )
 
@@ -80,27 +80,26 @@ class PlainRequests:
     max_headers: int
 
     def plain(
-        self, head: bytes, target: bytes, headers: list[tuple[bytes, bytes]]
+        self, received: bytes, target: bytes, headers: list[tuple[bytes, bytes]]
     ) -> dict[bytes, bytes] | None:
-        """The headers by lower-case name of the request whose ``head`` (its bytes up to
-        and with the empty line), ``target`` and ``headers`` (as llhttp read them) are these,
-        when it is plain (each name once, each value ASCII); None when it is not."""
-        if (
-            len(head) > HEAD_BYTES
-            or len(target) > self.max_line_size
-            or len(headers) > self.max_headers
-            or _HEAD.fullmatch(head) is None
-            or b" \r\n" in head
-            or b"\t\r\n" in head
-        ):
+        """The headers by lower-case name of a plain request (each name once, each value
+        ASCII), else None. ``received``: its bytes from its first, its whole head at least
+        (the head ends at its first empty line: where llhttp saw it end earlier, at a bare
+        LF, the pattern meets that LF); ``target`` and ``headers``: as llhttp read them."""
+        if len(target) > self.max_line_size or len(headers) > self.max_headers:
             return None
-        named = {name.lower(): value for name, value in headers}
+        head = _HEAD.match(received, 0, HEAD_BYTES)
+        if head is None:
+            return None
+        named: dict[bytes, bytes] = {}
+        for name, value in headers:
+            named[name.lower()] = value
         if len(named) < len(headers) or b"host" not in named or not FRAMING.isdisjoint(named):
             return None
         length = named.get(b"content-length")
         if length is not None and not length.isdigit():
             return None
-        if len(head) > self.max_field_size and any(  # (else no header in it can be longer)
+        if head.end() > self.max_field_size and any(  # (else no header can be longer)
             len(name) + len(value) > self.max_field_size for name, value in headers
         ):
             return None

@@ -175,7 +175,8 @@ class LeanConnection(asyncio.Protocol):
         lean, topic = self._lean, None
         named = None
         if self._messages == 1:
-            named = lean.plain.plain(self._head(), self._url, self._headers)
+            received = b"".join(self._reads)  # (one read, as a rule: that read itself)
+            named = lean.plain.plain(received, self._url, self._headers)
         if named is not None:
             method = parser.get_method()
             if method == b"POST" and lean.publish is not None:
@@ -186,13 +187,6 @@ class LeanConnection(asyncio.Protocol):
             elif lean.sse is not None:
                 topic = lean.sse.topic(method, self._url, self._headers)
         self._topic = topic or ""
-
-    def _head(self) -> bytes:
-        """The request's head as received (up to its first empty line: where llhttp saw
-        the head end earlier, at a bare LF, the rule finds that LF in it)."""
-        data = b"".join(self._reads)  # (one read, as a rule: that read itself)
-        end = data.find(b"\r\n\r\n")
-        return data[: end + 4] if end >= 0 else data
 
     def on_body(self, body: bytes) -> None:
         self._body.append(body)

@@ -36,6 +36,8 @@ def test_a_plain_subscribe_and_publish_are_plain() -> None:
     headers = [(b"Host", b"127.0.0.1"), (b"ACCEPT", b"*/*")]
     named = _RULE.plain(_PLAIN.replace(b"Accept", b"ACCEPT"), b"/topics/t/events", headers)
     assert named == {b"host": b"127.0.0.1", b"accept": b"*/*"}  # what the lean routes read
+    # What follows the head (a body, the next request) is not the rule's.
+    assert _RULE.plain(_PLAIN + b"\x00\xff\n", b"/topics/t/events", headers) is not None
     assert _plain(
         b"POST /topics/t HTTP/1.1\r\nHost: h\r\nContent-Type: application/xml\r\n"
         b"Content-Length: 12\r\nAuthorization: Bearer a b\r\n\r\n"
