@@ -31,8 +31,9 @@ log = logging.getLogger(__name__)
 
 #: Not a kept-alive lean connection (see ``ConnectionGuard._idle``).
 _NOT_IDLE = object()
-#: Handed-over connections whose first request's start is kept, past which the ended ones
-#: are dropped (one that aiohttp refused before any handler never collects its own).
+#: Handed-over connections whose first request's start is kept before the ended ones are
+#: dropped (one that aiohttp refused before any handler never collects its own); then
+#: twice those left, so that dropping stays linear in the hand-overs.
 _BEGAN_KEPT = 256
 
 _BUSY_BODY = b'{"error": "too many connections; retry later", "status": 503}'
@@ -75,6 +76,7 @@ class ConnectionGuard:
         #: Connections handed over by the lean paths: when the request they were reading
         #: began (its first byte), for its body deadline; collected at its dispatch.
         self._began: dict[RequestHandler, float] = {}
+        self._began_kept = _BEGAN_KEPT
 
     def protocol_factory(
         self, server: web.Server, lean: Lean | None = None
@@ -121,8 +123,9 @@ class ConnectionGuard:
         time of its first byte; None before any byte)."""
         self._held -= 1
         if began is not None:
-            if len(self._began) >= _BEGAN_KEPT:
+            if len(self._began) >= self._began_kept:
                 self._began = {h: t for h, t in self._began.items() if h.transport is not None}
+                self._began_kept = max(_BEGAN_KEPT, 2 * len(self._began))
             self._began[handler] = began
         due = self._idle.pop(first, _NOT_IDLE)
         timer = self._pending.pop(first, None)

@@ -45,6 +45,8 @@ from aiohttp import web
 from hub.core.settings import Settings
 from hub.store import keys
 from hub.store.embedded_redis import EmbeddedRedis
+from hub.web.app import _GUARD
+from hub.web.listener import _BEGAN_KEPT
 from tests.conftest import start_hub
 from tests.support import TIME_SCALE, changes, free_port, notification
 
@@ -933,3 +935,21 @@ async def test_mutated_requests_are_answered_alike(
     assert not found and not stored, _report(found, path) + "\n" + _report(stored, "stored")
     assert not _errors(caplog), _errors(caplog)
     assert time.monotonic() - started < 60 * TIME_SCALE
+
+
+async def test_starts_kept_for_aiohttp_do_not_pile_up(hubs: Hubs) -> None:
+    """A request handed to aiohttp carries its start to its handler; one that aiohttp
+    refuses before any handler runs never collects it, and the guard drops it once its
+    connection has ended."""
+    guard = hubs.lean.app[_GUARD]
+
+    async def refused() -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", hubs.lean.port)
+        writer.write(b"GARBAGE\r\n\r\n")
+        async with asyncio.timeout(_CAP):
+            assert (await reader.read()).startswith(b"HTTP/1.0 400 Bad Request")
+        writer.close()
+
+    for _ in range(6):
+        await asyncio.gather(*(refused() for _ in range(100)))
+    assert len(guard._began) <= 2 * _BEGAN_KEPT
