@@ -29,20 +29,6 @@ SKIPPED_PARTS = frozenset({".venv", "__pycache__", ".mypy_cache", ".ruff_cache"}
 #: line of a comment ("issue", then "-- N" in Lua, "# N" or "#: N" in Python).
 CITATION = re.compile(r"\b[Ii]ssues?(?:[ \t]*-|\s+(?:(?:#:|#|--)[ \t]+)?)#?[0-9]+")
 
-#: Temporary: being edited; cleaned before this lands. Each is a path, or a folder ending "/".
-PENDING = frozenset(
-    {
-        "hub/live/feed.py",
-        "hub/web/streams.py",
-        "hub/core/settings.py",
-        "hub/store/event_store.py",
-    }
-)
-
-
-def _pending(path: str) -> bool:
-    return any(path == p or (p.endswith("/") and path.startswith(p)) for p in PENDING)
-
 
 def _scanned() -> list[str]:
     """The files scanned, as paths relative to the checkout."""
@@ -110,8 +96,6 @@ def test_no_docstring_comment_or_doc_cites_an_issue_number() -> None:
     records = None
     found = []
     for path in scanned:
-        if _pending(path):
-            continue
         text = (ROOT / path).read_text(encoding="utf-8", errors="replace")
         hits = citations(text)
         if hits and path.endswith(".md"):
@@ -120,10 +104,3 @@ def test_no_docstring_comment_or_doc_cites_an_issue_number() -> None:
             hits = [(n, w) for n, w in hits if not (n in rendered and w in records)]
         found += [f"{path}:{number}: {words!r}" for number, words in hits]
     assert not found, "say the reason instead of the issue number:\n" + "\n".join(found)
-
-
-def test_each_pending_path_exists() -> None:
-    """A stale or misspelt entry would hide nothing it names, but hides that it is stale."""
-    assert all((ROOT / p).exists() for p in PENDING), sorted(
-        p for p in PENDING if not (ROOT / p).exists()
-    )

@@ -401,7 +401,7 @@ class Settings(BaseSettings):
     #: The PEM private key of ``callback_client_cert`` (if not in that file).
     callback_client_key: Path | None = None
 
-    # -- hand-over and shutdown (task: high availability, issue 23) ----------------------
+    # -- hand-over and shutdown (high availability) ------------------------------------
     #: How long a delivery worker that stops for a planned reason (its subscription moves
     #: to another process, or this one shuts down) may finish the POST it has in flight and
     #: record its cursor before it is abandoned (then the next owner re-sends that batch).
@@ -410,7 +410,7 @@ class Settings(BaseSettings):
     #: (WebSocket close 1001, SSE ``event: shutdown``) before their connections are cut.
     shutdown_streams_seconds: float = Field(1.0, gt=0, le=60)
 
-    # -- issue 23: Redis high availability ------------------------------------------------
+    # -- Redis high availability ------------------------------------------------------------
     #: Each publish waits until this many replicas have its changes (Redis ``WAIT``) before
     #: its 202; a publish they do not acknowledge within ``redis_wait_seconds`` answers 503
     #: (stored on the primary, it may or may not survive a failover; retry it with the same
@@ -419,7 +419,7 @@ class Settings(BaseSettings):
     #: How long a publish waits for ``redis_wait_replicas`` acknowledgements.
     redis_wait_seconds: float = Field(1.0, ge=0.001, le=60)
 
-    # -- issue 21: retry window and dead letters ------------------------------------------
+    # -- retry window and dead letters ---------------------------------------------------
     #: How long a failing delivery batch is retried, from its first failure, before it is
     #: moved to the subscription's dead-letter stream and the next batch is tried.
     retry_window_seconds: float = Field(3 * DAY, gt=0, le=10 * YEAR)
@@ -430,7 +430,7 @@ class Settings(BaseSettings):
     #: Dead-lettered events kept per subscription; past it the oldest are dropped.
     dead_letter_max_events: int = Field(10_000, ge=1, le=1_000_000)
 
-    # -- issue 21: signatures, filters, rate limit -----------------------------------------
+    # -- signatures, filters, rate limit --------------------------------------------------
     #: After a re-subscription changes ``hub.secret``, deliveries are signed with the old
     #: secret too for this many seconds (Standard Webhooks: both signatures; WebSub's
     #: ``X-Hub-Signature``: the old one until then), so subscribers can roll the new one out.
@@ -442,7 +442,7 @@ class Settings(BaseSettings):
     #: Deliveries sent back to back after a quiet spell, within the default rate limit.
     delivery_rate_burst: int = Field(100, ge=1, le=10_000)
 
-    # -- issue 21: attempt log and presence ----------------------------------------------
+    # -- attempt log and presence -------------------------------------------------------
     #: Delivery attempts kept per subscription (time, status, latency, error, event ids),
     #: shown by ``GET /admin/subscriptions/{id}`` and ``rshub inspect``.
     attempt_log_size: int = Field(50, ge=1, le=1000)
@@ -454,7 +454,7 @@ class Settings(BaseSettings):
     #: new per-topic counts to Redis (they are refreshed every ownership lease anyway).
     presence_report_seconds: float = Field(0.2, ge=0, le=60)
 
-    # -- issue 21: browser clients and ping limits -------------------------------------
+    # -- browser clients and ping limits ----------------------------------------------
     #: Origins (``https://app.example``, or ``*`` for any) whose pages may read topics and
     #: publish from a browser (CORS), and open WebSockets to the hub. Empty: no CORS
     #: headers at all. Comma-separated or a JSON list in ``RSHUB_CORS_ORIGINS``.
@@ -484,14 +484,14 @@ class Settings(BaseSettings):
     ping_refusal_rate_per_second: float = Field(1.0, ge=0, le=1_000_000)
     ping_refusal_burst: int = Field(10, ge=1, le=1_000_000_000)
 
-    # -- issue 22: lean SSE subscribe ------------------------------------------------------
+    # -- lean SSE subscribe ---------------------------------------------------------------
     #: Serve a plain SSE subscribe (``GET /topics/{name}/events`` of an open topic, no
     #: resume point, query or unusual header) without aiohttp's per-request machinery: the
     #: same bytes and behaviour in a fraction of the memory (hub.web.lean_sse). Off: every
     #: request goes through aiohttp.
     lean_sse: bool = True
 
-    # -- issue 22: lean publish ------------------------------------------------------------
+    # -- lean publish ---------------------------------------------------------------------
     #: Answer a plain publish (``POST /topics/{name}`` over HTTP/1.1, a ``Content-Length``
     #: body of at most ``parse_inline_bytes``, an XML Content-Type, no unusual header) that
     #: succeeds without aiohttp's per-request machinery: the same bytes, metrics and log

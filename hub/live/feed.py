@@ -269,7 +269,7 @@ class TopicFeed:
 
         while True:
             # Read directly; only a failure goes to the retrying loop (its back-off state
-            # and async iteration were made per read, i.e. per publish: issue 22).
+            # and async iteration were made per read, i.e. per publish).
             try:
                 rows = await read()
             except StoreError as exc:
@@ -348,7 +348,7 @@ class TopicFeed:
         With two processes publishing to one topic, a process often reads its own append's
         reply before the notice of the other's append just before it, which Redis sent first
         on the notices connection. Reading that gap from the stream at once cost an ``XRANGE``
-        through redis-py for every seventh publish (issue 22, ``bench/peer_nchan.py``'s flood
+        through redis-py for every seventh publish (measured: ``bench/peer_nchan.py``'s flood
         with 2 processes); held, the notice read in the same or the next pass closes it.
         """
         self._held[parse_id(previous_id) if previous_id else (0, 0)] = events
@@ -481,7 +481,7 @@ class TopicFeed:
         Deferred by one pass of the loop so that the appends answered together (a batch of
         the script pipe's replies, several notices in one read) reach each client in one
         write: with 8 publishers flat out, a transport write per event and client was 62%
-        of the hub's CPU (issue 22, py-spy of ``bench/peer_nchan.py``'s flood phase). The
+        of the hub's CPU (measured: py-spy of ``bench/peer_nchan.py``'s flood phase). The
         ring already holds them, so a client that catches up meanwhile reads them there,
         and its cursor drops them from the push (:meth:`ClientStream.offer`).
 
@@ -492,7 +492,7 @@ class TopicFeed:
         batches grow instead. With one pass of the loop per push, 100 WebSocket clients and
         8 publishers flat out got a write per client every ~3 events, and the writes were
         most of the hub's CPU; spaced, every ~10, and its CPU per delivery fell by a third
-        or more (docs/benchmarks.md, "Issue 22 changes: spaced pushes"). A push of one
+        or more (docs/benchmark-findings.md, the spaced pushes). A push of one
         append (paced publishes, however many clients) or to a few clients never delays
         the next.
         """
@@ -634,7 +634,6 @@ class FeedHub:
         self._listening: asyncio.Task[None] | None = None
         #: Topics this process is told of but no longer follows, being left.
         self._leaving: set[str] = set()
-        store.uncertain = self.unsure
 
     @property
     def consumer_count(self) -> int:
@@ -693,7 +692,7 @@ class FeedHub:
         if feed is None or appended.previous_id is None or not appended.ids:
             return
         # By XREAD, the read answered in the same Redis step usually brought them already:
-        # then the events are not even made (issue 22, server CPU per delivery).
+        # then the events are not even made (measured: server CPU per delivery).
         if feed.follows_on(appended.previous_id):
             feed.take_local(appended.previous_id, appended.events)
         else:
@@ -822,7 +821,7 @@ class ClientStream:
     connection to drain; later batches queue behind it, so order is kept.
 
     Slots, and bare futures rather than events and tasks: every connected client holds one,
-    idle ones included (issue 22: RSS per idle SSE connection).
+    idle ones included (measured: RSS per idle SSE connection).
     """
 
     __slots__ = (

@@ -7,7 +7,7 @@ between) the feed reads the stream (by XREAD, that read brings them): either way
 event reaches the feed once, in order. A replayed publish (its Idempotency-Key seen before)
 stored nothing now, but its first time's answer may have been lost, so the feed reads the
 stream then too, as after an append that failed once it may have run
-(:attr:`EventStore.uncertain`).
+(the ``uncertain`` report :class:`EventStore` is given at construction).
 """
 
 from __future__ import annotations

@@ -96,6 +96,8 @@ class Runtime:
             idempotency_seconds=settings.idempotency_seconds,
             wait_replicas=settings.redis_wait_replicas,
             wait_seconds=settings.redis_wait_seconds,
+            # The feeds are made below (they need the store): called only once serving.
+            uncertain=lambda topic: self.feeds.unsure(topic),
         )
         self.subscriptions = SubscriptionStore(
             connections.main, scripts=self.store.scripts, blocking=connections.blocking

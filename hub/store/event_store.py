@@ -123,7 +123,13 @@ class EventStore:
         idempotency_seconds: int = 86400,
         wait_replicas: int = 0,
         wait_seconds: float = 1.0,
+        uncertain: Callable[[str], None] | None = None,
     ) -> None:
+        """``uncertain`` is how the store reports upwards without importing the layer above:
+        it is called with the topic of an append made for a node (``node=``) whose caller
+        may not learn what it stored (the append failed, or was cancelled, once it may have
+        run). That node's feed is not told by notice, so it must read the stream; the live
+        layer passes its feeds' :meth:`hub.live.feed.FeedHub.unsure` here."""
         self.redis = redis
         #: Client for XREAD BLOCK only: no socket timeout to trip over while it waits.
         self.blocking = blocking or redis
@@ -137,10 +143,7 @@ class EventStore:
         self._known_topics: set[str] = set()
         #: Each topic's six append keys, built once (a bounded cache: cleared when full).
         self._append_keys: dict[str, tuple[str, ...]] = {}
-        #: Told the topic of an append made for a node (``node=``) whose caller may not
-        #: learn what it stored: it failed, or was cancelled, once it may have run. That
-        #: node's feed is not told by notice, so it reads the stream (hub.live.feed).
-        self.uncertain: Callable[[str], None] | None = None
+        self._uncertain = uncertain
 
     async def append(
         self,
@@ -167,8 +170,8 @@ class EventStore:
                 scripts.APPEND, script_keys, args, replicated=bool(packed.changes)
             )
         except BaseException:
-            if node and self.uncertain is not None:
-                self.uncertain(topic)
+            if node and self._uncertain is not None:
+                self._uncertain(topic)
             raise
         return self._appended(reply, packed, digest, idempotency_key)
 
@@ -180,7 +183,7 @@ class EventStore:
         idempotency_key: str | None,
         node: str = "",
     ) -> asyncio.Future[Any] | None:
-        """:meth:`append` without a coroutine (the lean publish, issue 22: no task or frames
+        """:meth:`append` without a coroutine (the lean publish: no task or frames
         per publish): the script call under way, whose outcome :meth:`appended` reads; None
         when the topic must first be recorded (its first publish here): :meth:`append`."""
         if packed.changes and topic not in self._known_topics:
@@ -189,7 +192,7 @@ class EventStore:
         pending = self.scripts.call_script(
             scripts.APPEND, script_keys, args, replicated=bool(packed.changes)
         )
-        uncertain = self.uncertain
+        uncertain = self._uncertain
         if node and uncertain is not None:
 
             def failed(done: asyncio.Future[Any]) -> None:

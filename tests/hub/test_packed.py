@@ -102,7 +102,7 @@ def test_pack_and_unpack_round_trip(changes: list[tuple[str, str, bytes]]) -> No
 
 @pytest.fixture
 async def ingest(client: Any) -> AsyncIterator[Ingest]:
-    store = EventStore(client)
+    store = EventStore(client, uncertain=lambda topic: feeds.unsure(topic))
     feeds = FeedHub(store, Tasks("feeds", peers=True))
     yield Ingest(store, feeds)
     await feeds.close()

@@ -36,7 +36,8 @@ class Process:
 
     def __init__(self, url: str) -> None:
         self.client = aioredis.Redis.from_url(url)
-        self.store = EventStore(self.client)
+        # Wired as hub.live.runtime wires them: the store reports uncertain appends.
+        self.store = EventStore(self.client, uncertain=lambda topic: self.feeds.unsure(topic))
         self.feeds = FeedHub(self.store, Tasks("feeds", peers=True))
         self.ingest = Ingest(self.store, self.feeds)
         self.told: list[str] = []
