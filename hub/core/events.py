@@ -116,7 +116,7 @@ def with_id(event_id: str, topic: str, stored: bytes) -> bytes:
 
 
 def decode(stored: bytes) -> dict[str, Any]:
-    """A stored change (as :func:`packed_from_document` wrote it) as a dict.
+    """A stored change (as :func:`hub.core.quick_ingest.packed_from_document` wrote it) as a dict.
 
     Raises:
         DamagedData: it is not one (Redis held something else under the key).
@@ -188,16 +188,6 @@ def change_from_entry(entry: Entry, index: int) -> Change:
     return Change._make(_stored(entry, index))
 
 
-def packed_from_document(body: bytes, max_bytes: int, limits: Limits = DEFAULT_LIMITS) -> Packed:
-    """:func:`changes_from_document`, packed (what a publish stores).
-
-    Equal to ``pack(changes_from_document(...))``, without the intermediate :class:`Change`
-    per entry: each entry's stored JSON goes straight into the one joined buffer.
-    """
-    stored = _stored
-    return pack(stored(e, i) for i, e in enumerate(_change_entries(body, max_bytes, limits)))
-
-
 def changes_from_document(
     body: bytes, max_bytes: int, limits: Limits = DEFAULT_LIMITS
 ) -> list[Change]:
@@ -207,7 +197,10 @@ def changes_from_document(
 
 
 def packed_from_root(root: Any, limits: Limits = DEFAULT_LIMITS) -> Packed:
-    """:func:`packed_from_document` of a body already parsed by :func:`resourcesync.parse_root`."""
+    """The packed changes of a body already parsed by :func:`resourcesync.parse_root`, through
+    the models and every ResourceSync rule: the full path, which
+    :func:`hub.core.quick_ingest.packed_from_document` (the one way a publish is packed)
+    takes for any document its quick reading declines."""
     doc = parse_tree(root, limits=limits)
     stored = _stored
     return pack(stored(e, i) for i, e in enumerate(_notification_entries(doc)))

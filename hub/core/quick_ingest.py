@@ -1,8 +1,9 @@
 """The common publish, a few plain changes, packed without building models.
 
-:func:`hub.core.events.packed_from_document` builds pydantic models and runs the
-ResourceSync rules over them: for a one-change notification, model validation and rule
-checks were half of the parse. Most publishes are one plain shape: a
+:func:`packed_from_document` is the one way a publish's body becomes the packed changes
+the store takes. The full path (:func:`hub.core.events.packed_from_root`) builds pydantic
+models and runs the ResourceSync rules over them: for a one-change notification, model
+validation and rule checks were half of the parse. Most publishes are one plain shape: a
 ``changelist-notification`` whose entries each hold one ``<loc>``, one ``<lastmod>`` in
 ``YYYY-MM-DDThh:mm:ssZ``, one ``<rs:md>`` with ``change`` and optional ``hash``,
 ``length``, ``type``, and ``<rs:ln rel href>`` links. :func:`quick_rows` reads that shape
@@ -46,7 +47,8 @@ _HASHES = re.compile(
 
 
 def packed_from_document(body: bytes, max_bytes: int, limits: Limits = DEFAULT_LIMITS) -> Packed:
-    """:func:`hub.core.events.packed_from_document`, through :func:`quick_rows` when it can."""
+    """The packed changes of a publish's body (4xx for any body that is not a notification or
+    Change List): through :func:`quick_rows` when it can, else the full path."""
     if not body:
         raise BadRequest(EMPTY_BODY)
     root = parse_root(body, max_bytes=max_bytes)

@@ -16,12 +16,12 @@ from hub.core.events import (
     decode,
     format_id,
     id_ms,
-    packed_from_document,
     parse_id,
     with_id,
 )
 from hub.core.exceptions import BadRequest, DamagedData
 from hub.core.packed import Packed, pack, unpack
+from hub.core.quick_ingest import packed_from_document
 from resourcesync import DocumentError, parse
 
 NS = (
@@ -221,7 +221,7 @@ def _outcome(make: Callable[[], Packed]) -> object:
 
 
 @pytest.mark.parametrize("name", sorted(_CORPUS))
-def test_the_packed_path_agrees_with_the_full_parse(name: str) -> None:
+def test_the_publish_path_agrees_with_the_full_parse(name: str) -> None:
     body = _CORPUS[name]
     fast = _outcome(lambda: packed_from_document(body, 1 << 20))
     assert fast == _outcome(lambda: _reference(body))
