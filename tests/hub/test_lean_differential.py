@@ -90,6 +90,8 @@ EXCLUDED: dict[bytes, str] = {
 _MADE_ID = re.compile(rb"[0-9a-f]{16}")
 #: An event id (milliseconds-sequence): each hub's clock.
 _EVENT_ID = re.compile(rb"\b\d{13}-\d+\b")
+#: A stream of several topics' resume id: positions on each hub's clock.
+_RESUME_ID = re.compile(rb"m1\.[A-Za-z0-9_-]+")
 
 _SLOW_HEAD = "a body that stalls after a slow head"
 #: Differences found and accepted: case name (a named case, or ``publish-fuzz``/
@@ -257,7 +259,7 @@ def _parse(received: bytes) -> tuple[list[Answer], bytes]:
 
 
 def _normal(body: bytes) -> bytes:
-    return _EVENT_ID.sub(b"ID", body)
+    return _EVENT_ID.sub(b"ID", _RESUME_ID.sub(b"m1.ID", body))
 
 
 def _settled(received: bytes, live_sent: bool) -> bool:
@@ -706,6 +708,42 @@ def _named() -> list[Case]:
         before=(publish("n-live2"),),
         live=publish("n-live2", _body(7)),
     )
+    # -- resume times, and several topics on one stream (aiohttp's on both: the same bytes)
+    add(
+        "since a time, SSE",
+        b"GET /topics/n-time/events?since=2020-01-01T00:00:00Z HTTP/1.1\r\n" + _HOST + b"\r\n",
+        before=(publish("n-time", _body(0, 2)),),
+        live=publish("n-time", _body(3)),
+    )
+    add(
+        "Last-Event-ID a time, SSE",
+        subscribe("n-leidtime", extra=b"Last-Event-ID: 2020-01-01T00:00:00+01:00\r\n"),
+        before=(publish("n-leidtime"),),
+    )
+    add(
+        "Last-Event-ID a bad time, SSE", subscribe("n-badtime", extra=b"Last-Event-ID: 2020-13\r\n")
+    )
+    several = b"GET /events?topic=n-mx-a,n-mx-b&since=0 HTTP/1.1\r\n" + _HOST + b"\r\n"
+    add(
+        "several topics, SSE",
+        several,
+        before=(publish("n-mx-a", _body(0, 2)), publish("n-mx-b")),
+        live=publish("n-mx-b", _body(4)),
+    )
+    add(
+        "a topic prefix, SSE",
+        b"GET /events?topic_prefix=n-mxp- HTTP/1.1\r\n" + _HOST + b"\r\n",
+        before=(publish("n-mxp-1"),),
+        live=publish("n-mxp-2", _body(6)),
+    )
+    add(
+        "several topics from a resume id, SSE",
+        b"GET /events?topic=n-mxr&since=m1.AAAA HTTP/1.1\r\n" + _HOST + b"\r\n",
+        before=(publish("n-mxr", _body(0, 2)),),
+    )
+    add("several topics, a bad resume id", several.replace(b"since=0", b"since=m1.%21"))
+    add("several topics, none named", b"GET /events HTTP/1.1\r\n" + _HOST + b"\r\n")
+    add("several topics, one private", several.replace(b"n-mx-b", b"secret"))
     add("a subscribe a byte at a time", *[bytes([b]) for b in subscribe("n-bytes")], pause=0.001)
     add("a publish in 3 pieces", *_split(publish("n-pieces"), 3), pause=0.01)
     add("garbage", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")
