@@ -4,7 +4,8 @@ One small middleware rather than ``aiohttp-cors``: that package wants every rout
 registered with it one by one (and an OPTIONS route added per resource), answers every
 response through its own signal, and would be one more dependency for ~40 lines. Installed
 only when origins are configured, and then it costs a request without ``Origin`` one
-header lookup. It covers what a browser client uses: topics (documents, streams, publish),
+header lookup. It covers what a browser client uses: topics (documents, streams, publish;
+and streams of several topics),
 the Source Description, the hub URL (publish, pings, WebSub) and ``/openapi.json``; never
 the admin API, ``/metrics`` or the dashboard. A WebSocket is not subject to CORS, but a
 browser does send ``Origin`` with its handshake: with origins configured, one from an
@@ -26,7 +27,8 @@ Middleware = Callable[..., Awaitable[web.StreamResponse]]
 
 #: Request key: the ``Origin`` this request's answer grants.
 _GRANTED = web.RequestKey("cors_origin", str)
-_EXACT = frozenset({WELL_KNOWN, "/openapi.json"})
+#: Streams of several topics (``/events``, ``/ws``) are topics' streams too.
+_EXACT = frozenset({WELL_KNOWN, "/openapi.json", "/events", "/ws"})
 
 
 def _shared(request: web.Request) -> bool:

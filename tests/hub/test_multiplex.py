@@ -421,3 +421,25 @@ async def test_a_time_in_the_future_waits_for_it(hub: Hub) -> None:
         ids = await publish(hub, "a", start=4)
         message = await ws.receive_json(timeout=10 * TIME_SCALE)
         assert [e["id"] for e in message["events"]] == ids
+
+
+class TestBrowsers:
+    @pytest.fixture
+    def hub_settings(self) -> dict[str, Any]:
+        return {"cors_origins": ["https://app.example"]}
+
+    async def test_a_listed_page_may_follow_and_another_may_not_open_a_websocket(
+        self, hub: Hub
+    ) -> None:
+        await publish(hub, "a")
+        headers = {"Origin": "https://app.example"}
+        async with hub.session.get(f"{hub.url}/events?topic=a", headers=headers) as resp:
+            assert resp.status == 200
+            assert resp.headers["Access-Control-Allow-Origin"] == "https://app.example"
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await hub.session.ws_connect(
+                f"{hub.url}/ws?topic=a", headers={"Origin": "https://evil.example"}
+            )
+        assert refused.value.status == 403
+        async with hub.session.ws_connect(f"{hub.url}/ws?topic=a", headers=headers) as ws:
+            assert (await ws.receive_json(timeout=10 * TIME_SCALE))["events"] == []
