@@ -75,8 +75,10 @@ _READ_BATCH = 200
 _WRITE_BATCH = 500
 #: Topics read from at once while catching up (each read may be an XRANGE).
 _READS_AT_ONCE = 16
-#: The smallest queue of one topic (they share ``client_buffer_events``).
+#: The smallest queue of one topic (they share ``client_buffer_events``), and the fewest
+#: events of its history read at a time.
 _MIN_QUEUE = 100
+_MIN_READ = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +130,10 @@ class Multiplex:
         self.positions = StreamPositions((0, 0))
         self.subs: dict[str, ClientStream] = {}
         self.max_id_bytes = ctx.settings.stream_max_id_bytes
+        #: Events one topic may have queued (they share ``client_buffer_events``), and read
+        #: ahead while catching up (all topics' batches together within it too).
         self.capacity = ctx.settings.client_buffer_events
+        self.read_batch = _READ_BATCH
         #: Topics whose next events are to be read (catching up), and those read: a batch
         #: and where its unsent events start, by topic, and a heap of their next ids.
         self._behind: set[str] = set()
@@ -183,7 +188,7 @@ class Multiplex:
             base = max((feed.last_key for _name, feed in feeds), default=(0, 0))
             start = StreamPositions(base)
         self.positions = start
-        self.capacity = max(_MIN_QUEUE, self.settings.client_buffer_events // max(1, len(feeds)))
+        self._share(len(feeds))
         metrics.client_connected(self.transport)
         self._opened = True
         for name, feed in feeds:
@@ -192,6 +197,14 @@ class Multiplex:
         if self.directory is not None:
             self._floor = snapshot.after if snapshot is not None else (0, 0)
             self.directory.watch(self._snapshot)
+
+    def _share(self, topics: int) -> None:
+        """Split ``client_buffer_events`` among ``topics``: each one's queue, and how much of
+        its history is read ahead at a time (a thousand topics catching up hold at most
+        that many events in memory, not a thousand batches)."""
+        share = self.settings.client_buffer_events // max(1, topics)
+        self.capacity = max(_MIN_QUEUE, share)
+        self.read_batch = max(_MIN_READ, min(_READ_BATCH, share))
 
     def _follow(self, topic: str, feed: TopicFeed) -> None:
         grant = self.grant_of(topic) or OPEN
@@ -469,7 +482,7 @@ class Multiplex:
             return
         feed = sub.feed
         ring = feed.base  # where the ring starts as the read begins (it moves up as it fills)
-        events = await feed.read_after(sub.cursor, _READ_BATCH, timeout=0)
+        events = await feed.read_after(sub.cursor, self.read_batch, timeout=0)
         if self.subs.get(topic) is not sub or sub.stopped.done():
             return
         if events:
@@ -641,6 +654,7 @@ class Multiplex:
             if self.stopped.done() or name in self.subs:
                 self.ctx.feeds.release_soon(feed)
                 return
+            self._share(len(self.subs) + 1)
             self._follow(name, feed)
         if after is not None and not self._found and (self._floor is None or after > self._floor):
             self._floor = after
