@@ -21,6 +21,7 @@ from hub.core.stream_positions import MARK, encode
 from hub.web.streams import STREAMING
 from tests.conftest import Hub, start_hub
 from tests.hub.topic_streams import Reader, follow_sse, follow_ws, resume_topics
+from tests.redis_cluster import RedisClusterProcesses
 from tests.support import TIME_SCALE, changes, free_port, notification, wait_for
 
 KEY = "k" * 32
@@ -443,3 +444,79 @@ class TestBrowsers:
         assert refused.value.status == 403
         async with hub.session.ws_connect(f"{hub.url}/ws?topic=a", headers=headers) as ws:
             assert (await ws.receive_json(timeout=10 * TIME_SCALE))["events"] == []
+
+
+async def test_several_topics_on_a_redis_cluster_resume_exactly(
+    redis_cluster: RedisClusterProcesses,
+) -> None:
+    """On a Cluster each topic's feed reads its own node (XREAD), each node makes ids from
+    its own clock, and the topic names live on one of them: a prefix stream still resumes
+    every topic exactly, one first published while its client was away included."""
+    for _, port in redis_cluster.nodes:
+        node = redis_cluster.client(port)
+        node.flushall()
+        node.close()
+    host, port = redis_cluster.nodes[0]
+    settings = Settings(host="127.0.0.1", port=free_port(), stream_topic_scan_seconds=0.1)
+    runner, _app = await start_hub(settings, f"redis+cluster://{host}:{port}")
+    base = settings.public_url
+    try:
+        async with aiohttp.ClientSession() as session:
+
+            async def publish_to(topic: str, n: int, start: int = 0) -> list[tuple[str, str]]:
+                body = notification(changes(n, start=start))
+                headers = {"Content-Type": "application/xml"}
+                async with session.post(f"{base}/topics/{topic}", data=body, headers=headers) as r:
+                    assert r.status == 202, await r.text()
+                    return [(topic, i) for i in (await r.json())["ids"]]
+
+            topics = [f"c-{i:02d}" for i in range(12)]  # over the three masters' slots
+            published: list[tuple[str, str]] = []
+            for topic in topics:
+                published += await publish_to(topic, 2)
+            first = await follow_sse(session, f"{base}/events?topic_prefix=c-&since=0", 10)
+            for topic in [*topics, "c-new"]:
+                published += await publish_to(topic, 1, start=5)
+            assert first.last_id is not None
+            second = await follow_sse(
+                session,
+                f"{base}/events?topic_prefix=c-",
+                len(published) - len(first.events),
+                headers={"Last-Event-ID": first.last_id},
+            )
+    finally:
+        await runner.cleanup()
+    got = first.pairs() + second.pairs()
+    assert len(got) == len(set(got)) and set(got) == set(published)
+
+
+async def test_publishes_to_another_process_reach_a_stream_of_several_topics(
+    hub: Hub, redis_url: str
+) -> None:
+    """Followed on one hub process, published on another (tail notices, and topics first
+    published there found by the topic names): exact across a resume to the first."""
+    settings = Settings(host="127.0.0.1", port=free_port(), stream_topic_scan_seconds=0.1)
+    runner, _app = await start_hub(settings, redis_url)
+    other = settings.public_url
+    try:
+        published = [("x-1", i) for i in await publish(hub, "x-1")]
+        async with hub.session.get(f"{other}/events?topic_prefix=x-") as resp:
+            reader = Reader()
+            async with asyncio.timeout(20 * TIME_SCALE):
+                reading = asyncio.create_task(reader.sse(resp, reader.count(6)))
+                await reader.opened.wait()
+                published = []
+                for topic in ("x-1", "x-2", "x-3"):  # x-2, x-3: first published now
+                    published += [(topic, i) for i in await publish(hub, topic, 2)]
+                await reading
+        assert sorted(reader.pairs()) == sorted(published)
+        more = [("x-4", i) for i in await publish(hub, "x-4")]
+        resumed = await follow_sse(
+            hub.session,
+            f"{hub.url}/events?topic_prefix=x-",
+            1,
+            headers={"Last-Event-ID": reader.last_id or ""},
+        )
+        assert resumed.pairs() == more
+    finally:
+        await runner.cleanup()
