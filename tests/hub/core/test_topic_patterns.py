@@ -111,6 +111,7 @@ class TestPrefixGrants:
         expired = mint(KEY, ["x"], 1, now=time.time() - 3600)
         with pytest.raises(Unauthorized, match="expired"):
             access.check_token(f"Bearer {expired}")
+        ReadAccess(Settings()).check_token("Bearer anything")  # every topic open: ignored
 
     def test_a_bad_prefix_key_is_a_bad_setting_naming_it(self) -> None:
         with pytest.raises(ValidationError) as refused:
