@@ -172,7 +172,14 @@ async def check_since(
 async def _following(
     request: web.Request, transport: str
 ) -> AsyncIterator[tuple[str, ClientStream]]:
-    topic = check_name(request.match_info["name"])
+    name = request.match_info["name"]
+    if "," in name or "*" in name:  # several topics, asked for the way other hubs take them
+        raise BadRequest(
+            f"{name[:140]!r} is not a topic name: several topics are one stream at "
+            f"/{'ws' if transport == 'ws' else 'events'}?topic=a&topic=b (or topic=a,b), and "
+            "the topics under a prefix at ?topic_prefix=PREFIX"
+        )
+    topic = check_name(name)
     grant = read_grant(request, topic, query_token=True)
     resume = resume_from(request)
     start = None

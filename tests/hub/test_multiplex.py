@@ -520,3 +520,13 @@ async def test_publishes_to_another_process_reach_a_stream_of_several_topics(
         assert resumed.pairs() == more
     finally:
         await runner.cleanup()
+
+
+async def test_a_list_or_a_star_in_a_topics_path_points_to_the_stream_of_several(
+    hub: Hub,
+) -> None:
+    for path, route in (("topics/a,b/events", "/events?topic="), ("topics/*/ws", "/ws?topic=")):
+        async with hub.session.get(f"{hub.url}/{path}") as resp:
+            assert resp.status == 400
+            error = (await resp.json())["error"]
+            assert route in error and "topic_prefix=" in error
