@@ -71,7 +71,7 @@ class TopicDirectory:
         after = await self.store.new_ids_after()
         version = await self.store.topics_version()
         names = self._names
-        if names is None or version != self._version:  # a name was added: read them all
+        if names is None or version < 0 or version != self._version:  # a name was added
             names = frozenset(await self.store.topics())
             self._names, self._version = names, version
         return Snapshot(after, names)

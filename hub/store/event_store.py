@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from hub.core.damage import DamageLog
 from hub.core.events import U64_MAX, Change, Event, EventKey
@@ -162,7 +162,11 @@ class EventStore:
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.sadd(keys.TOPICS, topic)
                 pipe.incr(keys.TOPICS_VERSION)  # both done before the topic's first event
-                await pipe.execute()
+                added, version = await pipe.execute(raise_on_error=False)
+            if isinstance(added, Exception):
+                raise added
+            if isinstance(version, Exception):
+                self._version_damaged(version)
             self._known_topics.add(topic)
         script_keys, args = self._append_call(topic, packed, digest, idempotency_key, node)
         try:
@@ -350,8 +354,25 @@ class EventStore:
         return names
 
     async def topics_version(self) -> int:
-        """:data:`hub.store.keys.TOPICS_VERSION`: it moves whenever a topic name is added."""
-        return keys.count(await self.redis.get(keys.TOPICS_VERSION))
+        """:data:`hub.store.keys.TOPICS_VERSION`: it moves whenever a topic name is added;
+        -1 when Redis holds something else there (then every read of the names is whole)."""
+        try:
+            value = await self.redis.get(keys.TOPICS_VERSION)
+        except ResponseError as exc:
+            if not keys.is_damage(exc):
+                raise
+            self._version_damaged(exc)
+            return -1
+        try:
+            return int(value) if value is not None else 0
+        except ValueError:
+            self._version_damaged(f"not a number: {keys.shown_text(value)!r:.60}")
+            return -1
+
+    def _version_damaged(self, problem: object) -> None:
+        """The topic names' version is not a counter: streams following a prefix read the
+        whole set each time (the repair: delete the key), publishes go on."""
+        self.damage.damaged(f"key {keys.TOPICS_VERSION}", problem)
 
     def forget(self, topic: str) -> None:
         """``topic`` was deleted: do not take it for known any longer."""

@@ -21,9 +21,11 @@ import pytest
 
 from hub.core.read_tokens import mint
 from hub.core.stream_positions import MARK, encode
+from hub.store import keys
 from hub.web.streams import STREAMING
 from tests.conftest import Hub
 from tests.hub.test_dropped_clients import _to_redis
+from tests.hub.topic_streams import Reader
 from tests.support import TIME_SCALE, changes, notification, wait_for
 from tests.watchdog import Watchdog
 
@@ -275,3 +277,29 @@ async def test_a_seeded_fuzz_of_parameters_and_resume_ids(hub: Hub) -> None:
     assert sum(n for status, n in seen.items() if status.startswith("4")) > 100, seen
     await dog.sockets_back(slack=_to_redis(hub) - redis_before)
     await wait_for(lambda: not hub.app[STREAMING].presence.snapshot())
+
+
+@pytest.mark.parametrize("damage", ["a hash", "not a number"])
+async def test_a_damaged_topic_names_version_leaves_prefix_streams_working(
+    hub: Hub, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``rshub:topics:version`` holding what the hub did not write: publishes of new topics
+    go on, and prefix streams read the whole set of names each time (said once)."""
+    if damage == "a hash":
+        await hub.redis.hset(keys.TOPICS_VERSION, "x", "y")
+    else:
+        await hub.redis.set(keys.TOPICS_VERSION, "x")
+    async with Watchdog():
+        async with hub.session.get(f"{hub.url}/events?topic_prefix=v-") as resp:
+            assert resp.status == 200
+            reader = Reader()
+            async with asyncio.timeout(20 * TIME_SCALE):
+                reading = asyncio.create_task(reader.sse(resp, reader.count(2)))
+                await reader.opened.wait()
+                for topic in ("v-1", "v-2"):  # first published now: found by the names
+                    assert (await hub.publish(topic, notification(changes(1)))).status == 202
+                await reading
+        assert sorted(t for t, _i in reader.pairs()) == ["v-1", "v-2"]
+    said = [r.getMessage() for r in caplog.records if "topics:version" in r.getMessage()]
+    assert said and all("damaged" in m for m in said), said
+    assert len(set(said)) == len(said)
