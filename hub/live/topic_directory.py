@@ -65,6 +65,7 @@ class TopicDirectory:
         reading = self._reading
         if reading is None or reading.done():
             reading = self._reading = asyncio.ensure_future(self._read())
+            reading.add_done_callback(_retrieved)
         return await asyncio.shield(reading)
 
     async def _read(self) -> Snapshot:
@@ -101,3 +102,10 @@ class TopicDirectory:
                 continue
             for listener in list(self._listeners):
                 listener(snapshot)
+
+
+def _retrieved(reading: asyncio.Future[Snapshot]) -> None:
+    """A read whose callers all left (their streams ended) failing: its error is theirs,
+    not a stray "never retrieved" one."""
+    if not reading.cancelled():
+        reading.exception()

@@ -11,22 +11,27 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import random
 import re
 import time
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import aiohttp
 import pytest
 
 from hub.core.read_tokens import mint
+from hub.core.settings import Settings
 from hub.core.stream_positions import MARK, encode
 from hub.store import keys
+from hub.store.embedded_redis import EmbeddedRedis
 from hub.web.streams import STREAMING
-from tests.conftest import Hub
+from tests.conftest import Hub, start_hub
 from tests.hub.test_dropped_clients import _to_redis
 from tests.hub.topic_streams import Reader
-from tests.support import TIME_SCALE, changes, notification, wait_for
+from tests.support import TIME_SCALE, changes, free_port, notification, wait_for
 from tests.watchdog import Watchdog
 
 KEY = "k" * 32
@@ -303,3 +308,33 @@ async def test_a_damaged_topic_names_version_leaves_prefix_streams_working(
     said = [r.getMessage() for r in caplog.records if "topics:version" in r.getMessage()]
     assert said and all("damaged" in m for m in said), said
     assert len(set(said)) == len(said)
+
+
+@pytest.mark.timeout(120)
+async def test_redis_down_is_a_503_then_streams_of_several_topics_serve_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Opening one needs Redis (the names, each topic's feed): while it is down, 503 and no
+    traceback; once it is back, it streams."""
+    caplog.set_level(logging.WARNING)
+    redis = EmbeddedRedis(tmp_path / "redis", appendfsync="always")
+    redis.start()
+    settings = Settings(host="127.0.0.1", port=free_port())
+    runner, _app = await start_hub(settings, redis.url)
+    url = f"{settings.public_url}/events?topic_prefix=o-&topic=o-1"
+    try:
+        async with aiohttp.ClientSession() as session:
+            redis.stop()
+            async with session.get(url) as resp:
+                assert resp.status == 503, await resp.text()
+            redis.start()  # same port and data
+
+            async def streams() -> bool:
+                async with session.get(url) as resp:
+                    return resp.status == 200
+
+            await wait_for(streams, timeout=30, interval=0.2)
+    finally:
+        await runner.cleanup()
+        redis.stop()
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
