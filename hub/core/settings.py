@@ -171,8 +171,10 @@ class Settings(BaseSettings):
     max_connections: int = Field(10_000, ge=1, le=1_000_000)
     #: A new connection must send complete request headers within this many seconds.
     header_timeout_seconds: float = Field(10.0, gt=0, le=300)
-    #: A request body must arrive completely within this many seconds (else 408); at the
-    #: default body limit that asks at least ~350 KB/s of a publisher.
+    #: A request body must arrive completely within this many seconds (else 408), counted
+    #: from the request's first byte on the lean paths and from its complete head on
+    #: aiohttp's (which is told of a request only then); at the default body limit that
+    #: asks at least ~350 KB/s of a publisher.
     body_timeout_seconds: float = Field(30.0, gt=0, le=3600)
     #: An idle kept-alive connection (or a next request that is slow to come) is closed
     #: after this many seconds.
