@@ -177,6 +177,11 @@ def _problems(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.levelno == logging.WARNING]
 
 
+def _recurring(hub: Hub) -> list[str]:
+    """The hub's background jobs that run as long as it does."""
+    return [n for n in hub.app[RUNTIME].background.names() if not n.endswith("/after-start")]
+
+
 @pytest.mark.parametrize("damage", sorted(DAMAGES))
 async def test_one_damaged_topic_leaves_the_hub_serving(
     hub: Hub, damage: str, caplog: pytest.LogCaptureFixture
@@ -206,10 +211,12 @@ async def test_one_damaged_topic_leaves_the_hub_serving(
             for path in ("/metrics", "/admin/topics", "/.well-known/resourcesync", "/healthz"):
                 status, body = await _get(hub, path)
                 assert status == 200, (path, body[:300])
-            scans = hub.app[RUNTIME].background.names()
+            # The recurring jobs: ``after-start`` runs once, a moment after the start, and
+            # may end during the test on a slow machine, which is no job ending by damage.
+            scans = _recurring(hub)
             for n in range(3):
                 await _all_served(hub, callback, "good", n)
-            assert hub.app[RUNTIME].background.names() == scans  # no job ended
+            assert _recurring(hub) == scans  # no job ended
             ownership = [n for n in hub.app[RUNTIME].tasks.names() if "ownership" in n]
             assert any(n.endswith("/ownership") for n in ownership), ownership
         await dog.sockets_back(slack=max(0, _pooled(hub, callback) - pooled))

@@ -981,13 +981,23 @@ async def test_starts_kept_for_aiohttp_do_not_pile_up(hubs: Hubs) -> None:
     connection has ended."""
     guard = hubs.lean.app[_GUARD]
 
-    async def refused() -> None:
+    async def refused() -> bool:
+        """Whether the 400 was read: the hub closes after it, and a close with bytes
+        unread may reach a slow client as a reset before the answer does."""
         reader, writer = await asyncio.open_connection("127.0.0.1", hubs.lean.port)
-        writer.write(b"GARBAGE\r\n\r\n")
-        async with asyncio.timeout(_CAP):
-            assert (await reader.read()).startswith(b"HTTP/1.0 400 Bad Request")
-        writer.close()
+        try:
+            writer.write(b"GARBAGE\r\n\r\n")
+            async with asyncio.timeout(_CAP):
+                answer = await reader.read()
+        except ConnectionResetError:
+            return False
+        finally:
+            writer.close()
+        assert answer.startswith(b"HTTP/1.0 400 Bad Request"), answer[:80]
+        return True
 
+    answered = 0
     for _ in range(6):
-        await asyncio.gather(*(refused() for _ in range(100)))
+        answered += sum(await asyncio.gather(*(refused() for _ in range(100))))
+    assert answered >= 300, answered  # most were read whole: the hub did refuse them
     assert len(guard._began) <= 2 * _BEGAN_KEPT
