@@ -8,14 +8,12 @@ change, loc, when it was dead-lettered (UTC), the batch's last error.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import urllib.error
-import urllib.request
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from rsclient import admin_api
 from rsclient.options import DEFAULT_HUB, env_default
 
 #: Entries asked for per page (the API's largest page).
@@ -56,22 +54,10 @@ def add_parsers(subparsers: Any) -> None:
 
 
 def _call(args: argparse.Namespace, method: str, path: str) -> dict[str, Any]:
-    url = args.hub.rstrip("/") + path
-    request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
-    if args.admin_token:
-        request.add_header("Authorization", f"Bearer {args.admin_token}")
     try:
-        with urllib.request.urlopen(request, timeout=_TIMEOUT) as response:
-            answer: dict[str, Any] = json.loads(response.read())
-            return answer
-    except urllib.error.HTTPError as exc:
-        try:
-            message = json.loads(exc.read()).get("error") or exc.reason
-        except (ValueError, AttributeError):
-            message = exc.reason
-        raise _Failed(f"{exc.code}: {message}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise _Failed(f"{url}: {getattr(exc, 'reason', exc)}") from None
+        return admin_api.call(args.hub, args.admin_token, method, path, timeout=_TIMEOUT)
+    except admin_api.AdminApiError as exc:
+        raise _Failed(str(exc)) from None
 
 
 def _line(letter: dict[str, Any]) -> str:

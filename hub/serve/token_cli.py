@@ -14,12 +14,9 @@ library's HTTP client: no server library is imported.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
-import urllib.error
-import urllib.request
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,6 +24,7 @@ from hub.core.exceptions import BadRequest
 from hub.core.read_tokens import DEFAULT_MAX_TTL_SECONDS, check_jti, mint
 from hub.core.revocations import FINGERPRINT, fingerprint
 from hub.core.topic_patterns import check_pattern
+from rsclient import admin_api
 from rsclient.options import DEFAULT_HUB, env_default
 
 _TTL = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd]?)")
@@ -154,25 +152,12 @@ class _Usage(_Failed):
 
 
 def _call(args: argparse.Namespace, method: str, body: dict[str, str] | None) -> dict[str, Any]:
-    url = args.hub.rstrip("/") + "/admin/revocations"
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, method=method, data=data)
-    if data is not None:
-        request.add_header("Content-Type", "application/json")
-    if args.admin_token:
-        request.add_header("Authorization", f"Bearer {args.admin_token}")
     try:
-        with urllib.request.urlopen(request, timeout=_TIMEOUT) as response:
-            answer: dict[str, Any] = json.loads(response.read())
-            return answer
-    except urllib.error.HTTPError as exc:
-        try:
-            message = json.loads(exc.read()).get("error") or exc.reason
-        except (ValueError, AttributeError):
-            message = exc.reason
-        raise _Failed(f"{exc.code}: {message}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise _Failed(f"{url}: {getattr(exc, 'reason', exc)}") from None
+        return admin_api.call(
+            args.hub, args.admin_token, method, "/admin/revocations", body, timeout=_TIMEOUT
+        )
+    except admin_api.AdminApiError as exc:
+        raise _Failed(str(exc)) from None
 
 
 def _named(args: argparse.Namespace) -> dict[str, str]:

@@ -27,19 +27,15 @@ def test_importing_backoff_pulls_in_neither_aiohttp_nor_redis() -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_the_package_still_offers_its_names_lazily() -> None:
-    import rsclient
-    from rsclient import interrupt  # a submodule, through the lazy package
-
-    assert rsclient.Backoff is Backoff and rsclient.parse_retry_after is parse_retry_after
-    assert interrupt.__name__ == "rsclient.interrupt"
-    for name in rsclient.__all__:
-        assert getattr(rsclient, name).__name__ == name
-    with pytest.raises(AttributeError):
-        rsclient.NoSuchThing  # noqa: B018
-
-
-# -- the policy ----------------------------------------------------------------------------
+def test_the_package_root_imports_nothing() -> None:
+    """No façade: the root names nothing, so every import names its module."""
+    code = (
+        "import rsclient, sys; "
+        "assert not [m for m in sys.modules if m.startswith('rsclient.')], sys.modules; "
+        "assert not hasattr(rsclient, 'Backoff')"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
 
 
 def test_without_jitter_it_doubles_from_base_up_to_the_cap() -> None:
