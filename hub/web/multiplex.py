@@ -68,7 +68,14 @@ from hub.live.multiplex import ID_FULL, TOO_MANY_TOPICS, Multiplex, Wire
 from hub.live.topic_directory import TopicDirectory
 from hub.store.redis_connection import StoreError
 from hub.web.access import ACCESS, read_grant, stream_reader
-from hub.web.streams import STREAMING, EventStream, close_within, renewal, resume_from
+from hub.web.streams import (
+    STREAMING,
+    EventStream,
+    close_within,
+    renewal,
+    resume_from,
+    write_last,
+)
 
 log = logging.getLogger(__name__)
 
@@ -279,13 +286,7 @@ async def server_sent_events(request: web.Request) -> web.StreamResponse:
             _direct(mux, request.transport, sse.http_chunk if chunked else _as_is)
         ended = await _until_done(mux, asyncio.create_task(_send_all(mux, resp.write)))
         resp.force_close()  # a stream that ended ends its connection too
-        last, within = _sse_last(ended, mux, settings)
-        if last:
-            try:
-                await asyncio.wait_for(resp.write(last), within)
-            except (TimeoutError, ConnectionError):  # it reads nothing at all: cut it off
-                if request.transport is not None:
-                    request.transport.abort()
+        await write_last(resp, request, *_sse_last(ended, mux, settings))
     return resp
 
 

@@ -197,6 +197,20 @@ async def _following(
         await ctx.feeds.release(feed)
 
 
+async def write_last(
+    resp: web.StreamResponse, request: web.Request, last: bytes, within: float
+) -> None:
+    """An SSE stream's last event (if any), given ``within`` seconds to be taken: it queues
+    behind whatever the client has not read, so one that reads nothing is cut off."""
+    if not last:
+        return
+    try:
+        await asyncio.wait_for(resp.write(last), within)
+    except (TimeoutError, ConnectionError):
+        if request.transport is not None:
+            request.transport.abort()
+
+
 async def close_within(
     ws: web.WebSocketResponse,
     request: web.Request,
@@ -397,11 +411,5 @@ async def server_sent_events(request: web.Request) -> web.StreamResponse:
 
         ended = await _until_overflow_or_done(pump, ctx.closing, asyncio.create_task(send()))
         resp.force_close()  # a stream that ended ends its connection too
-        last, within = sse_last_event(ended, pump, settings)
-        if last:
-            try:
-                await asyncio.wait_for(resp.write(last), within)
-            except (TimeoutError, ConnectionError):  # it reads nothing at all: cut it off
-                if request.transport is not None:
-                    request.transport.abort()
+        await write_last(resp, request, *sse_last_event(ended, pump, settings))
     return resp
