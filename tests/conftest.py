@@ -20,6 +20,7 @@ from hub.web.app import RUNTIME, create_app, start
 from tests.redis_cluster import redis_cluster  # noqa: F401  (a session fixture)
 from tests.redis_transports import TlsCluster, TlsFront, UnixRedis
 from tests.support import free_port
+from tests.watchdog import POOLED_PORTS
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -64,6 +65,8 @@ def _prometheus_series() -> None:
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
     server = EmbeddedRedis(tmp_path_factory.mktemp("redis"))
     server.start()
+    assert server.port is not None
+    POOLED_PORTS.add(server.port)
     yield server
     server.stop()
 

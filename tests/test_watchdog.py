@@ -8,6 +8,7 @@ import socket
 import time
 
 import pytest
+import redis.asyncio
 
 from tests.watchdog import Watchdog, open_sockets
 
@@ -44,3 +45,25 @@ async def test_a_socket_left_open_is_seen() -> None:
         await dog.sockets_back(timeout=0.2)
     sock.close()
     await dog.sockets_back(timeout=1)
+
+
+async def test_connections_a_redis_pool_opened_are_no_leak(redis_url: str) -> None:
+    """A pool that grew during the watch keeps its connections for the next command: the
+    hostile tests failed on that once the machine was slow enough for commands to overlap.
+    A plain socket left open beside it is still seen."""
+
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        await client.ping()
+        async with Watchdog() as dog:
+            # Overlapping commands: the pool opens a connection for each.
+            await asyncio.gather(*(client.blpop(["nothing"], timeout=0.05) for _ in range(4)))
+            sock = socket.socket()
+        pool = client.connection_pool
+        assert len(pool._available_connections) + len(pool._in_use_connections) >= 4
+        with pytest.raises(AssertionError, match="sockets open"):
+            await dog.sockets_back(timeout=0.2)
+        sock.close()
+        await dog.sockets_back(timeout=1)
+    finally:
+        await client.aclose()
