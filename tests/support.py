@@ -14,8 +14,42 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
-#: Scales every timeout in the suite (slow CI machines: RSHUB_TEST_TIME_SCALE=3).
-TIME_SCALE = float(os.environ.get("RSHUB_TEST_TIME_SCALE", "1"))
+
+class TimeScale:
+    """How much slower than an idle machine this one runs now: every timeout and every
+    bound on elapsed time in the suite is multiplied by it (``10 * TIME_SCALE``).
+
+    It is measured, not configured: the run-queue length per core over the last minute
+    (``os.getloadavg``), read again at each use, so a bound taken while a second full run
+    shares the machine grows with that load instead of failing a correct hub. At most
+    :attr:`CEILING`, so that a hung test still ends; at least 1, or the fixed floor from
+    ``RSHUB_TEST_TIME_SCALE`` (a machine known to be slow, whatever its load)."""
+
+    #: The largest factor: a hung test fails within this many times its timeout.
+    CEILING = 6.0
+
+    def __init__(self, floor: float) -> None:
+        self.floor = floor
+
+    def __float__(self) -> float:
+        try:
+            per_core = os.getloadavg()[0] / (os.cpu_count() or 1)
+        except OSError:  # no load figure on this platform
+            per_core = 1.0
+        return max(self.floor, min(per_core, self.CEILING), 1.0)
+
+    def __mul__(self, other: float) -> float:
+        return float(self) * other
+
+    def __rmul__(self, other: float) -> float:
+        return other * float(self)
+
+    def __repr__(self) -> str:
+        return f"TimeScale({float(self):.2f})"
+
+
+#: Scales every timeout in the suite by the machine's present load (:class:`TimeScale`).
+TIME_SCALE = TimeScale(float(os.environ.get("RSHUB_TEST_TIME_SCALE", "1")))
 
 
 def free_port() -> int:
