@@ -95,7 +95,7 @@ ROOT = SCRIPT.parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import rawload  # noqa: E402
-from bench.render import append_record, commit_of, this_machine, utc_now  # noqa: E402
+from bench.render import CODES, append_record, commit_of, this_machine, utc_now  # noqa: E402
 from hub.serve.workers import worker_count  # noqa: E402
 from hub.store.embedded_redis import EmbeddedRedis  # noqa: E402
 from tests.support import free_port  # noqa: E402
@@ -2358,6 +2358,13 @@ def main() -> int:
         action="store_true",
         help="append the run (figures 1-6, not --workers) to bench/results/hub.jsonl",
     )
+    parser.add_argument(
+        "--code",
+        choices=CODES,
+        help="with --record: whose code this is (earlier: the code a change replaced, with "
+        "--hub-src; bench/render.py shows only main's as current)",
+    )
+    parser.add_argument("--label", help="with --record: what this run is, beside the others")
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--sinks", type=int, default=100, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -2432,7 +2439,9 @@ def main() -> int:
         print(f"\n({time.perf_counter() - started:.0f} s wall)")
     if args.record:
         command = " ".join(["bench/hub.py", *(a for a in sys.argv[1:] if a != "--record")])
-        print(f"recorded in {append_record(run_record(runs, command, began, args.hub_src))}")
+        record = run_record(runs, command, began, args.hub_src)
+        record |= {k: v for k, v in (("code", args.code), ("label", args.label)) if v}
+        print(f"recorded in {append_record(record)}")
     return status
 
 

@@ -6,9 +6,12 @@ HTTP publish → WebSocket/SSE fan-out with resume. This bench starts, in its ow
 and all on 127.0.0.1: a ``redis-server`` with AOF (``appendfsync everysec``) for each
 server, nginx with the Nchan module in the foreground on a generated config (Redis storage
 through an ``nchan_redis_server`` upstream, a message buffer so resume works), and
-``rshub serve`` on ``--redis-url``. It installs nothing: see docs/benchmarks.md. It does
-byte-compile the checkout rshub runs from (``compileall``, as installing the wheel does):
-with ``PYTHONDONTWRITEBYTECODE`` set, a source tree is compiled again at every start, ~115 ms
+``rshub serve`` on ``--redis-url``. Nginx and the module are Debian's packages (``nginx``,
+``libnginx-mod-nchan``): when they are missing, the bench installs them with ``apt-get`` if it
+runs as root (as CI does), with services kept from starting (the bench runs its own nginx,
+never the system's), and otherwise says what to install. It does byte-compile the checkout
+rshub runs from (``compileall``, as installing the wheel does): with
+``PYTHONDONTWRITEBYTECODE`` set, a source tree is compiled again at every start, ~115 ms
 of CPU of a restart here.
 
 Both are driven by the same clients in this process (raw asyncio sockets, llhttp via
@@ -79,7 +82,7 @@ import pyspy_raw
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.render import append_record, commit_of, this_machine, utc_now  # noqa: E402
+from bench.render import CODES, append_record, commit_of, this_machine, utc_now  # noqa: E402
 from hub.store.embedded_redis import find_redis_server  # noqa: E402
 
 HOST = "127.0.0.1"
@@ -1289,6 +1292,7 @@ async def main_async(args: argparse.Namespace) -> int:
                 command = " ".join(["bench/peer_nchan.py", *args.argv])
                 alone = args.servers == {"rshub"}
                 record = run_record(runs, command, args.began, args.checkout, alone)
+                record |= {k: v for k, v in (("code", args.code), ("label", args.label)) if v}
                 print(f"\nrecorded in {append_record(record)}")
         if args.profile:
             print(f"\nprofiles: {write_profiles(Path(args.profile))}")
@@ -1320,6 +1324,48 @@ def versions() -> str:
     )
 
 
+NCHAN_PACKAGES = ("nginx", "libnginx-mod-nchan")
+#: Debian's hook that ``invoke-rc.d`` asks before starting a service; 101 is "not allowed".
+POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
+
+
+def nchan_installed() -> bool:
+    return Path(NGINX_MODULE).exists() and shutil.which("nginx") is not None
+
+
+def install_nchan() -> str | None:
+    """Install Debian's nginx and Nchan module when missing and we may (root with
+    ``apt-get``), so that the bench needs nothing installed by hand; None once they are
+    there, else what the user must do. A package's maintainer scripts would start and enable
+    nginx as a system service on port 80: a ``policy-rc.d`` that refuses every start is put in
+    place for the install (where there is none), and the bench starts its own nginx."""
+    if nchan_installed():
+        return None
+    manual = f"nginx with Nchan is missing: apt-get install -y {' '.join(NCHAN_PACKAGES)}"
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        return manual + " (as root), or run with --servers rshub"
+    print(f"# installing {' '.join(NCHAN_PACKAGES)} with apt-get (Debian's packages)", flush=True)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    ours = not POLICY_RC_D.exists()
+    if ours:
+        POLICY_RC_D.write_text("#!/bin/sh\n# bench/peer_nchan.py: no service starts\nexit 101\n")
+        POLICY_RC_D.chmod(0o755)
+    try:
+        subprocess.run(["apt-get", "update", "-qq"], check=False, env=env, timeout=600)
+        done = subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *NCHAN_PACKAGES],
+            check=False,
+            env=env,
+            timeout=900,
+        )
+    finally:
+        if ours:
+            POLICY_RC_D.unlink(missing_ok=True)
+    if done.returncode != 0 or not nchan_installed():
+        return f"{manual} (apt-get exited {done.returncode})"
+    return None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -1343,6 +1389,13 @@ def main() -> int:
     parser.add_argument(
         "--record", action="store_true", help="append the summary to bench/results/peer_nchan.jsonl"
     )
+    parser.add_argument(
+        "--code",
+        choices=CODES,
+        help="with --record: whose code this is (earlier: the code a change replaced, with "
+        "--hub-src; bench/render.py shows only main's as current)",
+    )
+    parser.add_argument("--label", help="with --record: what this run is, beside the others")
     args = parser.parse_args()
     args.argv = [a for a in sys.argv[1:] if a != "--record"]
     args.began = utc_now()
@@ -1351,8 +1404,8 @@ def main() -> int:
         HUB_SRC["PYTHONPATH"] = str(Path(args.hub_src).resolve())
     args.servers = {s.strip().lower() for s in args.servers.split(",")}
     compile_hub(Path(args.hub_src).resolve() if args.hub_src else ROOT)
-    if not Path(NGINX_MODULE).exists() and "nchan" in args.servers:
-        print(f"no {NGINX_MODULE}: apt-get install -y nginx libnginx-mod-nchan", file=sys.stderr)
+    if "nchan" in args.servers and (missing := install_nchan()) is not None:
+        print(missing, file=sys.stderr)
         return 1
     nofile = raise_nofile()
     if nofile < args.idle + 500:
