@@ -2,17 +2,24 @@
 
 Parse with :func:`parse`, build documents from the models, write them with
 :func:`serialize`, and check them with :func:`validate`. Nothing here touches sockets or
-files; callers own the I/O.
+files; callers own the I/O. The ZIP packages of Resource Dumps and Change Dumps are
+written by :mod:`resourcesync.package_writer` and read by :mod:`resourcesync.package_reader`,
+through the file objects and the directory their callers give.
 """
 
 from .datetimes import format_datetime, parse_datetime
 from .exceptions import (
+    DamagedPackageError,
     DocumentError,
     DocumentTooLargeError,
     LimitExceededError,
+    ManifestMismatchError,
+    PackageError,
+    PackageWriteError,
     ParseError,
     ResourceSyncError,
     UnsafeDocumentError,
+    UnsafePackageError,
     ValidationError,
 )
 from .limits import DEFAULT_LIMITS, Limits
@@ -57,6 +64,7 @@ __all__ = [
     "ChangeList",
     "ChangeListIndex",
     "ChangeListNotification",
+    "DamagedPackageError",
     "Document",
     "DocumentError",
     "DocumentTooLargeError",
@@ -65,7 +73,10 @@ __all__ = [
     "Limits",
     # models
     "Link",
+    "ManifestMismatchError",
     "Metadata",
+    "PackageError",
+    "PackageWriteError",
     "ParseError",
     "ResourceDump",
     "ResourceDumpIndex",
@@ -77,6 +88,7 @@ __all__ = [
     "SourceDescription",
     "SourceDescriptionIndex",
     "UnsafeDocumentError",
+    "UnsafePackageError",
     "ValidationError",
     "format_datetime",
     # functions

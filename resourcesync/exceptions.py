@@ -3,13 +3,22 @@
 The tree::
 
     ResourceSyncError                 root of everything this package raises
-    └── DocumentError                 the document is wrong (the peer's fault), http_status 400
-        ├── ParseError                not XML, wrong root element, wrong namespace
-        ├── UnsafeDocumentError       DTD / entity declarations, nesting too deep
-        ├── DocumentTooLargeError     more than ``max_bytes`` bytes, http_status 413
-        ├── LimitExceededError        over a parse limit (attributes, value size, entries,
-        │                             links; :class:`resourcesync.limits.Limits`)
-        └── ValidationError           well-formed XML that breaks a ResourceSync rule
+    ├── DocumentError                 the document is wrong (the peer's fault), http_status 400
+    │   ├── ParseError                not XML, wrong root element, wrong namespace
+    │   ├── UnsafeDocumentError       DTD / entity declarations, nesting too deep
+    │   ├── DocumentTooLargeError     more than ``max_bytes`` bytes, http_status 413
+    │   ├── LimitExceededError        over a parse limit (attributes, value size, entries,
+    │   │                             links; :class:`resourcesync.limits.Limits`)
+    │   └── ValidationError           well-formed XML that breaks a ResourceSync rule
+    ├── PackageError                  a ZIP package (Sections 11, 13) is refused, ``rule``
+    │   ├── DamagedPackageError       not a ZIP, cut off, or its bytes fail their checksum
+    │   ├── UnsafePackageError        an entry that could escape or exhaust the reader: a
+    │   │                             name with ``..``, ``/``, ``\\`` or a drive letter, a
+    │   │                             symlink, a ZIP bomb, too many entries or bytes
+    │   └── ManifestMismatchError     ``manifest.xml`` is missing or invalid, or lies about
+    │                                 the package (a path, a length or a hash)
+    └── PackageWriteError             what a package writer was given is wrong (a path, a
+                                      source whose length changed while it was read)
 
 Every :class:`DocumentError` carries ``http_status``, the status a server should answer
 with when the document came in a request body. Every exception here pickles (a server may
@@ -63,12 +72,17 @@ path.syntax                     ``path`` without leading ``/`` or with ``.``/``.
 from __future__ import annotations
 
 __all__ = [
+    "DamagedPackageError",
     "DocumentError",
     "DocumentTooLargeError",
     "LimitExceededError",
+    "ManifestMismatchError",
+    "PackageError",
+    "PackageWriteError",
     "ParseError",
     "ResourceSyncError",
     "UnsafeDocumentError",
+    "UnsafePackageError",
     "ValidationError",
 ]
 
@@ -144,3 +158,36 @@ class ValidationError(DocumentError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return type(self), (self.rule, self.document, self.index, self.detail)
+
+
+class PackageError(ResourceSyncError):
+    """A package is refused; ``rule`` names the check it failed, ``detail`` says how.
+
+    Nothing of a refused package is left in the reader's target.
+    """
+
+    def __init__(self, rule: str, detail: str) -> None:
+        super().__init__(f"{rule}: {detail}")
+        #: Stable rule id, ``<scope>.<problem>`` (``entry.name-unsafe``, ``zip.truncated``...).
+        self.rule = rule
+        #: Human-readable detail.
+        self.detail = detail
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return type(self), (self.rule, self.detail)
+
+
+class DamagedPackageError(PackageError):
+    """Not a ZIP archive, cut off part-way, or an entry's bytes fail their CRC."""
+
+
+class UnsafePackageError(PackageError):
+    """An entry could escape the target or exhaust the reader; nothing was written."""
+
+
+class ManifestMismatchError(PackageError):
+    """``manifest.xml`` is missing or invalid, or does not describe the package's bytes."""
+
+
+class PackageWriteError(ResourceSyncError):
+    """A package writer was given something it cannot package (the caller's fault)."""
