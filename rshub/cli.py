@@ -24,6 +24,7 @@ _COMMAND_MODULES = (
     "subscriber.cli",
     "subscriber.inspect",
     "rshub.dead_letters",
+    "source.cli",
 )
 #: ``rshub serve`` builds only its own parser: importing the client commands (and
 #: ``importlib.metadata``, ``shtab``) delayed a restarted hub's first answer.
@@ -50,6 +51,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dead-letters": (
         "rshub.dead_letters",
         "list a WebSub subscription's dead letters, or replay them (--replay)",
+    ),
+    "source": (
+        "source.cli",
+        "serve a directory as a ResourceSync Source, pushing its changes to a hub",
     ),
     "completion": ("", "print a shell completion script"),
 }

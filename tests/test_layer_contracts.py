@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("resourcesync", "rsclient", "hub", "publisher", "subscriber", "rshub")
+PACKAGES = ("resourcesync", "rsclient", "hub", "publisher", "subscriber", "rshub", "source")
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
@@ -58,6 +58,8 @@ def test_the_copy_keeps_every_contract(pristine: Path) -> None:
         ("hub/live/planted.py", "from hub import __version__\n", "hub package root"),
         ("hub/store/planted.py", "from hub.web.app import create_app\n", "serve > web > live"),
         ("hub/core/planted.py", "import aiohttp\n", "reach neither aiohttp nor redis"),
+        ("source/planted.py", "from hub.core import settings\n", "never import the hub"),
+        ("publisher/planted.py", "import source.app\n", "the Source on the publisher"),
     ],
 )
 def test_a_planted_import_breaks_a_contract(

@@ -1,0 +1,205 @@
+"""What the Source knows: its resources, the history of their changes, how far it pushed.
+
+The history is append-only and numbered from 0; a change's number is its place in the
+Change Lists. Its times never go backwards (a clock set back gives the time of the change
+before), since Change Lists are in forward chronological order (Z39.99 Section 12.1).
+
+The state file (:class:`rsclient.statefile.StateFile`: atomic, durable) holds it all, so
+that a restarted Source neither loses nor repeats a change:
+
+- changes are recorded, and the file saved, before they are pushed: a crash before the
+  save leaves the directory different from the saved resources, and the restart's scan
+  records that difference once;
+- a push is marked *pending* (its first change, its size, its Idempotency-Key) in the file
+  before it is sent, and the pushed position moves after the hub's answer: a crash between
+  the two resends the same changes with the same key, which the hub answers from what it
+  stored the first time.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from resourcesync import Change, format_datetime, parse_datetime
+from rsclient.exceptions import StateFileError
+from rsclient.statefile import StateFile
+
+from .exceptions import StateMismatch
+from .tree import FileFacts
+
+__all__ = ["ChangeRecord", "Inventory", "Pending"]
+
+#: The state file's layout; another is refused rather than misread.
+_FORMAT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeRecord:
+    """One change: its number, resource key, nature, time, and (unless deleted) facts."""
+
+    seq: int
+    key: str
+    change: Change
+    at: datetime
+    facts: FileFacts | None
+
+    def to_json(self) -> list[Any]:
+        facts = None if self.facts is None else self.facts.to_json()
+        return [self.key, self.change.value, format_datetime(self.at), facts]
+
+    @classmethod
+    def from_json(cls, seq: int, data: list[Any]) -> ChangeRecord:
+        key, change, at, facts = data
+        return cls(
+            seq,
+            str(key),
+            Change(change),
+            parse_datetime(str(at)),
+            None if facts is None else FileFacts.from_json(facts),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A push sent (or about to be) and not yet answered: ``count`` changes from ``first``."""
+
+    first: int
+    count: int
+    key: str
+
+
+class Inventory:
+    """The resources (by key), the change history and the push position of one Source."""
+
+    def __init__(self, directory: str, base_url: str) -> None:
+        self.directory = directory
+        self.base_url = base_url
+        #: Names this Source in Idempotency-Keys, so that two Sources never share one.
+        self.identity = secrets.token_hex(8)
+        #: When the Source first ran: the ``from`` of its first Change List.
+        self.started = datetime.now(UTC)
+        self.files: dict[str, FileFacts] = {}
+        self.history: list[ChangeRecord] = []
+        #: How many changes of the history the hub has stored.
+        self.pushed = 0
+        self.pending: Pending | None = None
+        #: Moves on every change of :attr:`files` (documents are cached per version).
+        self.version = 0
+
+    # -- changes -------------------------------------------------------------------------
+
+    def reconcile(self, under: str, found: Mapping[str, FileFacts]) -> list[ChangeRecord]:
+        """Record the differences between the resources known at or below ``under``
+        (``""``: all) and those ``found`` there now; return the new changes."""
+        prefix = under + "/"
+        known = [k for k in self.files if not under or k == under or k.startswith(prefix)]
+        now = datetime.now(UTC)
+        if self.history and self.history[-1].at > now:
+            now = self.history[-1].at
+        new: list[ChangeRecord] = []
+        touched = False
+
+        def record(key: str, change: Change, facts: FileFacts | None) -> None:
+            new.append(ChangeRecord(len(self.history) + len(new), key, change, now, facts))
+
+        for key in sorted(known):
+            if key not in found:
+                del self.files[key]
+                record(key, Change.DELETED, None)
+        for key in sorted(found):
+            facts = found[key]
+            old = self.files.get(key)
+            if old is None:
+                record(key, Change.CREATED, facts)
+            elif not old.same_content(facts):
+                record(key, Change.UPDATED, facts)
+            elif old == facts:
+                continue
+            else:  # touched, same bytes: no change; its new stamp spares the next read
+                touched = True
+            self.files[key] = facts
+        self.history.extend(new)
+        if new or touched:
+            self.version += 1
+        return new
+
+    # -- pushing -------------------------------------------------------------------------
+
+    def next_push(self, limit: int) -> Pending | None:
+        """The changes to push next (the pending ones first), marked pending."""
+        if self.pending is None and self.pushed < len(self.history):
+            count = min(limit, len(self.history) - self.pushed)
+            key = f"rshub-source-{self.identity}-{self.pushed}-{count}"
+            self.pending = Pending(self.pushed, count, key)
+        return self.pending
+
+    def pushed_through(self, pending: Pending) -> None:
+        """The hub stored ``pending``'s changes."""
+        self.pushed = pending.first + pending.count
+        self.pending = None
+
+    # -- state -----------------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        """The state as JSON data. Call on the event loop; the result is the caller's."""
+        pending = self.pending
+        return {
+            "format": _FORMAT,
+            "directory": self.directory,
+            "base_url": self.base_url,
+            "identity": self.identity,
+            "started": format_datetime(self.started),
+            "files": {k: f.to_json() for k, f in self.files.items()},
+            "history": [c.to_json() for c in self.history],
+            "pushed": self.pushed,
+            "pending": None
+            if pending is None
+            else {"first": pending.first, "count": pending.count, "key": pending.key},
+        }
+
+    @classmethod
+    def load(cls, state: StateFile, directory: str, base_url: str) -> Inventory:
+        """The inventory saved in ``state``, or a new one when there is no file yet.
+
+        Raises:
+            StateMismatch: the file cannot be read, or belongs to another Source.
+        """
+        inventory = cls(directory, base_url)
+        try:
+            data = state.load()
+        except StateFileError as exc:
+            raise StateMismatch(str(exc)) from None
+        if data is None:
+            return inventory
+        if data.get("format") != _FORMAT:
+            raise StateMismatch(f"state file {state.path} is not a Source's state")
+        for name, mine in (("directory", directory), ("base_url", base_url)):
+            if data.get(name) != mine:
+                raise StateMismatch(
+                    f"state file {state.path} is for {name.replace('_', ' ')} "
+                    f"{data.get(name)!r}, not {mine!r}: give another --state"
+                )
+        try:
+            inventory.identity = str(data["identity"])
+            inventory.started = parse_datetime(str(data["started"]))
+            inventory.files = {
+                str(k): FileFacts.from_json(v) for k, v in dict(data["files"]).items()
+            }
+            inventory.history = [
+                ChangeRecord.from_json(n, c) for n, c in enumerate(list(data["history"]))
+            ]
+            inventory.pushed = int(data["pushed"])
+            pending = data.get("pending")
+            if pending is not None:
+                inventory.pending = Pending(
+                    int(pending["first"]), int(pending["count"]), str(pending["key"])
+                )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StateMismatch(f"state file {state.path} is damaged: {exc!r}") from None
+        if not 0 <= inventory.pushed <= len(inventory.history):
+            raise StateMismatch(f"state file {state.path} is damaged: pushed out of range")
+        return inventory

@@ -1,0 +1,94 @@
+"""The change history pushed to a hub, in order, each change once across restarts.
+
+What is pushed next is the inventory's pending push (:meth:`Inventory.next_push`): marked
+in the state file before it is sent, with an Idempotency-Key of its own, and sent through
+:meth:`publisher.client.Publisher.send`, which retries a failing or unreachable hub with
+back-off and that same key until it is stored. Changes seen meanwhile wait in the history
+and go in the next notifications (``batch`` changes at most each), so a hub that was down
+for an hour gets the hour's changes in a few notifications, not one by one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from publisher.client import Publisher
+from publisher.exceptions import PublishRejected
+
+from .documents import Site, change_entry
+from .inventory import Inventory
+
+__all__ = ["Pusher"]
+
+log = logging.getLogger(__name__)
+
+
+class Pusher:
+    """Push ``inventory``'s unpushed changes through ``publisher``; ``save`` writes the
+    state file (awaited before a push is sent and after it is stored)."""
+
+    def __init__(
+        self,
+        inventory: Inventory,
+        site: Site,
+        publisher: Publisher,
+        save: Callable[[], Awaitable[None]],
+        *,
+        batch: int = 1000,
+    ) -> None:
+        self.inventory = inventory
+        self.site = site
+        self.publisher = publisher
+        self.save = save
+        self.batch = batch
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def wake(self) -> None:
+        """New changes were recorded."""
+        self._idle.clear()
+        self._wake.set()
+
+    @property
+    def caught_up(self) -> bool:
+        inventory = self.inventory
+        return inventory.pending is None and inventory.pushed == len(inventory.history)
+
+    async def run(self) -> None:
+        """Push until cancelled."""
+        while True:
+            await self.push_all()
+            self._idle.set()
+            await self._wake.wait()
+            self._wake.clear()
+
+    async def push_all(self) -> None:
+        """Push every change recorded so far."""
+        inventory = self.inventory
+        while (pending := inventory.next_push(self.batch)) is not None:
+            await self.save()  # the pending mark is on disk before anything is sent
+            changes = inventory.history[pending.first : pending.first + pending.count]
+            entries = [change_entry(self.site, c) for c in changes]
+            try:
+                result = await self.publisher.send(entries, idempotency_key=pending.key)
+            except PublishRejected as exc:
+                # A refusal that no retry changes (a bad token, a topic the hub refuses):
+                # said, and the push stops here; restarting the Source sends it again.
+                log.error(
+                    "the hub refused changes %d..%d: %s",
+                    pending.first,
+                    pending.first + pending.count - 1,
+                    exc,
+                )
+                raise
+            inventory.pushed_through(pending)
+            await self.save()
+            log.info(
+                "pushed %d changes to %s%s",
+                pending.count,
+                self.publisher.url,
+                " (the hub had them already)" if result.replayed else "",
+            )

@@ -1,0 +1,197 @@
+"""What runs in ``rshub source``: the inventory kept in step with the directory, its state
+file, the watcher and the pusher, started and stopped together.
+
+Start (:meth:`SourceRuntime.start`): the state file is read; the directory is watched
+(``watchfiles``, the OS's own events) *before* it is scanned, so that a change made during
+the scan is seen either by the scan or by an event; the scan compares the directory with
+the saved resources and records the differences once (what changed while the Source was
+stopped); then the pusher sends whatever the hub has not stored yet.
+
+Every scan and every read of a file runs in a thread; the inventory is changed on the event
+loop only, by one refresh at a time, so that serving never waits on the disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import watchfiles
+
+from rsclient.statefile import StateFile
+
+from .documents import Site
+from .exceptions import UsageError
+from .inventory import ChangeRecord, Inventory
+from .pusher import Pusher
+from .tree import RESERVED_PREFIX, key_of, scan
+
+__all__ = ["SourceRuntime", "subtrees"]
+
+log = logging.getLogger(__name__)
+
+
+def subtrees(keys: Iterable[str]) -> list[str]:
+    """The keys that are not below another of ``keys`` (``""`` covers everything)."""
+    ordered = sorted(set(keys))
+    if "" in ordered:
+        return [""]
+    out: list[str] = []
+    for key in ordered:
+        if out and (key == out[-1] or key.startswith(out[-1] + "/")):
+            continue
+        out.append(key)
+    return out
+
+
+class SourceRuntime:
+    """The Source's moving parts for the directory ``root`` (an absolute, resolved path)."""
+
+    def __init__(
+        self,
+        root: str,
+        site: Site,
+        state: StateFile,
+        *,
+        pusher_factory: type[Pusher] | None = None,
+        debounce_ms: int = 1600,
+        step_ms: int = 50,
+    ) -> None:
+        self.root = root
+        self.site = site
+        self.state = state
+        self.inventory = Inventory.load(state, root, site.base_url)
+        self.pusher: Pusher | None = None
+        self.debounce_ms = debounce_ms
+        self.step_ms = step_ms
+        self._refreshing = asyncio.Lock()
+        self._saving = asyncio.Lock()
+        self._tasks: list[asyncio.Task[None]] = []
+        #: Set once the first scan is recorded (the documents are complete from then on).
+        self.ready = asyncio.Event()
+        #: Moves after each refresh (tests and the pusher wait on it).
+        self.refreshed = asyncio.Condition()
+        self.refreshes = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self, pusher: Pusher | None = None) -> None:
+        """Watch, scan, record the differences, and push (when ``pusher`` is given)."""
+        self.pusher = pusher
+        watching = asyncio.create_task(self._watch(), name="rshub-source:watch")
+        self._tasks.append(watching)
+        # The watcher's first step registers the directory's watches synchronously (in
+        # watchfiles' RustNotify) before it first waits; one turn of the loop runs it.
+        await asyncio.sleep(0)
+        await self.refresh([""])
+        self.ready.set()
+        if pusher is not None:
+            self._tasks.append(asyncio.create_task(pusher.run(), name="rshub-source:push"))
+        log.info(
+            "%d resources in %s, %d changes recorded, %d pushed",
+            len(self.inventory.files),
+            self.root,
+            len(self.inventory.history),
+            self.inventory.pushed,
+        )
+
+    async def close(self) -> None:
+        """Stop watching and pushing; save the state (if the Source ever started)."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        if self.ready.is_set():
+            await self.save()
+
+    def failed(self) -> BaseException | None:
+        """The error that ended the watcher or the pusher, if one did."""
+        for task in self._tasks:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                return task.exception()
+        return None
+
+    async def wait_failed(self) -> BaseException:
+        """Wait until the watcher or the pusher ends with an error, and return it."""
+        while True:
+            running = [t for t in self._tasks if not t.done()]
+            error = self.failed()
+            if error is not None:
+                return error
+            if not running:
+                await asyncio.Event().wait()  # nothing left that could fail
+            await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+
+    # -- changes -------------------------------------------------------------------------
+
+    async def refresh(self, keys: Iterable[str]) -> list[ChangeRecord]:
+        """Scan the resources at and below ``keys`` and record what changed."""
+        changes: list[ChangeRecord] = []
+        async with self._refreshing:
+            for under in subtrees(keys):
+                found = await asyncio.to_thread(scan, self.root, under, self.inventory.files)
+                changes += self.inventory.reconcile(under, found)
+            if changes:
+                await self.save()
+                log.info("recorded %d changes", len(changes))
+                if self.pusher is not None:
+                    self.pusher.wake()
+        async with self.refreshed:
+            self.refreshes += 1
+            self.refreshed.notify_all()
+        return changes
+
+    async def save(self) -> None:
+        """Write the state file (off the loop), newest state last."""
+        async with self._saving:
+            data = self.inventory.to_json()
+            await asyncio.to_thread(self.state.save, data)
+
+    # -- watching ------------------------------------------------------------------------
+
+    def _key(self, path: str) -> str | None:
+        relative = os.path.relpath(path, self.root)
+        if relative == ".":
+            return ""
+        parts = os.fsencode(relative).split(os.fsencode(os.sep))
+        if parts[0] == b".." or any(p.startswith(RESERVED_PREFIX.encode()) for p in parts):
+            return None
+        return key_of(parts)
+
+    def _wanted(self, _change: watchfiles.Change, path: str) -> bool:
+        # Every name counts (watchfiles' default filter would drop "*.pyc" or "x~", which
+        # are resources here), but the reserved ones: the state file's own writes.
+        return self._key(path) is not None
+
+    async def _watch(self) -> None:
+        async for batch in watchfiles.awatch(
+            self.root,
+            watch_filter=self._wanted,
+            debounce=self.debounce_ms,
+            step=self.step_ms,
+            ignore_permission_denied=True,
+        ):
+            keys = [k for _change, path in batch if (k := self._key(path)) is not None]
+            if keys:
+                await self.refresh(keys)
+
+
+def resolved_directory(directory: str) -> str:
+    """``directory`` as an absolute path without links (what the state file records).
+
+    Raises:
+        UsageError: it is missing or not a directory.
+    """
+    try:
+        path = Path(directory).resolve(strict=True)
+    except OSError as exc:
+        raise UsageError(f"{directory}: {exc.strerror or exc}") from None
+    if not path.is_dir():
+        raise UsageError(f"{directory} is not a directory")
+    return str(path)
