@@ -12,7 +12,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TypeVar
 
+from pydantic import ConfigDict, with_config
+
 from hub.core.presence import TopicPresence
+
+#: How the dashboard's JSON shows it (``asdict``: every field, no other), which its schema
+#: in the OpenAPI document (hub.core.openapi) says.
+_AS_SENT = ConfigDict(extra="forbid", json_schema_serialization_defaults_required=True)
 
 #: The label standing for everything below the top N.
 OTHERS = "(others)"
@@ -20,6 +26,7 @@ OTHERS = "(others)"
 T = TypeVar("T")
 
 
+@with_config(_AS_SENT)
 @dataclass(frozen=True, slots=True)
 class TopicRow:
     name: str
@@ -31,6 +38,7 @@ class TopicRow:
     last_publish_ms: int | None
 
 
+@with_config(_AS_SENT)
 @dataclass(frozen=True, slots=True)
 class SubscriptionRow:
     topic: str
@@ -52,6 +60,7 @@ class SubscriptionRow:
     gaps: int = 0
 
 
+@with_config(_AS_SENT)
 @dataclass(frozen=True, slots=True)
 class Overview:
     topics: list[TopicRow]

@@ -13,10 +13,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from pydantic import ConfigDict, with_config
+
+#: How the dashboard's JSON and the admin API show it (``asdict``: every field, no other),
+#: which its schema in the OpenAPI document (hub.core.openapi) says.
+_AS_SENT = ConfigDict(extra="forbid", json_schema_serialization_defaults_required=True)
+
 #: Stream transports counted.
 TRANSPORTS = ("ws", "sse")
 
 
+@with_config(_AS_SENT)
 @dataclass(frozen=True, slots=True)
 class TopicPresence:
     #: Live WebSocket and SSE clients, over every hub process.

@@ -21,6 +21,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from hub.core import metrics
+from hub.core.api_bodies import PublishAccepted
 from hub.core.exceptions import BadGateway, BadRequest, Conflict
 from hub.core.topic_content import (
     DEFAULT_CONTENT_TYPE,
@@ -55,7 +56,7 @@ class ContentPublishing:
         body: bytes,
         content_type: str | None,
         idempotency_key: str | None = None,
-    ) -> dict[str, object]:
+    ) -> PublishAccepted:
         """A fat ping: store ``body`` as the topic's content; the 202's JSON answer.
         400 for an empty body or a ``Content-Type`` that is no media type."""
         if not body:
@@ -82,7 +83,7 @@ class ContentPublishing:
         metrics.published(len(body), len(stored.ids), stored.replayed)
         return _answer(topic, content, stored.ids, replayed=stored.replayed)
 
-    async def ping(self, topic: str, url: str) -> dict[str, object]:
+    async def ping(self, topic: str, url: str) -> PublishAccepted:
         """A ping: fetch ``url`` and store its content unless the topic's last change
         names it already; the 202's JSON answer. 502/413 when the fetch fails."""
         content = fetched_content(url, await self.client.fetch_content(url))
@@ -128,7 +129,7 @@ def fetched_content(url: str, answer: Answer) -> TopicContent:
 
 def _answer(
     topic: str, content: TopicContent, ids: list[str], *, replayed: bool = False
-) -> dict[str, object]:
+) -> PublishAccepted:
     return {
         "topic": topic,
         "accepted": len(ids),

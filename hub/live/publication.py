@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hub.core import metrics
+from hub.core.api_bodies import PublishAccepted
 from hub.core.auth import PublisherAuth
 from hub.core.exceptions import BadRequest, UnsupportedMediaType
 from hub.core.packed import Packed
@@ -75,7 +76,7 @@ class Publishing:
 
     async def store(
         self, topic: str, body: bytes, changes: Packed, key: str | None
-    ) -> dict[str, object]:
+    ) -> PublishAccepted:
         """Store the parsed ``changes`` of ``body``; the 202's JSON answer."""
         stored = await self.ingest.append(
             topic, changes, digest=_digest(body, key), idempotency_key=key
@@ -100,7 +101,7 @@ class Publishing:
         body: bytes,
         changes: Packed,
         key: str | None,
-    ) -> tuple[dict[str, object], Appended] | None:
+    ) -> tuple[PublishAccepted, Appended] | None:
         """The 202's JSON answer once :meth:`store_now`'s call is done (raising its error
         as :meth:`store` does), and what was stored, which the caller hands to the live
         feed (:meth:`Ingest.appended`) once it has answered; None when nothing ran (Redis
@@ -116,7 +117,7 @@ def _digest(body: bytes, key: str | None) -> str:
     return hashlib.sha256(body).hexdigest() if key is not None else ""
 
 
-def _answer(topic: str, body: bytes, stored: Appended) -> dict[str, object]:
+def _answer(topic: str, body: bytes, stored: Appended) -> PublishAccepted:
     metrics.published(len(body), len(stored.ids), stored.replayed)
     return {
         "topic": topic,

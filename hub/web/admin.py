@@ -18,12 +18,14 @@ import logging
 import os
 import time
 from dataclasses import dataclass, replace
+from typing import Any
 
 import orjson
 from aiohttp import web
 
 from hub.core import metrics
 from hub.core.access import MetricsAccess
+from hub.core.api_bodies import Health, Subscriptions, dump
 from hub.core.auth import PublisherAuth
 from hub.core.events import parse_id
 from hub.core.exceptions import Forbidden, TokenRevoked, Unauthorized
@@ -72,7 +74,7 @@ async def healthz(request: web.Request) -> web.Response:
     details (Redis, node, pid, embedded Redis) only for those who may see the overview."""
     ctx = request.app[OBSERVING]
     details = _may_operate(request)
-    extra: dict[str, object] = {}
+    extra: dict[str, Any] = {}
     if details:
         extra = {"version": __version__, "pid": os.getpid()}
         extra["node"] = ctx.ownership.node
@@ -88,11 +90,12 @@ async def healthz(request: web.Request) -> web.Response:
             health.failed(str(exc))
             if details:
                 extra.update(hub="ok", redis=f"unreachable: {exc!s}")
-            return web.json_response({"status": "degraded", **extra}, status=503, headers=_NO_STORE)
+            degraded = Health(status="degraded", **extra)
+            return web.json_response(dump(degraded), status=503, headers=_NO_STORE)
         health.succeeded(now)
     if details:
         extra.update(hub="ok", redis="ok")
-    return web.json_response({"status": "ok", **extra}, headers=_NO_STORE)
+    return web.json_response(dump(Health(status="ok", **extra)), headers=_NO_STORE)
 
 
 def _check_operator(request: web.Request, topic: str) -> None:
@@ -142,11 +145,12 @@ async def subscriptions(request: web.Request) -> web.Response:
     cursors = await subs.cursors(topic)
     out = []
     for sub in sorted(await subs.for_topic(topic), key=lambda s: s.callback):
-        row = sub.public()
-        row["cursor"] = cursors.get(sub.callback)
-        out.append(row)
+        out.append({**sub.public(), "cursor": cursors.get(sub.callback)})
     last_id = await request.app[OBSERVING].store.last_id(topic)
-    return web.json_response({"topic": topic, "last_id": last_id, "subscriptions": out})
+    answer = Subscriptions.model_validate(
+        {"topic": topic, "last_id": last_id, "subscriptions": out}
+    )
+    return web.json_response(dump(answer))
 
 
 async def gather_overview(app: web.Application) -> Overview:

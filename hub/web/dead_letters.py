@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from hub.core.api_bodies import DeadLetterReplay, DeadLetters, dump
 from hub.core.events import parse_id
 from hub.core.exceptions import BadRequest
 from hub.core.placement import subscription_id
@@ -73,15 +74,17 @@ async def list_dead_letters(request: web.Request) -> web.Response:
     store = request.app[DEAD_LETTERING].dead_letters
     letters = await store.read(sub.topic, sub.callback, limit, after)
     total = await store.count(sub.topic, sub.callback)
-    return web.json_response(
+    answer = DeadLetters.model_validate(
         {**_head(sub), "total": total, "dead_letters": [d.public() for d in letters]}
     )
+    return web.json_response(dump(answer))
 
 
 async def replay_dead_letters(request: web.Request) -> web.Response:
     check_operator(request)
     sub = await subscription_by_id(request)
     done = await request.app[DEAD_LETTERING].replays.replay(sub)
-    return web.json_response(
+    answer = DeadLetterReplay.model_validate(
         {**_head(sub), "replayed": done.replayed, "remaining": done.remaining, "error": done.error}
     )
+    return web.json_response(dump(answer))

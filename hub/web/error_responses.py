@@ -10,6 +10,7 @@ import logging
 from aiohttp import web
 
 from hub.core import metrics
+from hub.core.api_bodies import ErrorBody, dump
 from hub.core.exceptions import DamagedData
 from hub.core.health import RedisHealth
 from hub.store import keys
@@ -20,9 +21,11 @@ log = logging.getLogger("hub.web.app")
 
 
 def error_response(status: int, message: str, **detail: object) -> web.Response:
-    body: dict[str, object] = {"error": message, "status": status}
-    body.update({k: v for k, v in detail.items() if v is not None})
-    return web.json_response(body, status=status)
+    """The JSON error body (:class:`hub.core.api_bodies.ErrorBody`) with ``status``: the
+    message, the status, and each detail that is not None."""
+    shown = {k: v for k, v in detail.items() if v is not None}
+    body = ErrorBody.model_validate({**shown, "error": message, "status": status})
+    return web.json_response(dump(body), status=status)
 
 
 def damaged_data(exc: DamagedData | StoreError, method: str, path: str) -> web.Response:

@@ -36,6 +36,7 @@ from aiohttp import web
 from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE
 
+from hub.core.api_bodies import PublishAccepted
 from hub.core.exceptions import RequestError
 from hub.core.log_format import REQUEST_ID
 from hub.core.own_site import OwnSite
@@ -272,7 +273,7 @@ class LeanPublishing:
 
     def _answer(
         self,
-        answer: dict[str, object],
+        answer: PublishAccepted,
         head: PublishHead,
         transport: asyncio.Transport,
         started: float,

@@ -29,6 +29,18 @@ from datetime import UTC, datetime
 import orjson
 from aiohttp import web
 
+from hub.core.api_bodies import (
+    AdminSubscription,
+    AdminSubscriptions,
+    AdminTopic,
+    AdminTopics,
+    LastSuccess,
+    SubscriptionDeleted,
+    TopicDeleted,
+    TopicSummary,
+    dump,
+)
+from hub.core.api_bodies import Subscription as SubscriptionBody
 from hub.core.events import id_ms, parse_id
 from hub.core.exceptions import BadRequest, NotFound, UnsupportedMediaType
 from hub.core.placement import subscription_id
@@ -38,7 +50,8 @@ from hub.store.attempts import AttemptStore, Success
 from hub.store.event_store import EventStore
 from hub.store.pages import PageChain
 from hub.store.subscriptions import State, Subscription, SubscriptionStore
-from hub.store.topic_admin import LAG_CAP, TopicAdmin, TopicSummary
+from hub.store.topic_admin import LAG_CAP, TopicAdmin
+from hub.store.topic_admin import TopicSummary as StoredTopic
 from hub.web import presence as web_presence
 from hub.web import subscription_terms
 from hub.web.access import check_operator, request_urls
@@ -70,16 +83,16 @@ def _iso(ms: int | None) -> str | None:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
-def _summary(row: TopicSummary) -> dict[str, object]:
-    return {
-        "name": row.name,
-        "length": row.length,
-        "first_id": row.first_id,
-        "last_id": row.last_id,
-        "last_publish": _iso(row.last_publish_ms),
-        "last_publish_ms": row.last_publish_ms,
-        "subscriptions": row.subscriptions,
-    }
+def _summary(row: StoredTopic) -> TopicSummary:
+    return TopicSummary(
+        name=row.name,
+        length=row.length,
+        first_id=row.first_id,
+        last_id=row.last_id,
+        last_publish=_iso(row.last_publish_ms),
+        last_publish_ms=row.last_publish_ms,
+        subscriptions=row.subscriptions,
+    )
 
 
 async def _known_topics(request: web.Request) -> list[str]:
@@ -92,7 +105,7 @@ async def _known_topics(request: web.Request) -> list[str]:
     return sorted(published)
 
 
-async def _topic(request: web.Request) -> TopicSummary:
+async def _topic(request: web.Request) -> StoredTopic:
     name = check_name(request.match_info["name"])
     (row,) = await request.app[OPERATING].topic_admin.summaries([name])
     if not await request.app[OPERATING].store.exists(name) and not row.subscriptions:
@@ -103,23 +116,27 @@ async def _topic(request: web.Request) -> TopicSummary:
 async def topics(request: web.Request) -> web.Response:
     check_operator(request)
     rows = await request.app[OPERATING].topic_admin.summaries(await _known_topics(request))
-    return web.json_response({"topics": [_summary(row) for row in rows]})
+    return web.json_response(dump(AdminTopics(topics=[_summary(row) for row in rows])))
 
 
 async def topic(request: web.Request) -> web.Response:
     check_operator(request)
     row = await _topic(request)
     admin = request.app[OPERATING].topic_admin
-    answer = _summary(row)
+    pages = 0
     if row.length or row.last_id:
         await request.app[OPERATING].pages.advance(row.name)
-        answer["changelist_pages"] = await admin.closed_pages(row.name) + 1
-    else:
-        answer["changelist_pages"] = 0
-    answer["resourcelist_size"] = await admin.resources(row.name)
+        pages = await admin.closed_pages(row.name) + 1
     subs = await request.app[OPERATING].subscriptions.for_topic(row.name)
-    answer["presence"] = await web_presence.of_topic(request.app, row.name, subs)
-    return web.json_response(answer)
+    answer = AdminTopic.model_validate(
+        {
+            **dict(_summary(row)),
+            "changelist_pages": pages,
+            "resourcelist_size": await admin.resources(row.name),
+            "presence": await web_presence.of_topic(request.app, row.name, subs),
+        }
+    )
+    return web.json_response(dump(answer))
 
 
 async def delete_topic(request: web.Request) -> web.Response:
@@ -128,9 +145,10 @@ async def delete_topic(request: web.Request) -> web.Response:
     removed = await request.app[OPERATING].topic_admin.delete(row.name)
     # Every process (this one too) hears of it through the change stream; end ours now.
     await request.app[OPERATING].topic_removed(row.name)
-    return web.json_response(
-        {"topic": row.name, "deleted": True, "keys": removed, "subscriptions": row.subscriptions}
+    answer = TopicDeleted(
+        topic=row.name, deleted=True, keys=removed, subscriptions=row.subscriptions
     )
+    return web.json_response(dump(answer))
 
 
 # -- subscriptions --------------------------------------------------------------------------
@@ -167,7 +185,7 @@ async def subscriptions(request: web.Request) -> web.Response:
     subs, store, admin = ctx.subscriptions, ctx.store, ctx.topic_admin
     settings, now = app[subscription_terms.SETTINGS], time.time()
     names = [_topic_name(request, wanted)] if wanted else await subs.subscribed_topics()
-    out: list[dict[str, object]] = []
+    out: list[AdminSubscription] = []
     for name in names:
         found = [s for s in await subs.for_topic(name) if state is None or s.state is state]
         if not found:
@@ -180,7 +198,7 @@ async def subscriptions(request: web.Request) -> web.Response:
             lag = await admin.count_after(name, cursor)
             success = successes.get(sub.callback)
             out.append(subscription_row(sub, cursor, first, last, lag, success, settings, now))
-    return web.json_response({"subscriptions": out})
+    return web.json_response(dump(AdminSubscriptions(subscriptions=out)))
 
 
 def subscription_row(
@@ -192,39 +210,41 @@ def subscription_row(
     success: Success | None,
     settings: Settings,
     now: float,
-) -> dict[str, object]:
+) -> AdminSubscription:
     """A subscription as operators see it (never its secrets): the admin list's rows and
     the base of a subscription's record (:mod:`hub.web.subscription_record`)."""
-    return {
-        "topic": sub.topic,
-        "topic_url": sub.topic_url,
-        "callback": sub.callback,
-        "id": subscription_id(sub.topic, sub.callback),
-        "state": sub.state.value,
-        "cursor": cursor,
-        "last_id": last,
-        "lag_events": lag,
-        "lag_capped": lag >= LAG_CAP,
-        "lag_seconds": _lag_seconds(cursor, first, last),
-        "failures": sub.failures,
-        "last_error": sub.last_error,
-        "gaps": sub.gaps,
-        "last_gap": sub.last_gap,
-        "retry_at": sub.retry_at or None,
-        "expires_at": sub.expires_at,
-        "expires": _iso(int(sub.expires_at * 1000)),
-        "lease_seconds": sub.lease_seconds,
-        "created_at": sub.created_at,
-        "secret": bool(sub.secret),
-        **subscription_terms.terms(sub, settings, now),
-        "last_success": _success(success),
-    }
+    return AdminSubscription.model_validate(
+        {
+            "topic": sub.topic,
+            "topic_url": sub.topic_url,
+            "callback": sub.callback,
+            "id": subscription_id(sub.topic, sub.callback),
+            "state": sub.state.value,
+            "cursor": cursor,
+            "last_id": last,
+            "lag_events": lag,
+            "lag_capped": lag >= LAG_CAP,
+            "lag_seconds": _lag_seconds(cursor, first, last),
+            "failures": sub.failures,
+            "last_error": sub.last_error,
+            "gaps": sub.gaps,
+            "last_gap": sub.last_gap,
+            "retry_at": sub.retry_at or None,
+            "expires_at": sub.expires_at,
+            "expires": _iso(int(sub.expires_at * 1000)),
+            "lease_seconds": sub.lease_seconds,
+            "created_at": sub.created_at,
+            "secret": bool(sub.secret),
+            **subscription_terms.terms(sub, settings, now),
+            "last_success": _success(success),
+        }
+    )
 
 
-def _success(success: Success | None) -> dict[str, object] | None:
+def _success(success: Success | None) -> LastSuccess | None:
     if success is None:
         return None
-    return {"at": success.at, "time": _iso(int(success.at * 1000)), "event_id": success.event_id}
+    return LastSuccess(at=success.at, time=_iso(int(success.at * 1000)), event_id=success.event_id)
 
 
 def _topic_name(request: web.Request, value: str) -> str:
@@ -287,13 +307,13 @@ async def resume_subscription(request: web.Request) -> web.Response:
     sub = await _target(request)
     sub.recovered()
     cursor = await request.app[OPERATING].subscriptions.activate(sub, None)
-    answer = sub.public()
-    answer["cursor"] = cursor
-    return web.json_response(answer)
+    answer = SubscriptionBody.model_validate({**sub.public(), "cursor": cursor})
+    return web.json_response(dump(answer))
 
 
 async def delete_subscription(request: web.Request) -> web.Response:
     check_operator(request)
     sub = await _target(request)
     await request.app[OPERATING].subscriptions.delete(sub.topic, sub.callback)
-    return web.json_response({"topic": sub.topic, "callback": sub.callback, "deleted": True})
+    answer = SubscriptionDeleted(topic=sub.topic, callback=sub.callback, deleted=True)
+    return web.json_response(dump(answer))

@@ -14,6 +14,7 @@ import orjson
 from aiohttp import web
 
 from hub.core import token_bucket
+from hub.core.api_bodies import SubscriptionRateLimit, dump
 from hub.core.exceptions import BadRequest, UnsupportedMediaType
 from hub.core.placement import subscription_id
 from hub.core.settings import Settings
@@ -28,7 +29,7 @@ _MAX_BODY = 4096
 
 
 def _answer(sub: Subscription, settings: Settings) -> web.Response:
-    return web.json_response(
+    answer = SubscriptionRateLimit.model_validate(
         {
             "id": subscription_id(sub.topic, sub.callback),
             "topic": sub.topic,
@@ -36,6 +37,7 @@ def _answer(sub: Subscription, settings: Settings) -> web.Response:
             **rate_limit_in_force(sub, settings),
         }
     )
+    return web.json_response(dump(answer))
 
 
 async def _limit(request: web.Request) -> token_bucket.RateLimit:

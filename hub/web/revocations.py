@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import orjson
 from aiohttp import web
 
+from hub.core import api_bodies
 from hub.core.exceptions import BadRequest, Conflict, NotFound, UnsupportedMediaType
 from hub.core.revocations import Kind, Revocation, fingerprint, requested
 from hub.core.settings import Settings
@@ -108,10 +109,10 @@ async def list_revocations(request: web.Request) -> web.Response:
     check_operator(request)
     version, records = await request.app[REVOKING].store.load()
     records.sort(key=lambda r: (r.revoked_at, r.field))
-    return web.json_response(
-        {"revocations": [r.public() for r in records], "version": version},
-        headers={"Cache-Control": "no-store"},
+    answer = api_bodies.Revocations.model_validate(
+        {"revocations": [r.public() for r in records], "version": version}
     )
+    return web.json_response(api_bodies.dump(answer), headers={"Cache-Control": "no-store"})
 
 
 async def revoke(request: web.Request) -> web.Response:
@@ -125,10 +126,14 @@ async def revoke(request: web.Request) -> web.Response:
     if stored is None:  # in force already: the first time stays
         earlier = await store.get(revocation)
         answer = (earlier or revocation).public()
-        return web.json_response({**answer, "new": False})
+        return web.json_response(
+            api_bodies.dump(api_bodies.Revocation.model_validate({**answer, "new": False}))
+        )
     log.info("revoked %s (admin API)", _named(revocation))
     await _applied(request)
-    return web.json_response({**revocation.public(), "new": True})
+    return web.json_response(
+        api_bodies.dump(api_bodies.Revocation.model_validate({**revocation.public(), "new": True}))
+    )
 
 
 async def lift(request: web.Request) -> web.Response:
@@ -140,4 +145,6 @@ async def lift(request: web.Request) -> web.Response:
     await _applied(request)
     answer = revocation.public()
     del answer["revoked_at"], answer["revoked"]
-    return web.json_response({**answer, "lifted": True})
+    return web.json_response(
+        api_bodies.dump(api_bodies.Lifted.model_validate({**answer, "lifted": True}))
+    )

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from aiohttp import web
 
 from hub.core import self_service
+from hub.core.api_bodies import Attempt, FailedVerification, SubscriptionRecord, dump
 from hub.core.exceptions import Forbidden, NotFound, Unauthorized
 from hub.core.placement import subscription_id
 from hub.core.settings import Settings
@@ -115,25 +116,25 @@ async def subscription_record(request: web.Request) -> web.Response:
     attempts, success = await ctx.attempts.read(topic, callback)
     row = subscription_row(sub, cursor, first, last, lag, success, ctx.settings, time.time())
     failed = await ctx.subscriptions.failed_verification(subscription_id(topic, callback))
-    return web.json_response(
-        {
-            **row,
-            "failed_verification": (
-                None if failed is None else {**failed.public(), "time": _iso(failed.at)}
-            ),
-            "attempts": [
-                {
-                    "at": a.at,
-                    "time": _iso(a.at),
-                    "status": a.status,
-                    "latency_ms": round(a.latency_ms, 3),
-                    "error": a.error,
-                    "first_event_id": a.first_event_id,
-                    "last_event_id": a.last_event_id,
-                    "events": a.events,
-                }
-                for a in attempts
-            ],
-        },
-        headers={"Cache-Control": "no-store"},
+    record = SubscriptionRecord(
+        **dict(row),
+        failed_verification=(
+            None
+            if failed is None
+            else FailedVerification.model_validate({**failed.public(), "time": _iso(failed.at)})
+        ),
+        attempts=[
+            Attempt(
+                at=a.at,
+                time=_iso(a.at),
+                status=a.status,
+                latency_ms=round(a.latency_ms, 3),
+                error=a.error,
+                first_event_id=a.first_event_id,
+                last_event_id=a.last_event_id,
+                events=a.events,
+            )
+            for a in attempts
+        ],
     )
+    return web.json_response(dump(record), headers={"Cache-Control": "no-store"})
