@@ -1,7 +1,11 @@
 """Changes as the hub stores, streams and filters them: plain data, no I/O.
 
 A change is stored as compact JSON (stream field ``e``): ``{"loc", "lastmod", "change",
-"hash"?, "length"?, "type"?, "links"?}``. Its event id is the Redis stream id
+"hash"?, "length"?, "type"?, "links"?}``. A package announced by a ``changedump-notification``
+(a Change Dump's ZIP, Z39.99 §13) is stored the same way, with ``change`` set to
+:data:`CHANGEDUMP` and its span as ``"from"``/``"until"``: it travels on every transport
+as a change does, and ``?change=changedump`` selects it. It is no resource: the documents
+for polling leave it out (:mod:`hub.core.rendering`). Its event id is the Redis stream id
 ``<ms>-<seq>``, assigned at receipt, so ids are strictly increasing and say when the hub
 received the change. Clients see the stored object with ``id`` and ``topic`` spliced in
 front, without re-encoding (:func:`with_id`).
@@ -22,6 +26,7 @@ from hub.core.exceptions import BadRequest, DamagedData
 from hub.core.packed import Packed, pack
 from resourcesync import (
     DEFAULT_LIMITS,
+    ChangeDumpNotification,
     ChangeList,
     ChangeListNotification,
     Document,
@@ -48,7 +53,11 @@ ID_RULE = (
     "(digits 0-9 only, no sign, no spaces)"
 )
 #: What a publish with no body gets (400).
-EMPTY_BODY = "empty body: expected a changelist-notification XML document"
+EMPTY_BODY = (
+    "empty body: expected a changelist-notification or changedump-notification XML document"
+)
+#: The ``change`` of a stored package of a ``changedump-notification``, and its filter value.
+CHANGEDUMP = "changedump"
 #: What a published ``<loc>`` must be (the one rule, shared with the publishers).
 LOC = HTTP_LOC
 
@@ -183,6 +192,40 @@ def _stored(entry: Entry, index: int) -> tuple[str, str, bytes]:
     return loc, kind, orjson.dumps(event)
 
 
+def _package(entry: Entry, index: int) -> tuple[str, str, bytes]:
+    """``(loc, CHANGEDUMP, stored JSON)`` of one ``changedump-notification`` entry: a
+    package, whose ``lastmod`` is its own, else the end (or start) of its span."""
+    md = entry.md
+    span_end = None if md is None else (md.until or md.from_)
+    when = entry.lastmod or span_end
+    if when is None:
+        raise BadRequest(
+            f"entry {index}: a changedump-notification entry needs lastmod, or rs:md until or from",
+            rule="entry.package-time",
+            index=index,
+        )
+    loc = entry.loc
+    if LOC.fullmatch(loc) is None:
+        raise BadRequest(
+            f"entry {index}: loc must be an absolute http(s) URL, got {loc[:200]!r}",
+            rule="entry.loc-absolute-http",
+            index=index,
+        )
+    event: dict[str, Any] = {"loc": loc, "lastmod": w3c(when), "change": CHANGEDUMP}
+    if md is not None:
+        for name in ("hash", "length", "type"):
+            value = getattr(md, name)
+            if value is not None:
+                event[name] = value
+        if md.from_ is not None:
+            event["from"] = w3c(md.from_)
+        if md.until is not None:
+            event["until"] = w3c(md.until)
+    if entry.links:
+        event["links"] = [_link(link) for link in entry.links]
+    return loc, CHANGEDUMP, orjson.dumps(event)
+
+
 def change_from_entry(entry: Entry, index: int) -> Change:
     """The stored form of one Change List entry."""
     return Change._make(_stored(entry, index))
@@ -192,8 +235,12 @@ def changes_from_document(
     body: bytes, max_bytes: int, limits: Limits = DEFAULT_LIMITS
 ) -> list[Change]:
     """The changes of a ``changelist-notification`` (or Change List) body; 4xx otherwise."""
+    if not body:
+        raise BadRequest(EMPTY_BODY)
+    doc = parse(body, max_bytes=max_bytes, limits=limits)
+    stored = _package if isinstance(doc, ChangeDumpNotification) else _stored
     make = Change._make
-    return [make(_stored(e, i)) for i, e in enumerate(_change_entries(body, max_bytes, limits))]
+    return [make(stored(e, i)) for i, e in enumerate(_notification_entries(doc))]
 
 
 def packed_from_root(root: Any, limits: Limits = DEFAULT_LIMITS) -> Packed:
@@ -202,31 +249,28 @@ def packed_from_root(root: Any, limits: Limits = DEFAULT_LIMITS) -> Packed:
     :func:`hub.core.quick_ingest.packed_from_document` (the one way a publish is packed)
     takes for any document its quick reading declines."""
     doc = parse_tree(root, limits=limits)
-    stored = _stored
+    stored = _package if isinstance(doc, ChangeDumpNotification) else _stored
     return pack(stored(e, i) for i, e in enumerate(_notification_entries(doc)))
 
 
-def _change_entries(body: bytes, max_bytes: int, limits: Limits) -> tuple[Entry, ...]:
-    """The validated entries of a notification or Change List; 4xx for any other body."""
-    if not body:
-        raise BadRequest(EMPTY_BODY)
-    return _notification_entries(parse(body, max_bytes=max_bytes, limits=limits))
-
-
 def _notification_entries(doc: Document) -> tuple[Entry, ...]:
-    if not isinstance(doc, ChangeListNotification | ChangeList) or doc.is_index:
+    """The validated entries of a notification or Change List; 4xx for any other body."""
+    kinds = ChangeListNotification | ChangeList | ChangeDumpNotification
+    if not isinstance(doc, kinds) or doc.is_index:
         raise BadRequest(
-            "expected a changelist-notification (or Change List) document, "
-            f"got {doc.capability!s}" + (" index" if doc.is_index else "")
+            "expected a changelist-notification (or Change List) or changedump-notification"
+            f" document, got {doc.capability!s}" + (" index" if doc.is_index else "")
         )
     if not doc.entries:
-        raise BadRequest("the notification carries no changes")
+        what = "packages" if isinstance(doc, ChangeDumpNotification) else "changes"
+        raise BadRequest(f"the notification carries no {what}")
     return doc.entries
 
 
 # -- stream filters -------------------------------------------------------------------------
 
-CHANGE_TYPES = frozenset({"created", "updated", "deleted"})
+#: The values of ``?change=``: the three changes, and the packages of Change Dumps.
+CHANGE_TYPES = frozenset({"created", "updated", "deleted", CHANGEDUMP})
 MAX_PREFIXES = 32
 
 
@@ -250,7 +294,7 @@ class EventFilter:
             wanted = frozenset(v.strip() for v in query["change"].split(",") if v.strip())
             if wanted - CHANGE_TYPES or not wanted:
                 raise BadRequest(
-                    "change filter must list created, updated or deleted, got "
+                    "change filter must list created, updated, deleted or changedump, got "
                     f"{query['change'][:80]!r}"
                 )
         if len(prefixes) > MAX_PREFIXES:

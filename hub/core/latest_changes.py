@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable
 
-from hub.core.events import EventKey, decode, id_ms, parse_id
+from hub.core.events import CHANGEDUMP, EventKey, decode, id_ms, parse_id
 from hub.core.rendering import listed_change
 
 #: Entries one ``changes.xml`` holds at most, the marker included (Sitemaps limit).
@@ -59,6 +59,8 @@ def fold_rows(rows: list[tuple[str, bytes]]) -> list[Folded]:
     latest: dict[str, tuple[str, bytes]] = {}
     for event_id, stored in rows:
         data = decode(stored)
+        if data["change"] == CHANGEDUMP:  # a package of a Change Dump: no resource's change
+            continue
         loc = data["loc"]
         latest.pop(loc, None)  # to the end: the order is that of the latest changes
         latest[loc] = (event_id, listed_change(event_id, data).encode())

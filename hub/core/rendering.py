@@ -24,6 +24,13 @@ reference client (resync) takes its position after a baseline from the Resource 
 ``lastmod``, so every one of them must be the hub's clock. A publisher's clock that runs
 ahead would otherwise hide the changes that follow a baseline.
 
+A package of a ``changedump-notification`` (stored with ``change`` =
+:data:`hub.core.events.CHANGEDUMP`) is delivered in a ``changedump-notification`` of its own
+(:func:`package_entry`: no ``change``, its ``from``/``until`` span, the same ``datetime`` and
+``rshub:id``); a WebSub batch never mixes the two kinds (:func:`same_kind`). It names no
+resource, so the documents for polling (Change Lists, ``changes.xml``, Resource Lists)
+leave it out.
+
 Times are written as :func:`resourcesync.format_datetime` writes them: a fraction only when
 there is one, without trailing zeros.
 """
@@ -38,7 +45,7 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
-from hub.core.events import Event, decode, id_ms
+from hub.core.events import CHANGEDUMP, Event, decode, id_ms
 
 #: Namespace of rshub's extension attributes.
 RSHUB_NS = "urn:rshub:1"
@@ -135,8 +142,33 @@ def _md_extra(data: dict[str, Any]) -> str:
     return "".join(f" {name}={attr(data[name])}" for name in _MD_ATTRS if name in data)
 
 
+def package_entry(event_id: str, data: dict[str, Any]) -> str:
+    """One package ``<url>`` of a ``changedump-notification``: ``<lastmod>`` as published."""
+    span = "".join(f" {name}={attr(data[name])}" for name in ("from", "until") if name in data)
+    text = (
+        f"<url><loc>{escape(data['loc'])}</loc><lastmod>{data['lastmod']}</lastmod>"
+        f'<rs:md datetime="{w3c_ms(id_ms(event_id))}" rshub:id="{event_id}"'
+        f"{_md_extra(data)}{span}/>"
+    )
+    if "links" in data:
+        text += _links(data["links"])
+    return text + "</url>"
+
+
+def same_kind(events: Sequence[Event]) -> int:
+    """How many of ``events``, from the first, are of the first one's kind (changes, or
+    packages of a Change Dump): what one notification can carry."""
+    dump = events[0].fields["change"] == CHANGEDUMP
+    for i, event in enumerate(events):
+        if (event.fields["change"] == CHANGEDUMP) is not dump:
+            return i
+    return len(events)
+
+
 def change_entry(event_id: str, data: dict[str, Any]) -> str:
     """One change ``<url>`` of a WebSub body: ``<lastmod>`` as the publisher sent it."""
+    if data["change"] == CHANGEDUMP:
+        return package_entry(event_id, data)
     text = (
         f"<url><loc>{escape(data['loc'])}</loc><lastmod>{data['lastmod']}</lastmod>"
         f'<rs:md change={attr(data["change"])} datetime="{w3c_ms(id_ms(event_id))}"'
@@ -150,7 +182,9 @@ def change_entry(event_id: str, data: dict[str, Any]) -> str:
 def listed_change(event_id: str, data: dict[str, Any], floor_ms: int = 0) -> str:
     """One change ``<url>`` of a Change List (a page or ``changes.xml``): ``<lastmod>`` and
     ``datetime`` are the receipt time, never before ``floor_ms`` (a page's ``from``); the
-    publisher's ``lastmod`` is ``rshub:lastmod``."""
+    publisher's ``lastmod`` is ``rshub:lastmod``. A package (no change of a resource): ""."""
+    if data["change"] == CHANGEDUMP:
+        return ""
     when = w3c_ms(max(id_ms(event_id), floor_ms))
     text = (
         f"<url><loc>{escape(data['loc'])}</loc><lastmod>{when}</lastmod>"
@@ -170,20 +204,26 @@ def event_entry(event: Event) -> bytes:
 def notification(
     events: Sequence[Event], up: str | None = None, gap: tuple[str, str] | None = None
 ) -> bytes:
-    """A complete ``changelist-notification`` for ``events`` (``up``: the Capability List).
+    """A complete ``changelist-notification`` for ``events`` (``up``: the Capability List),
+    or ``changedump-notification`` when they are packages (see :func:`same_kind`).
 
     ``gap`` (last trimmed id, Resource List URL): retention removed events before these
     that the subscriber never got. Said in the body, so the signature covers it: a root
     ``rs:ln rel="resourcelist"`` and ``rs:md/@rshub:trimmed-through``.
     """
     head = RSHUB_URLSET_OPEN
+    capability = (
+        "changedump-notification"
+        if events and events[0].fields["change"] == CHANGEDUMP
+        else "changelist-notification"
+    )
     if up is not None:
         head += f'<rs:ln rel="up" href={attr(up)}/>'
     if gap is None:
-        head += '<rs:md capability="changelist-notification"/>'
+        head += f'<rs:md capability="{capability}"/>'
     else:
         head += f'<rs:ln rel="resourcelist" href={attr(gap[1])}/>'
-        head += '<rs:md capability="changelist-notification"'
+        head += f'<rs:md capability="{capability}"'
         head += f" rshub:trimmed-through={attr(gap[0])}/>"
     return head.encode() + b"".join(e.xml(event_entry) for e in events) + URLSET_CLOSE.encode()
 
@@ -204,7 +244,10 @@ def lost_marker(loc: str, lost_through: str, at_ms: int) -> str:
 
 def resource_entry(event_id: str, data: dict[str, Any]) -> str:
     """One Resource List ``<url>`` from a stored change (the resource's latest state):
-    ``<lastmod>`` is when the hub received that change, as in the Change Lists."""
+    ``<lastmod>`` is when the hub received that change, as in the Change Lists. A package
+    (no resource, though the fold keeps it as it keeps every loc): ""."""
+    if data["change"] == CHANGEDUMP:
+        return ""
     text = (
         f"<url><loc>{escape(data['loc'])}</loc><lastmod>{w3c_ms(id_ms(event_id))}</lastmod>"
         f"<rs:md rshub:lastmod={attr(data['lastmod'])}{_md_extra(data)}/>"

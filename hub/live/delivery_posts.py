@@ -146,19 +146,22 @@ def event_id_headers(batch: list[Event]) -> dict[str, str]:
 
 def fitting(events: list[Event], max_bytes: int) -> int:
     """How many of ``events``, from the first, one delivery body holds within ``max_bytes``
-    (always at least one: a single larger event still goes, alone)."""
+    (always at least one: a single larger event still goes, alone), all of one kind: a
+    notification carries changes or packages of a Change Dump, never both."""
+    kind = rendering.same_kind(events) if events else 0
     size = 0
-    for i, event in enumerate(events):
-        size += len(event.xml(rendering.event_entry)) + _ENTRY_OVERHEAD
+    for i in range(kind):
+        size += len(events[i].xml(rendering.event_entry)) + _ENTRY_OVERHEAD
         if size > max_bytes and i > 0:
             return i
-    return len(events)
+    return kind
 
 
 def notification_body(
     urls: HubUrls, topic: str, batch: list[Event], gap: str | None = None
 ) -> bytes:
-    """A ResourceSync topic's delivery body: ``batch`` as a ``changelist-notification``,
+    """A ResourceSync topic's delivery body: ``batch`` as a ``changelist-notification`` (or
+    ``changedump-notification``),
     with a gap notice when ``gap`` names the last trimmed id the subscriber missed."""
     return rendering.notification(
         batch,

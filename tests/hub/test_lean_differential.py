@@ -511,6 +511,22 @@ def _named() -> list[Case]:
         publish("n-nohost-p", head=b"POST /topics/n-nohost-p HTTP/1.1\r\n"),
     )
     add("no Host, SSE", b"GET /topics/n-nohost-s/events HTTP/1.1\r\nAccept: */*\r\n\r\n")
+    # -- a changedump-notification takes the full parse on both paths, and its refusals too
+    dump = (
+        b'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
+        b' xmlns:rs="http://www.openarchives.org/rs/terms/">'
+        b'<rs:md capability="changedump-notification"/>%s</urlset>'
+    )
+    package = (
+        b"<url><loc>http://source.invalid/dump/part1.zip</loc>"
+        b'<rs:md type="application/zip" length="2048" from="2026-01-01T00:00:00Z"'
+        b' until="2026-01-02T00:00:00Z"/>'
+        b'<rs:ln rel="contents" href="http://source.invalid/dump/part1.xml"/></url>'
+    )
+    add("a changedump-notification", publish("n-dump", dump % package))
+    add("a changedump-notification without packages", publish("n-dump-empty", dump % b""))
+    timeless = b"<url><loc>http://source.invalid/dump/part2.zip</loc></url>"
+    add("a changedump-notification package without a time", publish("n-dump-t", dump % timeless))
     add("two Hosts, SSE", subscribe("n-twohosts-s", extra=_HOST))
     stalled = publish("n-stalled")
     add("a body that stalls", stalled[:-20], timed=True)

@@ -1,0 +1,160 @@
+"""``changedump-notification`` publishes: stored, and fanned out on SSE, WebSocket and
+WebSub like change notifications, selected by ``change=changedump``; never mixed with
+changes in one WebSub body, and left out of the documents for polling."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import orjson
+import pytest
+
+from resourcesync import ChangeDumpNotification, ChangeListNotification, parse
+from tests.conftest import Hub
+from tests.hub.callback_server import CallbackServer
+from tests.hub.test_streams import sse_collect, ws_collect
+from tests.hub.test_websub import subscribe
+from tests.support import changes, notification, wait_for
+
+PACKAGE = "http://source.invalid/dump/part1.zip"
+MANIFEST = "http://source.invalid/dump/part1.xml"
+
+
+def dump_notification(*locs: str) -> bytes:
+    entries = b"".join(
+        b"<url><loc>%s</loc>"
+        b'<rs:md type="application/zip" length="2048" hash="md5:%s"'
+        b' from="2026-01-01T00:00:00Z" until="2026-01-02T00:00:00Z"/>'
+        b'<rs:ln rel="contents" href="%s" type="application/xml"/></url>'
+        % (loc.encode(), b"0" * 32, MANIFEST.encode())
+        for loc in locs
+    )
+    return (
+        b'<?xml version="1.0" encoding="UTF-8"?>\n'
+        b'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
+        b' xmlns:rs="http://www.openarchives.org/rs/terms/">'
+        b'<rs:ln rel="up" href="http://source.invalid/capabilitylist.xml"/>'
+        b'<rs:md capability="changedump-notification"/>' + entries + b"</urlset>"
+    )
+
+
+STORED = {
+    "topic": "t",
+    "loc": PACKAGE,
+    "lastmod": "2026-01-02T00:00:00Z",
+    "change": "changedump",
+    "hash": "md5:" + "0" * 32,
+    "length": 2048,
+    "type": "application/zip",
+    "from": "2026-01-01T00:00:00Z",
+    "until": "2026-01-02T00:00:00Z",
+    "links": [{"rel": "contents", "href": MANIFEST, "type": "application/xml"}],
+}
+
+
+@pytest.fixture
+async def callback() -> AsyncIterator[CallbackServer]:
+    server = await CallbackServer().start()
+    yield server
+    await server.stop()
+
+
+async def publish(hub: Hub, body: bytes) -> list[str]:
+    resp = await hub.publish("t", body)
+    assert resp.status == 202, await resp.text()
+    ids: list[str] = orjson.loads(await resp.read())["ids"]
+    return ids
+
+
+async def test_a_changedump_notification_reaches_websocket_and_sse(hub: Hub) -> None:
+    ids = await publish(hub, dump_notification(PACKAGE))
+    async with hub.session.ws_connect(f"{hub.url}/topics/t/ws?since=0") as ws:
+        (event,) = await ws_collect(ws, 1)
+    assert event == {"id": ids[0], **STORED}
+    async with hub.session.get(f"{hub.url}/topics/t/events?since=0") as resp:
+        (event,) = await sse_collect(resp, 1)
+    assert event["change"] == "changedump" and event["id"] == ids[0]
+
+
+async def test_the_change_filter_selects_packages_or_changes(hub: Hub) -> None:
+    await publish(hub, notification(changes(2)))
+    dump_ids = await publish(hub, dump_notification(PACKAGE))
+    change_ids = await publish(hub, notification(changes(1, start=5)))
+    url = f"{hub.url}/topics/t/ws?since=0&change=changedump"
+    async with hub.session.ws_connect(url) as ws:
+        assert [e["id"] for e in await ws_collect(ws, 1)] == dump_ids
+    url = f"{hub.url}/topics/t/events?since={dump_ids[0]}&change=created,updated,deleted"
+    async with hub.session.get(url) as resp:
+        assert [e["id"] for e in await sse_collect(resp, 1)] == change_ids
+    resp = await hub.session.get(f"{hub.url}/topics/t/events?change=dumps")
+    assert resp.status == 400
+    assert "changedump" in (await resp.json())["error"]
+
+
+async def test_websub_delivers_packages_in_a_changedump_notification_of_their_own(
+    hub: Hub, callback: CallbackServer
+) -> None:
+    await subscribe(hub, callback)
+    first = await publish(hub, notification(changes(1)))
+    dumps = await publish(hub, dump_notification(PACKAGE, PACKAGE.replace("1", "2")))
+    last = await publish(hub, notification(changes(1, start=3)))
+    await wait_for(lambda: len(callback.ids) >= 4)
+    assert callback.ids == first + dumps + last
+    kinds = [type(parse(d.body)) for d in callback.deliveries]
+    for delivery, kind in zip(callback.deliveries, kinds, strict=True):
+        expected = ChangeDumpNotification if set(delivery.ids) <= set(dumps) else None
+        assert expected is None or kind is expected
+        assert set(delivery.ids) <= set(dumps) or not set(delivery.ids) & set(dumps)
+    assert ChangeDumpNotification in kinds and ChangeListNotification in kinds
+    package = next(parse(d.body) for d in callback.deliveries if set(d.ids) <= set(dumps)).entries[
+        0
+    ]
+    assert package.loc == PACKAGE and package.md is not None
+    assert package.md.type == "application/zip" and package.md.length == 2048
+    assert [(ln.rel, ln.href) for ln in package.links] == [("contents", MANIFEST)]
+
+
+async def test_a_websub_filter_on_changedump_gets_only_packages(
+    hub: Hub, callback: CallbackServer
+) -> None:
+    await subscribe(hub, callback, **{"hub.filter.change": "changedump"})
+    await publish(hub, notification(changes(2)))
+    dumps = await publish(hub, dump_notification(PACKAGE))
+    await wait_for(lambda: len(callback.ids) >= 1)
+    assert callback.ids == dumps
+
+
+async def test_packages_stay_out_of_the_documents_for_polling(hub: Hub) -> None:
+    await publish(hub, notification(changes(1)))
+    await publish(hub, dump_notification(PACKAGE))
+    for path in ("resourcelist.xml", "changelist/1.xml", "changes.xml"):
+        resp = await hub.session.get(f"{hub.url}/topics/t/{path}")
+        assert resp.status == 200, path
+        body = await resp.read()
+        parse(body)  # still a valid document
+        assert PACKAGE.encode() not in body and b"example.org/r0" in body, path
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (dump_notification(), "carries no packages"),
+        (dump_notification("not a url"), "absolute http"),
+        (
+            dump_notification(PACKAGE)
+            .replace(b' from="2026-01-01T00:00:00Z"', b"")
+            .replace(b' until="2026-01-02T00:00:00Z"', b""),
+            "needs lastmod",
+        ),
+        (dump_notification(PACKAGE).replace(b"md5:", b"md6:"), "hash"),
+    ],
+    ids=["empty", "relative-loc", "no-time", "bad-hash"],
+)
+async def test_a_bad_changedump_notification_is_a_clear_400_storing_nothing(
+    hub: Hub, body: bytes, problem: str
+) -> None:
+    resp = await hub.publish("t", body)
+    assert resp.status == 400
+    assert problem in (await resp.json())["error"]
+    resp = await hub.session.get(f"{hub.url}/topics/t/changes.xml")
+    assert resp.status == 404, "nothing was stored: the topic does not exist"
