@@ -4,8 +4,9 @@ SSE is served on two paths: aiohttp's (:mod:`hub.web.streams`, every SSE request
 not a plain subscribe, and WebSockets) and the lean one (:mod:`hub.web.lean_sse`, a plain
 subscribe without a task per connection). What a stream does at its start and end is here,
 once, so the paths cannot drift: the feed and the client's cursor, the counts (metrics,
-presence), the registration that ends it at shutdown (:class:`Closing`), why it ended, and
-what an SSE client is told last.
+presence), the registration that ends it at shutdown (:class:`Closing`), and why it ended.
+What an SSE stream sends, from its first bytes to its last event, is
+:class:`hub.core.sse_stream.SseStream`'s, for both paths too.
 
 A stream opened with a signed read token ends when the token does (its ``exp`` plus the
 leeway, :mod:`hub.core.read_tokens`): access ends when the grant ends, whatever the
@@ -35,37 +36,21 @@ from hub.core.events import EventFilter, EventKey, format_id
 from hub.core.presence import StreamCounts
 from hub.core.revocations import Credential, Revocations
 from hub.core.settings import Settings
+from hub.core.sse_stream import topic_ending
+from hub.core.stream_endings import DELETED, EXPIRED, REVOKED, SHUTDOWN, TOO_SLOW
 from hub.core.topics import HubUrls
 from hub.live.feed import ClientStream, FeedHub, TopicFeed
 from hub.store.event_store import EventStore
 
-#: Why a stream ended early: its client was too slow, its topic was deleted, the process
-#: is shutting down, the read token it was opened with expired, or it was revoked.
-TOO_SLOW, DELETED, SHUTDOWN = "too slow", "topic deleted", "shutdown"
-EXPIRED = "token expired; renew the token"
-REVOKED = "token revoked; use another token"
 #: The WebSocket close code of :data:`EXPIRED` (4000-4999 are the application's; 4401
 #: echoes the 401 the same token now gets).
 EXPIRED_CLOSE_CODE = 4401
 #: The WebSocket close code of :data:`REVOKED`: 4403 echoes the 403 the same token now gets
 #: (as for a renewal with a token that may not read the topic).
 REVOKED_CLOSE_CODE = 4403
-#: The ``retry:`` of an SSE ``shutdown`` event: reconnect (elsewhere) almost at once.
-SHUTDOWN_RETRY_MS = 100
-#: An SSE response's own headers (aiohttp adds Date, Server and the framing; so does the
-#: lean path, byte for byte).
-SSE_HEADERS = {
-    "Content-Type": "text/event-stream",
-    "Cache-Control": "no-cache",
-    "X-Accel-Buffering": "no",
-}
 #: A live batch is written straight to the connection while less than this is waiting in
 #: its send buffer (aiohttp's own writer limit); beyond it, batches queue.
 DIRECT_WRITE_LIMIT = 64 * 1024
-#: The first bytes of every SSE body.
-SSE_RETRY = b"retry: 1000\n\n"
-#: What an idle SSE stream is sent every ``heartbeat_seconds``.
-SSE_HEARTBEAT = b": heartbeat\n\n"
 
 
 class Closing:
@@ -261,25 +246,9 @@ def resume_point(pump: ClientStream) -> str:
     return pump.last_sent or format_id(pump.cursor)
 
 
-def sse_last_event(
-    ended: str | None, pump: ClientStream, settings: Settings
-) -> tuple[bytes, float]:
-    """The SSE event that tells a client why its stream ended (b"" when it just ended), and
-    how long it gets to take it before its connection is cut off."""
-    within = settings.stream_close_seconds
-    if ended == SHUTDOWN:  # reconnect at once (to another process), from this id
-        resume = resume_point(pump)
-        last = (
-            f"event: shutdown\nretry: {SHUTDOWN_RETRY_MS}\nid: {resume}\n"
-            f"data: shutdown; resume with Last-Event-ID: {resume}\n\n"
-        ).encode()
-        return last, min(within, settings.shutdown_streams_seconds)
-    if ended == DELETED:
-        return f"event: deleted\ndata: {pump.feed.topic}\n\n".encode(), within
-    if ended == TOO_SLOW:
-        message = f"too slow; resume with Last-Event-ID: {pump.resume_hint()}"
-        return b"event: error\ndata: " + message.encode() + b"\n\n", within
-    if ended in (EXPIRED, REVOKED):
-        message = f"{ended} and resume with Last-Event-ID: {resume_point(pump)}"
-        return b"event: error\ndata: " + message.encode() + b"\n\n", within
-    return b"", within
+def sse_ending(ended: str | None, pump: ClientStream) -> bytes:
+    """The last SSE event of ``pump``'s stream, which ended for ``ended`` (b"": none)."""
+    if ended is None:
+        return b""
+    topic, last_sent = pump.feed.topic, pump.last_sent
+    return topic_ending(ended, topic=topic, last_sent=last_sent, position=format_id(pump.cursor))

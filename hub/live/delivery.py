@@ -732,7 +732,9 @@ class DeliveryService:
         )
         self._requests = tasks.group("requests", peers=True)
         self._workers = tasks.group("workers", peers=True)
-        self.damage = DamageLog(log)
+        # The store's own log: a damaged record met by the store's reads and by a worker's
+        # start is one thing, said once (two logs said it twice when a lease was retaken).
+        self.damage = store.damage
         self.bodies = Bodies(HubUrls(settings.public_url), settings.delivery_batch_max_bytes)
         self.dead_letters = DeadLetterStore(
             store.redis, store.scripts, settings.dead_letter_max_events

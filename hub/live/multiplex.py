@@ -46,19 +46,16 @@ from dataclasses import dataclass
 from hub.core import metrics
 from hub.core.access import OPEN, ReadGrant
 from hub.core.events import Event, EventFilter, EventKey, format_id, parse_id
+from hub.core.sse_stream import SSE_HEARTBEAT, opening_id
+from hub.core.stream_endings import DELETED, ID_FULL, SHUTDOWN, TOO_MANY_TOPICS
 from hub.core.stream_positions import StreamPositions, before
 from hub.core.topic_patterns import TopicPatterns
-from hub.live.client_streams import DELETED, SHUTDOWN, Streaming, ending
+from hub.live.client_streams import Streaming, ending
 from hub.live.feed import ClientStream, TopicFeed
 from hub.live.topic_directory import Snapshot, TopicDirectory
 from hub.store.redis_connection import StoreError
 
 log = logging.getLogger(__name__)
-
-#: Why a stream of several topics ended on its own account (besides
-#: :func:`hub.live.client_streams.ending`'s reasons).
-TOO_MANY_TOPICS = "too many topics"
-ID_FULL = "resume id full"
 
 #: The id names this many topics before the stream asks Redis where they are (at most once
 #: per :data:`_REFRESH_SECONDS`, unless an id would not fit).
@@ -89,13 +86,13 @@ class Wire:
     sse: bool
 
     def heartbeat(self) -> bytes:
-        return b": heartbeat\n\n" if self.sse else b""
+        return SSE_HEARTBEAT if self.sse else b""
 
     def opening(self, resume_id: str) -> bytes:
         """What the client is told first: where it starts, as an id (so that even a stream
         that ends before its first event resumes exactly)."""
         if self.sse:
-            return b"id: %s\n\n" % resume_id.encode()
+            return opening_id(resume_id)
         return b'{"id":"%s","events":[]}' % resume_id.encode()
 
 
@@ -257,8 +254,9 @@ class Multiplex:
         self._wake()
 
     def ending(self) -> str | None:
-        """Why the stream ended: a reason of :func:`hub.live.client_streams.ending`,
-        :data:`TOO_MANY_TOPICS`, :data:`ID_FULL`, or None (its connection ended)."""
+        """Why the stream ended: a reason of :func:`hub.live.client_streams.ending`, its own
+        (:data:`hub.core.stream_endings.TOO_MANY_TOPICS`, ``ID_FULL``), or None (its
+        connection ended)."""
         if self.reason is not None:
             return self.reason
         if self.stopped_by is not None:

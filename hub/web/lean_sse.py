@@ -10,9 +10,12 @@ request the hub answers with an error, is handed to aiohttp's ``RequestHandler``
 transport with the bytes received so far, and served exactly as before: the lean path
 declines whatever it would have to do differently.
 
-What a stream does at its start and end (feed, counts, shutdown, last event) is
-:mod:`hub.live.client_streams`, shared with :mod:`hub.web.streams`; the response head is
-aiohttp's, byte for byte (tests/hub/test_lean_sse.py compares them).
+This module is I/O only, around the same two parts as aiohttp's path
+(:mod:`hub.web.streams`): what a stream does at its start and end (feed, counts, shutdown,
+why it ended) is :mod:`hub.live.client_streams`; what it sends, from its head (aiohttp's,
+byte for byte: tests/hub/test_lean_sse.py compares them) to its last event, is
+:class:`hub.core.sse_stream.SseStream`, with the time and the events handed in and the
+bytes it returns written to the transport.
 
 Why (``bench/peer_nchan.py --only idle``; py-spy profile "run1-idle", in the notes of
 bench/results/peer_nchan.jsonl): accepting 5,000 SSE subscribers was 3.2x Nchan's time
@@ -30,34 +33,29 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from aiohttp import web
 from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE
 from aiohttp.tcp_helpers import tcp_keepalive
 
-from hub.core import metrics, sse
+from hub.core import metrics
 from hub.core.events import Event
 from hub.core.exceptions import RequestError
 from hub.core.log_format import REQUEST_ID
+from hub.core.sse_stream import SseStream, response_head
 from hub.core.topics import check_name
 from hub.live.client_streams import (
     DIRECT_WRITE_LIMIT,
-    SSE_HEADERS,
-    SSE_HEARTBEAT,
-    SSE_RETRY,
     Streaming,
     abort_if_stuck,
     closed,
     ending,
     opened,
-    sse_last_event,
+    sse_ending,
 )
 from hub.live.feed import ClientStream, TopicFeed
-
-if TYPE_CHECKING:
-    from hub.web.lean_connection import Guard
 from hub.web.access import ACCESS
 from hub.web.observe import REQUEST_ID_HEADER, log_access, request_id
 from hub.web.streams import STREAMING
@@ -80,8 +78,6 @@ _IGNORED = frozenset(
 )
 _ROUTE = "/topics/{name}/events"
 _PREFIX, _SUFFIX = b"/topics/", b"/events"
-_HEARTBEAT_CHUNK = sse.http_chunk(SSE_HEARTBEAT)
-_LAST_CHUNK = b"0\r\n\r\n"
 
 
 class LeanSse:
@@ -114,26 +110,34 @@ class LeanSse:
 
 class LeanStream(asyncio.Protocol):
     """One plain SSE subscriber: the feed's fan-out writes to its transport; a batch the
-    connection cannot take waits in its :class:`ClientStream` until ``resume_writing``."""
+    connection cannot take waits in its :class:`ClientStream` until ``resume_writing``.
+
+    ``released`` is called with it once its connection is lost (the connection guard's
+    count): given, so that this module needs nothing of the connection that made it.
+    """
 
     __slots__ = (
         "_ended",
-        "_guard",
         "_heartbeat",
         "_lean",
         "_paused",
         "_pump",
+        "_released",
         "_request_id",
         "_started",
+        "_stream",
         "_transport",
     )
 
-    def __init__(self, lean: LeanSse, guard: Guard, transport: asyncio.Transport) -> None:
+    def __init__(
+        self, lean: LeanSse, released: Callable[[object], None], transport: asyncio.Transport
+    ) -> None:
         self._lean = lean
-        self._guard = guard
+        self._released = released
         self._transport = transport
         self._started = time.perf_counter()
         self._pump: ClientStream | None = None
+        self._stream: SseStream | None = None
         self._heartbeat: asyncio.TimerHandle | None = None
         self._paused = False
         self._ended = False
@@ -153,11 +157,18 @@ class LeanStream(asyncio.Protocol):
         rid = request_id("")
         if lean.access_log:
             self._request_id = rid
-        transport.write(_head(rid) + sse.http_chunk(SSE_RETRY))
-        settings = lean.ctx.settings
-        self._heartbeat = asyncio.get_running_loop().call_later(
-            settings.heartbeat_seconds, self._beat
+        loop = asyncio.get_running_loop()
+        stream = self._stream = SseStream.for_settings(
+            lean.ctx.settings, chunked=True, now=loop.time()
         )
+        head = response_head(
+            date=rfc822_formatted_time(),  # cached by aiohttp for the second
+            server=SERVER_SOFTWARE,
+            request_id_header=REQUEST_ID_HEADER,
+            request_id=rid,
+        )
+        transport.write(head + stream.opening())
+        self._heartbeat = loop.call_later(stream.heartbeat_in(loop.time()), self._beat)
 
     def _write_now(self, events: list[Event]) -> bool:
         if self._paused or self._transport.is_closing():
@@ -170,24 +181,30 @@ class LeanStream(asyncio.Protocol):
         return True  # the feed counts the message
 
     def _beat(self) -> None:
-        transport = self._transport
+        transport, stream = self._transport, self._stream
+        assert stream is not None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
         if not self._paused and not transport.is_closing():
-            transport.write(_HEARTBEAT_CHUNK)
-        self._heartbeat = asyncio.get_running_loop().call_later(
-            self._lean.ctx.settings.heartbeat_seconds, self._beat
-        )
+            beat = stream.heartbeat(now)
+            if beat:
+                transport.write(beat)
+        # A stream that could not take its heartbeat tries again an interval later.
+        due = stream.heartbeat_in(now) or self._lean.ctx.settings.heartbeat_seconds
+        self._heartbeat = loop.call_later(due, self._beat)
 
     def pause_writing(self) -> None:
         self._paused = True
 
     def resume_writing(self) -> None:
         self._paused = False
-        pump = self._pump
-        if pump is None or self._transport.is_closing():
+        pump, stream = self._pump, self._stream
+        if pump is None or stream is None or self._transport.is_closing():
             return
         events = pump.take_pending()
         if events:
-            self._transport.write(pump.sse_events(events, chunked=True))
+            now = asyncio.get_running_loop().time()
+            self._transport.write(stream.events(pump.sse_events(events), now))
             metrics.stream_messages("sse")
             pump.last_sent = events[-1].id
 
@@ -201,17 +218,19 @@ class LeanStream(asyncio.Protocol):
         self._ended = True
         if self._pump is not None:
             self._pump.stop()  # ends in _stopped
-        self._guard.released(self)
+        self._released(self)
 
     def _stopped(self, _future: asyncio.Future[None]) -> None:
-        pump = self._pump
-        assert pump is not None
+        pump, stream = self._pump, self._stream
+        assert pump is not None and stream is not None
         ctx = self._lean.ctx
         pump.writer = None  # nothing more is written behind the last event id we name
         transport = self._transport
         if not transport.is_closing():
-            last, within = sse_last_event(ending(pump, ctx.closing), pump, ctx.settings)
-            transport.write((sse.http_chunk(last) if last else b"") + _LAST_CHUNK)
+            ended = ending(pump, ctx.closing)
+            last = sse_ending(ended, pump)
+            data, within = stream.end(last, ended)
+            transport.write(data)
             transport.close()
             if last:  # it gets ``within`` to take it
                 abort_if_stuck(transport, within)
@@ -230,19 +249,3 @@ class LeanStream(asyncio.Protocol):
                 log_access("GET", path, _ROUTE, 200, elapsed, peer[0] if peer else None)
             finally:
                 REQUEST_ID.reset(token)
-
-
-#: The head aiohttp sends for an SSE subscribe, up to its Date (tests compare them).
-_HEAD_START = (
-    "HTTP/1.1 200 OK\r\n"
-    + "".join(f"{name}: {value}\r\n" for name, value in SSE_HEADERS.items())
-    + "Transfer-Encoding: chunked\r\nDate: "
-)
-
-
-def _head(request_id: str) -> bytes:
-    date = rfc822_formatted_time()  # cached by aiohttp for the second
-    return (
-        f"{_HEAD_START}{date}\r\nServer: {SERVER_SOFTWARE}\r\n{REQUEST_ID_HEADER}: {request_id}"
-        "\r\n\r\n"
-    ).encode()

@@ -46,25 +46,27 @@ from hub.core.events import EventFilter, format_id, parse_id
 from hub.core.exceptions import BadRequest, DamagedData, Gone, RequestError
 from hub.core.resume_points import parse_since
 from hub.core.settings import Settings
+from hub.core.sse_stream import SSE_HEADERS, SseStream, topics_ending
+from hub.core.stream_endings import (
+    DELETED,
+    EXPIRED,
+    ID_FULL,
+    REVOKED,
+    SHUTDOWN,
+    TOO_MANY_TOPICS,
+    TOO_SLOW,
+)
 from hub.core.stream_positions import StreamPositions, decode, is_composite
 from hub.core.tasks import cancel_and_wait
 from hub.core.topic_patterns import TopicPatterns
 from hub.live.client_streams import (
-    DELETED,
     DIRECT_WRITE_LIMIT,
-    EXPIRED,
     EXPIRED_CLOSE_CODE,
-    REVOKED,
     REVOKED_CLOSE_CODE,
-    SHUTDOWN,
-    SHUTDOWN_RETRY_MS,
-    SSE_HEADERS,
-    SSE_RETRY,
-    TOO_SLOW,
     Streaming,
     abort_if_stuck,
 )
-from hub.live.multiplex import ID_FULL, TOO_MANY_TOPICS, Multiplex, Wire
+from hub.live.multiplex import Multiplex, Wire
 from hub.live.topic_directory import TopicDirectory
 from hub.store.redis_connection import StoreError
 from hub.web.access import ACCESS, read_grant, stream_reader
@@ -253,26 +255,9 @@ def _message(ended: str, mux: Multiplex, settings: Settings) -> str:
     return ended
 
 
-def _sse_last(ended: str | None, mux: Multiplex, settings: Settings) -> tuple[bytes, float]:
-    within = settings.stream_close_seconds
-    if ended is None:
-        return b"", within
-    rid = mux.resume_id
-    if ended == SHUTDOWN:
-        return (
-            f"event: shutdown\nretry: {SHUTDOWN_RETRY_MS}\nid: {rid}\n"
-            f"data: shutdown; resume with Last-Event-ID: {rid}\n\n"
-        ).encode(), min(within, settings.shutdown_streams_seconds)
-    message = _message(ended, mux, settings)
-    if ended == TOO_MANY_TOPICS:
-        return f"event: error\ndata: {message}\n\n".encode(), within
-    kind = "deleted" if ended == DELETED else "error"
-    return (
-        f"event: {kind}\nid: {rid}\ndata: {message}; resume with Last-Event-ID: {rid}\n\n"
-    ).encode(), within
-
-
 async def server_sent_events(request: web.Request) -> web.StreamResponse:
+    """I/O around :class:`hub.core.sse_stream.SseStream`: :meth:`Multiplex.run` says what
+    to send (the opening id, events, heartbeats), the stream frames it, this writes it."""
     settings = request.app[STREAMING].settings
     async with _multiplexed(request, "sse") as mux:
         resp = EventStream(headers=SSE_HEADERS)
@@ -280,13 +265,26 @@ async def server_sent_events(request: web.Request) -> web.StreamResponse:
         if request.method == "HEAD":  # the headers only: a body would break the connection
             await resp.write_eof()
             return resp
-        await resp.write(SSE_RETRY)
+        loop = asyncio.get_running_loop()
+        # aiohttp frames what it is given; the fan-out's direct writes frame their own.
+        stream = SseStream.for_settings(settings, chunked=False, now=loop.time())
+        await resp.write(stream.opening())
         if request.transport is not None:
             chunked = resp.headers.get(hdrs.TRANSFER_ENCODING) == "chunked"
             _direct(mux, request.transport, sse.http_chunk if chunked else _as_is)
-        ended = await _until_done(mux, asyncio.create_task(_send_all(mux, resp.write)))
+
+        async def send(payload: bytes) -> None:
+            data = stream.events(payload, loop.time())
+            if data:
+                await resp.write(data)
+
+        ended = await _until_done(mux, asyncio.create_task(_send_all(mux, send)))
         resp.force_close()  # a stream that ended ends its connection too
-        await write_last(resp, request, *_sse_last(ended, mux, settings))
+        last = b""
+        if ended is not None:
+            message = _message(ended, mux, settings)
+            last = topics_ending(ended, resume_id=mux.resume_id, message=message)
+        await write_last(resp, request, *stream.end(last, ended))
     return resp
 
 

@@ -33,6 +33,10 @@ for a token that does not expire). A token the hub refuses closes the stream at 
 code 4000 + the HTTP status the token gets (4401, 4403 for a token of other topics) and the
 refusal as the reason. Any other message is ignored, as before.
 
+An SSE stream's bytes, from its first to its last event, are
+:class:`hub.core.sse_stream.SseStream`'s, as on the lean path (:mod:`hub.web.lean_sse`):
+:func:`server_sent_events` reads the client's events and writes what the stream returns.
+
 A stream of a private topic whose token the operator revokes (``POST /admin/revocations``,
 on any hub process sharing the Redis) ends within a second: WebSocket close code 4403 with
 reason ``token revoked; use another token and resume with since=ID``, SSE a last ``event:
@@ -53,27 +57,22 @@ from hub.core import metrics
 from hub.core.events import Event, EventFilter, EventKey, parse_id
 from hub.core.exceptions import BadRequest, DamagedData, Gone, RequestError
 from hub.core.resume_points import parse_since
+from hub.core.sse_stream import SSE_HEADERS, SseStream
+from hub.core.sse_stream import resume_from as named_resume
+from hub.core.stream_endings import DELETED, EXPIRED, REVOKED, SHUTDOWN, TOO_SLOW
 from hub.core.tasks import cancel_and_wait
 from hub.core.topics import check_name
 from hub.live.client_streams import (
-    DELETED,
     DIRECT_WRITE_LIMIT,
-    EXPIRED,
     EXPIRED_CLOSE_CODE,
-    REVOKED,
     REVOKED_CLOSE_CODE,
-    SHUTDOWN,
-    SSE_HEADERS,
-    SSE_HEARTBEAT,
-    SSE_RETRY,
-    TOO_SLOW,
     Closing,
     Streaming,
     closed,
     ending,
     opened,
     resume_point,
-    sse_last_event,
+    sse_ending,
 )
 from hub.live.feed import ClientStream, Writer
 from hub.web.access import ACCESS, read_grant
@@ -123,13 +122,9 @@ async def _until_overflow_or_done(
 
 
 def resume_from(request: web.Request) -> tuple[str, str] | None:
-    """The resume point and what named it; ``Last-Event-ID`` wins, as an SSE client
-    reconnecting to the same URL (``?since=`` included) sends it with the newer position."""
-    header = request.headers.get("Last-Event-ID")
-    if header:
-        return header, "Last-Event-ID"
-    since = request.query.get("since")
-    return (since, "since") if since else None
+    """The request's resume point and what named it (:func:`hub.core.sse_stream.resume_from`:
+    ``Last-Event-ID`` wins over ``?since=``)."""
+    return named_resume(request.headers.get("Last-Event-ID"), request.query.get("since"))
 
 
 async def check_since(
@@ -376,40 +371,38 @@ class EventStream(web.StreamResponse):
 
 
 async def server_sent_events(request: web.Request) -> web.StreamResponse:
+    """I/O around :class:`hub.core.sse_stream.SseStream`: read the client's events (history,
+    batches its connection could not take at once), hand them to the stream, write what it
+    returns; live batches the connection can take are written by the feed's fan-out
+    (:func:`_sse_writer`)."""
     ctx = request.app[STREAMING]
-    settings = ctx.settings
     async with _following(request, "sse") as (_topic, pump):
         resp = EventStream(headers=SSE_HEADERS)
         await resp.prepare(request)
         if request.method == "HEAD":  # the headers only: a body would break the connection
             await resp.write_eof()
             return resp
-        await resp.write(SSE_RETRY)  # also sends the headers
+        loop = asyncio.get_running_loop()
+        # aiohttp frames what it is given (a chunk when the response is chunked).
+        stream = SseStream.for_settings(ctx.settings, chunked=False, now=loop.time())
+        await resp.write(stream.opening())  # also sends the headers
         if request.transport is not None:
             pump.writer = _sse_writer(resp, request.transport, pump)
 
         async def send() -> None:
             with contextlib.suppress(ConnectionError):  # the client went away: just end
-                await send_events()
-
-        async def send_events() -> None:
-            # History, batches the connection could not take at once, and heartbeats; live
-            # batches it can take are written by the feed's fan-out (_sse_writer).
-            loop = asyncio.get_running_loop()
-            written = loop.time()
-            while True:
-                events = await pump.next(settings.heartbeat_seconds)
-                if not events:  # idle, or everything filtered out
-                    if loop.time() - written >= settings.heartbeat_seconds:
-                        await resp.write(SSE_HEARTBEAT)
-                        written = loop.time()
-                    continue
-                written = loop.time()
-                await resp.write(pump.sse_events(events))
-                metrics.stream_messages("sse")
-                pump.last_sent = events[-1].id
+                while True:
+                    events = await pump.next(stream.heartbeat_in(loop.time()))
+                    if events:  # else idle, or everything filtered out
+                        await resp.write(stream.events(pump.sse_events(events), loop.time()))
+                        metrics.stream_messages("sse")
+                        pump.last_sent = events[-1].id
+                        continue
+                    beat = stream.heartbeat(loop.time())
+                    if beat:
+                        await resp.write(beat)
 
         ended = await _until_overflow_or_done(pump, ctx.closing, asyncio.create_task(send()))
         resp.force_close()  # a stream that ended ends its connection too
-        await write_last(resp, request, *sse_last_event(ended, pump, settings))
+        await write_last(resp, request, *stream.end(sse_ending(ended, pump), ended))
     return resp

@@ -1,0 +1,226 @@
+"""One server-sent-events response as plain data in and bytes out: no I/O, no clock.
+
+The hub serves SSE on two paths: aiohttp's (:mod:`hub.web.streams` for a topic,
+:mod:`hub.web.multiplex` for several) and the lean one (:mod:`hub.web.lean_sse`, a plain
+subscribe without aiohttp's per-request machinery). What a stream sends is decided here,
+once, so that the paths cannot drift (``tests/hub/test_lean_differential.py`` compares
+their bytes): the response head, where a client resumes from, the first bytes of the body,
+events framed for the connection, heartbeats when they are due, and the last event that
+says why a stream ended and where to resume, after which nothing more is sent. The
+drivers do the I/O around it, as the ``websockets`` library's connections do around its
+frames: they read events from the feed, hand them here with the time, and write what comes
+back.
+
+Not here, for measured reasons: the live fan-out's encoding of a batch, made once for
+every client of a topic and written by the feed's own loop (:mod:`hub.core.sse`,
+``TopicFeed.sse_events``); and the bound on a client's queue, which ends a too-slow client
+of any transport (``ClientStream.offer``). What such a client is told last is here.
+"""
+
+from __future__ import annotations
+
+from hub.core.settings import Settings
+from hub.core.sse import http_chunk
+from hub.core.stream_endings import (
+    DELETED,
+    EXPIRED,
+    REVOKED,
+    SHUTDOWN,
+    TOO_MANY_TOPICS,
+    TOO_SLOW,
+)
+
+#: An SSE response's own headers (the head adds Date, Server, the framing and the request
+#: id: aiohttp's writer on its path, :func:`response_head` on the lean one, byte for byte).
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",
+}
+#: The first bytes of every SSE body: a client reconnects after a second.
+SSE_RETRY = b"retry: 1000\n\n"
+#: What an idle SSE stream is sent every ``heartbeat_seconds``: a comment, which clients
+#: ignore, so that proxies and the client's own read timeout see the stream alive.
+SSE_HEARTBEAT = b": heartbeat\n\n"
+#: The ``retry:`` of an SSE ``shutdown`` event: reconnect (elsewhere) almost at once.
+SHUTDOWN_RETRY_MS = 100
+#: The end of a chunked body (RFC 9112 §7.1).
+LAST_CHUNK = b"0\r\n\r\n"
+#: What a client without a last event is told to resume from.
+_NO_ID_HINT = "the id of the last event you received"
+
+_HEAD_START = (
+    "HTTP/1.1 200 OK\r\n"
+    + "".join(f"{name}: {value}\r\n" for name, value in SSE_HEADERS.items())
+    + "Transfer-Encoding: chunked\r\nDate: "
+)
+
+
+def response_head(*, date: str, server: str, request_id_header: str, request_id: str) -> bytes:
+    """The head of a chunked HTTP/1.1 SSE response, as aiohttp writes it for the same
+    headers (``date`` in RFC 822 form, ``server`` the Server header's value)."""
+    return (
+        f"{_HEAD_START}{date}\r\nServer: {server}\r\n{request_id_header}: {request_id}\r\n\r\n"
+    ).encode()
+
+
+def resume_from(last_event_id: str | None, since: str | None) -> tuple[str, str] | None:
+    """The resume point a request names, and what named it; ``Last-Event-ID`` wins, as an
+    SSE client reconnecting to the same URL (``?since=`` included) sends it with the newer
+    position. Empty values name nothing."""
+    if last_event_id:
+        return last_event_id, "Last-Event-ID"
+    return (since, "since") if since else None
+
+
+def opening_id(resume_id: str) -> bytes:
+    """An ``id:`` alone: where a stream starts, so that even one that ends before its first
+    event resumes exactly (streams of several topics send it first)."""
+    return b"id: %s\n\n" % resume_id.encode()
+
+
+def last_event(
+    kind: str, data: str, *, event_id: str | None = None, retry: int | None = None
+) -> bytes:
+    """An event of type ``kind``: what a stream sends last."""
+    lines = [f"event: {kind}\n"]
+    if retry is not None:
+        lines.append(f"retry: {retry}\n")
+    if event_id is not None:
+        lines.append(f"id: {event_id}\n")
+    lines.append(f"data: {data}\n\n")
+    return "".join(lines).encode()
+
+
+def _shutdown(resume_id: str) -> bytes:
+    """Reconnect at once (to another process), from this id."""
+    return last_event(
+        "shutdown",
+        f"shutdown; resume with Last-Event-ID: {resume_id}",
+        event_id=resume_id,
+        retry=SHUTDOWN_RETRY_MS,
+    )
+
+
+def topic_ending(ended: str | None, *, topic: str, last_sent: str | None, position: str) -> bytes:
+    """What a stream of one topic tells its client last (b"": nothing, its connection
+    just ended). ``last_sent``: the id of the last event it was sent; ``position``: where it
+    started, the resume point when it was sent nothing."""
+    resume = last_sent or position
+    if ended == SHUTDOWN:
+        return _shutdown(resume)
+    if ended == DELETED:
+        return last_event("deleted", topic)
+    if ended == TOO_SLOW:
+        return last_event(
+            "error", f"too slow; resume with Last-Event-ID: {last_sent or _NO_ID_HINT}"
+        )
+    if ended in (EXPIRED, REVOKED):
+        return last_event("error", f"{ended} and resume with Last-Event-ID: {resume}")
+    return b""
+
+
+def topics_ending(ended: str | None, *, resume_id: str, message: str) -> bytes:
+    """What a stream of several topics tells its client last (b"": nothing): ``message``
+    says why (:func:`hub.web.multiplex`'s words for ``ended``), then, but for
+    :data:`TOO_MANY_TOPICS` (the same stream would end again), its composite id to resume
+    from, as the event's ``id:`` too."""
+    if ended is None:
+        return b""
+    if ended == SHUTDOWN:
+        return _shutdown(resume_id)
+    if ended == TOO_MANY_TOPICS:
+        return last_event("error", message)
+    return last_event(
+        "deleted" if ended == DELETED else "error",
+        f"{message}; resume with Last-Event-ID: {resume_id}",
+        event_id=resume_id,
+    )
+
+
+class SseStream:
+    """One SSE response body, from its first bytes to its last.
+
+    ``chunked``: whether what it returns must be framed as HTTP/1.1 chunks (the lean path
+    writes to the socket itself); aiohttp's path frames what it is given, so it passes
+    False. Times are the driver's clock (the event loop's), in seconds. Once
+    :meth:`end` was called, nothing more is sent: a client is never sent an event behind
+    the resume point its last event named.
+    """
+
+    __slots__ = ("_chunked", "_close_seconds", "_due", "_ended", "_heartbeat", "_shutdown_seconds")
+
+    def __init__(
+        self,
+        *,
+        chunked: bool,
+        heartbeat_seconds: float,
+        close_seconds: float,
+        shutdown_close_seconds: float,
+        now: float,
+    ) -> None:
+        self._chunked = chunked
+        self._heartbeat = heartbeat_seconds
+        self._close_seconds = close_seconds
+        self._shutdown_seconds = shutdown_close_seconds
+        #: When the next heartbeat is due: one interval after the last bytes sent.
+        self._due = now + heartbeat_seconds
+        self._ended = False
+
+    @classmethod
+    def for_settings(cls, settings: Settings, *, chunked: bool, now: float) -> SseStream:
+        return cls(
+            chunked=chunked,
+            heartbeat_seconds=settings.heartbeat_seconds,
+            close_seconds=settings.stream_close_seconds,
+            shutdown_close_seconds=settings.shutdown_streams_seconds,
+            now=now,
+        )
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    def _framed(self, payload: bytes) -> bytes:
+        # An empty chunk would end a chunked body: nothing is sent for nothing.
+        if not payload or self._ended:
+            return b""
+        return http_chunk(payload) if self._chunked else payload
+
+    def opening(self) -> bytes:
+        """The body's first bytes (after the head): the reconnection time."""
+        return self._framed(SSE_RETRY)
+
+    def events(self, encoded: bytes, now: float) -> bytes:
+        """``encoded`` events (:func:`hub.core.sse.event_lines`, or a stream of several
+        topics' own) as the body's next bytes; the next heartbeat is due an interval later."""
+        data = self._framed(encoded)
+        if data:
+            self._due = now + self._heartbeat
+        return data
+
+    def heartbeat_in(self, now: float) -> float:
+        """Seconds until a heartbeat is due (0: now)."""
+        return max(0.0, self._due - now)
+
+    def heartbeat(self, now: float) -> bytes:
+        """A heartbeat when one is due at ``now``, else b""."""
+        if now < self._due:
+            return b""
+        return self.events(SSE_HEARTBEAT, now)
+
+    def end(self, last: bytes, ended: str | None) -> tuple[bytes, float]:
+        """The body's last bytes, ``last`` (:func:`topic_ending`, :func:`topics_ending`; b""
+        for none) and, chunked, the end of the body; and how long the client gets to take
+        them before its connection is cut off: a shutdown's own bound, which may be
+        shorter (``shutdown_streams_seconds``), else ``stream_close_seconds``."""
+        within = self._close_seconds
+        if ended == SHUTDOWN:
+            within = min(within, self._shutdown_seconds)
+        if self._ended:  # its end was sent
+            return b"", within
+        data = self._framed(last)
+        self._ended = True
+        if self._chunked:
+            data += LAST_CHUNK
+        return data, within
