@@ -2,7 +2,8 @@
 
 Z39.99 Sections 8, 9 and 12: a Source Description (Index) lists Capability Lists; a
 Capability List lists the Source's documents by capability (``changelist``,
-``resourcelist``, ``changelist-notification`` with its ``rs:ln rel="hub"``). A walk may
+``resourcelist``, ``resourcedump``, ``changedump``, ``changelist-notification`` with its
+``rs:ln rel="hub"``). A walk may
 start at any of them, or at a Change List (Index) or Resource List (Index), which are
 then taken as found; with ``follow_up`` their ``rel="up"`` Capability List is read too,
 for what else it lists (the Resource List, the hub).
@@ -62,6 +63,10 @@ class Discovery:
     changelists: list[str] = field(default_factory=list)
     #: Resource Lists and Resource List Indexes.
     resourcelists: list[str] = field(default_factory=list)
+    #: Resource Dumps and Resource Dump Indexes (Section 11): a baseline in packages.
+    resourcedumps: list[str] = field(default_factory=list)
+    #: Change Dumps and Change Dump Indexes (Section 13).
+    changedumps: list[str] = field(default_factory=list)
     notifications: list[Notification] = field(default_factory=list)
 
     @property
@@ -76,6 +81,10 @@ class Discovery:
     @property
     def resourcelist(self) -> str | None:
         return self.resourcelists[0] if self.resourcelists else None
+
+    @property
+    def resourcedump(self) -> str | None:
+        return self.resourcedumps[0] if self.resourcedumps else None
 
     @property
     def topic_uri(self) -> str | None:
@@ -133,6 +142,10 @@ class _Walk:
                     found.changelists.append(entry.loc)
                 elif capability is Capability.RESOURCELIST:
                     found.resourcelists.append(entry.loc)
+                elif capability is Capability.RESOURCEDUMP:
+                    found.resourcedumps.append(entry.loc)
+                elif capability is Capability.CHANGEDUMP:
+                    found.changedumps.append(entry.loc)
                 elif capability is Capability.CHANGELIST_NOTIFICATION:
                     hub = next((ln.href for ln in entry.links if ln.rel == "hub"), None)
                     found.notifications.append(Notification(entry.loc, hub))

@@ -17,15 +17,22 @@ from typing import Any
 import aiohttp
 
 import rsclient.exceptions
-from resourcesync import Entry, format_datetime
+from resourcesync import Entry, PackageError, format_datetime
 from rsclient import interrupt
 from rsclient.hub_token import HubToken, TokenMask
 from rsclient.options import add_client_options, count, env_default, interval, non_negative
 from rsclient.progress import add_progress_options, progress_bar
 
 from .audit import audit, repair
+from .dumps import baseline_from_dump
 from .events import Gap, published_lastmod
-from .exceptions import DiscoveryError, HubRefused, SourceError, SubscriberError
+from .exceptions import (
+    DiscoveryError,
+    HubRefused,
+    IntegrityError,
+    SourceError,
+    SubscriberError,
+)
 from .filters import MAX_PREFIXES, ChangeFilter
 from .follower import Follower, Mode
 from .mirror import Mirror
@@ -367,7 +374,13 @@ async def _sync(args: argparse.Namespace) -> int:
                 )
             began = time.monotonic()
             await _baseline(
-                mirror, documents, position, save, progress=False, prefixes=tuple(args.prefix)
+                mirror,
+                documents,
+                position,
+                save,
+                progress=False,
+                prefixes=tuple(args.prefix),
+                report=report,
             )
             report(f"re-baseline: {mirror.stats.summary()} in {time.monotonic() - began:.1f}s")
 
@@ -385,6 +398,7 @@ async def _sync(args: argparse.Namespace) -> int:
                         save,
                         progress=args.progress,
                         prefixes=tuple(args.prefix),
+                        report=report,
                     ),
                     report,
                     None if args.once else args.interval,
@@ -478,30 +492,65 @@ async def _baseline(
     *,
     progress: bool,
     prefixes: tuple[str, ...] = (),
+    report: Callable[[str], None] | None = None,
 ) -> None:
-    """Make the mirror equal to the Resource List (the first time, and after a gap); with
-    ``prefixes`` (``--prefix``), the part of it under them."""
+    """Make the mirror equal to the Source's Resource Dump when its Capability List offers
+    one (:mod:`subscriber.dumps`), else, or when the dump fails, to its Resource List (the
+    first time, and after a gap); with ``prefixes`` (``--prefix``), the part of it under
+    them."""
     before = datetime.now(UTC)
-    bar = progress_bar("baseline", enabled=progress, unit="files")
 
-    async def listed() -> AsyncIterator[tuple[Entry, datetime | None]]:
+    def remember(entry: Entry) -> None:
         # What the baseline holds need not come again from a Change List.
-        async for entry, at in documents.resources():
-            if prefixes and not entry.loc.startswith(prefixes):
-                continue
-            try:
-                lastmod = published_lastmod(entry)
-            except ValueError:  # the hub's extension unreadable: no key to remember
-                lastmod = None
-            if lastmod is not None:
-                position.remember(entry.loc, format_datetime(lastmod))
-            yield entry, at
+        try:
+            lastmod = published_lastmod(entry)
+        except ValueError:  # the hub's extension unreadable: no key to remember
+            lastmod = None
+        if lastmod is not None:
+            position.remember(entry.loc, format_datetime(lastmod))
 
-    at = await mirror.baseline(listed(), progress=bar)
+    at = await _from_dump(mirror, documents, remember, prefixes, report)
+    if at is None:
+        bar = progress_bar("baseline", enabled=progress, unit="files")
+
+        async def listed() -> AsyncIterator[tuple[Entry, datetime | None]]:
+            async for entry, at in documents.resources():
+                if prefixes and not entry.loc.startswith(prefixes):
+                    continue
+                remember(entry)
+                yield entry, at
+
+        at = await mirror.baseline(listed(), progress=bar)
     if position.watermark is None:
         position.watermark = min(at or before, before)
     position.extra["baseline"] = True
     save(position)
+
+
+async def _from_dump(
+    mirror: Mirror,
+    documents: Poller,
+    remember: Callable[[Entry], None],
+    prefixes: tuple[str, ...],
+    report: Callable[[str], None] | None,
+) -> datetime | None:
+    """The baseline from the Source's Resource Dump, if it offers one: its ``at``, or None
+    when there is none or it failed (said), for the Resource List to do the baseline."""
+    found = await documents.discover()
+    if found.resourcedump is None:
+        return None
+    try:
+        at = await baseline_from_dump(
+            mirror, documents, found.resourcedump, remember=remember, prefixes=prefixes
+        )
+    except (PackageError, IntegrityError, SourceError) as exc:
+        text = f"the Resource Dump failed ({exc}); one GET per resource instead"
+        if report is not None:
+            report(text)
+        else:
+            log.warning("%s", text)
+        return None
+    return at or datetime.now(UTC)
 
 
 async def _retry_failed(

@@ -326,10 +326,40 @@ class Mirror:
         if progress is not None:
             progress.close()
         if prune:
-            for path in self.local_files() - expected:
-                if self.remove(path):
-                    self.stats.deleted += 1
+            self.prune(expected)
         return at
+
+    def prune(self, expected: set[Path]) -> None:
+        """Remove every mirrored file but ``expected`` (what a baseline found listed)."""
+        for path in self.local_files() - expected:
+            if self.remove(path):
+                self.stats.deleted += 1
+
+    def place(self, entry: Entry, staged: Path) -> Path | None:
+        """Move ``staged``, bytes already checked against ``entry``'s ``length`` and
+        ``hash`` (a Resource Dump's package, :mod:`subscriber.dumps`), to where the mirror
+        keeps ``entry.loc``, by rename (it must be on the mirror's file system); a copy
+        that already matches is kept. The path, or None when there is none (said)."""
+        try:
+            path = self.path_of(entry.loc)
+        except UnsafePathError as exc:
+            self.stats.rejected += 1
+            self._problem(f"rejected {exc}")
+            return None
+        md = entry.md
+        length, hash = (md.length, md.hash) if md is not None else (None, None)
+        if _same(path, length, hash):
+            self.stats.unchanged += 1
+            return path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(staged, path)
+        except OSError as exc:
+            self.stats.failed += 1
+            self._problem(f"failed {entry.loc}: cannot write {path}: {exc}")
+            return None
+        self.stats.fetched += 1
+        return path
 
 
 def _holds(path: Path, data: bytes) -> bool:

@@ -180,6 +180,12 @@ class Poller:
         threshold = None if watermark is None else watermark - self.overlap
         return _changes(doc, threshold, self.topic)
 
+    async def document(self, url: str) -> Document:
+        """One document, read once (not kept for a conditional GET): a Resource Dump, say."""
+        doc = await self._fetch(url)
+        self.documents.forget(url)
+        return doc
+
     async def resources(self) -> AsyncIterator[tuple[Entry, datetime | None]]:
         """Every entry of the Resource List (all pages of an index), with its ``at``."""
         found = await self.discover()

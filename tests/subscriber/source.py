@@ -89,12 +89,16 @@ class TestSource:
         app.router.add_get("/resourcelist.xml", self._resources)
         app.router.add_get("/changelist.xml", self._changelist)
         app.router.add_get("/changelist/{n:[0-9]+}.xml", self._page)
+        self.more_routes(app)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", port)
         await site.start()
         self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
         return self.url
+
+    def more_routes(self, app: web.Application) -> None:
+        """Routes a subclass serves too (a Resource Dump, say)."""
 
     async def stop(self) -> None:
         if self._runner is not None:
