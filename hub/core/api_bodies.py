@@ -6,10 +6,10 @@ serves and what the document says cannot drift apart. A field without a default 
 every answer (``null`` where its type allows); a field with a default of ``None`` is in an
 answer only when the handler sets it (:func:`dump` leaves unset ones out).
 
-Answers whose model has ``extra="forbid"`` carry exactly the fields listed: a field added
-to an answer but not to its model is a validation error in the handler's own tests, never
-an undocumented field. The two records built from the stored subscription as a whole
-(:class:`Subscription`) keep ``extra="allow"``: they show what the record holds.
+Every answer carries exactly the fields its model lists (``extra="forbid"``): a field added
+to an answer but not to its model fails in the handler's own tests, never goes out
+undocumented. Only the error body is open (:class:`ErrorBody`: its fields that help vary
+with the error).
 """
 
 from __future__ import annotations
@@ -129,6 +129,18 @@ class PublishAccepted(TypedDict):
 # -- operations: health, a topic's subscriptions ---------------------------------------------
 
 
+class EmbeddedRedisStatus(_Answer):
+    """The redis-server the hub started itself (``rshub serve`` without a Redis URL)."""
+
+    state: Literal["stopped", "running", "restarting"]
+    pid: int | None
+    port: int | None
+    restarts: int = Field(description="Restarts by the hub's supervisor since it started")
+    last_exit: str | None = Field(description="How the last server that died ended")
+    last_exit_status: int | None = Field(description="Its exit status (negative: a signal)")
+    last_error: str | None = Field(description="Why the last restart failed (null: none did)")
+
+
 class Health(_Answer):
     """Anyone gets only ``status``; the other fields are for those who may see the overview
     (admin token, hub-wide token, or a direct loopback client of an open hub without admin
@@ -141,15 +153,12 @@ class Health(_Answer):
     pid: int | None = None
     node: str | None = None
     nodes: int | None = None
-    embedded_redis: dict[str, Any] | None = Field(
-        None, description="The embedded redis-server's state, restarts and last exit"
-    )
+    embedded_redis: EmbeddedRedisStatus | None = None
 
 
-class Subscription(BaseModel):
-    """A WebSub subscription as its topic's operators see it (never its secrets)."""
-
-    model_config = ConfigDict(extra="allow")
+class Subscription(_Answer):
+    """A WebSub subscription's stored record as its topic's operators see it: never a
+    secret, nor the token it was made with."""
 
     topic: str
     topic_url: str
@@ -162,8 +171,21 @@ class Subscription(BaseModel):
     secret: bool = Field(description="Whether one is set (never its value)")
     failures: int
     last_error: str | None
+    retry_at: float = Field(description="When the next attempt is due (epoch s; 0: now)")
     gaps: int = Field(description="Gap notices delivered (retention trimmed events it missed)")
     last_gap: str | None = Field(description="The trimmed-through id of the last")
+    untold_gap: str | None = Field(description="A gap notice the next delivery carries")
+    strikes: int = Field(description="Weighted failures toward suspension")
+    failing_since: float = Field(description="The first failure since the last success (0)")
+    batch_failing_since: float
+    disabled_at: float
+    signature: str = Field(description="`websub` or `standard-webhooks`")
+    previous_secret: bool = Field(description="Whether a rotated-out secret still signs")
+    previous_until: float
+    filter_changes: list[str] | None = Field(description="`hub.filter.change` (null: all)")
+    filter_prefixes: list[str] = Field(description="`hub.filter.prefix`")
+    rate_limit: list[float] | None = Field(description="`hub.rate_limit`: per second, burst")
+    admin_rate_limit: list[float] | None = Field(description="The operator's override")
     cursor: str | None
 
 

@@ -25,7 +25,7 @@ from aiohttp import web
 
 from hub.core import metrics
 from hub.core.access import MetricsAccess
-from hub.core.api_bodies import Health, Subscriptions, dump
+from hub.core.api_bodies import EmbeddedRedisStatus, Health, Subscriptions, dump
 from hub.core.auth import PublisherAuth
 from hub.core.events import parse_id
 from hub.core.exceptions import Forbidden, TokenRevoked, Unauthorized
@@ -43,6 +43,7 @@ from hub.store.stream_stats import StreamStats, backlog_cap
 from hub.store.subscriptions import Subscription, SubscriptionStore
 from hub.web import presence as web_presence
 from hub.web.access import check_operator, check_read, is_admin, sight
+from hub.web.operator import subscription_body
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +81,8 @@ async def healthz(request: web.Request) -> web.Response:
         extra["node"] = ctx.ownership.node
         extra["nodes"] = len(ctx.ownership.nodes)
         if ctx.embedded is not None:
-            extra["embedded_redis"] = ctx.embedded.status.as_dict()
+            status = ctx.embedded.status.as_dict()
+            extra["embedded_redis"] = EmbeddedRedisStatus.model_validate(status)
     # A recent background ping vouches for Redis (hub.core.health): no wait behind a long script.
     health, now = ctx.health, asyncio.get_running_loop().time()
     if not health.vouched(now):
@@ -143,13 +145,12 @@ async def subscriptions(request: web.Request) -> web.Response:
     _check_operator(request, topic)
     subs = request.app[OBSERVING].subscriptions
     cursors = await subs.cursors(topic)
-    out = []
-    for sub in sorted(await subs.for_topic(topic), key=lambda s: s.callback):
-        out.append({**sub.public(), "cursor": cursors.get(sub.callback)})
+    out = [
+        subscription_body(sub, cursors.get(sub.callback))
+        for sub in sorted(await subs.for_topic(topic), key=lambda s: s.callback)
+    ]
     last_id = await request.app[OBSERVING].store.last_id(topic)
-    answer = Subscriptions.model_validate(
-        {"topic": topic, "last_id": last_id, "subscriptions": out}
-    )
+    answer = Subscriptions(topic=topic, last_id=last_id, subscriptions=out)
     return web.json_response(dump(answer))
 
 

@@ -241,6 +241,41 @@ def subscription_row(
     )
 
 
+def subscription_body(sub: Subscription, cursor: str | None) -> SubscriptionBody:
+    """A subscription's stored record as its topic's operators see it: field by field, so
+    that what the store adds to a record (a token's fingerprint, say) is never shown until
+    the model shows it."""
+    return SubscriptionBody(
+        topic=sub.topic,
+        topic_url=sub.topic_url,
+        callback=sub.callback,
+        id=subscription_id(sub.topic, sub.callback),
+        state=sub.state.value,
+        lease_seconds=sub.lease_seconds,
+        expires_at=sub.expires_at,
+        created_at=sub.created_at,
+        secret=bool(sub.secret),
+        failures=sub.failures,
+        last_error=sub.last_error,
+        retry_at=sub.retry_at,
+        gaps=sub.gaps,
+        last_gap=sub.last_gap,
+        untold_gap=sub.untold_gap,
+        strikes=sub.strikes,
+        failing_since=sub.failing_since,
+        batch_failing_since=sub.batch_failing_since,
+        disabled_at=sub.disabled_at,
+        signature=sub.signature,
+        previous_secret=bool(sub.previous_secret),
+        previous_until=sub.previous_until,
+        filter_changes=sub.filter_changes,
+        filter_prefixes=sub.filter_prefixes,
+        rate_limit=sub.rate_limit,
+        admin_rate_limit=sub.admin_rate_limit,
+        cursor=cursor,
+    )
+
+
 def _success(success: Success | None) -> LastSuccess | None:
     if success is None:
         return None
@@ -307,8 +342,7 @@ async def resume_subscription(request: web.Request) -> web.Response:
     sub = await _target(request)
     sub.recovered()
     cursor = await request.app[OPERATING].subscriptions.activate(sub, None)
-    answer = SubscriptionBody.model_validate({**sub.public(), "cursor": cursor})
-    return web.json_response(dump(answer))
+    return web.json_response(dump(subscription_body(sub, cursor)))
 
 
 async def delete_subscription(request: web.Request) -> web.Response:

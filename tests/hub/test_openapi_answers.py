@@ -24,9 +24,20 @@ from hub.core.placement import subscription_id
 from tests.conftest import Hub
 from tests.hub.callback_server import CallbackServer
 from tests.hub.test_websub import subscribe
-from tests.support import changes, notification
+from tests.support import changes, notification, wait_for
 
 JSON = "application/json"
+
+
+@pytest.fixture
+def hub_settings() -> dict[str, Any]:
+    """Retries within half a second, so that a failing delivery is soon a dead letter."""
+    return {
+        "retry_base_seconds": 0.02,
+        "retry_max_seconds": 0.1,
+        "retry_window_seconds": 0.5,
+        "delivery_batch_max_changes": 1,
+    }
 
 
 @pytest.fixture
@@ -201,6 +212,42 @@ async def test_every_json_answer_matches_the_served_document(
         if status.startswith("2") and JSON in answer.get("content", {})
     }
     assert succeeding - {(m, p) for m, p, status in document.checked if status < 300} == set()
+
+
+async def test_a_failing_subscription_s_records_match_the_served_document(hub: Hub) -> None:
+    """Dead letters, failed attempts, a last error: the fields an idle subscription leaves
+    empty, filled."""
+    document = Document(openapi.spec(hub.url + "/"))
+    refusing = await CallbackServer(statuses=[500] * 1000).start()
+    try:
+        await subscribe(hub, refusing)
+        sub_id = subscription_id("t", refusing.url)
+        resp = await hub.publish("t", notification(changes(2)))
+        assert resp.status == 202
+        letters = f"/admin/subscriptions/{sub_id}/dead-letters"
+
+        async def dead_lettered() -> bool:
+            async with hub.session.get(hub.url + letters) as resp:
+                return bool((await resp.json())["total"])
+
+        await wait_for(dead_lettered, timeout=20)
+        route = "/admin/subscriptions/{id}/dead-letters"
+        listed = await _call(hub, document, "GET", route, 200, letters)
+        assert listed["dead_letters"][0]["error"] == "HTTP 500"
+        one = f"/admin/subscriptions/{sub_id}"
+        record = await _call(hub, document, "GET", "/admin/subscriptions/{id}", 200, one)
+        assert record["attempts"] and record["attempts"][0]["status"] == 500
+        assert record["last_error"]
+        rows = await _call(hub, document, "GET", "/admin/subscriptions", 200)
+        assert rows["subscriptions"][0]["failures"] > 0
+        await _call(hub, document, "GET", "/admin/overview.json", 200)
+        await _call(
+            hub, document, "GET", "/topics/{name}/subscriptions", 200, "/topics/t/subscriptions"
+        )
+        replayed = await _call(hub, document, "POST", route + "/replay", 200, letters + "/replay")
+        assert replayed["error"] == "HTTP 500" and replayed["remaining"] > 0
+    finally:
+        await refusing.stop()
 
 
 @pytest.mark.parametrize(
