@@ -4,6 +4,8 @@ changes in one WebSub body, and left out of the documents for polling."""
 
 from __future__ import annotations
 
+import random
+from collections import Counter
 from collections.abc import AsyncIterator
 
 import orjson
@@ -12,9 +14,11 @@ import pytest
 from resourcesync import ChangeDumpNotification, ChangeListNotification, parse
 from tests.conftest import Hub
 from tests.hub.callback_server import CallbackServer
+from tests.hub.test_fuzz import mutate
 from tests.hub.test_streams import sse_collect, ws_collect
 from tests.hub.test_websub import subscribe
 from tests.support import changes, notification, wait_for
+from tests.watchdog import Watchdog
 
 PACKAGE = "http://source.invalid/dump/part1.zip"
 MANIFEST = "http://source.invalid/dump/part1.xml"
@@ -158,3 +162,28 @@ async def test_a_bad_changedump_notification_is_a_clear_400_storing_nothing(
     assert problem in (await resp.json())["error"]
     resp = await hub.session.get(f"{hub.url}/topics/t/changes.xml")
     assert resp.status == 404, "nothing was stored: the topic does not exist"
+
+
+async def test_seeded_fuzz_of_changedump_notifications_never_5xx(
+    hub: Hub, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Mutated changedump-notifications: each is stored whole (202) or refused (4xx),
+    with no traceback, no stall of the hub's loop and every event readable after."""
+    rng = random.Random(20261202)
+    base = dump_notification(PACKAGE, PACKAGE.replace("1", "2"))
+    statuses: Counter[int] = Counter()
+    accepted = 0
+    async with Watchdog(max_errors=0):
+        for _ in range(200):
+            resp = await hub.publish("t", mutate(rng, base))
+            statuses[resp.status] += 1
+            assert resp.status < 500, (resp.status, await resp.text())
+            if resp.status == 202:
+                accepted += len(orjson.loads(await resp.read())["ids"])
+            else:
+                assert "error" in await resp.json()
+    assert statuses[202] > 10 and sum(n for s, n in statuses.items() if s >= 400) > 50, statuses
+    async with hub.session.ws_connect(f"{hub.url}/topics/t/ws?since=0") as ws:
+        events = await ws_collect(ws, accepted)
+    assert len(events) == accepted and all(isinstance(e["loc"], str) for e in events)
+    assert not [r for r in caplog.records if r.exc_info], "no traceback in the log"
