@@ -26,6 +26,7 @@
         ├── TooManyRequests         429  (with Retry-After: e.g. publish pings too fast)
         ├── BadGateway              502  (a fetched topic URL failed)
         └── ServiceUnavailable      503  (e.g. a parser worker died)
+            └── SnapshotPending     no Resource List built yet (with Retry-After)
 
 ``hub.web.app`` maps these to HTTP responses in one place, together with document errors
 from :mod:`resourcesync` (``DocumentError`` and subclasses, by their own ``http_status``)
@@ -170,3 +171,12 @@ class BadGateway(RequestError):
 
 class ServiceUnavailable(RequestError):
     http_status = 503
+
+
+class SnapshotPending(ServiceUnavailable):
+    """A document built from the whole fold (a Resource List or its index) that has no
+    version to serve yet: the first is being built. ``retry_after``: whole seconds."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        self.retry_after = max(1, math.ceil(retry_after))
+        super().__init__(message, retry_after=self.retry_after)

@@ -35,6 +35,7 @@ from hub.live.ingest import Ingest
 from hub.live.ownership import Ownership
 from hub.live.parsing import DocumentParser
 from hub.live.presence import PresenceReporter
+from hub.live.snapshot_builds import SnapshotBuilds
 from hub.store import keys
 from hub.store.embedded_redis import EmbeddedRedis
 from hub.store.event_store import EventStore, Retention
@@ -176,6 +177,14 @@ class Runtime:
             ttl_seconds=settings.resourcelist_snapshot_ttl_seconds,
             offload=self.parser.run,
         )
+        #: Paged Resource List snapshots, taken in the background while the last is served.
+        self.snapshot_builds = SnapshotBuilds(
+            self.snapshots,
+            self.tasks.group("snapshots", peers=True),
+            wait_seconds=settings.resourcelist_wait_seconds,
+        )
+        #: Documents rendered once per version for every reader (``hub.web.cache.Builds``).
+        self.document_builds = self.tasks.group("document-builds", peers=True)
         self.background = self.tasks.group("background")
         #: Live stream clients per topic: counted here, reported for every process to sum.
         self.stream_counts = StreamCounts()

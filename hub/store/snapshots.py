@@ -13,9 +13,12 @@ it is read two ways:
   parsed) and rendered in a thread, together with its gzipped form.
 - Beyond that: pages of one snapshot built with ``HSCAN`` (not atomic: ``at`` is when the
   scan began and ``completed`` when it ended, as §10.1 allows). The pages are rendered once
-  (in a thread), kept in Redis for ``ttl_seconds`` and served as immutable; a snapshot is reused for
-  ``reuse_seconds`` while the topic changes, and for as long as it does not. One process
-  takes a snapshot at a time (``keys.resourcelist_lock``); the others wait for its record,
+  (in a thread), kept in Redis for ``ttl_seconds`` and served as immutable; a snapshot is
+  current for ``reuse_seconds`` while the topic changes, and for as long as it does not (up
+  to half its lifetime). A snapshot that is no longer current is still served while the
+  next is taken (:mod:`hub.live.snapshot_builds` takes them in the background: a
+  1,000,000-URI fold takes tens of seconds). One process takes a snapshot at a time
+  (``keys.resourcelist_lock``, kept alive page by page); the others wait for its record,
   so several hub processes serve the same snapshot.
 """
 
@@ -42,6 +45,8 @@ Offload = Callable[..., Awaitable[Any]]
 
 #: How long one process may take to write a snapshot before another may take over.
 _TAKING_MS = 60_000
+#: How often a process waiting for another's snapshot looks for its record.
+_WAIT_FOR_TAKER = 0.1
 #: Fold entries one HSCAN asks for: Redis builds the reply while every other client waits
 #: (5,000 held it 5-20 ms, measured with ``bench/redis_blocking.py``), and hiredis parses
 #: 1,000 in well under a millisecond.
@@ -106,6 +111,15 @@ class Snapshot:
     completed_ms: int
     pages: int
     last_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """The snapshot recorded for a topic, and whether it may be served without a new one
+    being taken (see :meth:`ResourceSnapshots.recorded`)."""
+
+    snapshot: Snapshot
+    current: bool
 
 
 def _ms(t: list[int] | tuple[int, int]) -> int:
@@ -224,48 +238,64 @@ class ResourceSnapshots:
             await self.redis.delete(copy)
         return Exact(at_ms, last_id, fold)
 
-    async def current(self, topic: str, urls: HubUrls) -> Snapshot:
-        """A fresh enough paged snapshot of ``topic``, taken now if needed."""
-        lock = self._locks.setdefault(topic, asyncio.Lock())
-        async with lock:
-            deadline = asyncio.get_running_loop().time() + _TAKING_MS / 1000
-            while True:
-                usable = await self._usable(topic)
-                if usable is not None:
-                    return usable
-                taking = keys.resourcelist_lock(topic)
-                if await self.redis.set(taking, "1", nx=True, px=_TAKING_MS):
-                    try:
-                        return await self._take(topic, urls)
-                    finally:
-                        await self.redis.delete(taking)
-                if asyncio.get_running_loop().time() > deadline:  # its taker died: take it
-                    return await self._take(topic, urls)
-                await asyncio.sleep(0.05)  # another process is taking it: wait for its record
+    async def recorded(self, topic: str) -> Recorded | None:
+        """The recorded snapshot, if its pages still exist, and whether it is current.
 
-    async def _usable(self, topic: str) -> Snapshot | None:
-        """The recorded snapshot, if its pages still exist and it is fresh or unchanged."""
+        Current: taken less than ``reuse_seconds`` ago, or the topic has not changed since;
+        and in either case younger than half its pages' lifetime, so that a reader starts
+        the next one while this one can still be served.
+        """
         raw = await self.redis.hgetall(keys.resourcelist_snapshot(topic))
         snap = {keys.text(k): keys.text(v) for k, v in raw.items()}
         if not snap:
             return None
         now = _ms(await self.redis.time())
         last_id = await self.redis.hget(keys.topic_meta(topic), keys.LAST_ID)
-        fresh = now - int(snap[keys.SNAP_AT]) < self.reuse_seconds * 1000
+        age = now - int(snap[keys.SNAP_AT])
+        fresh = age < self.reuse_seconds * 1000
         unchanged = last_id is not None and keys.text(last_id) == snap[keys.SNAP_LAST_ID]
         alive = await self.redis.exists(keys.resourcelist_page(topic, snap[keys.SNAP_ID], 0))
-        if not (alive and (fresh or unchanged)):
+        if not alive:
             return None
-        return Snapshot(
+        snapshot = Snapshot(
             snap[keys.SNAP_ID],
             int(snap[keys.SNAP_AT]),
             int(snap[keys.SNAP_COMPLETED]),
             int(snap[keys.SNAP_PAGES]),
             snap[keys.SNAP_LAST_ID],
         )
+        young = age < self.ttl_seconds * 500
+        return Recorded(snapshot, (fresh or unchanged) and young)
 
-    async def _take(self, topic: str, urls: HubUrls) -> Snapshot:
-        """Scan the fold into rendered pages stored in Redis; record the snapshot."""
+    async def build(self, topic: str, urls: HubUrls) -> Snapshot:
+        """A current snapshot of ``topic``: taken here, unless another process is taking
+        one (then its record, once it is written). Slow for a big topic (a 1,000,000-URI
+        fold is read and rendered whole): run it in the background, never on a reader's
+        path (see :mod:`hub.live.snapshot_builds`)."""
+        lock = self._locks.setdefault(topic, asyncio.Lock())
+        async with lock:
+            deadline = asyncio.get_running_loop().time() + _TAKING_MS / 1000
+            while True:
+                found = await self.recorded(topic)
+                if found is not None and found.current:
+                    return found.snapshot
+                taking = keys.resourcelist_lock(topic)
+                if await self.redis.set(taking, "1", nx=True, px=_TAKING_MS):
+                    try:
+                        return await self._take(topic, urls, taking)
+                    finally:
+                        await self.redis.delete(taking)
+                if asyncio.get_running_loop().time() > deadline:  # its taker died: take it
+                    return await self._take(topic, urls, None)
+                await asyncio.sleep(_WAIT_FOR_TAKER)  # another process is taking it
+
+    async def _take(self, topic: str, urls: HubUrls, taking: str | None) -> Snapshot:
+        """Scan the fold into rendered pages stored in Redis; record the snapshot.
+
+        Memory is bounded by one page: each is rendered and stored as soon as it is full.
+        ``taking``: the lock key held, kept alive page by page (a big snapshot may take
+        longer than one lock period; another process must not start a second one).
+        """
         at_ms = _ms(await self.redis.time())
         last_id = keys.optional_text(await self.redis.hget(keys.topic_meta(topic), keys.LAST_ID))
         snap_id = str(at_ms)
@@ -284,9 +314,11 @@ class ResourceSnapshots:
                 body = rendering.resource_page(head, batch)
             else:
                 body = await self.offload(rendering.resource_page, head, batch)
-            await self.redis.set(
-                keys.resourcelist_page(topic, snap_id, k), body, ex=self.ttl_seconds
-            )
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.set(keys.resourcelist_page(topic, snap_id, k), body, ex=self.ttl_seconds)
+                if taking is not None:
+                    pipe.pexpire(taking, _TAKING_MS)
+                await pipe.execute()
             k, batch = k + 1, []
 
         cursor = 0

@@ -22,7 +22,13 @@ from hub.core import collector
 from hub.core.access import MetricsAccess, OperatorAccess, ReadAccess
 from hub.core.auth import PublisherAuth
 from hub.core.cors import CorsPolicy
-from hub.core.exceptions import DamagedData, RequestError, RequestTimeout, TooManyRequests
+from hub.core.exceptions import (
+    DamagedData,
+    RequestError,
+    RequestTimeout,
+    SnapshotPending,
+    TooManyRequests,
+)
 from hub.core.forwarding import TrustedPeers
 from hub.core.health import RedisHealth
 from hub.core.own_site import OwnSite
@@ -120,7 +126,7 @@ async def _answer(
         return await _answer_and_close(request, error_response(exc.http_status, exc.message))
     except RequestError as exc:
         response = error_response(exc.http_status, exc.message, **exc.detail)
-        if isinstance(exc, TooManyRequests):
+        if isinstance(exc, TooManyRequests | SnapshotPending):
             response.headers["Retry-After"] = str(exc.retry_after)
         return response
     except DocumentError as exc:
@@ -222,9 +228,10 @@ def _lifecycle(
             runtime.store,
             runtime.pages,
             runtime.snapshots,
+            runtime.snapshot_builds,
             runtime.parser,
             ByteCache(settings.document_cache_bytes),
-            Builds(settings.built_document_cache_bytes),
+            Builds(settings.built_document_cache_bytes, runtime.document_builds),
         )
         app[web_latest_changes.LATEST] = web_latest_changes.LatestViews(
             runtime.store, runtime.parser, max_bytes=settings.built_document_cache_bytes

@@ -27,6 +27,7 @@ from aiohttp import web
 from aiohttp.web_response import ContentCoding
 
 from hub.core.rendering import CHARSET, MEDIA_TYPE, Rendered
+from hub.core.tasks import Tasks
 
 XML = MEDIA_TYPE
 #: A whole body is written in slices of this size, so one write never holds the loop long.
@@ -275,23 +276,33 @@ async def send_rendered(
     return await send_bytes(request, validators, rendered.raw, gzipped, headers=headers)
 
 
+#: Keys :class:`Builds` remembers as too big to keep (the oldest forgotten first).
+_UNKEPT_KEYS = 4096
+
+
 class Builds:
     """The newest rendering of each document, built once per version however many ask.
 
     Concurrent requests for a version that is not built yet share one build (single
-    flight); it runs as its own task, so a reader that goes away does not cancel it for the
-    others. A finished build is kept (least recently used first out, ``max_bytes`` in all)
-    until a request finds a newer version. A build that fails is not kept: every waiter
-    sees its error, and the next request tries again.
+    flight); it runs as its own task in ``tasks`` (the runtime's, so a stop ends it), and a
+    reader that goes away does not cancel it for the others. A reader may bound its wait
+    (``wait``): past it, it gets the rendering kept of an earlier version while the build
+    goes on (a document too big to keep is waited for whole). A finished build is kept
+    (least recently used first out, ``max_bytes`` in all) until a request finds a newer
+    version. A build that fails is not kept: every waiter sees its error, and the next
+    request tries again.
     """
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, tasks: Tasks) -> None:
         self.max_bytes = max_bytes
+        self.tasks = tasks
         #: How many builds ran (for tests and metrics: one per version, not per request).
         self.built = 0
         self._done: OrderedDict[str, tuple[str, Rendered]] = OrderedDict()
         self._size = 0
         self._running: dict[tuple[str, str], asyncio.Task[Rendered | None]] = {}
+        #: Documents whose last rendering was too big to keep: their readers wait for it.
+        self._unkept: OrderedDict[str, None] = OrderedDict()
 
     def clear(self) -> None:
         self._done.clear()
@@ -312,30 +323,44 @@ class Builds:
         version_of: Callable[[Rendered], str] | None = None,
         *,
         keep: bool = True,
+        wait: float | None = None,
     ) -> Rendered | None:
         """The rendering of ``key`` at ``version`` (or newer: a build reads the present).
 
         ``version_of`` says which version a finished build holds (default: ``version``);
         ``None`` from ``build`` means there is nothing to keep (the caller serves another
         way). ``keep=False``: share the build, but leave keeping it to the caller.
+        ``wait``: the longest to wait for the build; then the kept rendering of an earlier
+        version, or ``TimeoutError`` when none is kept (the build goes on either way).
         """
         found = self.cached(key, version)
         if found is not None:
             return found
         task = self._running.get((key, version))
         if task is None:
-            task = asyncio.ensure_future(
-                self._build(key, build, version_of or (lambda _: version), keep)
+            task = self.tasks.spawn(
+                f"build {key}",
+                self._build(key, build, version_of or (lambda _: version), keep),
+                on_end=lambda done: self._finished(key, version, done),
             )
             self._running[(key, version)] = task
+        if wait is None:
+            return await asyncio.shield(task)
+        await asyncio.wait([task], timeout=wait)
+        if task.done():
+            return task.result()
+        earlier = self._done.get(key)
+        if earlier is None:
+            if key in self._unkept:  # too big to keep: no later reader could be served
+                return await asyncio.shield(task)  # from a build it did not wait for
+            raise TimeoutError(f"{key} is being built")
+        self._done.move_to_end(key)
+        return earlier[1]
 
-            def finished(done: asyncio.Task[Rendered | None]) -> None:
-                self._running.pop((key, version), None)
-                if not done.cancelled():
-                    done.exception()  # retrieved here, whether or not a waiter is left
-
-            task.add_done_callback(finished)
-        return await asyncio.shield(task)
+    def _finished(self, key: str, version: str, done: asyncio.Task[Rendered | None]) -> None:
+        self._running.pop((key, version), None)
+        if not done.cancelled():
+            done.exception()  # retrieved here, whether or not a waiter is left
 
     async def _build(
         self,
@@ -355,7 +380,11 @@ class Builds:
         if old is not None:
             self._size -= old[1].nbytes
         if value.nbytes > self.max_bytes:
+            self._unkept[key] = None
+            while len(self._unkept) > _UNKEPT_KEYS:
+                self._unkept.popitem(last=False)
             return
+        self._unkept.pop(key, None)
         self._done[key] = (version, value)
         self._size += value.nbytes
         while self._size > self.max_bytes:

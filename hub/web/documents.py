@@ -20,7 +20,11 @@ stream in batches and rendered in the parse pool (:mod:`hub.live.parsing`), once
 however many ask at once (:class:`hub.web.cache.Builds`), so a 50,000-entry page never
 holds the event loop. It is only ever served whole: a page whose first event was trimmed,
 before or while it is read, is not served (404). The Resource List is built the same way,
-once per topic version.
+once per topic version; above ``resourcelist_page_entries`` it is an index over the
+pages of a snapshot kept in Redis, and a reader gets the last snapshot at once while the
+next is taken in the background (:mod:`hub.live.snapshot_builds`). No Resource List reader
+waits longer than ``resourcelist_wait_seconds`` for a build: past it, the earlier version,
+or, when there is none yet, 503 with ``Retry-After``.
 User documentation: ``docs/polling.md``.
 """
 
@@ -34,10 +38,11 @@ from aiohttp import web
 
 from hub.core import rendering
 from hub.core.events import id_ms
-from hub.core.exceptions import NotFound
+from hub.core.exceptions import NotFound, SnapshotPending
 from hub.core.rendering import Rendered
 from hub.core.topics import HubUrls, check_name
 from hub.live.parsing import DocumentParser
+from hub.live.snapshot_builds import SnapshotBuilds
 from hub.store.event_store import EventStore
 from hub.store.pages import Chain, Page, PageChain
 from hub.store.snapshots import ResourceSnapshots
@@ -63,6 +68,8 @@ class Reading:
     store: EventStore
     pages: PageChain
     snapshots: ResourceSnapshots
+    #: Paged snapshots, taken in the background while the last one is served.
+    snapshot_builds: SnapshotBuilds
     parser: DocumentParser
     doc_cache: ByteCache
     #: Whole Resource Lists, built once per version off the event loop (single flight).
@@ -318,14 +325,25 @@ async def resource_list(request: web.Request) -> web.StreamResponse:
                 inline=len(exact.fold) <= rendering.INLINE_ENTRIES,
             )
 
-        built = await request.app[READING].builds.get(
-            f"rl {u.tag} {topic}", probe.last_id or "", build, lambda r: r.last_id or ""
-        )
-        if built is not None:
+        wait = request.app[READING].snapshot_builds.wait_seconds
+        try:
+            built = await request.app[READING].builds.get(
+                f"rl {u.tag} {topic}",
+                probe.last_id or "",
+                build,
+                lambda r: r.last_id or "",
+                wait=wait,
+            )
+        except TimeoutError:
+            raise _pending(u, topic, wait) from None
+        if built is not None:  # this version, or an earlier one while this one is built
             return await send_rendered(request, validators_of(built.last_id), built)
         # it outgrew one document meanwhile: serve the index
     # Snapshots are stored, so rendered under the public base; pages are relinked per alias.
-    snap = await snapshots.current(topic, request.app[READING].urls)
+    builds = request.app[READING].snapshot_builds
+    snap = await builds.latest(topic, request.app[READING].urls)
+    if snap is None:
+        raise _pending(u, topic, builds.wait_seconds)
     parts = [
         rendering.INDEX_OPEN,
         rendering.root(
@@ -342,6 +360,14 @@ async def resource_list(request: web.Request) -> web.StreamResponse:
     parts.append(rendering.INDEX_CLOSE)
     validators = Validators(f"{u.tag}-rli-{topic}-{snap.id}", snap.completed_ms)
     return await stream(request, validators, rendering.chunked(parts))
+
+
+def _pending(u: HubUrls, topic: str, waited: float) -> SnapshotPending:
+    return SnapshotPending(
+        f"the first Resource List snapshot of topic {topic!r} is being built; "
+        f"read {u.resourcelist(topic)} again after the Retry-After seconds",
+        retry_after=max(waited, 1.0),
+    )
 
 
 async def resource_list_page(request: web.Request) -> web.StreamResponse:

@@ -1,14 +1,18 @@
-"""hub.web.cache.Builds: one build per version however many ask, kept until a newer one."""
+"""hub.web.cache.Builds: one build per version however many ask, kept until a newer one;
+a reader that bounds its wait gets the earlier version meanwhile."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import pytest
 
 from hub.core.exceptions import NotFound
 from hub.core.rendering import Rendered
+from hub.core.tasks import Tasks
 from hub.web.cache import Builds
+from tests.support import wait_for
 
 
 def doc(text: str) -> Rendered:
@@ -16,7 +20,7 @@ def doc(text: str) -> Rendered:
 
 
 async def test_concurrent_requests_share_one_build_and_a_gone_reader_does_not_cancel_it() -> None:
-    builds = Builds(1 << 20)
+    builds = Builds(1 << 20, Tasks("builds"))
     release = asyncio.Event()
     calls = 0
 
@@ -48,7 +52,7 @@ async def test_concurrent_requests_share_one_build_and_a_gone_reader_does_not_ca
 
 
 async def test_a_failed_build_fails_every_waiter_and_is_not_kept() -> None:
-    builds = Builds(1 << 20)
+    builds = Builds(1 << 20, Tasks("builds"))
     gate = asyncio.Event()
 
     async def build() -> Rendered:
@@ -69,7 +73,7 @@ async def test_a_failed_build_fails_every_waiter_and_is_not_kept() -> None:
 
 
 async def test_the_cache_is_bounded() -> None:
-    builds = Builds(10)
+    builds = Builds(10, Tasks("builds"))
 
     async def build() -> Rendered:
         return doc("12345678")  # 8 + 2 bytes
@@ -77,6 +81,59 @@ async def test_the_cache_is_bounded() -> None:
     for key in ("a", "b"):
         await builds.get(key, "v", build)
     assert builds.cached("a", "v") is None and builds.cached("b", "v") is not None
-    shared = Builds(0)
+    shared = Builds(0, Tasks("builds"))
     assert (await shared.get("a", "v", build)) is not None  # shared, never kept
     assert shared.cached("a", "v") is None
+
+
+async def test_a_bounded_wait_gets_the_earlier_version_while_the_build_goes_on() -> None:
+    tasks = Tasks("builds")
+    builds = Builds(1 << 20, tasks)
+    release = asyncio.Event()
+
+    def slow(text: str) -> Callable[[], Awaitable[Rendered]]:
+        async def build() -> Rendered:
+            await release.wait()
+            return doc(text)
+
+        return build
+
+    with pytest.raises(TimeoutError):  # nothing built before: the caller says "not yet"
+        await builds.get("k", "v1", slow("v1"), wait=0.01)
+    assert tasks.names() == ["builds/build k"]  # in the owner's group, not a bare task
+    release.set()
+    first = await builds.get("k", "v1", slow("v1"))
+    assert first is not None and first.raw == b"v1"
+    release.clear()
+    earlier = await builds.get("k", "v2", slow("v2"), wait=0.01)
+    assert earlier is first  # v2 is still being built
+    release.set()
+    assert (await builds.get("k", "v2", slow("v2"))).raw == b"v2"  # type: ignore[union-attr]
+    release.clear()
+    await builds.get("k", "v3", slow("v3"), wait=0.01)
+    await tasks.stop()  # the owner's stop ends the build still waiting
+    assert tasks.names() == []
+
+
+async def test_a_document_too_big_to_keep_is_waited_for_whole() -> None:
+    """Nothing earlier can ever be served: after one 'not yet', a reader waits for its
+    build rather than being told to come back forever."""
+    tasks = Tasks("builds")
+    builds = Builds(0, tasks)
+    gate = asyncio.Event()
+
+    async def build() -> Rendered:
+        await gate.wait()
+        return doc("big")
+
+    with pytest.raises(TimeoutError):
+        await builds.get("k", "v1", build, wait=0)
+    gate.set()
+    await wait_for(lambda: not tasks.names())
+    gate.clear()
+    reader = asyncio.create_task(builds.get("k", "v2", build, wait=0))
+    await wait_for(lambda: bool(tasks.names()))
+    assert not reader.done()  # waiting for the build, not told to come back
+    gate.set()
+    assert (await reader).raw == b"big"  # type: ignore[union-attr]
+    await tasks.stop()

@@ -295,10 +295,21 @@ def _edge_settings(rng: random.Random, topic: str) -> Settings:
 
 
 async def _listed(session: aiohttp.ClientSession, url: str) -> set[str]:
-    """The locs of a document, through an index (small page settings make one)."""
-    async with session.get(url) as resp:
-        assert resp.status == 200, url
-        doc = parse(await resp.read())
+    """The locs of a document, through an index (small page settings make one); a 503
+    (``resourcelist_wait_seconds`` at its minimum: the first build not waited for) is
+    asked again, as its ``Retry-After`` says, until the build is served."""
+    bodies: list[bytes] = []
+
+    async def served() -> bool:
+        async with session.get(url) as resp:
+            if resp.status == 503 and "Retry-After" in resp.headers:
+                return False
+            assert resp.status == 200, url
+            bodies.append(await resp.read())
+            return True
+
+    await wait_for(served, timeout=30, interval=0.05)
+    doc = parse(bodies[-1])
     if not type(doc).is_index:
         return {entry.loc for entry in doc.entries}
     locs: set[str] = set()
