@@ -14,6 +14,7 @@ answer against it.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import html
 import re
@@ -33,9 +34,9 @@ _REFS = "#/components/schemas/{model}"
 #: What every operation may answer, whatever its handler: the hub's rule for headers runs
 #: before any handler (hub.web.request_headers), Expect included (aiohttp's own answer to an
 #: unknown expectation would quote the value).
-_UNREADABLE_HEADER = error(
-    "A header the hub reads whose value is not printable ASCII, `Expect` included "
-    "(the message names the header)"
+_UNREADABLE = (
+    "a header the hub reads whose value is not printable ASCII, `Expect` included (the "
+    "message names the header)"
 )
 _UNKNOWN_EXPECTATION = error(
     "An `Expect` header asking for anything but `100-continue` (the message names `Expect`)"
@@ -98,7 +99,13 @@ def _request_body(body: RequestBody) -> Schema:
 
 def _answers(route: Route) -> dict[str, Any]:
     answers = dict(route.answers)
-    answers.setdefault("400", _UNREADABLE_HEADER)
+    own = answers.get("400")
+    if own is None:
+        answers["400"] = error(_UNREADABLE[0].upper() + _UNREADABLE[1:])
+    else:
+        answers["400"] = dataclasses.replace(
+            own, description=f"{own.description}; or {_UNREADABLE}"
+        )
     answers["417"] = _UNKNOWN_EXPECTATION
     if "503" in answers:
         answers.setdefault("500", _DAMAGED)

@@ -7,6 +7,7 @@ it asks for the operator token and sends it only as ``Authorization: Bearer``.
 
 from __future__ import annotations
 
+import asyncio
 from functools import cache
 from importlib import resources
 
@@ -52,20 +53,31 @@ async def dashboard_asset(request: web.Request) -> web.Response:
 
 class InterfaceDescription:
     """``/openapi.json`` and ``/docs``, for the hub at ``public_url`` (handlers are its
-    bound methods)."""
+    bound methods).
+
+    The document is made once, on the first request, in a thread: generating its schemas
+    from the models takes pydantic about 0.1 s, which the event loop's other clients would
+    otherwise wait for."""
 
     def __init__(self, public_url: str) -> None:
         self.public_url = public_url
+        self._made: tuple[bytes, str] | None = None
 
-    def _spec(self) -> dict[str, object]:
-        return openapi.spec(self.public_url + "/")
+    def _make(self) -> tuple[bytes, str]:
+        document = openapi.spec(self.public_url + "/")
+        return orjson.dumps(document), openapi.render_html(document)
+
+    async def _document(self) -> tuple[bytes, str]:
+        if self._made is None:  # two first requests at once make it twice: both the same
+            self._made = await asyncio.to_thread(self._make)
+        return self._made
 
     async def openapi_json(self, request: web.Request) -> web.Response:
-        return web.Response(body=orjson.dumps(self._spec()), content_type="application/json")
+        body, _ = await self._document()
+        return web.Response(body=body, content_type="application/json")
 
     async def docs_page(self, request: web.Request) -> web.Response:
+        _, page = await self._document()
         return web.Response(
-            text=openapi.render_html(self._spec()),
-            content_type="text/html",
-            headers={"Content-Security-Policy": _CSP},
+            text=page, content_type="text/html", headers={"Content-Security-Policy": _CSP}
         )

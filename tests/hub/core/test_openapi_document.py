@@ -89,6 +89,7 @@ def test_every_operation_documents_the_shared_refusals() -> None:
             schema = answers[status]["content"][JSON]["schema"]
             assert schema == {"$ref": "#/components/schemas/ErrorBody"}, (method, path)
         assert "Expect" in answers["417"]["description"]
+        assert "printable ASCII" in answers["400"]["description"], (method, path)
         if "503" in answers:
             assert "damaged" in answers["500"]["description"], (method, path)
         assert list(answers) == sorted(answers), (method, path)
