@@ -20,6 +20,15 @@ from resourcesync import Entry, format_datetime, parse_datetime
 __all__ = ["RSHUB_LASTMOD", "ChangeEvent", "Gap", "event_order", "published_lastmod"]
 
 _CHANGES = frozenset({"created", "updated", "deleted"})
+#: The ``change`` of a hub event that announces a package of a Change Dump (a
+#: ``changedump-notification``): no change of one resource, which a mirror goes past.
+CHANGEDUMP = "changedump"
+
+
+def is_package(item: Any) -> bool:
+    """Whether a pushed JSON event is a Change Dump package, not a change."""
+    return isinstance(item, dict) and item.get("change") == CHANGEDUMP
+
 
 #: The publisher's ``lastmod`` on the hub's Change Lists and Resource Lists, whose own
 #: ``<lastmod>`` is the hub's receipt time: an extension attribute of ``rs:md``.

@@ -7,7 +7,10 @@ id; resumed with ``Last-Event-ID``.
 :class:`HubStream` yields batches of :class:`ChangeEvent` and remembers the last event id.
 When the hub closes the WebSocket because the client is too slow (1008 policy violation,
 1013 try again later) or because the hub process is shutting down (1001 going away, SSE
-``event: shutdown``), it reconnects at once from that id; after a shutdown, to the next of
+``event: shutdown``), it reconnects from that id: at once, or after the wait the hub's
+message asks for (``retry after S s``, :func:`rsclient.backoff.parse_retry_hint`; the hub
+spreads the clients one publish storm drops over a window, so that they do not all come
+back, and lag again, together), at most ``max_backoff``; after a shutdown, to the next of
 ``other_hubs`` if given (the same URL reaches another worker of ``rshub serve --workers``).
 Any other loss (4401: a signed token expired; 1011; the connection cut) raises
 :class:`StreamClosed` or :class:`PushUnavailable` unless ``persistent=True``, in which
@@ -45,11 +48,11 @@ import websockets.client
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from rsclient.backoff import Backoff, Retrier
+from rsclient.backoff import Backoff, Retrier, parse_retry_hint
 from rsclient.exceptions import EventStreamError
 from rsclient.sse import EventParser, event_batches
 
-from .events import ChangeEvent
+from .events import ChangeEvent, is_package
 from .exceptions import HubRefused, MalformedEvent, PushUnavailable, StreamClosed
 from .filters import ChangeFilter
 from .refusal import error_message, error_text, refusal
@@ -74,6 +77,8 @@ MAX_MESSAGE_BYTES = 4 * 2**20
 def _events(data: str | bytes, topic: str) -> list[ChangeEvent]:
     """The changes of one message (a JSON event, or an array of them).
 
+    Packages of Change Dumps (``change`` ``changedump``) are gone past.
+
     Raises :class:`MalformedEvent` (a :class:`PushUnavailable`) for anything else: the
     follower then leaves push for the hub's Change Lists, which lose nothing, where a
     message skipped would lose its changes and one raised as it came ended the command.
@@ -81,7 +86,8 @@ def _events(data: str | bytes, topic: str) -> list[ChangeEvent]:
     try:
         payload = orjson.loads(data)
         items = payload if isinstance(payload, list) else [payload]
-        events = [ChangeEvent.from_json(item) for item in items]
+        # A Change Dump's package (a changedump-notification) changes no one resource.
+        events = [ChangeEvent.from_json(item) for item in items if not is_package(item)]
     except ValueError as exc:  # orjson.JSONDecodeError is one
         raise MalformedEvent(f"not a change event ({exc}): {data[:200]!r}") from None
     return [e if e.topic is not None else replace(e, topic=topic) for e in events]
@@ -140,7 +146,12 @@ class HubStream:
                 if exc.code == GOING_AWAY:
                     self._next_hub()
                 if exc.code in RESUMABLE_CLOSE_CODES:
-                    log.info("%s; resuming after %s from %s", exc, self.last_id, self.hub)
+                    wait = parse_retry_hint(exc.reason, cap=self.max_backoff) or 0.0
+                    log.info(
+                        "%s; resuming after %s from %s in %.2fs", exc, self.last_id, self.hub, wait
+                    )
+                    if wait:
+                        await asyncio.sleep(wait)  # when the hub asked: the wait is the point
                     continue
                 if not self.persistent:
                     raise
