@@ -24,11 +24,15 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
 
+from resourcesync.package_writer import PACKAGE_TYPE
+
 from .documents import FILES_PREFIX, Site
+from .dumps import Dumps, DumpUnavailable
 from .exceptions import NotAResource
 from .runtime import SourceRuntime
 from .tree import key_from_url_path, media_type, open_resource
@@ -154,8 +158,8 @@ async def _description(request: web.Request) -> web.StreamResponse:
 
 
 async def _capability_list(request: web.Request) -> web.StreamResponse:
-    site = request.app[SOURCE].site
-    return _answer(request, _built(site.capability_list()))
+    runtime = request.app[SOURCE]
+    return _answer(request, _built(runtime.site.capability_list(dumps=runtime.dumps is not None)))
 
 
 async def _resource_list(request: web.Request) -> web.StreamResponse:
@@ -181,6 +185,57 @@ async def _change_list_page(request: web.Request) -> web.StreamResponse:
 async def _latest_changes(request: web.Request) -> web.StreamResponse:
     await _ready(request)
     return _answer(request, await request.app[_DOCUMENTS].latest_changes())
+
+
+def _dumps(runtime: SourceRuntime) -> Dumps:
+    if runtime.dumps is None:
+        raise web.HTTPNotFound(text="this Source serves no dumps\n")
+    return runtime.dumps
+
+
+async def _resource_dump(request: web.Request) -> web.StreamResponse:
+    dumps = _dumps(await _ready(request))
+    try:
+        body = await dumps.resource_dump()
+    except DumpUnavailable as exc:
+        raise web.HTTPServiceUnavailable(text=f"{exc}\n", headers={"Retry-After": "5"}) from None
+    return _answer(request, _built(body))
+
+
+async def _change_dump(request: web.Request) -> web.StreamResponse:
+    dumps = _dumps(await _ready(request))
+    return _answer(request, _built(dumps.change_dump_document()))
+
+
+async def _dump_file(request: web.Request, path: Path | None, kind: str) -> web.StreamResponse:
+    if path is None:
+        raise web.HTTPNotFound(text="no such package\n")
+    try:
+        fd = await asyncio.to_thread(os.open, path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        raise web.HTTPNotFound(text="no such package\n") from None
+    response = _OpenFileResponse(fd, kind)
+    await response.prepare(request)
+    return response
+
+
+def _dump_part(request: web.Request) -> tuple[int, bool]:
+    return int(request.match_info["n"]), request.match_info["kind"] == ".manifest.xml"
+
+
+async def _resource_dump_file(request: web.Request) -> web.StreamResponse:
+    dumps = _dumps(await _ready(request))
+    n, manifest = _dump_part(request)
+    path = dumps.resourcedump_file(int(request.match_info["build"]), n, manifest)
+    return await _dump_file(request, path, _XML if manifest else PACKAGE_TYPE)
+
+
+async def _change_dump_file(request: web.Request) -> web.StreamResponse:
+    dumps = _dumps(await _ready(request))
+    n, manifest = _dump_part(request)
+    return await _dump_file(
+        request, dumps.changedump_file(n, manifest), _XML if manifest else PACKAGE_TYPE
+    )
 
 
 async def _file(request: web.Request) -> web.StreamResponse:
@@ -232,5 +287,10 @@ def create_app(runtime: SourceRuntime) -> web.Application:
     app.router.add_get("/changelist.xml", _change_list_index)
     app.router.add_get(f"/changelist/{_PAGE}", _change_list_page)
     app.router.add_get("/changes.xml", _latest_changes)
+    part = r"{n:[0-9]{8}}{kind:\.zip|\.manifest\.xml}"
+    app.router.add_get("/resourcedump.xml", _resource_dump)
+    app.router.add_get(r"/resourcedump/{build:[0-9]{1,18}}/" + part, _resource_dump_file)
+    app.router.add_get("/changedump.xml", _change_dump)
+    app.router.add_get("/changedump/" + part, _change_dump_file)
     app.router.add_get(FILES_PREFIX + "{key:.+}", _file)
     return app

@@ -16,7 +16,7 @@ from typing import Any
 
 from rsclient import interrupt
 from rsclient.hub_token import HubToken, TokenMask
-from rsclient.options import add_client_options, count, env_default
+from rsclient.options import add_client_options, count, env_default, non_negative
 
 from .exceptions import SourceError, UsageError
 
@@ -84,6 +84,29 @@ def add_parsers(subparsers: Any) -> None:
         default=1000,
         help="changes in one Change List page (default %(default)s)",
     )
+    parser.add_argument(
+        "--dumps",
+        action="store_true",
+        help="serve a Resource Dump and Change Dumps (ZIP packages with manifests), and "
+        "announce each Change Dump package to the hub",
+    )
+    parser.add_argument(
+        "--dump-dir",
+        help="where the dumps' packages are written (default DIR/.rshub/dumps)",
+    )
+    parser.add_argument(
+        "--dump-package-bytes",
+        type=count,
+        default=64 * 1024 * 1024,
+        help="bytes of bitstreams in one Resource Dump package (default %(default)s)",
+    )
+    parser.add_argument(
+        "--resourcedump-seconds",
+        type=non_negative,
+        default=60.0,
+        help="a Resource Dump is written again, once files changed, when it is older than "
+        "this (default %(default)s)",
+    )
     parser.add_argument("--log-level", default="INFO")
     parser.set_defaults(run=run_source)
 
@@ -133,6 +156,7 @@ async def _serve(args: argparse.Namespace) -> None:
 
     from .app import create_app
     from .documents import Site
+    from .dumps import Dumps
     from .pusher import Pusher
     from .runtime import SourceRuntime, resolved_directory
 
@@ -165,7 +189,18 @@ async def _serve(args: argparse.Namespace) -> None:
             )
             await publisher.start()
             pusher = Pusher(runtime.inventory, site, publisher, runtime.save)
-        await runtime.start(pusher)
+        dumps = None
+        if args.dumps:
+            dumps = Dumps(
+                root,
+                site,
+                runtime.inventory,
+                args.dump_dir or os.path.join(root, ".rshub", "dumps"),
+                max_bytes=args.dump_package_bytes,
+                min_age=args.resourcedump_seconds,
+                publisher=publisher,
+            )
+        await runtime.start(pusher, dumps)
         pushing = f"; pushing to {site.topic_url}" if site.topic_url else ""
         print(
             f"rshub source: serving {len(runtime.inventory.files)} resources of {root} at "

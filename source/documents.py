@@ -123,13 +123,23 @@ class Site:
         )
         return serialize(SourceDescription(entries=(entry,)))
 
-    def capability_list(self, extra: Sequence[Entry] = ()) -> bytes:
-        """The Capability List; ``extra``: more capabilities (the dumps, when served)."""
+    def capability_list(self, *, dumps: bool = False) -> bytes:
+        """The Capability List; with ``dumps``, the Resource Dump and Change Dump too."""
         entries = [
             Entry(loc=self.resourcelist_url, md=Metadata(capability=Capability.RESOURCELIST)),
             Entry(loc=self.changelist_url, md=Metadata(capability=Capability.CHANGELIST)),
-            *extra,
         ]
+        if dumps:
+            entries += [
+                Entry(
+                    loc=f"{self.base_url}/resourcedump.xml",
+                    md=Metadata(capability=Capability.RESOURCEDUMP),
+                ),
+                Entry(
+                    loc=f"{self.base_url}/changedump.xml",
+                    md=Metadata(capability=Capability.CHANGEDUMP),
+                ),
+            ]
         topic, hub = self.topic_url, self.hub
         if topic is not None and hub is not None:
             entries.append(

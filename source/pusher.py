@@ -44,26 +44,17 @@ class Pusher:
         self.save = save
         self.batch = batch
         self._wake = asyncio.Event()
-        self._idle = asyncio.Event()
-        self._idle.set()
 
     def wake(self) -> None:
         """New changes were recorded."""
-        self._idle.clear()
         self._wake.set()
-
-    @property
-    def caught_up(self) -> bool:
-        inventory = self.inventory
-        return inventory.pending is None and inventory.pushed == len(inventory.history)
 
     async def run(self) -> None:
         """Push until cancelled."""
         while True:
+            self._wake.clear()  # before the look: changes recorded during it wake the next
             await self.push_all()
-            self._idle.set()
             await self._wake.wait()
-            self._wake.clear()
 
     async def push_all(self) -> None:
         """Push every change recorded so far."""

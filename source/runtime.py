@@ -25,6 +25,7 @@ import watchfiles
 from rsclient.statefile import StateFile
 
 from .documents import Site
+from .dumps import Dumps
 from .exceptions import UsageError
 from .inventory import ChangeRecord, Inventory
 from .pusher import Pusher
@@ -66,11 +67,13 @@ class SourceRuntime:
         self.state = state
         self.inventory = Inventory.load(state, root, site.base_url)
         self.pusher: Pusher | None = None
+        self.dumps: Dumps | None = None
         self.debounce_ms = debounce_ms
         self.step_ms = step_ms
         self._refreshing = asyncio.Lock()
         self._saving = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
+        self._sealing: set[asyncio.Task[None]] = set()
         #: Set once the first scan is recorded (the documents are complete from then on).
         self.ready = asyncio.Event()
         #: Moves after each refresh (tests and the pusher wait on it).
@@ -79,9 +82,13 @@ class SourceRuntime:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    async def start(self, pusher: Pusher | None = None) -> None:
-        """Watch, scan, record the differences, and push (when ``pusher`` is given)."""
+    async def start(self, pusher: Pusher | None = None, dumps: Dumps | None = None) -> None:
+        """Watch, scan, record the differences, and push (when ``pusher`` is given); seal
+        and announce Change Dump packages (when ``dumps`` is given)."""
         self.pusher = pusher
+        self.dumps = dumps
+        if dumps is not None:
+            await asyncio.to_thread(dumps.load_sealed)
         watching = asyncio.create_task(self._watch(), name="rshub-source:watch")
         self._tasks.append(watching)
         # The watcher's first step registers the directory's watches synchronously (in
@@ -91,6 +98,9 @@ class SourceRuntime:
         self.ready.set()
         if pusher is not None:
             self._tasks.append(asyncio.create_task(pusher.run(), name="rshub-source:push"))
+        if dumps is not None:
+            self._seal_soon()
+            self._tasks.append(asyncio.create_task(dumps.notify(), name="rshub-source:dumps"))
         log.info(
             "%d resources in %s, %d changes recorded, %d pushed",
             len(self.inventory.files),
@@ -101,9 +111,9 @@ class SourceRuntime:
 
     async def close(self) -> None:
         """Stop watching and pushing; save the state (if the Source ever started)."""
-        for task in self._tasks:
+        for task in [*self._tasks, *self._sealing]:
             task.cancel()
-        for task in self._tasks:
+        for task in [*self._tasks, *self._sealing]:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
@@ -142,10 +152,30 @@ class SourceRuntime:
                 log.info("recorded %d changes", len(changes))
                 if self.pusher is not None:
                     self.pusher.wake()
+                if self.dumps is not None:
+                    self._seal_soon()
         async with self.refreshed:
             self.refreshes += 1
             self.refreshed.notify_all()
         return changes
+
+    def _seal_soon(self) -> None:
+        """Seal the Change Dump packages of the pages that closed, in a task of its own
+        (one at a time: :meth:`Dumps.seal_closed_pages` holds a lock)."""
+        dumps = self.dumps
+        if dumps is None:
+            return
+        if len(self.inventory.history) // self.site.changelist_entries <= len(dumps.sealed):
+            return
+        task = asyncio.create_task(dumps.seal_closed_pages(), name="rshub-source:seal")
+        self._sealing.add(task)
+        task.add_done_callback(self._sealed)
+
+    def _sealed(self, task: asyncio.Task[None]) -> None:
+        self._sealing.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # Serving and pushing go on; the next refresh tries the packages again.
+            log.error("sealing Change Dump packages failed: %r", task.exception())
 
     async def save(self) -> None:
         """Write the state file (off the loop), newest state last."""

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -17,6 +18,7 @@ from publisher.client import Publisher
 from rsclient.statefile import StateFile
 from source.app import create_app
 from source.documents import Site
+from source.dumps import Dumps
 from source.pusher import Pusher
 from source.runtime import SourceRuntime, resolved_directory
 from tests.commands import Command
@@ -61,7 +63,10 @@ async def in_process_source(
     port: int | None = None,
     resourcelist_entries: int = 50_000,
     changelist_entries: int = 1000,
+    dumps: dict[str, Any] | None = None,
 ) -> AsyncIterator[InProcessSource]:
+    """``dumps``: serve dumps, written under ``dumps["directory"]`` (the other keys are
+    :class:`source.dumps.Dumps`'s)."""
     port = port or free_port()
     site = Site(
         f"http://127.0.0.1:{port}",
@@ -81,7 +86,18 @@ async def in_process_source(
             publisher = Publisher(hub, topic, up=site.capabilitylist_url)
             await publisher.start()
             pusher = Pusher(runtime.inventory, site, publisher, runtime.save)
-        await runtime.start(pusher)
+        dumper = None
+        if dumps is not None:
+            options = dict(dumps)
+            dumper = Dumps(
+                runtime.root,
+                site,
+                runtime.inventory,
+                str(options.pop("directory")),
+                publisher=publisher,
+                **options,
+            )
+        await runtime.start(pusher, dumper)
         yield InProcessSource(site, runtime, port)
     finally:
         await runtime.close()
