@@ -136,10 +136,19 @@ class EventStore:
         self.retention = retention or Retention()
         self.damage = DamageLog(log)
         self.idempotency_seconds = idempotency_seconds
-        #: ``wait_replicas``: a publish is answered once that many replicas have it
-        #: (:mod:`hub.store.replicas`).
-        wait = ReplicaWait(wait_replicas, max(1, round(wait_seconds * 1000)))
-        self.scripts = ScriptPipe(redis, wait=wait if wait_replicas else None)
+        #: Every script but a publish's: leases, heartbeats, delivery cursors, reads. Never
+        #: followed by a ``WAIT``: what they write is confirmed by the primary alone.
+        self.scripts = ScriptPipe(redis)
+        #: The publishes' pipe: with ``wait_replicas``, one of its own, whose batches are
+        #: answered once that many replicas have them (:mod:`hub.store.replicas`). Its own
+        #: connections, because a ``WAIT`` holds up everything behind it on a connection
+        #: (up to ``wait_seconds``, each batch, while a failover has left the primary no
+        #: replica): on a shared one, heartbeats and cursor writes would queue behind it, the
+        #: node's leases lapse, and WebSub deliveries stop with the publishes.
+        self.publishes = self.scripts
+        if wait_replicas:
+            wait = ReplicaWait(wait_replicas, max(1, round(wait_seconds * 1000)))
+            self.publishes = ScriptPipe(redis, wait=wait)
         self._known_topics: set[str] = set()
         #: Each topic's six append keys, built once (a bounded cache: cleared when full).
         self._append_keys: dict[str, tuple[str, ...]] = {}
@@ -169,8 +178,9 @@ class EventStore:
                 self._version_damaged(version)
             self._known_topics.add(topic)
         script_keys, args = self._append_call(topic, packed, digest, idempotency_key, node)
+        through = self.publishes if packed.changes else self.scripts
         try:
-            reply = await self.scripts.run(
+            reply = await through.run(
                 scripts.APPEND, script_keys, args, replicated=bool(packed.changes)
             )
         except BaseException:
@@ -193,7 +203,8 @@ class EventStore:
         if packed.changes and topic not in self._known_topics:
             return None
         script_keys, args = self._append_call(topic, packed, digest, idempotency_key, node)
-        pending = self.scripts.call_script(
+        through = self.publishes if packed.changes else self.scripts
+        pending = through.call_script(
             scripts.APPEND, script_keys, args, replicated=bool(packed.changes)
         )
         uncertain = self._uncertain
@@ -279,6 +290,8 @@ class EventStore:
         )
 
     async def close(self) -> None:
+        if self.publishes is not self.scripts:
+            await self.publishes.close()
         await self.scripts.close()
 
     async def trim(self, topic: str) -> None:

@@ -24,6 +24,20 @@ heartbeat therefore cannot move a cursor (let alone backwards) once another took
 it checks which leases are still its own before it delivers again (:mod:`hub.live.ownership`).
 All of a topic's ownership keys share the topic's hash slot, so this holds on a Redis
 Cluster.
+
+Heartbeats, claims, renewals and delivery cursors are confirmed by the primary alone: they
+never wait for replicas, whatever ``RSHUB_REDIS_WAIT_REPLICAS`` says (that is for
+publishes: :mod:`hub.store.replicas`), and they go through a script pipe whose connections
+carry no ``WAIT`` (:class:`hub.store.event_store.EventStore` keeps the publishes' apart).
+Waiting would stall delivery whenever a failover left a primary without replicas: a
+heartbeat held up past its lease lets the peers take the leases over. Not waiting is safe
+because WebSub delivery is at least once: what a failover can lose here is a write the
+promoted replica had not yet read, and each such loss costs at most a batch delivered
+twice, never a change skipped. A lost cursor write leaves the cursor where it was, so the
+batch is sent again; a lost heartbeat lets a lease lapse sooner, and its holder then checks
+which leases are still its own before it delivers again; a lost claim leaves the lease with
+its previous holder, and the claimer's writes, fenced by a token the entry does not carry,
+are refused: its worker stops after at most the batch it had in flight.
 """
 
 from __future__ import annotations

@@ -10,6 +10,11 @@ not survive a failover; retried with the same Idempotency-Key, the publish is re
 stored twice) and waited for again. ``WAIT`` does not make Redis consistent: a promoted
 replica that had not acknowledged may still win an election. It narrows the loss to
 publishes that were not answered 202 (docs/scaling.md, "Waiting for replicas").
+
+Only publishes wait: their appends go through a script pipe of their own
+(:class:`hub.store.event_store.EventStore`), since a ``WAIT`` holds up every reply behind it
+on its connection. Leases, heartbeats and delivery cursors are confirmed by the primary
+alone (:mod:`hub.store.leases` says why that is safe).
 """
 
 from __future__ import annotations

@@ -19,7 +19,12 @@ Failover: behind Sentinel a new connection goes to the master Sentinel names at 
 and one answered ``READONLY`` (its server was demoted) is dropped; on a Cluster a connection
 failure makes the next batch re-read the slot map (redis-py's own commands do the same).
 A call made with ``replicated=True`` is followed, on the same connection, by the
-:class:`hub.store.replicas.ReplicaWait` ``WAIT`` (one per batch and connection).
+:class:`hub.store.replicas.ReplicaWait` ``WAIT`` (one per batch and connection). A ``WAIT``
+holds up every reply behind it until it is answered, so a pipe with one carries nothing
+that must not wait (:class:`hub.store.event_store.EventStore` keeps two).
+
+On a Cluster a batch is split by primary, and a primary that fails (killed, say) fails only
+its own share: the others' calls ran, and are answered with their replies.
 """
 
 from __future__ import annotations
@@ -483,9 +488,14 @@ class ScriptPipe:
 
         return [*batch, wait.command()], read
 
-    async def _send(self, batch: list[tuple[Any, ...]], flags: list[bool]) -> list[Any]:
+    async def _send(
+        self,
+        batch: list[tuple[Any, ...]],
+        flags: list[bool],
+        answered: Callable[[list[int], list[Any]], None] | None = None,
+    ) -> list[Any]:
         if self._cluster and self._raw:
-            return await self._send_by_slot(cast(RedisCluster, self.redis), batch, flags)
+            return await self._send_by_slot(cast(RedisCluster, self.redis), batch, flags, answered)
         commands, read = self._waited(batch, flags)
         if not self._raw:
             async with self.redis.pipeline(transaction=False) as pipe:
@@ -512,20 +522,57 @@ class ScriptPipe:
         return read(replies)
 
     async def _send_by_slot(
-        self, cluster: RedisCluster, batch: list[tuple[Any, ...]], flags: list[bool]
+        self,
+        cluster: RedisCluster,
+        batch: list[tuple[Any, ...]],
+        flags: list[bool],
+        answered: Callable[[list[int], list[Any]], None] | None = None,
     ) -> list[Any]:
+        """The batch's replies, each call sent to the primary of its first key's slot.
+        ``answered`` is called with each primary's share (indexes and their replies) as
+        soon as that share is answered: a share that waits (a ``WAIT`` on a primary that a
+        failover left without replicas) holds up no other primary's callers."""
         if self._reread_slots:  # a node failed: its slots may have a new primary
             self._reread_slots = False
             await cluster.nodes_manager.initialize()
+        results: list[Any] = [None] * len(batch)
         groups: dict[tuple[str, int], list[int]] = {}
         for i, args in enumerate(batch):
-            node = cluster.get_node_from_key(args[3] if int(args[2]) else "")
+            try:
+                node = cluster.get_node_from_key(args[3] if int(args[2]) else "")
+            except Exception as exc:  # a slot without a primary (mid-failover): not sent
+                node, results[i] = None, _as_store_error(exc)
             if node is None:
-                raise RedisConnectionError("no Redis Cluster node serves that hash slot")
+                if results[i] is None:
+                    results[i] = RedisConnectionError("no Redis Cluster node serves that hash slot")
+                self._reread_slots = True
+                continue
             groups.setdefault((str(node.host), int(node.port)), []).append(i)
-        results: list[Any] = [None] * len(batch)
 
         async def run(address: tuple[str, int], indexes: list[int]) -> None:
+            """One primary's share of the batch. Its failure is its calls' alone: the
+            other primaries ran theirs (a publish there was stored and must be answered
+            so, not with this node's error)."""
+            try:
+                await exchange(address, indexes)
+            except Exception as exc:
+                failed = _as_store_error(exc)
+                for i in indexes:
+                    results[i] = failed
+            for i in indexes:
+                reply = results[i]
+                if isinstance(reply, ResponseError) and str(reply).startswith(("MOVED", "ASK")):
+                    try:
+                        results[i] = await cluster.execute_command(*batch[i])
+                    except Exception as exc:  # handed to the caller like any reply error
+                        results[i] = exc
+                    else:
+                        if flags[i] and self.wait is not None:  # WAIT went to the old owner
+                            results[i] = self.wait.shortfall(None)
+            if answered is not None:
+                answered(indexes, [results[i] for i in indexes])
+
+        async def exchange(address: tuple[str, int], indexes: list[int]) -> None:
             commands, read = self._waited([batch[i] for i in indexes], [flags[i] for i in indexes])
             try:
                 link = self._node_links.get(address)
@@ -555,24 +602,23 @@ class ScriptPipe:
                 results[i] = reply
 
         await asyncio.gather(*(run(a, idx) for a, idx in groups.items()))
-        for i, reply in enumerate(results):
-            if isinstance(reply, ResponseError) and str(reply).startswith(("MOVED", "ASK")):
-                try:
-                    results[i] = await cluster.execute_command(*batch[i])
-                except Exception as exc:  # handed to the caller like any reply error
-                    results[i] = exc
-                else:
-                    if flags[i] and self.wait is not None:  # WAIT went to the old owner
-                        results[i] = self.wait.shortfall(None)
         return results
 
     async def _flush(self) -> None:
         try:
             while self._pending:
                 batch, self._pending = self._pending, []
+
+                def answered(
+                    indexes: list[int],
+                    replies: list[Any],
+                    batch: list[tuple[tuple[Any, ...], asyncio.Future[Any], bool]] = batch,
+                ) -> None:
+                    _hand_out([batch[i] for i in indexes], replies)
+
                 try:
                     results = await self._send(
-                        [args for args, _, _ in batch], [flag for _, _, flag in batch]
+                        [args for args, _, _ in batch], [flag for _, _, flag in batch], answered
                     )
                 except Exception as exc:  # handed to every waiting caller
                     results = [_as_store_error(exc)] * len(batch)
