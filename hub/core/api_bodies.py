@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, NotRequired
 
-from pydantic import BaseModel, ConfigDict, Field, with_config
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, with_config
 from pydantic.json_schema import SkipJsonSchema
 from typing_extensions import TypedDict
 
+from hub.core.exceptions import DamagedData
 from hub.core.overview import Overview
 from hub.core.presence import TopicPresence
 
@@ -80,6 +81,18 @@ _ABSENT: Any = Field(None, json_schema_extra=_no_default)
 def dump(body: BaseModel) -> dict[str, Any]:
     """``body`` as the JSON object the hub sends: every field set, none it left unset."""
     return body.model_dump(mode="json", exclude_unset=True)
+
+
+def answer_damage(exc: ValidationError) -> DamagedData:
+    """An answer's model refusing what it was built from: the handlers build answers from
+    typed values and from what Redis holds, so the value the hub did not write is in Redis
+    (a fractional lease, a count as text). Named by the answer and its first bad field;
+    the value itself is not shown (it may be anything)."""
+    errors = exc.errors(include_url=False)
+    first = errors[0] if errors else None
+    where = ".".join(str(part) for part in first["loc"]) if first else "?"
+    reason = first["msg"] if first else "invalid"
+    return DamagedData(f"a stored value does not fit {exc.title}'s field {where!r}: {reason}")
 
 
 # -- errors and publishing ------------------------------------------------------------------

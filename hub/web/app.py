@@ -17,9 +17,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
+from pydantic import ValidationError
 
 from hub.core import collector
 from hub.core.access import MetricsAccess, OperatorAccess, ReadAccess
+from hub.core.api_bodies import answer_damage
 from hub.core.auth import PublisherAuth
 from hub.core.cors import CorsPolicy
 from hub.core.exceptions import (
@@ -138,6 +140,11 @@ async def _answer(
         return error_response(getattr(exc, "http_status", 400), str(exc), **detail)
     except DamagedData as exc:
         return damaged_data(exc, request.method, request.path)
+    except ValidationError as exc:
+        # Answers are built from their models (hub.core.api_bodies) out of what Redis holds:
+        # a value the hub never writes there (a fractional lease, a count as text) fails
+        # the model, which is damaged data, not a fault of the hub's to log as a traceback.
+        return damaged_data(answer_damage(exc), request.method, request.path)
     except (NotReplicated, StoreError) as exc:
         return storage_failure(exc, health, request.method, request.path)
     except ConnectionError as exc:

@@ -68,6 +68,15 @@ DAMAGES: dict[str, Damage] = {
         '{"topic": "t", "topic_url": "u", "callback": "c", "lease_seconds": "x",'
         ' "expires_at": null}',
     ),
+    # Each field of the right JSON type, but not what the hub writes (a fractional lease,
+    # a count as text): it reads as a record, and only the answers' models refuse it.
+    "subscription record of unwritten values": lambda r, t: r.hset(
+        keys.subscriptions(t),
+        "http://127.0.0.1:9/cb",
+        '{"topic": "bad", "topic_url": "u", "callback": "http://127.0.0.1:9/cb",'
+        ' "lease_seconds": 1.5, "expires_at": 4102444800, "failures": "many",'
+        ' "state": "active"}',
+    ),
     "stream entry without the change": lambda r, t: r.xadd(keys.events(t), {"x": "1"}),
     "stream entry not JSON": lambda r, t: r.xadd(keys.events(t), {"e": b"\xff{not json"}),
     "stream entry without loc": lambda r, t: r.xadd(keys.events(t), {"e": '{"lastmod": 5}'}),
@@ -203,6 +212,8 @@ async def test_one_damaged_topic_leaves_the_hub_serving(
                     for path in ("changelist.xml", "resourcelist.xml")
                 ],
                 (await _get(hub, "/admin/topics/bad"))[0],
+                (await _get(hub, "/topics/bad/subscriptions"))[0],
+                (await _get(hub, "/admin/subscriptions?topic=bad"))[0],
             ]
             for page in await _pages(hub, "bad"):
                 answers.append((await _get(hub, page))[0])
