@@ -16,13 +16,21 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC
 from email.utils import parsedate_to_datetime
 
-__all__ = ["EQUAL_JITTER", "Backoff", "Retrier", "parse_retry_after"]
+__all__ = [
+    "EQUAL_JITTER",
+    "Backoff",
+    "Retrier",
+    "parse_retry_after",
+    "parse_retry_hint",
+    "retry_hint",
+]
 
 #: Jitter that draws each delay from the upper half of its ceiling ("equal jitter"): spread
 #: enough that clients cut off by one outage do not come back in lock-step, never shorter
@@ -33,6 +41,10 @@ MAX_RETRY_AFTER = 86400.0
 #: Digits of a delta-seconds value beyond which it is "very long" (``int()`` of thousands
 #: of digits is slow, and raises past 4300).
 _MAX_DIGITS = 12
+#: How a hub's message (a WebSocket close reason, an SSE ``data:`` line) asks its client to
+#: wait before it reconnects: written by the hub (:func:`retry_hint`), read by the clients
+#: (:func:`parse_retry_hint`), one format for both.
+_RETRY_HINT = re.compile(r"(?:^|; )retry after (\d{1,6}(?:\.\d{1,3})?) s(?:;|$)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +116,19 @@ def parse_retry_after(
         return None
     seconds = at - (time.time() if now is None else now)
     return min(max(seconds, 0.0), cap)
+
+
+def retry_hint(seconds: float) -> str:
+    """The words that ask a client to wait ``seconds`` before it reconnects (centiseconds:
+    a client's own clock is no finer)."""
+    return f"retry after {max(seconds, 0.0):.2f} s"
+
+
+def parse_retry_hint(message: str | None, *, cap: float = MAX_RETRY_AFTER) -> float | None:
+    """Seconds a hub's message asks to wait (:func:`retry_hint`, one of its ``;``-separated
+    parts), at most ``cap``; ``None`` when it asks nothing. Never raises."""
+    match = _RETRY_HINT.search(message or "")
+    return None if match is None else min(float(match.group(1)), cap)
 
 
 class Retrier:

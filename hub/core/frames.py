@@ -23,3 +23,16 @@ def text_frame(payload: bytes) -> bytes:
     else:
         header = struct.pack("!BBQ", _FIN_TEXT, 127, size)
     return header + payload
+
+
+#: The most a close frame's reason may hold (RFC 6455 §5.5: a control frame's payload is at
+#: most 125 bytes, two of them the code).
+CLOSE_REASON_BYTES = 123
+
+
+def close_frame(code: int, reason: str) -> bytes:
+    """A server's close frame: ``code`` and ``reason`` (UTF-8, cut to
+    :data:`CLOSE_REASON_BYTES` on a character boundary)."""
+    text = reason.encode()[:CLOSE_REASON_BYTES].decode(errors="ignore").encode()
+    payload = struct.pack("!H", code) + text
+    return bytes((0x88, len(payload))) + payload

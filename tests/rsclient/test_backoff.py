@@ -12,7 +12,14 @@ from email.utils import formatdate
 
 import pytest
 
-from rsclient.backoff import MAX_RETRY_AFTER, Backoff, Retrier, parse_retry_after
+from rsclient.backoff import (
+    MAX_RETRY_AFTER,
+    Backoff,
+    Retrier,
+    parse_retry_after,
+    parse_retry_hint,
+    retry_hint,
+)
 
 NOW = 1_785_000_000.0  # a fixed "now" for the HTTP-date cases
 
@@ -330,3 +337,36 @@ async def test_a_seeded_loop_is_reproducible() -> None:
         return waits.seconds
 
     assert await run(5) == await run(5) != await run(6)
+
+
+@pytest.mark.parametrize(
+    ("message", "seconds"),
+    [
+        ("too slow; resume with since=5-0; retry after 4.25 s", 4.25),
+        ("retry after 3 s", 3.0),
+        ("retry after 0.00 s; resume with since=5-0", 0.0),
+        ("too slow; resume with since=5-0", None),
+        ("", None),
+        (None, None),
+        ("retry after -1 s", None),
+        ("retry after 1e9 s", None),
+        ("retry after 4.25s", None),
+        ("no retry after 4 s here", None),
+        ("retry after 9999999 s", None),
+        ("retry after 999999 s", 60.0),  # the cap below
+    ],
+)
+def test_a_retry_hint_is_read_back_or_nothing(message: str | None, seconds: float | None) -> None:
+    assert parse_retry_hint(message, cap=60.0 if seconds == 60.0 else MAX_RETRY_AFTER) == seconds
+
+
+def test_a_retry_hint_round_trips_and_fuzz_never_raises() -> None:
+    for wait in (0.0, 0.004, 1.5, 9.999, 3600.0):
+        assert parse_retry_hint(f"too slow; {retry_hint(wait)}") == round(wait, 2)
+    assert retry_hint(-3) == "retry after 0.00 s"
+    rng = random.Random(11)
+    alphabet = "retry after 0123456789.;s -é\x00"
+    for _ in range(2000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        got = parse_retry_hint(text)
+        assert got is None or 0 <= got <= MAX_RETRY_AFTER

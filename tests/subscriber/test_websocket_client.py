@@ -3,9 +3,10 @@
 
 Against a scripted hub that records each handshake: every connection carries the token
 and resumes after the last event id handed over (``since=``); 1001/1008/1013 reconnect at
-once, other codes (4401: the token expired) end a stream that is not persistent with the
-code and reason; a persistent stream retries a hub that cannot be reached with back-off
-until it answers; a 4xx handshake is the hub's refusal, with its message.
+once, or after the wait the close asks for (``retry after S s``) within ``max_backoff``;
+other codes (4401: the token expired) end a stream that is not persistent with the code and
+reason; a persistent stream retries a hub that cannot be reached with back-off until it
+answers; a 4xx handshake is the hub's refusal, with its message.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ class ScriptedHub:
 
     script: list[Connection]
     handshakes: list[dict[str, str]] = field(default_factory=list)
+    #: When each handshake came (the loop's clock).
+    arrivals: list[float] = field(default_factory=list)
     refuse: tuple[int, bytes] | None = None
 
     def app(self) -> web.Application:
@@ -63,6 +66,7 @@ class ScriptedHub:
         return app
 
     async def ws(self, request: web.Request) -> web.StreamResponse:
+        self.arrivals.append(asyncio.get_running_loop().time())
         self.handshakes.append(
             {
                 "since": request.query.get("since", ""),
@@ -115,6 +119,30 @@ async def test_each_connection_carries_the_token_and_resumes_after_the_last_id(
     assert all("websockets/" in h["user-agent"] for h in hub.handshakes), hub.handshakes
     assert ended.value.code == 4401 and "renew the token" in ended.value.reason
     assert stream.last_id == "4-0"
+
+
+async def test_a_client_dropped_as_too_slow_comes_back_when_the_hub_says(
+    session: aiohttp.ClientSession,
+) -> None:
+    """The hub spreads the clients one storm drops over a window: each close names its
+    client's wait (``retry after S s``), which the client takes, within ``max_backoff``."""
+    hub = ScriptedHub(
+        [
+            Connection([1], 1013, "too slow; resume with since=1-0; retry after 0.60 s"),
+            Connection([2], 1013, "too slow; resume with since=2-0; retry after 99.00 s"),
+            Connection([3], 4401, "token expired; renew the token and resume with since=3-0"),
+        ]
+    )
+    got: list[str] = []
+    async with serve(hub.app()) as base:
+        stream = HubStream(session, base, "t", since="0", max_backoff=1.5)
+        with pytest.raises(StreamClosed):
+            await asyncio.wait_for(collect(stream, got), 20)
+    assert got == ["1-0", "2-0", "3-0"]
+    assert [h["since"] for h in hub.handshakes] == ["0", "1-0", "2-0"]
+    first, second = (b - a for a, b in zip(hub.arrivals, hub.arrivals[1:], strict=False))
+    assert 0.6 <= first < 0.6 + 2 * TIME_SCALE, first  # as asked
+    assert 1.5 <= second < 1.5 + 2 * TIME_SCALE, second  # asked 99 s: cut to max_backoff
 
 
 async def test_a_persistent_stream_waits_for_a_hub_that_is_not_up_yet(
