@@ -374,7 +374,7 @@ class LeanConnection(asyncio.Protocol):
         self._reads = []
         self._mine = False  # the stream's now, released when it ends
         self._guard.request_started(self)
-        stream = LeanStream(sse, self._guard.released, transport)
+        stream = LeanStream(sse, self._guard, transport)
         transport.set_protocol(stream)
         stream.begin(feed)
 
@@ -422,8 +422,9 @@ _STARTING: set[asyncio.Future[TopicFeed]] = set()
 
 class Guard(Protocol):
     """What :class:`LeanConnection` reports to the connection guard
-    (:class:`hub.web.listener.ConnectionGuard`); a :class:`hub.web.lean_sse.LeanStream` is
-    given only its ``released``, so that the stream's module needs nothing of this one."""
+    (:class:`hub.web.listener.ConnectionGuard`); a :class:`hub.web.lean_sse.LeanStream`
+    needs only ``released`` (:class:`hub.web.lean_sse.Releasing`, its module's own, so that
+    it imports nothing of this one)."""
 
     def released(self, conn: object) -> None: ...
     def handed_over(

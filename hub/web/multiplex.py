@@ -46,7 +46,7 @@ from hub.core.events import EventFilter, format_id, parse_id
 from hub.core.exceptions import BadRequest, DamagedData, Gone, RequestError
 from hub.core.resume_points import parse_since
 from hub.core.settings import Settings
-from hub.core.sse_stream import SSE_HEADERS, SseStream, topics_ending
+from hub.core.sse_stream import SSE_HEADERS, SseStream, SseTerms, topics_ending
 from hub.core.stream_endings import (
     DELETED,
     EXPIRED,
@@ -267,7 +267,7 @@ async def server_sent_events(request: web.Request) -> web.StreamResponse:
             return resp
         loop = asyncio.get_running_loop()
         # aiohttp frames what it is given; the fan-out's direct writes frame their own.
-        stream = SseStream.for_settings(settings, chunked=False, now=loop.time())
+        stream = SseStream(SseTerms.of(settings, chunked=False), loop.time())
         await resp.write(stream.opening())
         if request.transport is not None:
             chunked = resp.headers.get(hdrs.TRANSFER_ENCODING) == "chunked"

@@ -57,7 +57,7 @@ from hub.core import metrics
 from hub.core.events import Event, EventFilter, EventKey, parse_id
 from hub.core.exceptions import BadRequest, DamagedData, Gone, RequestError
 from hub.core.resume_points import parse_since
-from hub.core.sse_stream import SSE_HEADERS, SseStream
+from hub.core.sse_stream import SSE_HEADERS, SseStream, SseTerms
 from hub.core.sse_stream import resume_from as named_resume
 from hub.core.stream_endings import DELETED, EXPIRED, REVOKED, SHUTDOWN, TOO_SLOW
 from hub.core.tasks import cancel_and_wait
@@ -384,7 +384,7 @@ async def server_sent_events(request: web.Request) -> web.StreamResponse:
             return resp
         loop = asyncio.get_running_loop()
         # aiohttp frames what it is given (a chunk when the response is chunked).
-        stream = SseStream.for_settings(ctx.settings, chunked=False, now=loop.time())
+        stream = SseStream(SseTerms.of(ctx.settings, chunked=False), loop.time())
         await resp.write(stream.opening())  # also sends the headers
         if request.transport is not None:
             pump.writer = _sse_writer(resp, request.transport, pump)

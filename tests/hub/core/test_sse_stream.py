@@ -12,6 +12,7 @@ from hub.core.sse_stream import (
     LAST_CHUNK,
     SSE_HEADERS,
     SseStream,
+    SseTerms,
     opening_id,
     response_head,
     resume_from,
@@ -33,13 +34,13 @@ HEARTBEAT, CLOSE, SHUTDOWN_CLOSE = 15.0, 5.0, 2.0
 
 
 def stream(*, chunked: bool = False, now: float = 100.0) -> SseStream:
-    return SseStream(
+    terms = SseTerms(
         chunked=chunked,
         heartbeat_seconds=HEARTBEAT,
         close_seconds=CLOSE,
         shutdown_close_seconds=SHUTDOWN_CLOSE,
-        now=now,
     )
+    return SseStream(terms, now)
 
 
 def unchunk(body: bytes) -> tuple[bytes, bool]:
@@ -136,9 +137,8 @@ def test_an_end_without_a_last_event_still_ends_a_chunked_body() -> None:
 def test_a_shutdown_gets_the_shorter_of_the_two_bounds() -> None:
     last = topic_ending(SHUTDOWN, topic="t", last_sent=None, position="5-0")
     assert stream().end(last, SHUTDOWN)[1] == SHUTDOWN_CLOSE
-    longer = SseStream(
-        chunked=False, heartbeat_seconds=1, close_seconds=1, shutdown_close_seconds=9, now=0
-    )
+    terms = SseTerms(chunked=False, heartbeat_seconds=1, close_seconds=1, shutdown_close_seconds=9)
+    longer = SseStream(terms, 0.0)
     assert longer.end(last, SHUTDOWN)[1] == 1
 
 
@@ -236,3 +236,20 @@ def test_seeded_sequences_keep_the_body_well_formed() -> None:
         ordinary = [e.id for e in events if e.event == "message"]
         assert ordinary == sent
         assert len(events) - len(ordinary) == (1 if last else 0)
+
+
+class _Driver(SseStream):
+    """A driver that is its stream (as the lean path's) may use any name of its own."""
+
+    __slots__ = ("_done", "_due", "_terms")
+
+    def __init__(self) -> None:
+        super().__init__(SseTerms(True, HEARTBEAT, CLOSE, SHUTDOWN_CLOSE), 0.0)
+        self._done, self._due, self._terms = "mine", "mine", "mine"
+
+
+def test_a_subclass_s_names_do_not_touch_the_stream_s_state() -> None:
+    driver = _Driver()
+    assert driver.heartbeat(HEARTBEAT) and not driver.ended
+    assert driver.end(b"", None) == (LAST_CHUNK, CLOSE)
+    assert driver.ended and (driver._done, driver._due, driver._terms) == ("mine",) * 3
