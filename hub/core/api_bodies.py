@@ -390,6 +390,11 @@ class Revocation(_Answer):
     topic: str | None = Field(description="null: every topic")
     revoked_at: float = Field(description="Epoch seconds")
     revoked: str | None = Field(description="The same, ISO 8601 (UTC)")
+    expires_at: float | None = Field(
+        description="When it stops applying, epoch seconds (null: never); a signed read "
+        "token's revocation ends with the token's own expiry unless given"
+    )
+    expires: str | None = Field(description="The same, ISO 8601 (UTC)")
     new: bool | None = Field(None, description="false: it was in force already")
 
 
@@ -413,6 +418,10 @@ class RevocationRequest(_Answer):
     fingerprint: Annotated[str, Field(pattern="^[0-9a-fA-F]{64}$")] | SkipJsonSchema[None] = _ABSENT
     jti: Annotated[str, Field(min_length=1, max_length=256)] | SkipJsonSchema[None] = _ABSENT
     topic: str | SkipJsonSchema[None] = _ABSENT
+    expires: (
+        Annotated[str, Field(description="ISO 8601 with its offset; in the future")]
+        | SkipJsonSchema[None]
+    ) = _ABSENT
 
 
 #: Every answer's model, named in the document's components as the class is.

@@ -20,6 +20,7 @@ weak one (which the hub's checks would not protect either).
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -93,6 +94,12 @@ class Revocation:
     topic: str | None = None
     #: When it was revoked (epoch seconds).
     revoked_at: float = 0.0
+    #: When it stops applying (epoch seconds; None: never). A signed read token's own
+    #: expiry makes the revocation of it pointless after that, so that is its default.
+    expires_at: float | None = None
+
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and self.expires_at <= now
 
     @property
     def key(self) -> tuple[Kind, str, str | None]:
@@ -104,14 +111,16 @@ class Revocation:
         return f"{self.kind} {self.value} {self.topic or EVERY_TOPIC}"
 
     @classmethod
-    def from_field(cls, field: str, revoked_at: float = 0.0) -> Revocation:
+    def from_field(
+        cls, field: str, revoked_at: float = 0.0, expires_at: float | None = None
+    ) -> Revocation:
         """The revocation a hash field names; ValueError for one the hub did not write."""
         kind_text, value, topic = field.split(" ")  # ValueError unless three parts
         kind = Kind(kind_text)
         pattern = FINGERPRINT if kind is Kind.FINGERPRINT else JTI
         if not pattern.fullmatch(value):
             raise ValueError(f"not a {kind}: {value[:80]!r}")
-        return cls(kind, value, None if topic == EVERY_TOPIC else topic, revoked_at)
+        return cls(kind, value, None if topic == EVERY_TOPIC else topic, revoked_at, expires_at)
 
     def public(self) -> dict[str, object]:
         """As the admin API shows it (a fingerprint, never a token)."""
@@ -121,6 +130,8 @@ class Revocation:
             "topic": self.topic,
             "revoked_at": self.revoked_at,
             "revoked": _iso(self.revoked_at),
+            "expires_at": self.expires_at,
+            "expires": None if self.expires_at is None else _iso(self.expires_at),
         }
 
 
@@ -134,6 +145,7 @@ class Revocations:
         self.records: tuple[Revocation, ...] = ()
         self._everywhere: frozenset[tuple[Kind, str]] = frozenset()
         self._topics: dict[tuple[Kind, str], frozenset[str]] = {}
+        self._next_expiry: float | None = None
 
     def __bool__(self) -> bool:
         """Any revocation at all (most hubs: none, and no check costs anything)."""
@@ -141,6 +153,21 @@ class Revocations:
 
     def __len__(self) -> int:
         return len(self.records)
+
+    @property
+    def next_expiry(self) -> float | None:
+        """When the first revocation held stops applying (None: none expires)."""
+        return self._next_expiry
+
+    def drop_expired(self, now: float) -> int:
+        """Stop applying the revocations expired by ``now`` (the store forgets them at its
+        next change); how many were dropped. The version stays: it is the store's."""
+        if self._next_expiry is None or self._next_expiry > now:
+            return 0
+        kept = [r for r in self.records if not r.expired(now)]
+        dropped = len(self.records) - len(kept)
+        self.replace(kept, self.version if self.version is not None else 0)
+        return dropped
 
     def replace(self, records: Iterable[Revocation], version: int) -> None:
         kept = tuple(sorted(records, key=lambda r: (r.revoked_at, r.field)))
@@ -153,6 +180,8 @@ class Revocations:
             else:
                 topics.setdefault(name, set()).add(record.topic)
         self.records, self.version = kept, version
+        expiries = [r.expires_at for r in kept if r.expires_at is not None]
+        self._next_expiry = min(expiries) if expiries else None
         self._everywhere = frozenset(everywhere)
         self._topics = {name: frozenset(names) for name, names in topics.items()}
 
@@ -197,7 +226,7 @@ class Revocations:
 _TOKEN = re.compile(r"[\x21-\x7e]{1,4096}")
 #: The fields a revocation request may have; any other is refused, so that a misspelt
 #: ``topic`` never revokes a token for every topic.
-FIELDS = ("token", "fingerprint", "jti", "topic")
+FIELDS = ("token", "fingerprint", "jti", "topic", "expires")
 _NAMED_BY = ("token", "fingerprint", "jti")
 
 
@@ -210,7 +239,8 @@ def requested(fields: Mapping[str, object], revoked_at: float = 0.0) -> Revocati
     if unknown:
         shown = ", ".join(repr(name[:40]) for name in unknown[:5])
         raise BadRequest(
-            f"unknown field {shown}: a revocation takes token, fingerprint or jti, and topic",
+            f"unknown field {shown}: a revocation takes token, fingerprint or jti, topic "
+            "and expires",
             field=unknown[0][:40],
         )
     for name, value in fields.items():
@@ -254,4 +284,54 @@ def requested(fields: Mapping[str, object], revoked_at: float = 0.0) -> Revocati
         only = None if topic is None else check_name(str(topic).strip())
     except BadRequest as exc:
         raise BadRequest(f"topic: {exc.message}", field="topic") from None
-    return Revocation(kind, value, only, revoked_at)
+    if "expires" in fields:
+        expires_at: float | None = _expires(str(fields["expires"]).strip(), revoked_at)
+    else:
+        expires_at = token_expiry(str(fields[name]).strip()) if name == "token" else None
+    return Revocation(kind, value, only, revoked_at, expires_at)
+
+
+def _expires(text: str, now: float) -> float:
+    """An ``expires`` field: an ISO 8601 time with its offset (``Z`` for UTC), later than
+    ``now``. A time without an offset is refused: a revocation that ends an hour early or
+    late, by the reader's time zone, is worse than none."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise BadRequest(
+            "expires must be an ISO 8601 time with its offset, such as "
+            f"2027-01-01T00:00:00Z, not {text[:40]!r}",
+            field="expires",
+        ) from None
+    if when.tzinfo is None:
+        raise BadRequest(
+            "expires needs its offset (Z for UTC, or +01:00): without one the time is ambiguous",
+            field="expires",
+        )
+    at = when.timestamp()
+    if at <= now:
+        raise BadRequest(
+            f"expires {text[:40]!r} is not in the future: the revocation would end before it began",
+            field="expires",
+        )
+    return at
+
+
+def token_expiry(token: str) -> float | None:
+    """When a signed read token stops being accepted anyway (its ``exp`` plus the leeway),
+    read without its signature: the revocation needs no longer life than that. Nothing
+    for a static token or one without a numeric ``exp``: its revocation never expires.
+    A forged ``exp`` costs nothing: a token that does not verify is refused regardless."""
+    if token.count(".") != 2:
+        return None
+    import jwt  # as hub.core.read_tokens does: not at start-up
+
+    from hub.core.read_tokens import LEEWAY_SECONDS  # it imports this module's JTI
+
+    try:
+        exp = jwt.decode(token, options={"verify_signature": False}).get("exp")
+    except (jwt.PyJWTError, ValueError, AttributeError):
+        return None
+    if not isinstance(exp, int | float) or isinstance(exp, bool) or not math.isfinite(exp):
+        return None
+    return float(exp) + LEEWAY_SECONDS

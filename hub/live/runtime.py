@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 
@@ -312,6 +313,10 @@ class Runtime:
         async with self._revocations_read:
             store, view = self.revocation_store, self.revocations
             if await store.version() == view.version:
+                # Unchanged in Redis, but one held may have expired: it stops applying here
+                # now, on every process alike, though the store forgets it only later.
+                if view.drop_expired(time.time()):
+                    log.info("token revocations: %d in force (some expired)", len(view))
                 return
             first = view.version is None
             version, records = await store.load()

@@ -22,7 +22,7 @@ from typing import Any
 
 from hub.core.exceptions import BadRequest
 from hub.core.read_tokens import DEFAULT_MAX_TTL_SECONDS, check_jti, mint
-from hub.core.revocations import FINGERPRINT, fingerprint
+from hub.core.revocations import FINGERPRINT, fingerprint, token_expiry
 from hub.core.topic_patterns import check_pattern
 from rsclient import admin_api
 from rsclient.options import DEFAULT_HUB, env_default
@@ -86,13 +86,20 @@ def add_parsers(subparsers: Any) -> None:
         sub.add_argument("--fingerprint", help="the token's SHA-256 (hex) instead of the token")
         sub.add_argument("--jti", help="a signed read token's id (jti) instead of the token")
         sub.add_argument("--topic", help="that topic only (its grant); default: every topic")
+        if verb == "revoke":
+            sub.add_argument(
+                "--expires",
+                help="when the revocation ends, ISO 8601 with its offset "
+                "(2027-01-01T00:00:00Z); default: a signed read token's own expiry, else never",
+            )
         _admin_flags(sub)
         sub.set_defaults(run=run_revocation)
     listing = verbs.add_parser(
         "revocations",
         help="list the revocations in force (fingerprint or jti, topic, when)",
         description="List the revocations in force, one per line, tab-separated: kind, "
-        "fingerprint or jti, topic ('*': every topic), when (UTC).",
+        "fingerprint or jti, topic ('*': every topic), when (UTC), and when it ends "
+        "('never', or UTC).",
     )
     _admin_flags(listing)
     listing.set_defaults(run=run_revocations)
@@ -170,6 +177,10 @@ def _named(args: argparse.Namespace) -> dict[str, str]:
         if not token:
             raise _Usage("no token on stdin")
         body = {"fingerprint": fingerprint(token)}
+        # The hub sees only the fingerprint: a signed token's end is read here.
+        ends = token_expiry(token) if getattr(args, "expires", None) is None else None
+        if ends is not None:
+            body["expires"] = datetime.fromtimestamp(ends, UTC).isoformat()
     elif args.fingerprint is not None:
         value = args.fingerprint.strip().lower()
         if not FINGERPRINT.fullmatch(value):
@@ -182,6 +193,8 @@ def _named(args: argparse.Namespace) -> dict[str, str]:
             raise _Usage(f"--jti: {exc}") from None
     if args.topic is not None:
         body["topic"] = args.topic
+    if getattr(args, "expires", None) is not None:
+        body["expires"] = args.expires
     return body
 
 
@@ -190,7 +203,9 @@ def _line(record: dict[str, Any]) -> str:
     where = record.get("topic") or "*"
     at = record.get("revoked_at")
     when = datetime.fromtimestamp(float(at), UTC).isoformat(timespec="seconds") if at else ""
-    return "\t".join((kind, str(record.get(kind)), str(where), when))
+    ends = record.get("expires_at")
+    until = datetime.fromtimestamp(float(ends), UTC).isoformat(timespec="seconds") if ends else ""
+    return "\t".join((kind, str(record.get(kind)), str(where), when, until or "never"))
 
 
 def run_revocation(args: argparse.Namespace) -> int:

@@ -5,12 +5,15 @@ jti, and topic; :class:`hub.core.revocations.Revocation`), the token never: only
 fingerprint. One script (``revocation.lua``) adds or removes a field and raises
 :data:`hub.store.keys.REVOCATIONS_VERSION` at once, so a process that polls the counter
 (:meth:`RevocationStore.version`, one ``GET``) re-reads the hash exactly when it changed.
-Revocations survive restarts with the rest of Redis; nothing expires them.
+Revocations survive restarts with the rest of Redis. One with an expiry
+(:attr:`hub.core.revocations.Revocation.expires_at`) is left out of :meth:`RevocationStore.load`
+once past, and forgotten by the next revoke.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import orjson
@@ -40,10 +43,12 @@ class RevocationStore:
         """The set's version: it moves with every change (0 before the first)."""
         return keys.count(await self.redis.get(keys.REVOCATIONS_VERSION))
 
-    async def load(self) -> tuple[int, list[Revocation]]:
+    async def load(self, now: float | None = None) -> tuple[int, list[Revocation]]:
         """The version, then every revocation (read in that order: a change between the two
-        reads leaves the version behind the set, so the next poll reads it again). A field
-        the hub did not write is said once and left out."""
+        reads leaves the version behind the set, so the next poll reads it again), but
+        those expired by ``now`` (default: the time now). A field the hub did not write is
+        said once and left out."""
+        now = time.time() if now is None else now
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.get(keys.REVOCATIONS_VERSION)
             pipe.hgetall(keys.REVOCATIONS)
@@ -51,9 +56,12 @@ class RevocationStore:
         out = []
         for field, record in (rows or {}).items():
             try:
-                out.append(_revocation(field, record))
+                revocation = _revocation(field, record)
             except (ValueError, TypeError, AttributeError) as exc:  # JSON's and text's too
                 self.damage.damaged(f"revocation {keys.shown_text(field)!r}", exc)
+                continue
+            if not revocation.expired(now):
+                out.append(revocation)
         return keys.count(version), out
 
     async def revoke(self, revocation: Revocation) -> Revocation | None:
@@ -62,9 +70,19 @@ class RevocationStore:
         Raises:
             RevocationsFull: no room for another one.
         """
-        record = orjson.dumps({"at": revocation.revoked_at}).decode()
+        fields: dict[str, float] = {"at": revocation.revoked_at}
+        if revocation.expires_at is not None:
+            fields["expires"] = revocation.expires_at
         done = await self.scripts.run(
-            scripts.REVOCATION, _KEYS, ["revoke", revocation.field, record, MAX_REVOCATIONS]
+            scripts.REVOCATION,
+            _KEYS,
+            [
+                "revoke",
+                revocation.field,
+                orjson.dumps(fields).decode(),
+                MAX_REVOCATIONS,
+                repr(max(revocation.revoked_at, time.time())),
+            ],
         )
         if int(done) < 0:
             raise RevocationsFull(f"the hub keeps at most {MAX_REVOCATIONS} revocations")
@@ -84,8 +102,17 @@ class RevocationStore:
         return bool(int(done))
 
 
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _revocation(field: Any, record: Any) -> Revocation:
-    at = orjson.loads(record).get("at")
-    if not isinstance(at, int | float) or isinstance(at, bool):
+    fields = orjson.loads(record)
+    at, expires = fields.get("at"), fields.get("expires")
+    if not _number(at):
         raise ValueError("no time in its record")
-    return Revocation.from_field(keys.text(field), float(at))
+    if expires is not None and not _number(expires):
+        raise ValueError("its expiry is not a time")
+    return Revocation.from_field(
+        keys.text(field), float(at), None if expires is None else float(expires)
+    )

@@ -11,7 +11,8 @@
 The last two take, as a JSON object or a form, exactly one of ``token`` (fingerprinted at
 once: the token is neither stored nor shown nor logged), ``fingerprint`` (its SHA-256, hex)
 or ``jti`` (a signed read token's id), and optionally ``topic``
-(:func:`hub.core.revocations.requested`). Every hub process on the same Redis applies a
+(:func:`hub.core.revocations.requested`), and a revoke ``expires`` (when it ends; default:
+a signed token's own end, else never). Every hub process on the same Redis applies a
 change within ``revocation_check_seconds``; this one at once (:mod:`hub.live.runtime`).
 The admin rules are the other admin routes' (:func:`hub.web.access.check_operator`).
 """
@@ -144,7 +145,8 @@ async def lift(request: web.Request) -> web.Response:
     log.info("lifted the revocation of %s (admin API)", _named(revocation))
     await _applied(request)
     answer = revocation.public()
-    del answer["revoked_at"], answer["revoked"]
+    for when in ("revoked_at", "revoked", "expires_at", "expires"):
+        del answer[when]
     return web.json_response(
         api_bodies.dump(api_bodies.Lifted.model_validate({**answer, "lifted": True}))
     )

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -412,6 +413,18 @@ async def test_the_cli_revokes_lists_and_lifts_and_the_token_comes_back(hub: Hub
     done = await asyncio.to_thread(rshub, "token", "revoke", "--jti", "a b", "--hub", url)
     assert done.returncode == 2 and "--jti" in done.stderr, done
     assert (await admin(session, url, "GET"))["revocations"] == []
+    # A signed token's revocation ends with it (read here: the hub sees a fingerprint);
+    # --expires says when otherwise, and a static token's, without it, never ends.
+    signed = mint(KEY, ["secret"], 600)
+    done = await asyncio.to_thread(rshub, "token", "revoke", "-", "--hub", url, stdin=signed)
+    assert done.returncode == 0, done.stderr
+    ends = datetime.fromisoformat(done.stdout.rstrip("\n").split("\t")[-1]).timestamp()
+    assert abs(ends - (time.time() + 610)) < 5, done.stdout
+    later = ("--expires", "2099-01-01T00:00:00Z", "--hub", url)
+    done = await asyncio.to_thread(rshub, "token", "revoke", "-", *later, stdin=READER)
+    assert done.stdout.rstrip("\n").endswith("\t2099-01-01T00:00:00+00:00"), done
+    done = await asyncio.to_thread(rshub, "token", "revoke", "-", "--hub", url, stdin=NEWS)
+    assert done.stdout.rstrip("\n").endswith("\tnever"), done
 
 
 async def test_the_admin_api_refuses_without_admin_rights(hub: Hub) -> None:
@@ -609,6 +622,40 @@ async def test_a_full_store_is_409_and_a_field_the_hub_did_not_write_is_left_out
     listed = await admin(session, url, "GET")
     assert len(listed["revocations"]) == MAX_REVOCATIONS - 1  # the garbage left out
     assert caplog.text.count("revocation 'garbage' is damaged") == 1
+
+
+async def test_a_revocation_with_an_expiry_ends_by_itself_and_is_forgotten(hub: Hub) -> None:
+    """Revocations need not be kept for ever: one given ``expires`` stops applying then on
+    every process (within ``revocation_check_seconds``), leaves the listing, and the next
+    revoke removes it from Redis; a signed token's ends with the token by default."""
+    session, url = hub.session, hub.url
+    await publish(session, url, "secret", 0)
+    page = f"{url}/topics/secret/changelist.xml"
+    soon = time.time() + 2 * TIME_SCALE
+    expires = datetime.fromtimestamp(soon, UTC).isoformat()
+    answer = await admin(session, url, "POST", json={"token": READER, "expires": expires})
+    assert answer["expires_at"] == pytest.approx(soon, abs=1e-3), answer
+    await refusal(session, page, READER)
+
+    async def readable() -> bool:
+        async with session.get(page, headers=bearer(READER)) as resp:
+            return resp.status == 200
+
+    await wait_for(readable, timeout=10)
+    assert time.time() >= soon  # not before its time
+    assert (await admin(session, url, "GET"))["revocations"] == []
+    assert await hub.redis.hlen(keys.REVOCATIONS) == 1  # still stored: nothing forgot it yet
+    # A signed read token's revocation ends with the token: its exp plus the leeway.
+    token = mint(KEY, ["secret"], 600)
+    signed = await admin(session, url, "POST", json={"token": token})
+    assert signed["new"] is True
+    assert signed["expires_at"] == pytest.approx(time.time() + 600 + 10, abs=5)
+    assert await hub.redis.hlen(keys.REVOCATIONS) == 1  # the expired one forgotten
+    await refusal(session, page, token)
+    # An expiry in the past, or without its offset, is refused naming the field.
+    for bad in ("2020-01-01T00:00:00Z", "2099-01-01T00:00:00"):
+        body = await admin(session, url, "POST", 400, json={"token": NEWS, "expires": bad})
+        assert body.get("field") == "expires", body
 
 
 # -- several processes ---------------------------------------------------------------------

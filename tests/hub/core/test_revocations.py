@@ -136,3 +136,56 @@ def test_read_and_publish_checks_refuse_a_revoked_token() -> None:
     sees = readers.sight("Bearer pub")
     assert sees("sport") and not sees("news")
     assert not readers.sight(f"Bearer {signed}")("news")
+
+
+def test_a_revocation_may_expire_at_a_time_with_its_offset() -> None:
+    revocation = requested({"token": TOKEN, "expires": "2027-01-01T00:00:00Z"}, 1_700_000_000)
+    assert revocation.expires_at == 1798761600.0
+    assert revocation.public()["expires"] == "2027-01-01T00:00:00.000+00:00"
+    assert not revocation.expired(1798761599.9) and revocation.expired(1798761600.0)
+    # A static token's revocation, given no expiry, never expires.
+    assert requested({"token": TOKEN}, 1.0).expires_at is None
+    for expires, said in (
+        ("tomorrow", "ISO 8601 time with its offset"),
+        ("2027-01-01T00:00:00", "needs its offset"),
+        ("2020-01-01T00:00:00+00:00", "not in the future"),
+    ):
+        with pytest.raises(BadRequest, match=said) as caught:
+            requested({"token": TOKEN, "expires": expires}, 1_700_000_000)
+        assert caught.value.detail.get("field") == "expires"
+
+
+def test_a_signed_read_tokens_revocation_ends_with_the_token() -> None:
+    """After its ``exp`` (and the leeway) the token is refused anyway: its revocation need
+    not be kept, nor fill the hub's 10,000."""
+    from hub.core.read_tokens import LEEWAY_SECONDS
+
+    token = mint(KEY, ["news"], 600)
+    revocation = requested({"token": token}, 1.0)
+    import jwt
+
+    exp = jwt.decode(token, options={"verify_signature": False})["exp"]
+    assert revocation.expires_at == exp + LEEWAY_SECONDS
+    # An explicit expiry wins; a token that is no JWT, or a JWT-like text without a
+    # numeric exp, gives none.
+    assert requested({"token": token, "expires": "2099-01-01T00:00:00Z"}, 1.0).expires_at == (
+        4070908800.0
+    )
+    assert requested({"token": "a.b.c"}, 1.0).expires_at is None
+
+
+def test_the_view_stops_applying_an_expired_revocation() -> None:
+    view = Revocations()
+    credential = Credential(FP)
+    view.replace(
+        [
+            Revocation(Kind.FINGERPRINT, FP, "news", 1.0, expires_at=100.0),
+            Revocation(Kind.FINGERPRINT, FP, "sport", 1.0),
+        ],
+        7,
+    )
+    assert view.next_expiry == 100.0
+    assert view.drop_expired(99.0) == 0 and view.refuses(credential, "news")
+    assert view.drop_expired(100.0) == 1
+    assert not view.refuses(credential, "news") and view.refuses(credential, "sport")
+    assert view.version == 7 and view.next_expiry is None
