@@ -1,4 +1,4 @@
-"""The README's newcomer path, run as written: every ```sh command of "Three journeys" (and
+"""The README's newcomer path, run as written: every ```sh command of "Four journeys" (and
 the healthz curl of "Two commands") is its own ``bash -c`` process, as a user types it.
 
 What differs from a user's machine, and why: the hub is ``rshub serve --port P --data-dir
@@ -70,7 +70,7 @@ def commands(block: str) -> list[str]:
 
 def journeys() -> list[str]:
     text = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```sh\n(.*?)```", section(text, "Three journeys"), re.S)
+    blocks = re.findall(r"```sh\n(.*?)```", section(text, "Four journeys"), re.S)
     return [c for b in blocks for c in commands(b)]
 
 
@@ -79,6 +79,7 @@ def runs_forever(command: str) -> bool:
     return (
         code.startswith("rshub subscribe")
         or code.startswith("curl -N")
+        or code.startswith("rshub source")
         or code.endswith("&")
         or (code.startswith("rshub sync") and "--once" not in code)
     )
@@ -186,7 +187,7 @@ def test_readme_commands_are_extracted() -> None:
     """The parser sees every journey command: an edit that drops one fails here."""
     cmds = journeys()
     assert [c for c in cmds if "source.example" in c] == SKIPPED
-    assert sum(runs_forever(c) for c in cmds if c not in SKIPPED) == 4, cmds
+    assert sum(runs_forever(c) for c in cmds if c not in SKIPPED) == 6, cmds
     assert any("<<'XML'" in c and c.rstrip().endswith("XML") for c in cmds), cmds
 
 
@@ -285,5 +286,21 @@ def _journeys(shell: Shell, home: Path) -> None:
     assert len(said) == len(set(said)), "a failed fetch said more than once"
     wiki_locs = {str(e["loc"]) for e in json_lines(wiki_out)}
     assert set(said) <= wiki_locs
+
+    # Journey 4: a directory made a Source (on its default port, 8090), pushing to the
+    # hub; rshub sync mirrors it through the hub, fetching the file from the Source.
+    shell.run(take("mkdir -p ~/shared"))
+    _, source_err = shell.start(take("rshub source ~/shared"))
+    until(
+        "the Source serves", lambda: "rshub source: serving 1 resources" in source_err.read_text()
+    )
+    shell.start(take("rshub sync --topic files"))
+    mirrored = home / "files-mirror" / "http" / "127.0.0.1_8090" / "files" / "hello.txt"
+    until(
+        "the mirror holds hello.txt",
+        lambda: mirrored.is_file() and mirrored.read_text() == "hello\n",
+    )
+    (home / "shared" / "hello.txt").write_text("changed\n")
+    until("the change reaches the mirror", lambda: mirrored.read_text() == "changed\n")
 
     assert sorted(seen) == sorted(cmds), "a README command was not run"
