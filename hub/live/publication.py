@@ -16,12 +16,14 @@ from typing import Any
 from hub.core import metrics
 from hub.core.api_bodies import PublishAccepted
 from hub.core.auth import PublisherAuth
+from hub.core.dump_links import declared_dumps, holds_packages
 from hub.core.exceptions import BadRequest, UnsupportedMediaType
 from hub.core.packed import Packed
 from hub.core.settings import Settings
 from hub.live.content_publication import ContentPublishing
 from hub.live.ingest import Ingest
 from hub.live.parsing import DocumentParser
+from hub.store import dump_links
 from hub.store.event_store import Appended
 
 #: Media types of a change notification ("" = no Content-Type); also any ``+xml``.
@@ -77,10 +79,16 @@ class Publishing:
     async def store(
         self, topic: str, body: bytes, changes: Packed, key: str | None
     ) -> PublishAccepted:
-        """Store the parsed ``changes`` of ``body``; the 202's JSON answer."""
+        """Store the parsed ``changes`` of ``body``; the 202's JSON answer. The packages of a
+        ``changedump-notification`` keep the dumps its Source declares (the lean publish
+        leaves such a publish to this path: :func:`hub.core.dump_links.holds_packages`)."""
         stored = await self.ingest.append(
             topic, changes, digest=_digest(body, key), idempotency_key=key
         )
+        if holds_packages(changes) and not stored.replayed:
+            links = declared_dumps(body)
+            if links:
+                await dump_links.declare(self.ingest.store.redis, topic, links)
         return _answer(topic, body, stored)
 
     def store_now(

@@ -135,6 +135,9 @@ CREATED_MS = "created_ms"
 TRIMMED_THROUGH = "trimmed_through"
 #: ``topic_meta``: changes ever stored for the topic (a counter for publish rates).
 PUBLISHED = "published"
+#: ``topic_meta``: the Source's declared dumps, ``dump:resourcedump`` and ``dump:changedump``
+#: (``hub.store.dump_links``).
+DUMP_FIELD_PREFIX = "dump:"
 
 #: ``pages_head``: the open Change List page (see ``hub.store.pages``).
 HEAD_N, HEAD_FROM, HEAD_FIRST, HEAD_SCANNED, HEAD_COUNT, HEAD_WEND = (

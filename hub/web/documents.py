@@ -11,8 +11,9 @@
 =============================================  =============================================
 
 Every route also answers ``HEAD``. A topic's Capability List names its Resource List, its
-Change List index and its ``changelist-notification`` channel: ``loc`` = the topic URI,
-``rs:ln rel="hub"`` = the hub URL (push spec §5).
+Change List index and its ``changelist-notification`` and ``changedump-notification``
+channels: ``loc`` = the topic URI, ``rs:ln rel="hub"`` = the hub URL (push spec §5); and the
+Resource Dump and Change Dump its Source declared (:mod:`hub.core.dump_links`).
 
 Change List entries are in event-id (receipt) order; :mod:`hub.core.rendering` says what each
 entry carries and :mod:`hub.store.pages` where pages begin and end. A page is read from the
@@ -43,6 +44,7 @@ from hub.core.rendering import Rendered
 from hub.core.topics import HubUrls, check_name
 from hub.live.parsing import DocumentParser
 from hub.live.snapshot_builds import SnapshotBuilds
+from hub.store import dump_links
 from hub.store.event_store import EventStore
 from hub.store.pages import Chain, Page, PageChain
 from hub.store.snapshots import ResourceSnapshots
@@ -114,16 +116,21 @@ async def source_description(request: web.Request) -> web.StreamResponse:
 async def capability_list(request: web.Request) -> web.StreamResponse:
     topic = await known_topic(request)
     u = link_urls(request)
+    store = request.app[READING].store
+    dumps = await dump_links.declared(store.redis, topic)
     body = (
         rendering.URLSET_OPEN
         + rendering.root("capabilitylist", [("up", u.source_description)])
         + rendering.capability_entry(u.resourcelist(topic), "resourcelist")
         + rendering.capability_entry(u.changelist_index(topic), "changelist")
         + rendering.capability_entry(u.topic(topic), "changelist-notification", [("hub", u.hub)])
+        + rendering.capability_entry(u.topic(topic), "changedump-notification", [("hub", u.hub)])
+        + "".join(rendering.capability_entry(href, rel) for rel, href in dumps.items())
         + rendering.URLSET_CLOSE
     )
-    created = (await request.app[READING].store.facts(topic)).created_ms
-    validators = Validators(f"{u.tag}-cap-{topic}", created)
+    created = (await store.facts(topic)).created_ms
+    declared = hashlib.blake2b(repr(dumps).encode(), digest_size=6).hexdigest()
+    validators = Validators(f"{u.tag}-cap-{topic}-{declared}", created)
     return await stream(request, validators, [body.encode()])
 
 

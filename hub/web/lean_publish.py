@@ -37,6 +37,7 @@ from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE
 
 from hub.core.api_bodies import PublishAccepted
+from hub.core.dump_links import holds_packages
 from hub.core.exceptions import RequestError
 from hub.core.log_format import REQUEST_ID
 from hub.core.own_site import OwnSite
@@ -204,6 +205,8 @@ class LeanPublishing:
             changes = ctx.parser.packed_inline(body)
         except Exception:  # every error is answered (and logged) in one place: aiohttp's
             return None
+        if holds_packages(changes):
+            return None  # a changedump-notification: aiohttp's path keeps what it declares
         return Publish(head, key, body, changes)
 
     def begin(self, publish: Publish) -> asyncio.Future[Any] | None:

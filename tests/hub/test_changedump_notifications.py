@@ -24,7 +24,7 @@ PACKAGE = "http://source.invalid/dump/part1.zip"
 MANIFEST = "http://source.invalid/dump/part1.xml"
 
 
-def dump_notification(*locs: str) -> bytes:
+def dump_notification(*locs: str, declared: dict[str, str] | None = None) -> bytes:
     entries = b"".join(
         b"<url><loc>%s</loc>"
         b'<rs:md type="application/zip" length="2048" hash="md5:%s"'
@@ -38,7 +38,13 @@ def dump_notification(*locs: str) -> bytes:
         b'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
         b' xmlns:rs="http://www.openarchives.org/rs/terms/">'
         b'<rs:ln rel="up" href="http://source.invalid/capabilitylist.xml"/>'
-        b'<rs:md capability="changedump-notification"/>' + entries + b"</urlset>"
+        + b"".join(
+            b'<rs:ln rel="%s" href="%s"/>' % (rel.encode(), href.encode())
+            for rel, href in (declared or {}).items()
+        )
+        + b'<rs:md capability="changedump-notification"/>'
+        + entries
+        + b"</urlset>"
     )
 
 
@@ -137,6 +143,50 @@ async def test_packages_stay_out_of_the_documents_for_polling(hub: Hub) -> None:
         body = await resp.read()
         parse(body)  # still a valid document
         assert PACKAGE.encode() not in body and b"example.org/r0" in body, path
+
+
+async def capabilities(hub: Hub) -> tuple[dict[str, list[str]], str]:
+    """The topic's Capability List: the locs of each capability, and its ETag."""
+    resp = await hub.session.get(f"{hub.url}/topics/t/capabilitylist.xml")
+    assert resp.status == 200
+    doc = parse(await resp.read())
+    found: dict[str, list[str]] = {}
+    for entry in doc.entries:
+        assert entry.md is not None
+        found.setdefault(str(entry.md.capability), []).append(entry.loc)
+    return found, resp.headers["ETag"]
+
+
+async def test_the_dumps_a_source_declares_are_in_the_topics_capability_list(hub: Hub) -> None:
+    await publish(hub, notification(changes(1)))
+    before, etag = await capabilities(hub)
+    assert before["changedump-notification"] == [f"{hub.url}/topics/t"]
+    assert "resourcedump" not in before and "changedump" not in before
+    declared = {
+        "resourcedump": "http://source.invalid/resourcedump.xml",
+        "changedump": "http://source.invalid/changedump.xml",
+    }
+    await publish(hub, dump_notification(PACKAGE, declared=declared))
+    after, etag2 = await capabilities(hub)
+    assert after["resourcedump"] == [declared["resourcedump"]]
+    assert after["changedump"] == [declared["changedump"]]
+    assert etag2 != etag, "a cached Capability List is not served for the new one"
+    moved = {"resourcedump": "http://source.invalid/v2/resourcedump.xml"}
+    await publish(hub, dump_notification(PACKAGE, declared=moved))
+    latest, _ = await capabilities(hub)
+    assert latest["resourcedump"] == [moved["resourcedump"]]
+    assert latest["changedump"] == [declared["changedump"]]
+
+
+@pytest.mark.parametrize(
+    "href",
+    ["relative/dump.xml", "javascript:alert(1)", "http://", "http://h.invalid/" + "x" * 3000],
+    ids=["relative", "javascript", "no-host", "too-long"],
+)
+async def test_a_declared_dump_that_is_no_http_url_is_not_linked(hub: Hub, href: str) -> None:
+    await publish(hub, dump_notification(PACKAGE, declared={"resourcedump": href}))
+    found, _ = await capabilities(hub)
+    assert "resourcedump" not in found
 
 
 @pytest.mark.parametrize(

@@ -35,6 +35,9 @@ from subscriber.dumps import baseline_from_dump
 from subscriber.exceptions import IntegrityError
 from subscriber.mirror import Mirror
 from subscriber.poller import Poller
+from tests.conftest import Hub
+from tests.hub.test_changedump_notifications import PACKAGE, dump_notification
+from tests.support import notification
 from tests.watchdog import Watchdog
 
 from .helpers import expected_files, mirror_files
@@ -255,3 +258,25 @@ async def test_sync_falls_back_to_gets_when_a_package_is_hostile(
     assert gets(source, "/files/") > 0, "the fallback fetched what the dump did not place"
     said = capsys.readouterr().err
     assert "the Resource Dump failed" in said and "entry.name-unsafe" in said, said
+
+
+async def test_sync_through_the_hub_baselines_from_the_dump_the_source_declared(
+    hub: Hub, source: DumpSource, tmp_path: Path
+) -> None:
+    """The topic's Capability List on the hub links the Resource Dump its Source declared
+    in a changedump-notification: ``rshub sync --hub --topic`` baselines from it."""
+    assert (await hub.publish("t", notification(source.log))).status == 202
+    declared = {"resourcedump": f"{source.url}/resourcedump.xml"}
+    resp = await hub.publish("t", dump_notification(PACKAGE, declared=declared))
+    assert resp.status == 202, await resp.text()
+    dest = tmp_path / "m"
+    argv = ["sync", "--hub", hub.url, "--topic", "t", "--dest", str(dest), "--once"]
+    assert await asyncio.to_thread(main, [*argv, "--no-progress"]) == 0
+    paths = [path for path, _ in source.requests]
+    assert paths.count("/resourcedump.xml") == 1
+    last_package = max(i for i, path in enumerate(paths) if path.startswith("/dump/"))
+    # The baseline took every file from the packages; the catch-up that follows it reads
+    # the hub's changes.xml and fetches by GET what it judges new.
+    assert not any(path.startswith("/files/") for path in paths[:last_package])
+    assert gets(source, "/dump/") == len(source.packages) > 2
+    assert mirror_files(dest) == expected_files(source.url, FILES)
