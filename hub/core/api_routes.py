@@ -354,7 +354,8 @@ _WEBSUB_FORM: Schema = {
         },
         "hub.filter.change": {
             "type": "string",
-            "description": "Only these change types, comma-separated: created, updated, deleted.",
+            "description": "Only these change types, comma-separated: created, updated, "
+            "deleted, changedump (packages of a changedump-notification).",
         },
         "hub.filter.prefix": {
             "type": "array",
@@ -378,8 +379,9 @@ ROUTES: tuple[Route, ...] = (
         "Publish a change notification to a topic",
         ("publishing",),
         _PUBLISH_ANSWERS,
-        description="A ResourceSync changelist-notification (or Change List) document; every "
-        "change is stored before the 202. To a plain WebSub topic (`RSHUB_WEBSUB_TOPICS`), "
+        description="A ResourceSync changelist-notification (or Change List) document, or a "
+        "changedump-notification (each package stored as an event with change=changedump); "
+        "every change is stored before the 202. To a plain WebSub topic (`RSHUB_WEBSUB_TOPICS`), "
         "the body is its new content, of any type, stored with its Content-Type (one media "
         "type, at most 512 characters; none: application/octet-stream) and delivered whole. "
         + _AUTH_NOTE,
