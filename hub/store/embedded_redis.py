@@ -16,7 +16,9 @@ One data directory belongs to one live process: ``start()`` takes an exclusive `
 ``rshub.lock`` in it (the kernel drops it when the owner dies), so a second hub fails at once
 with :class:`DataDirLocked` instead of fighting the first over the AOF. ``supervise()`` is
 the watchdog an asyncio owner runs beside its server: it reaps a dead redis-server and
-restarts it on the same port and data, with bounded exponential back-off.
+restarts it on the same port and data, with bounded exponential back-off. A clean stop
+compacts a grown AOF first (:meth:`EmbeddedRedis._compact`), so the next start loads an
+image instead of replaying every command.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
+import redis
+
 from hub.core.exceptions import DataDirLocked, DataDirUnusable, EmbeddedRedisError
 from hub.core.retrying import retrying
 from rsclient.backoff import Backoff
@@ -52,6 +56,15 @@ _PR_SET_PDEATHSIG = 1
 LOCK_FILE = "rshub.lock"
 #: The embedded server's config file in the data directory: its password, mode 0600.
 AUTH_FILE = "redis-auth.conf"
+#: The AOF in the data directory (Redis 6; Redis 7 keeps a directory of parts instead, whose
+#: base is an RDB image already, and this file is absent).
+AOF_FILE = "appendonly.aof"
+#: How an AOF that is an RDB image (a rewritten one, ``aof-use-rdb-preamble``) begins.
+RDB_MAGIC = b"REDIS"
+#: An AOF smaller than this loads in well under a second as it is: not compacted at a stop.
+COMPACT_MIN_BYTES = 4 * 1024 * 1024
+#: The longest a stop waits for the AOF rewrite (a 100,000-URI topic took 0.8 s).
+COMPACT_SECONDS = 30.0
 
 
 def find_redis_server() -> str:
@@ -411,12 +424,16 @@ class EmbeddedRedis:
             "--protected-mode",
             "yes",
         ]
+        # Its own session: a signal to the hub's process group (Ctrl-C, ``kill -- -PGID``)
+        # reaches the hub alone, which stops the server itself, its AOF compacted first; the
+        # kernel still ends the server when the hub dies (``die_with_parent``).
         return subprocess.Popen(
             args,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             preexec_fn=die_with_parent(),
+            start_new_session=True,
         )
 
     def _failure(self, proc: subprocess.Popen[bytes]) -> str:
@@ -477,8 +494,9 @@ class EmbeddedRedis:
         if proc and proc.stderr:
             proc.stderr.close()
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM (Redis flushes its AOF and exits), SIGKILL after ``timeout``.
+    def stop(self, timeout: float = 10.0, *, compact_seconds: float = COMPACT_SECONDS) -> None:
+        """Compact the AOF if it grew (see :meth:`_compact`, at most ``compact_seconds``),
+        then SIGTERM (Redis flushes its AOF and exits), SIGKILL after ``timeout``.
 
         Also ends a running ``supervise()`` (even mid back-off) and releases the data
         directory. Safe from any thread.
@@ -492,6 +510,7 @@ class EmbeddedRedis:
             if proc is None:
                 return
             if proc.poll() is None:
+                self._compact(compact_seconds)
                 proc.terminate()
                 try:
                     proc.wait(timeout)
@@ -502,6 +521,48 @@ class EmbeddedRedis:
                 proc.stderr.close()
         finally:
             self._release()
+
+    def _compact(self, seconds: float) -> None:
+        """Rewrite the AOF before a clean stop when its log of commands grew.
+
+        Redis replays an AOF command by command at its start (6 s for a topic of 100,000
+        URIs, measured: the hub could not serve meanwhile), and loads a rewritten one, an
+        RDB image, ten times as fast (0.55 s). A rewrite is asked for when the file is not
+        such an image or its log since the last one has grown by a quarter, and waited for
+        at most ``seconds``: the SIGTERM that follows ends one still running, and the AOF
+        before it stays whole. Never raises: the stop goes on whatever happens here.
+        """
+        if self.port is None or seconds <= 0:
+            return
+        aof = self.data_dir / AOF_FILE
+        try:
+            with aof.open("rb") as f:
+                image = f.read(len(RDB_MAGIC)) == RDB_MAGIC
+            size = aof.stat().st_size
+        except OSError:
+            return
+        if size < COMPACT_MIN_BYTES:
+            return
+        client = redis.Redis(
+            host="127.0.0.1", port=self.port, password=self.password, socket_timeout=2
+        )
+        try:
+            info = client.info("persistence")
+            grown = int(info["aof_current_size"]) - int(info["aof_base_size"])
+            if image and grown < max(COMPACT_MIN_BYTES, int(info["aof_base_size"]) // 4):
+                return
+            client.bgrewriteaof()
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                info = client.info("persistence")
+                if not (info["aof_rewrite_in_progress"] or info["aof_rewrite_scheduled"]):
+                    return
+                time.sleep(0.05)
+            log.warning("embedded Redis: AOF rewrite not done in %.0f s; stopping", seconds)
+        except (redis.RedisError, OSError, KeyError, ValueError) as exc:
+            log.warning("embedded Redis: AOF not compacted before the stop: %s", exc)
+        finally:
+            client.close()
 
     # -- supervision ----------------------------------------------------------------------
 
