@@ -348,3 +348,30 @@ def test_seeded_fuzz_of_package_bytes(tmp_path: Path) -> None:
     assert refused > 200, refused
     leftovers = [p.name for p in tmp_path.iterdir() if not p.name.startswith("t")]
     assert leftovers == [], "no staging directory survives"
+
+
+@pytest.mark.timeout(120)
+def test_a_manifest_of_a_million_entries_is_refused_in_bounded_memory(tmp_path: Path) -> None:
+    """A real million-entry manifest (about 70 MB of XML, deflated to little): refused from
+    its sizes before a byte of it is decompressed."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        with archive.open("manifest.xml", "w", force_zip64=True) as manifest:
+            manifest.write(serialize(ResourceDumpManifest(md=Metadata(at=T0)))[:-11])
+            for block in range(100):
+                manifest.write(
+                    b"".join(
+                        b"<url><loc>http://s.invalid/%d</loc><rs:md path='/%d'/></url>" % (n, n)
+                        for n in range(block * 10_000, (block + 1) * 10_000)
+                    )
+                )
+            manifest.write(b"</urlset>\n")
+    data = out.getvalue()
+    tracemalloc.start()
+    try:
+        error = refuse(tmp_path, data, UnsafePackageError, "manifest.too-large")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert "manifest.xml" in str(error)
+    assert peak < 4 * MB, f"peak {peak}"
