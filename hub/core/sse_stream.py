@@ -11,14 +11,18 @@ drivers do the I/O around it, as the ``websockets`` library's connections do aro
 frames: they read events from the feed, hand them here with the time, and write what comes
 back.
 
-Not here, for measured reasons: the live fan-out's encoding of a batch, made once for
-every client of a topic and written by the feed's own loop (:mod:`hub.core.sse`,
-``TopicFeed.sse_events``); and the bound on a client's queue, which ends a too-slow client
-of any transport (``ClientStream.offer``). What such a client is told last is here.
+Not here: the live fan-out's encoding of a batch, made once for every client of a topic
+and written by the feed's own loop straight to each connection that can take it
+(:mod:`hub.core.sse`, ``TopicFeed.sse_events``: per client and publish, measured); the
+bound on a client's queue, which ends a too-slow client of either transport
+(``ClientStream.offer``; what such a client is told last is here); and when a stream of
+several topics is idle, which its sender knows (``hub.live.multiplex.Multiplex.run``, with
+:data:`SSE_HEARTBEAT`).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from hub.core.settings import Settings
@@ -48,6 +52,8 @@ SSE_HEARTBEAT = b": heartbeat\n\n"
 SHUTDOWN_RETRY_MS = 100
 #: The end of a chunked body (RFC 9112 §7.1).
 LAST_CHUNK = b"0\r\n\r\n"
+#: What ends a line in an event stream (WHATWG HTML, "Server-sent events").
+_LINE_END = re.compile(r"\r\n|\r|\n")
 #: What a client without a last event is told to resume from.
 _NO_ID_HINT = "the id of the last event you received"
 
@@ -84,13 +90,15 @@ def opening_id(resume_id: str) -> bytes:
 def last_event(
     kind: str, data: str, *, event_id: str | None = None, retry: int | None = None
 ) -> bytes:
-    """An event of type ``kind``: what a stream sends last."""
+    """An event of type ``kind``: what a stream sends last. Each line of ``data`` is a
+    ``data:`` line of its own, so that no text can end the event early or add a field."""
     lines = [f"event: {kind}\n"]
     if retry is not None:
         lines.append(f"retry: {retry}\n")
     if event_id is not None:
         lines.append(f"id: {event_id}\n")
-    lines.append(f"data: {data}\n\n")
+    lines.extend(f"data: {line}\n" for line in _LINE_END.split(data))
+    lines.append("\n")
     return "".join(lines).encode()
 
 
@@ -124,7 +132,7 @@ def topic_ending(ended: str | None, *, topic: str, last_sent: str | None, positi
 
 def topics_ending(ended: str | None, *, resume_id: str, message: str) -> bytes:
     """What a stream of several topics tells its client last (b"": nothing): ``message``
-    says why (:func:`hub.web.multiplex`'s words for ``ended``), then, but for
+    says why (the web layer's words for ``ended``), then, but for
     :data:`TOO_MANY_TOPICS` (the same stream would end again), its composite id to resume
     from, as the event's ``id:`` too."""
     if ended is None:

@@ -13,6 +13,7 @@ from hub.core.sse_stream import (
     SSE_HEADERS,
     SseStream,
     SseTerms,
+    last_event,
     opening_id,
     response_head,
     resume_from,
@@ -253,3 +254,10 @@ def test_a_subclass_s_names_do_not_touch_the_stream_s_state() -> None:
     assert driver.heartbeat(HEARTBEAT) and not driver.ended
     assert driver.end(b"", None) == (LAST_CHUNK, CLOSE)
     assert driver.ended and (driver._done, driver._due, driver._terms) == ("mine",) * 3
+
+
+@pytest.mark.parametrize("data", ["a\nb", "a\rb", "a\r\nb", "\n\nevent: x\n\n", "", "é ✓"])
+def test_a_last_event_s_text_never_ends_it_early_or_adds_a_field(data: str) -> None:
+    told = one(last_event("error", data, event_id="7-0"))
+    assert (told.event, told.id) == ("error", "7-0")
+    assert told.data == data.replace("\r\n", "\n").replace("\r", "\n")
