@@ -36,12 +36,14 @@ from tests.support import TIME_SCALE, free_port, notification, wait_for
 
 #: Long enough that the failover itself (1-3 s here) expires no hub's heartbeat: a lease
 #: taken over is then one this hub's own held-up heartbeat let go.
-LEASE_SECONDS = 6.0
-#: A change answered as stored after the promotion must be delivered within this.
-RESUME_SECONDS = 2.0
-#: Each publish's ``WAIT``: longer than the resumption may take, so that anything held up
-#: behind one (a heartbeat, a cursor write) shows.
+LEASE_SECONDS = 10.0
+#: Each publish's ``WAIT``: anything held up behind one (a heartbeat, a cursor write) takes
+#: at least this long.
 WAIT_SECONDS = 5.0
+#: A change answered as stored after the promotion must be delivered within this: not
+#: scaled by the load, since it must stay below :data:`WAIT_SECONDS`; what comes back from
+#: a failover retries with back-off (0.1 s doubling), measured 0.0-1.5 s.
+RESUME_SECONDS = 4.0
 #: Seconds between two changes of one publisher.
 PACE = 0.2
 
@@ -52,26 +54,26 @@ async def _post(
     topic: str,
     loc: str,
     stored: dict[str, float],
-    refused: list[str],
+    refused: list[tuple[int, str]],
 ) -> None:
     """One publish of ``loc``; ``stored``: its loc -> when the answer said it was stored
-    (a 202, or the 503 of a ``WAIT`` no replica acknowledged)."""
+    (a 202, or the 503 of a ``WAIT`` no replica acknowledged); ``refused``: every other
+    answer's status (0: none came) and text."""
     try:
         async with session.post(
             f"{url}/topics/{topic}",
             data=notification([{"loc": loc}]),
             headers={"Content-Type": "application/xml", "Idempotency-Key": loc},
-            timeout=aiohttp.ClientTimeout(total=WAIT_SECONDS + 10 * TIME_SCALE),
+            timeout=aiohttp.ClientTimeout(total=60 * TIME_SCALE),
         ) as resp:
             answer = await resp.text()
     except (aiohttp.ClientError, TimeoutError) as exc:
-        refused.append(repr(exc))
+        refused.append((0, repr(exc)))
         return
     if resp.status == 202 or "the changes are stored" in answer:
         stored[loc] = time.monotonic()
     if resp.status != 202:
-        assert resp.status == 503, (resp.status, answer)
-        refused.append(answer)
+        refused.append((resp.status, answer))
 
 
 async def _publish(
@@ -80,7 +82,7 @@ async def _publish(
     topic: str,
     publisher: int,
     stored: dict[str, float],
-    refused: list[str],
+    refused: list[tuple[int, str]],
     stop: asyncio.Event,
 ) -> None:
     """Publish a new change to ``topic`` every :data:`PACE` seconds, not waiting for the
@@ -98,10 +100,10 @@ async def _publish(
             n += 1
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), PACE)  # the publisher's pace
-        await asyncio.gather(*posts)
-    finally:
-        for post in posts:
+    finally:  # what is still waiting for its answer is measured no more
+        for post in list(posts):
             post.cancel()
+        await asyncio.gather(*posts, return_exceptions=True)  # cancelled, or done
 
 
 async def _deliveries_through_failover(
@@ -110,9 +112,9 @@ async def _deliveries_through_failover(
     kill: Callable[[], int],
     await_failover: Callable[[int], float],
     caplog: pytest.LogCaptureFixture,
-) -> tuple[float, dict[str, float]]:
-    """The failover's seconds, and per topic the seconds from the first answer after the
-    promotion that said a change was stored until such a change was delivered."""
+) -> dict[str, float]:
+    """Per topic, the seconds from the first answer after the promotion that said a change
+    was stored until such a change was delivered; at most :data:`RESUME_SECONDS`."""
     caplog.set_level(logging.INFO, logger="hub.live.ownership")
     callback = await CallbackServer().start()
     runners: list[web.AppRunner] = []
@@ -120,7 +122,7 @@ async def _deliveries_through_failover(
     stop = asyncio.Event()
     tasks: list[asyncio.Task[None]] = []
     stored: dict[str, dict[str, float]] = {topic: {} for topic in topics}
-    refused: list[str] = []
+    refused: list[tuple[int, str]] = []
     try:
         for _ in range(2):
             settings = Settings(
@@ -176,7 +178,7 @@ async def _deliveries_through_failover(
             with contextlib.suppress(AssertionError):  # reported below, with the figures
                 await wait_for(every_topic_resumed, timeout=WAIT_SECONDS + 2 * RESUME_SECONDS)
             stop.set()
-            await asyncio.wait_for(asyncio.gather(*tasks), timeout=WAIT_SECONDS + 15 * TIME_SCALE)
+            await asyncio.wait_for(asyncio.gather(*tasks), timeout=10 * TIME_SCALE)
         for runner in runners:
             await runner.cleanup()
         runners.clear()
@@ -184,7 +186,11 @@ async def _deliveries_through_failover(
         for topic in topics:
             lag = resumed.get(topic, float("inf"))
             print(f"  {topic}: delivered {lag:.2f}s after the first answer saying stored")
-        return failover, {t: resumed.get(t, float("inf")) for t in topics}
+        # Refused only as a store that is away or short of replicas refuses: 503.
+        assert {status for status, _ in refused} <= {503}, refused[:3]
+        lags = {t: resumed.get(t, float("inf")) for t in topics}
+        assert max(lags.values()) < RESUME_SECONDS, lags
+        return lags
     finally:
         stop.set()
         for task in tasks:
@@ -204,10 +210,9 @@ async def test_deliveries_go_on_through_a_sentinel_failover_with_wait(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with RedisSentinelProcesses(tmp_path / "redis", replicas=1) as redis:
-        _failover, resumed = await _deliveries_through_failover(
+        await _deliveries_through_failover(
             redis.url, ["a", "b", "c"], redis.kill_master, redis.await_failover, caplog
         )
-    assert max(resumed.values()) < RESUME_SECONDS * TIME_SCALE, resumed
     assert not _taken_over(caplog)
 
 
@@ -233,12 +238,11 @@ async def test_deliveries_go_on_on_every_master_through_a_cluster_failover_with_
             cluster.kill(victim)
             return victim
 
-        _failover, resumed = await _deliveries_through_failover(
+        await _deliveries_through_failover(
             f"redis+cluster://127.0.0.1:{masters[1]}",
             topics,
             kill,
             lambda old: cluster.await_failover(old, slot),
             caplog,
         )
-    assert max(resumed.values()) < RESUME_SECONDS * TIME_SCALE, resumed
     assert not _taken_over(caplog)
