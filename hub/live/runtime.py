@@ -182,7 +182,7 @@ class Runtime:
         self.snapshot_builds = SnapshotBuilds(
             self.snapshots,
             self.tasks.group("snapshots", peers=True),
-            wait_seconds=settings.resourcelist_wait_seconds,
+            wait_seconds=settings.document_wait_seconds,
         )
         #: Documents rendered once per version for every reader (``hub.web.cache.Builds``).
         self.document_builds = self.tasks.group("document-builds", peers=True)

@@ -24,7 +24,7 @@ before or while it is read, is not served (404). The Resource List is built the 
 once per topic version; above ``resourcelist_page_entries`` it is an index over the
 pages of a snapshot kept in Redis, and a reader gets the last snapshot at once while the
 next is taken in the background (:mod:`hub.live.snapshot_builds`). No Resource List reader
-waits longer than ``resourcelist_wait_seconds`` for a build: past it, the earlier version,
+waits longer than ``document_wait_seconds`` for a build: past it, the earlier version,
 or, when there is none yet, 503 with ``Retry-After``.
 User documentation: ``docs/polling.md``.
 """

@@ -7,8 +7,10 @@ last read (batches of :data:`READ_BATCH`, rendered in the parse pool when large)
 lock per topic; views take at most ``max_bytes`` of memory in all (least recently used out,
 rebuilt from the stream when asked again). The document is rendered once per version (the
 topic's creation, its ``trimmed_through``, its last event id) and shared by every request
-for that version (:class:`hub.web.cache.Builds`); a conditional GET that matches is answered
-from the topic's meta hash alone, before anything is read or built.
+for that version (:class:`hub.web.cache.Builds`), waited for at most
+``document_wait_seconds`` (then the earlier version, or 503 with ``Retry-After`` before the
+first); a conditional GET that matches is answered from the topic's meta hash alone, before
+anything is read or built.
 
 Access is the topic's: a private topic's documents need its read token
 (:func:`hub.web.documents.known_topic`). User documentation: ``docs/polling.md``.
@@ -25,7 +27,7 @@ from aiohttp import web
 
 from hub.core import rendering
 from hub.core.events import id_ms, parse_id
-from hub.core.exceptions import Gone
+from hub.core.exceptions import Gone, SnapshotPending
 from hub.core.latest_changes import VIEW_ENTRIES, LatestChanges, fold_rows, marker_ms
 from hub.core.rendering import Rendered
 from hub.core.topics import HubUrls
@@ -165,10 +167,20 @@ async def latest_changes(request: web.Request) -> web.StreamResponse:
             built = await asyncio.to_thread(rendering.rendered, parts, at_ms, version)
         return built
 
-    # The rendering's ``last_id`` holds the version it was built at (trimmed.last).
-    built = await reading.builds.get(
-        f"lc {u.tag} {topic}", _version(facts), build, lambda r: r.last_id or ""
-    )
+    # The rendering's ``last_id`` holds the version it was built at (trimmed.last). The
+    # first read of a big topic folds its whole stream (a 100,000-event topic: 11 s): past
+    # the wait, the earlier version, or 503 while the first is built.
+    wait = reading.snapshot_builds.wait_seconds
+    try:
+        built = await reading.builds.get(
+            f"lc {u.tag} {topic}", _version(facts), build, lambda r: r.last_id or "", wait=wait
+        )
+    except TimeoutError:
+        raise SnapshotPending(
+            f"changes.xml of topic {topic!r} is being built (its first read folds the "
+            f"topic's stream); read {u.changes(topic)} again after the Retry-After seconds",
+            retry_after=max(wait, 1.0),
+        ) from None
     assert built is not None and built.last_id is not None
     return await send_rendered(
         request, _validators(u, topic, facts.created_ms, built.last_id), built
