@@ -158,21 +158,33 @@ async def baseline_from_dump(
             )
             unpacked = await asyncio.to_thread(_unpack, zipped, work / f"{n}", limits)
             zipped.unlink()
-            for bitstream in unpacked.bitstreams:
-                entry = bitstream.entry
-                if bitstream.file is None or (prefixes and not entry.loc.startswith(prefixes)):
-                    continue
-                path = await asyncio.to_thread(mirror.place, entry, bitstream.file)
-                if path is not None:
-                    expected.add(path)
-                    if remember is not None:
-                        remember(entry)
+            placed = await asyncio.to_thread(_place, mirror, unpacked, prefixes)
+            for entry, path in placed:
+                expected.add(path)
+                if remember is not None:
+                    remember(entry)
             await asyncio.to_thread(shutil.rmtree, work / f"{n}", True)
     finally:
         await asyncio.to_thread(shutil.rmtree, work, True)
     if prune:
         mirror.prune(expected)
     return at
+
+
+def _place(
+    mirror: Mirror, unpacked: UnpackedPackage, prefixes: tuple[str, ...]
+) -> list[tuple[Entry, Path]]:
+    """In a thread: each bitstream of ``unpacked`` (under ``prefixes``) moved into the
+    mirror (:meth:`Mirror.place`), with where it now is."""
+    placed = []
+    for bitstream in unpacked.bitstreams:
+        entry = bitstream.entry
+        if bitstream.file is None or (prefixes and not entry.loc.startswith(prefixes)):
+            continue
+        path = mirror.place(entry, bitstream.file)
+        if path is not None:
+            placed.append((entry, path))
+    return placed
 
 
 def _work_dir(mirror: Mirror) -> Path:

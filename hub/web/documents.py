@@ -11,9 +11,10 @@
 =============================================  =============================================
 
 Every route also answers ``HEAD``. A topic's Capability List names its Resource List, its
-Change List index and its ``changelist-notification`` and ``changedump-notification``
-channels: ``loc`` = the topic URI, ``rs:ln rel="hub"`` = the hub URL (push spec §5); and the
-Resource Dump and Change Dump its Source declared (:mod:`hub.core.dump_links`).
+Change List index and its ``changelist-notification`` channel (which carries the topic's
+``changedump-notification`` publishes too): ``loc`` = the topic URI, ``rs:ln rel="hub"`` =
+the hub URL (push spec §5); and the Resource Dump and Change Dump its Source declared
+(:mod:`hub.core.dump_links`), each loc once.
 
 Change List entries are in event-id (receipt) order; :mod:`hub.core.rendering` says what each
 entry carries and :mod:`hub.store.pages` where pages begin and end. A page is read from the
@@ -117,14 +118,20 @@ async def capability_list(request: web.Request) -> web.StreamResponse:
     topic = await known_topic(request)
     u = link_urls(request)
     store = request.app[READING].store
-    dumps = await dump_links.declared(store.redis, topic)
+    # Each loc once (resync keys a Capability List by loc): a declared dump never takes the
+    # place of the hub's own documents, nor of the other declared dump.
+    own = {u.resourcelist(topic), u.changelist_index(topic), u.topic(topic)}
+    dumps = {}
+    for rel, href in (await dump_links.declared(store.redis, topic)).items():
+        if href not in own:
+            own.add(href)
+            dumps[rel] = href
     body = (
         rendering.URLSET_OPEN
         + rendering.root("capabilitylist", [("up", u.source_description)])
         + rendering.capability_entry(u.resourcelist(topic), "resourcelist")
         + rendering.capability_entry(u.changelist_index(topic), "changelist")
         + rendering.capability_entry(u.topic(topic), "changelist-notification", [("hub", u.hub)])
-        + rendering.capability_entry(u.topic(topic), "changedump-notification", [("hub", u.hub)])
         + "".join(rendering.capability_entry(href, rel) for rel, href in dumps.items())
         + rendering.URLSET_CLOSE
     )

@@ -160,7 +160,6 @@ async def capabilities(hub: Hub) -> tuple[dict[str, list[str]], str]:
 async def test_the_dumps_a_source_declares_are_in_the_topics_capability_list(hub: Hub) -> None:
     await publish(hub, notification(changes(1)))
     before, etag = await capabilities(hub)
-    assert before["changedump-notification"] == [f"{hub.url}/topics/t"]
     assert "resourcedump" not in before and "changedump" not in before
     declared = {
         "resourcedump": "http://source.invalid/resourcedump.xml",
@@ -176,6 +175,21 @@ async def test_the_dumps_a_source_declares_are_in_the_topics_capability_list(hub
     latest, _ = await capabilities(hub)
     assert latest["resourcedump"] == [moved["resourcedump"]]
     assert latest["changedump"] == [declared["changedump"]]
+    locs = [loc for found in latest.values() for loc in found]
+    assert len(locs) == len(set(locs)), "each loc once: resync keys a Capability List by loc"
+
+
+async def test_a_declared_dump_never_takes_the_place_of_the_hubs_documents(hub: Hub) -> None:
+    own = f"{hub.url}/topics/t/resourcelist.xml"
+    declared = {"resourcedump": own, "changedump": f"{hub.url}/topics/t"}
+    await publish(hub, dump_notification(PACKAGE, declared=declared))
+    found, _ = await capabilities(hub)
+    assert found["resourcelist"] == [own]
+    assert "resourcedump" not in found and "changedump" not in found
+    same = {"resourcedump": "http://s.invalid/d.xml", "changedump": "http://s.invalid/d.xml"}
+    await publish(hub, dump_notification(PACKAGE, declared=same))
+    found, _ = await capabilities(hub)
+    assert found["resourcedump"] == ["http://s.invalid/d.xml"] and "changedump" not in found
 
 
 @pytest.mark.parametrize(

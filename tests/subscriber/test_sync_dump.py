@@ -185,6 +185,17 @@ async def test_a_dump_baseline_prunes_and_keeps_as_the_gets_do(
     assert mirror_files(dest) == expected_files(source.url, FILES)
 
 
+async def test_a_dump_baseline_takes_only_what_prefix_names(
+    source: DumpSource, tmp_path: Path
+) -> None:
+    dest = tmp_path / "m"
+    prefix = f"{source.url}/files/many/"
+    assert await asyncio.to_thread(main, sync(source, dest, "--once", "--prefix", prefix)) == 0
+    wanted = {name: data for name, data in FILES.items() if name.startswith("many/")}
+    assert mirror_files(dest) == expected_files(source.url, wanted)
+    assert gets(source, "/files/") == 0
+
+
 def _hostile_zip(outside: str) -> bytes:
     """A package whose one entry would land at ``outside`` (its manifest truthful)."""
     from resourcesync.models import Entry, Metadata, ResourceDumpManifest
