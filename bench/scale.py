@@ -1,7 +1,9 @@
-"""Benchmark the hub at scale: many WebSub subscriptions, many idle WebSocket clients.
+"""Benchmark the hub at scale: many WebSub subscriptions, many idle WebSocket clients, a
+topic of a million resources.
 
 Run ``.venv/bin/python bench/scale.py`` from the repository root (``--quick`` for a short
-run; ``--only websub|websocket``). Everything runs on 127.0.0.1 and is killed at the end:
+run; ``--only websub|websocket|resourcelist``). Everything runs on 127.0.0.1 and is killed
+at the end:
 
 1. **WebSub** (full: 100,000 subscriptions over 1,000 topics; quick: 10,000 over 100). An
    embedded ``redis-server``, one hub process (``rshub serve --redis-url``, with
@@ -22,6 +24,15 @@ run; ``--only websub|websocket``). Everything runs on 127.0.0.1 and is killed at
    p50/p99 of the active clients at 1,000 changes/s, with no idle clients, with the idle
    ones connected, and again after they left; hub RSS at each step (target < 1 GiB with
    the idle clients).
+3. **Resource List** (full: one topic of 1,000,000 URIs; quick: 100,000; ``--resources N``),
+   published 1,000 changes at a time, 4 in flight, beside a fresh topic's publishes before
+   and after. Redis bytes per URI of the folded Resource List (``MEMORY USAGE``, exact).
+   Time to first byte of every document of the big topic beside the same documents of a
+   small one and ``/healthz``: the Resource List's first request (no snapshot yet: 503 with
+   ``Retry-After`` within ``document_wait_seconds``), the time until its snapshot,
+   built in the background, is served, and, after one more publish, a reader's answer
+   while the next is built (the last snapshot, at once). Then restart -> ``/healthz`` 200,
+   twice, beside a hub on an empty database, and the Resource List's first byte after it.
 
 The conductor raises its ``RLIMIT_NOFILE`` soft limit to the hard limit; the processes it
 starts inherit it.
@@ -169,13 +180,14 @@ class Hub:
         self.url = f"http://{HOST}:{self.port}"
         self.pid = 0
 
-    def start(self) -> None:
+    def start(self, **settings: str) -> None:
+        """Start it; ``settings``: more ``RSHUB_*`` variables."""
         cmd = [sys.executable, "-m", "rshub", "serve", "--host", HOST, "--port", str(self.port),
                "--redis-url", self.redis_url, "--log-level", LOG_LEVEL[0]]  # fmt: skip
         # Room for the 10,000 idle WebSockets plus the active clients and the bench's own
         # requests: the default cap (10,000) refuses the last of them with 503.
         env = {"RSHUB_ALLOW_PRIVATE_CALLBACKS": "true", "RSHUB_MAX_CONNECTIONS": "15000"}
-        self.pid = self.procs.start("hub", cmd, env=env).pid
+        self.pid = self.procs.start("hub", cmd, env=env | settings).pid
 
     async def healthy(self, timeout: float) -> None:
         await wait_healthy(self.session, self.url + "/healthz", self.procs, "hub", timeout)
@@ -532,6 +544,231 @@ async def bench_websocket(
     procs.stop("wsclients", 15)
 
 
+@dataclass(frozen=True)
+class BigTopic:
+    """The big-topic run: ``resources`` URIs published ``per_publish`` at a time."""
+
+    resources: int = 1_000_000
+    per_publish: int = 1_000
+    in_flight: int = 4
+    #: Publishes of the baseline topics (before and after the big one) and of the big
+    #: topic's last, measured part.
+    sample_publishes: int = 50
+    #: Bound on the waits for a snapshot.
+    wait_seconds: float = 600.0
+
+
+_AT = re.compile(rb'<rs:md capability="resourcelist" at="([^"]+)"')
+_LOC = re.compile(rb"<loc>([^<]+)</loc>")
+
+
+async def first_byte(session: aiohttp.ClientSession, url: str) -> tuple[float, int, bytes, Any]:
+    """Seconds until the answer's head arrived, its status, body and headers."""
+    t0 = time.perf_counter()
+    async with session.get(url) as resp:
+        ttfb = time.perf_counter() - t0
+        body = await resp.read()
+        return ttfb, resp.status, body, resp.headers
+
+
+async def publish_batches(
+    session: aiohttp.ClientSession, url: str, first: int, batches: int, size: BigTopic
+) -> float:
+    """``batches`` notifications of ``size.per_publish`` new URIs each (from URI ``first``),
+    ``size.in_flight`` at a time; changes stored per second."""
+    gate = asyncio.Semaphore(size.in_flight)
+
+    async def one(b: int) -> None:
+        async with gate:
+            body = notification(first + b * size.per_publish, size.per_publish)
+            async with session.post(url, data=body, headers=XML_HEADERS) as resp:
+                await resp.read()
+                if resp.status != 202:
+                    raise RuntimeError(f"publish to {url}: {resp.status}")
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(b) for b in range(batches)))
+    return batches * size.per_publish / (time.perf_counter() - t0)
+
+
+async def until_served(
+    session: aiohttp.ClientSession, url: str, timeout: float, other_than: bytes | None = None
+) -> tuple[float, bytes, float]:
+    """Poll ``url`` until it is a 200 (with a snapshot ``at`` other than ``other_than``):
+    seconds taken, the body, and the slowest answer's time to first byte meanwhile."""
+    t0 = time.perf_counter()
+    slowest = 0.0
+    while time.perf_counter() - t0 < timeout:
+        ttfb, status, body, _ = await first_byte(session, url)
+        slowest = max(slowest, ttfb)
+        if status == 200:
+            found = _AT.search(body)
+            if other_than is None or (found is not None and found.group(1) != other_than):
+                return time.perf_counter() - t0, body, slowest
+        elif status != 503:
+            raise RuntimeError(f"{url}: {status} {body[:300]!r}")
+        await asyncio.sleep(0.25)
+    raise RuntimeError(f"{url} not served within {timeout:.0f} s")
+
+
+async def start_to_healthy(hub: Hub, timeout: float, **settings: str) -> float:
+    """Start ``hub``: seconds from exec until ``/healthz`` answered 200 (polled every 20 ms)."""
+    t0 = time.perf_counter()
+    hub.start(**settings)
+    while time.perf_counter() - t0 < timeout:
+        if hub.procs.procs["hub"].poll() is not None:
+            raise RuntimeError(f"hub exited early:\n{hub.procs.log_tail('hub')}")
+        with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+            async with hub.session.get(
+                hub.url + "/healthz", timeout=aiohttp.ClientTimeout(total=2)
+            ) as resp:
+                if resp.status == 200:
+                    return time.perf_counter() - t0
+        await asyncio.sleep(0.02)
+    raise RuntimeError(f"hub not healthy {timeout:.0f} s after its start")
+
+
+async def bench_resourcelist(
+    size: BigTopic, procs: Processes, redis_url: str, report: Report
+) -> None:
+    """A topic of ``size.resources`` URIs: publish rate, Redis bytes per URI, time to first
+    byte of every document (the Resource List's first snapshot built in the background),
+    and restart -> serving; each beside a baseline of the same run."""
+    from redis.asyncio import Redis
+
+    from hub.store import keys
+
+    n = size.resources
+    batches = n // size.per_publish
+    measured = min(size.sample_publishes, batches // 2)
+    redis = Redis.from_url(redis_url)
+    await redis.flushall()
+    empty_url = redis_url.rsplit("/", 1)[0] + "/1"  # another database: an empty hub
+    # A reader right after a publish starts the next snapshot (the last one is served).
+    settings = {"RSHUB_RESOURCELIST_SNAPSHOT_SECONDS": "0"}
+    connector = aiohttp.TCPConnector(limit=64)
+    timeout = aiohttp.ClientTimeout(total=size.wait_seconds)
+    try:
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            hub = Hub(procs, session, redis_url)
+            hub.start(**settings)
+            await hub.healthy(60)
+            base = f"{hub.url}/topics"
+
+            # publish: baseline topics before and after, the big topic's last part beside
+            before = await publish_batches(session, f"{base}/small1", 0, measured, size)
+            mem0 = await redis_used_memory(redis)
+            t0 = time.perf_counter()
+            bulk = await publish_batches(session, f"{base}/big", 0, batches - measured, size)
+            last = await publish_batches(
+                session, f"{base}/big", (batches - measured) * size.per_publish, measured, size
+            )
+            t_all = time.perf_counter() - t0
+            after = await publish_batches(session, f"{base}/small2", 0, measured, size)
+            report.add(
+                f"publish {n:,} URIs to one topic ({size.per_publish:,} per publish, "
+                f"{size.in_flight} in flight)",
+                f"{t_all:.1f} s; {bulk:,.0f} changes/s, the last {measured} publishes "
+                f"{last:,.0f}/s",
+                f"a fresh topic: {before:,.0f}/s before, {after:,.0f}/s after",
+            )
+            mem1 = await redis_used_memory(redis)
+            fold = int(await redis.memory_usage(keys.resources("big"), samples=0) or 0)
+            stream = int(await redis.memory_usage(keys.events("big"), samples=0) or 0)
+            events = int(await redis.xlen(keys.events("big")))
+            report.add(
+                "Redis bytes per URI: the folded Resource List (MEMORY USAGE)",
+                f"{fold / n:,.0f} B ({mib(fold)})",
+                f"the topic's stream: {stream / max(events, 1):,.0f} B per event "
+                f"({events:,} events); used_memory {(mem1 - mem0) / n:,.0f} B per URI",
+            )
+
+            # time to first byte of every document
+            health, *_ = await first_byte(session, hub.url + "/healthz")
+            small = {}
+            for name, path in (
+                ("Capability List", "capabilitylist.xml"),
+                ("topic URI (open Change List page)", ""),
+                ("Change List index", "changelist.xml"),
+                ("Change List page 1", "changelist/1.xml"),
+                ("changes.xml", "changes.xml"),
+            ):
+                small[name], *_ = await first_byte(session, f"{base}/small1/{path}".rstrip("/"))
+                ttfb, status, _, _ = await first_byte(session, f"{base}/big/{path}".rstrip("/"))
+                report.add(
+                    f"first byte: {name}, {n:,}-URI topic",
+                    f"{ttfb * 1000:,.0f} ms ({status})",
+                    f"{measured * size.per_publish:,}-URI topic {small[name] * 1000:,.0f} ms; "
+                    f"/healthz {health * 1000:.0f} ms",
+                )
+            listing = f"{base}/big/resourcelist.xml"
+            ttfb, status, _, headers = await first_byte(session, listing)
+            report.add(
+                "first byte: Resource List, first request (no snapshot yet)",
+                f"{ttfb * 1000:,.0f} ms ({status}, Retry-After {headers.get('Retry-After')})",
+                f"/healthz {health * 1000:.0f} ms",
+            )
+            took, index, slowest = await until_served(session, listing, size.wait_seconds)
+            report.add(
+                "... first snapshot served (built in the background)",
+                f"{ttfb + took:.1f} s after the first request; slowest answer meanwhile "
+                f"{slowest * 1000:,.0f} ms",
+            )
+            ttfb, status, index, _ = await first_byte(session, listing)
+            pages = [m.group(1).decode() for m in _LOC.finditer(index)]
+            page_ttfb, page_status, _, _ = await first_byte(session, pages[0])
+            report.add(
+                "first byte: Resource List index / its first page",
+                f"{ttfb * 1000:,.0f} ms ({status}) / {page_ttfb * 1000:,.0f} ms ({page_status}); "
+                f"{len(pages)} pages",
+                f"/healthz {health * 1000:.0f} ms",
+            )
+            at = _AT.search(index)
+            assert at is not None
+            await publish_batches(session, f"{base}/big", n, 1, size)
+            ttfb, status, during, _ = await first_byte(session, listing)
+            same = (found := _AT.search(during)) is not None and found.group(1) == at.group(1)
+            report.add(
+                "first byte: Resource List after a publish (next snapshot being built)",
+                f"{ttfb * 1000:,.0f} ms ({status}, "
+                f"{'the last snapshot' if same else 'a new snapshot'}, at={at.group(1).decode()})",
+                f"/healthz {health * 1000:.0f} ms",
+            )
+            took, _, slowest = await until_served(
+                session, listing, size.wait_seconds, other_than=at.group(1)
+            )
+            report.add(
+                "... next snapshot served",
+                f"{took:.1f} s later; slowest answer meanwhile {slowest * 1000:,.0f} ms",
+            )
+
+            # restart -> serving, beside a hub on an empty database
+            rounds: dict[str, list[float]] = {"big": [], "empty": []}
+            first_rl: list[tuple[float, int]] = []
+            empty = Hub(procs, session, empty_url)
+            empty.port, empty.url = hub.port, hub.url
+            for _ in range(2):
+                for name, which in (("big", hub), ("empty", empty)):
+                    if "hub" in procs.procs:
+                        procs.stop("hub", 120)
+                    rounds[name].append(await start_to_healthy(which, 120, **settings))
+                    if name == "big":
+                        ttfb, status, _, _ = await first_byte(session, listing)
+                        first_rl.append((ttfb, status))
+            procs.stop("hub", 120)
+            report.add(
+                f"restart: start -> /healthz 200, {n:,}-URI topic (2 rounds)",
+                " / ".join(f"{t:.2f} s" for t in rounds["big"]),
+                "empty hub: " + " / ".join(f"{t:.2f} s" for t in rounds["empty"]),
+            )
+            report.add(
+                "restart: first byte of the Resource List just after /healthz",
+                " / ".join(f"{t * 1000:,.0f} ms ({s})" for t, s in first_rl),
+            )
+    finally:
+        await redis.aclose()
+
+
 async def conduct(
     args: argparse.Namespace, procs: Processes, redis_url: str, redis_pid: int
 ) -> Report:
@@ -541,13 +778,19 @@ async def conduct(
         await bench_websub(sizes, procs, redis_url, redis_pid, report)
     if args.only in (None, "websocket"):
         await bench_websocket(sizes, procs, redis_url, redis_pid, report)
+    if args.only in (None, "resourcelist"):
+        big = BigTopic(resources=args.resources or (100_000 if args.quick else 1_000_000))
+        await bench_resourcelist(big, procs, redis_url, report)
     return report
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="10,000 subscriptions, 100 topics")
-    parser.add_argument("--only", choices=("websub", "websocket"))
+    parser.add_argument("--only", choices=("websub", "websocket", "resourcelist"))
+    parser.add_argument(
+        "--resources", type=int, help="URIs of the big topic (default 1,000,000; quick 100,000)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir with the logs")
     parser.add_argument("--hub-log-level", default="WARNING", help="the hub's --log-level")
     parser.add_argument("--role", choices=("callbacks", "idle"), help=argparse.SUPPRESS)

@@ -338,12 +338,12 @@ class Settings(BaseSettings):
     resourcelist_snapshot_seconds: int = Field(60, ge=0, le=86_400)
     #: How long the pages of a Resource List snapshot stay fetchable.
     resourcelist_snapshot_ttl_seconds: int = Field(3600, ge=60, le=7 * 86_400)
-    #: The longest a reader waits for a document built once per version (seconds): a
-    #: Resource List or its index, ``changes.xml``, a closed Change List page. A paged
-    #: topic's reader gets the last snapshot at once while the next is built in the
-    #: background; a reader of the others gets the earlier version after this wait. With
-    #: nothing built yet, the reader gets 503 with ``Retry-After`` (most HTTP clients give
-    #: up after 30 s, and a 1,000,000-URI snapshot takes longer to build).
+    #: The longest a reader waits for a document whose build grows with the topic
+    #: (seconds): a Resource List or its index, ``changes.xml``. A paged topic's reader
+    #: gets the last snapshot at once while the next is built in the background; a reader
+    #: of the others gets the earlier version after this wait. With nothing built yet, the
+    #: reader gets 503 with ``Retry-After`` (most HTTP clients give up after 30 s, and a
+    #: 1,000,000-URI snapshot takes longer to build).
     document_wait_seconds: float = Field(1.0, ge=0, le=30)
     #: In-process cache of rendered closed Change List pages (0 = no cache).
     document_cache_bytes: int = Field(64 * 1024 * 1024, ge=0, le=4 * 1024**3)

@@ -135,7 +135,7 @@ def one_body(results: list[Result]) -> bytes:
 
 # The ten readers share the one build of a version nobody built yet: a hub that lets them
 # wait for it (by default a reader waits 1 s, then is told to come back: 503).
-@pytest.mark.parametrize("hub_settings", [{"resourcelist_wait_seconds": 30}])
+@pytest.mark.parametrize("hub_settings", [{"document_wait_seconds": 30}])
 async def test_ten_big_resource_list_gets_keep_healthz_fast(hub: Hub) -> None:
     await fill(hub, "big")
     url = f"{hub.url}/topics/big/resourcelist.xml"

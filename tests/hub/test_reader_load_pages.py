@@ -28,7 +28,7 @@ PREFIX = "http://example.org/collections/2026/a-rather-long-path/to/each/resourc
 @pytest.fixture
 def hub_settings() -> dict[str, Any]:
     # the first index read waits for the first snapshot (by default, 1 s, then 503)
-    return {"resourcelist_page_entries": PAGE, "resourcelist_wait_seconds": 30}
+    return {"resourcelist_page_entries": PAGE, "document_wait_seconds": 30}
 
 
 async def test_ten_gets_of_a_4_mb_resource_list_page_keep_healthz_fast(hub: Hub) -> None:

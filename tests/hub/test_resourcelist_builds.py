@@ -1,5 +1,6 @@
-"""No Resource List reader waits for a build: the last snapshot is served while the next is
-taken, and a topic with none yet answers 503 with ``Retry-After`` instead of hanging.
+"""No Resource List (or ``changes.xml``) reader waits for a build: the last snapshot is
+served while the next is taken, and a topic with none yet answers 503 with ``Retry-After``
+instead of hanging.
 
 The topics are big enough (20,000 URIs in pages of 100) that a snapshot takes far longer
 than a plain request; every time is compared with a request measured beside it (the
@@ -114,7 +115,7 @@ async def test_a_reader_during_a_rebuild_gets_the_last_snapshot_at_once(hub: Hub
 
 @pytest.mark.parametrize(
     "hub_settings",
-    [{"resourcelist_page_entries": PAGE, "resourcelist_wait_seconds": 0.0}],
+    [{"resourcelist_page_entries": PAGE, "document_wait_seconds": 0.0}],
 )
 async def test_the_first_request_on_an_unbuilt_big_topic_gets_503_not_a_hang(hub: Hub) -> None:
     await fill(hub, "unbuilt")
@@ -131,17 +132,16 @@ async def test_the_first_request_on_an_unbuilt_big_topic_gets_503_not_a_hang(hub
     assert await listed(hub, "unbuilt", index) == {c["loc"] for c in changes(URIS)}
 
 
-@pytest.mark.parametrize(
-    "hub_settings",
-    [{"resourcelist_wait_seconds": 0.0}],
-)
-async def test_a_whole_resource_list_reader_gets_the_earlier_version_past_the_wait(
-    hub: Hub,
+@pytest.mark.parametrize("hub_settings", [{"document_wait_seconds": 0.0}])
+@pytest.mark.parametrize("document", ["resourcelist.xml", "changes.xml"])
+async def test_a_whole_document_reader_gets_the_earlier_version_past_the_wait(
+    hub: Hub, document: str
 ) -> None:
-    """Below ``resourcelist_page_entries`` the list is one document, built per version; a
-    reader waits for the build at most ``resourcelist_wait_seconds`` (here 0), then gets
-    the version built before (and 503 when there is none)."""
-    url = f"{hub.url}/topics/whole/resourcelist.xml"
+    """Below ``resourcelist_page_entries`` the Resource List is one document, built per
+    version, as ``changes.xml`` is; a reader waits for the build at most
+    ``document_wait_seconds`` (here 0), then gets the version built before (and 503 when
+    there is none)."""
+    url = f"{hub.url}/topics/whole/{document}"
     await fill(hub, "whole", 2_000)
     _, status, body, headers = await timed_get(hub.session, url)
     assert status == 503 and int(headers["Retry-After"]) >= 1, body[:300]

@@ -296,7 +296,7 @@ def _edge_settings(rng: random.Random, topic: str) -> Settings:
 
 async def _listed(session: aiohttp.ClientSession, url: str) -> set[str]:
     """The locs of a document, through an index (small page settings make one); a 503
-    (``resourcelist_wait_seconds`` at its minimum: the first build not waited for) is
+    (``document_wait_seconds`` at its minimum: the first build not waited for) is
     asked again, as its ``Retry-After`` says, until the build is served."""
     bodies: list[bytes] = []
 
