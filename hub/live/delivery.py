@@ -831,9 +831,21 @@ class DeliveryService:
     async def _remove_revoked(self, sub: Subscription, worker: DeliveryWorker | None) -> None:
         if worker is not None:
             await worker.stop()
-        await self.store.delete(*sub.key)
         credential = sub.credential
-        shown = credential.shown if credential is not None else ""
+        if credential is None:  # only subscriptions with a credential are revoked
+            return
+        if not await self.store.delete_made_with(*sub.key, credential.fingerprint):
+            # Re-subscribed meanwhile with another token (or gone): that one stays, and
+            # its callback is not told a denial meant for the old one.
+            log.info(
+                "subscription of %r to %s made with a revoked token (%s) was replaced "
+                "meanwhile: the new one stays",
+                sub.callback,
+                sub.topic,
+                credential.shown,
+            )
+            return
+        shown = credential.shown
         log.info(
             "subscription of %r to %s removed: the token it was made with was revoked (%s)",
             sub.callback,

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
@@ -125,12 +126,11 @@ class Subscription:
             sub = cls(**{k: v for k, v in raw.items() if k in _FIELDS})
         except (ValueError, TypeError, AttributeError, KeyError) as exc:  # JSON errors too
             raise DamagedData(f"not a subscription record ({exc})") from None
-        texts = (sub.topic, sub.topic_url, sub.callback)
-        numbers = (sub.lease_seconds, sub.expires_at)
-        if not all(isinstance(v, str) for v in texts) or not all(
-            isinstance(v, int | float) and not isinstance(v, bool) for v in numbers
-        ):
-            raise DamagedData("not a subscription record (a field of the wrong type)")
+        for name, fits in _FIELD_TYPES.items():
+            if not fits(getattr(sub, name)):
+                raise DamagedData(f"not a subscription record (its {name} is of the wrong type)")
+        if isinstance(sub.lease_seconds, float):
+            sub.lease_seconds = int(sub.lease_seconds)
         return sub
 
     def recovered(self) -> None:
@@ -173,6 +173,68 @@ class Subscription:
 
 
 _FIELDS = frozenset(f.name for f in fields(Subscription))
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _whole(value: object) -> bool:
+    """A count the hub writes as an int; an integral float (a hand-made record) reads."""
+    return _count(value) or (isinstance(value, float) and value.is_integer())
+
+
+def _text(value: object) -> bool:
+    return isinstance(value, str)
+
+
+def _text_or_none(value: object) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def _texts(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _numbers_or_none(value: object) -> bool:
+    return value is None or (isinstance(value, list) and all(_number(v) for v in value))
+
+
+#: What each field of a record must hold: one the hub did not write (a count as text, a
+#: fractional lease) is damaged data when read, not a worker failing on it later.
+_FIELD_TYPES: dict[str, Callable[[object], bool]] = {
+    "topic": _text,
+    "topic_url": _text,
+    "callback": _text,
+    "lease_seconds": _whole,
+    "expires_at": _number,
+    "secret": _text_or_none,
+    "state": lambda v: isinstance(v, State),  # made a State as the record is read
+    "created_at": _number,
+    "failures": _count,
+    "last_error": _text_or_none,
+    "retry_at": _number,
+    "gaps": _count,
+    "last_gap": _text_or_none,
+    "strikes": _count,
+    "failing_since": _number,
+    "batch_failing_since": _number,
+    "disabled_at": _number,
+    "untold_gap": _text_or_none,
+    "signature": _text,
+    "previous_secret": _text_or_none,
+    "previous_until": _number,
+    "filter_changes": lambda v: v is None or _texts(v),
+    "filter_prefixes": _texts,
+    "rate_limit": _numbers_or_none,
+    "admin_rate_limit": _numbers_or_none,
+    "token_fingerprint": _text_or_none,
+    "token_jti": _text_or_none,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,7 +376,13 @@ class SubscriptionStore:
             return None
 
     async def delete(self, topic: str, callback: str) -> None:
-        await self._delete(topic, callback, [])
+        await self._delete(topic, callback, ["any"])
+
+    async def delete_made_with(self, topic: str, callback: str, fingerprint: str) -> bool:
+        """:meth:`delete`, only if the stored subscription was made with the token of
+        ``fingerprint`` (False: nothing removed): a revocation ends what its token made,
+        and a re-subscription made meanwhile with another token stays."""
+        return await self._delete(topic, callback, ["made-with", fingerprint])
 
     async def delete_latest(
         self, topic: str, callback: str, request: int, remember_ms: int
@@ -322,9 +390,9 @@ class SubscriptionStore:
         """:meth:`delete` for the unsubscribe request numbered ``request``, unless a later
         request for the same callback was stored already (False then, nothing removed); see
         :meth:`activate_latest`."""
-        return await self._delete(topic, callback, [request, remember_ms])
+        return await self._delete(topic, callback, ["latest", request, remember_ms])
 
-    async def _delete(self, topic: str, callback: str, request: list[int]) -> bool:
+    async def _delete(self, topic: str, callback: str, decides: list[str | int]) -> bool:
         removed = await self.scripts.run(
             scripts.DELETE_SUBSCRIPTION,
             [
@@ -338,7 +406,7 @@ class SubscriptionStore:
                 keys.requests(topic),
                 keys.request_marks(topic),
             ],
-            [callback, *request],
+            [callback, *decides],
         )
         if int(removed) < 0:
             return False

@@ -350,6 +350,37 @@ async def test_a_websub_subscription_made_with_a_revoked_token_is_removed_and_to
         assert resp.status == 403 and "revoked" in (await resp.json())["error"]
 
 
+async def test_a_resubscription_with_another_token_outlives_the_old_tokens_revocation(
+    hub: Hub, callbacks: list[CallbackServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The subscriber re-subscribed with a new token just before the old one was revoked:
+    the record says the new token, while the worker (not yet restarted) still holds the old
+    record. The revocation must end what the old token made, not the new subscription."""
+    caplog.set_level(logging.INFO, logger="hub.live.delivery")
+    session, url = hub.session, hub.url
+    callback = callbacks[0]
+    await subscribe(session, url, callback, READER)
+    workers = hub.app[RUNTIME].delivery.workers
+    await wait_for(lambda: len(workers) == 1)
+    field = callback.url
+    record = orjson.loads(await hub.redis.hget(keys.subscriptions("secret"), field))
+    assert record["token_fingerprint"] == fingerprint(READER)
+    # The re-subscription's record, stored as its verification ends (the worker is told
+    # after: the window this test holds open).
+    record["token_fingerprint"] = fingerprint(WITNESS)
+    await hub.redis.hset(keys.subscriptions("secret"), field, orjson.dumps(record))
+    await admin(session, url, "POST", json={"token": READER, "topic": "secret"})
+    # The old token's worker ended, and the revocation's removal is done, either way.
+    await wait_for(lambda: "made with a revoked token" in caplog.text or "removed:" in caplog.text)
+    assert "was replaced meanwhile: the new one stays" in caplog.text, caplog.text
+    stored = await hub.redis.hget(keys.subscriptions("secret"), field)
+    assert stored is not None and orjson.loads(stored)["token_fingerprint"] == fingerprint(WITNESS)
+    assert not denials(callback)  # a denial would tell the subscriber its new one is gone
+    # The new subscription delivers again (its worker starts on the next ownership round).
+    await publish(session, url, "secret", 0)
+    await wait_for(lambda: callback.locs == ["http://example.org/r0"])
+
+
 async def test_a_revoked_publisher_token_may_not_publish_nor_ping(hub: Hub) -> None:
     session, url = hub.session, hub.url
     await admin(session, url, "POST", json={"token": PUBLISHER, "topic": "news"})
