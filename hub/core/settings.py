@@ -389,8 +389,15 @@ class Settings(BaseSettings):
     #: How long a WebSocket/SSE client the hub ends (too slow, topic deleted, failed
     #: heartbeat) gets to take its close frame or last event; then its connection is
     #: aborted. Without the bound, a client that stopped reading kept its connection (and
-    #: the hub's send buffer for it) forever.
+    #: the hub's send buffer for it) forever. A WebSocket client dropped as too slow keeps
+    #: its connection (shut for writing, its close frame already in the kernel) as long as
+    #: it goes on reading, up to ``LINGER_ROUNDS`` times this (hub.web.lagging_close).
     stream_close_seconds: float = Field(5.0, gt=0, le=300)
+    #: A WebSocket client dropped as too slow is told to come back after a wait drawn at
+    #: random, per client, between 0 and this many seconds (its close reason's ``retry
+    #: after S s``, hub.core.lag_retry), so that the clients one publish storm drops do not
+    #: all reconnect, and lag again, at the same instant. 0: come back at once.
+    lag_retry_spread_seconds: float = Field(10.0, ge=0, le=3600)
 
     # -- readers: documents built once per version ----------------------------------------
     #: In-process cache of whole Resource Lists and ``changes.xml`` (plain and gzipped),

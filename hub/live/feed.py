@@ -828,6 +828,7 @@ class ClientStream:
         "_count",
         "_pending",
         "_waiter",
+        "began",
         "capacity",
         "cursor",
         "feed",
@@ -855,6 +856,8 @@ class ClientStream:
         assert not transport or transport in _TRANSPORTS, transport
         self.transport = transport
         self.cursor = cursor
+        #: Where the stream began: the resume point of a client sent nothing yet.
+        self.began = cursor
         self.capacity = capacity
         self.filter = event_filter
         self.writer = writer
@@ -1024,3 +1027,9 @@ class ClientStream:
 
     def resume_hint(self) -> str:
         return self.last_sent or "the id of the last event you received"
+
+    def resume_id(self) -> str:
+        """The id a client that stopped resumes from without a gap: the last event handed
+        to its connection, else where its stream began (:attr:`cursor` may be past events
+        queued and never sent)."""
+        return self.last_sent or format_id(self.began)

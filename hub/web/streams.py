@@ -11,7 +11,9 @@ Back-pressure: a client replaying history pulls it at its own pace. Once it has 
 with the live end, the feed pushes new events into its queue, bounded by
 ``client_buffer_events``; a client whose queue fills is too slow for the stream: it is
 disconnected (WebSocket close code 1013, SSE ``event: error``) with a reason naming the
-id to resume from, and loses nothing by resuming from its last received id. A client that
+id to resume from, and loses nothing by resuming from its last received id. A WebSocket
+client so dropped is also told when to come back, and gets its close frame behind its
+backlog and then a FIN, however far behind it reads (:mod:`hub.web.lagging_close`). A client that
 reads nothing at all is cut off after one heartbeat interval. A dropped client gets
 ``stream_close_seconds`` to take its close frame (or last event); then its connection is
 aborted, since a graceful close would wait forever for a client that stopped reading.
@@ -56,6 +58,7 @@ from aiohttp import WSCloseCode, WSMsgType, hdrs, web
 from hub.core import metrics
 from hub.core.events import Event, EventFilter, EventKey, parse_id
 from hub.core.exceptions import BadRequest, DamagedData, Gone, RequestError
+from hub.core.lag_retry import retry_after, ws_reason
 from hub.core.resume_points import parse_since
 from hub.core.sse_stream import SSE_HEADERS, SseStream, SseTerms
 from hub.core.sse_stream import resume_from as named_resume
@@ -76,6 +79,7 @@ from hub.live.client_streams import (
 )
 from hub.live.feed import ClientStream, Writer
 from hub.web.access import ACCESS, read_grant
+from hub.web.lagging_close import close_lagging
 
 __all__ = [
     "STREAMING",
@@ -276,9 +280,11 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
             code = EXPIRED_CLOSE_CODE if ended == EXPIRED else REVOKED_CLOSE_CODE
             reason = f"{ended} and resume with since={resume_point(pump)}"
             await close_within(ws, request, within, code=code, reason=reason)
-        elif ended == TOO_SLOW:
-            reason = f"too slow; resume with since={pump.resume_hint()}"
-            await close_within(ws, request, within, code=WSCloseCode.TRY_AGAIN_LATER, reason=reason)
+        elif ended == TOO_SLOW:  # its close frame behind its backlog, then a FIN
+            reason = ws_reason(pump.resume_id(), retry_after(settings.lag_retry_spread_seconds))
+            if not await close_lagging(ws, request, reason, within):
+                code = WSCloseCode.TRY_AGAIN_LATER
+                await close_within(ws, request, within, code=code, reason=reason)
         await close_within(ws, request, within)
     return ws
 
