@@ -87,7 +87,7 @@ class _Documents:
     async def resource_list(self, page: int | None) -> _Built | None:
         inventory = self.runtime.inventory
         at = datetime.now(UTC)
-        files = dict(inventory.files)  # a copy: the build runs in a thread
+        files = inventory.files  # replaced on change, never changed in place: a thread reads it
 
         def build() -> bytes | None:
             ordered = sorted(files.items())
@@ -216,6 +216,8 @@ async def _dump_file(request: web.Request, path: Path | None, kind: str) -> web.
         raise web.HTTPNotFound(text="no such package\n") from None
     response = _OpenFileResponse(fd, kind)
     await response.prepare(request)
+    if response.status in (200, 206) and kind == PACKAGE_TYPE:
+        request.app[SOURCE].packages_served += 1
     return response
 
 
@@ -250,6 +252,8 @@ async def _file(request: web.Request) -> web.StreamResponse:
         raise web.HTTPNotFound(text="no such resource\n") from None
     response = _OpenFileResponse(fd, media_type(key))
     await response.prepare(request)
+    if response.status in (200, 206):
+        runtime.files_served += 1
     return response
 
 

@@ -12,6 +12,7 @@ import errno
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from rsclient import interrupt
@@ -152,7 +153,6 @@ async def _serve(args: argparse.Namespace) -> None:
     from aiohttp import web
 
     from publisher.client import Publisher
-    from rsclient.statefile import StateFile
 
     from .app import create_app
     from .documents import Site
@@ -171,7 +171,7 @@ async def _serve(args: argparse.Namespace) -> None:
         changelist_entries=args.changelist_entries,
     )
     # Inside the reserved .rshub directory: never a resource, nor its temporary files.
-    state = StateFile(args.state or os.path.join(root, ".rshub", "source.json"))
+    state = Path(args.state or os.path.join(root, ".rshub", "source.json"))
     runtime = SourceRuntime(root, site, state)
     runner = web.AppRunner(create_app(runtime), access_log=None)
     await runner.setup()

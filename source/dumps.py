@@ -29,7 +29,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -199,7 +199,7 @@ class Dumps:
     async def _write_resource_dump(self) -> _Snapshot:
         for _ in range(_TRIES):
             version = self.inventory.version
-            files = sorted(self.inventory.files.items())
+            files = self.inventory.files  # replaced on change, never changed in place
             try:
                 snapshot = await asyncio.to_thread(self._write_snapshot, version, files)
             except PackageWriteError as exc:
@@ -213,7 +213,7 @@ class Dumps:
             return snapshot
         raise DumpUnavailable("the files kept changing while the Resource Dump was written")
 
-    def _write_snapshot(self, build: int, files: Sequence[tuple[str, FileFacts]]) -> _Snapshot:
+    def _write_snapshot(self, build: int, files: Mapping[str, FileFacts]) -> _Snapshot:
         target = self.directory / "resourcedump" / str(build)
         shutil.rmtree(target, ignore_errors=True)
         target.mkdir(parents=True)
@@ -226,7 +226,7 @@ class Dumps:
         )
         try:
             with writer:
-                for key, _facts in files:
+                for key in sorted(files):
                     self._add_resource(writer, key)
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
@@ -417,7 +417,13 @@ class Dumps:
             from_=package.from_ or self.inventory.started,
             manifest_locs=[self.changedump_package_url(n, True)],
         ).entries
-        links = (Link(rel="up", href=self.site.capabilitylist_url),)
+        # The root links declare the Source's dumps: the hub lists them in the topic's
+        # Capability List, from which rshub sync --hub --topic baselines by Resource Dump.
+        links = (
+            Link(rel="up", href=self.site.capabilitylist_url),
+            Link(rel="resourcedump", href=self.resourcedump_url),
+            Link(rel="changedump", href=self.changedump_url),
+        )
         return serialize(ChangeDumpNotification(links=links, entries=(entry,)))
 
     async def notify(self) -> None:

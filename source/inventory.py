@@ -4,7 +4,8 @@ The history is append-only and numbered from 0; a change's number is its place i
 Change Lists. Its times never go backwards (a clock set back gives the time of the change
 before), since Change Lists are in forward chronological order (Z39.99 Section 12.1).
 
-The state file (:class:`rsclient.statefile.StateFile`: atomic, durable) holds it all, so
+The state file (written by :func:`rsclient.statefile.write_atomically`: atomic, durable)
+holds it all, so
 that a restarted Source neither loses nor repeats a change:
 
 - changes are recorded, and the file saved, before they are pushed: a crash before the
@@ -22,16 +23,18 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+import orjson
+
 from resourcesync import Change, format_datetime, parse_datetime
-from rsclient.exceptions import StateFileError
-from rsclient.statefile import StateFile
+from rsclient.statefile import write_atomically
 
 from .exceptions import StateMismatch
 from .tree import FileFacts
 
-__all__ = ["ChangeRecord", "Inventory", "Pending"]
+__all__ = ["ChangeRecord", "Inventory", "Pending", "Reconciled", "StateSnapshot", "reconcile"]
 
 #: The state file's layout; another is refused rather than misread.
 _FORMAT = 1
@@ -92,40 +95,26 @@ class Inventory:
 
     # -- changes -------------------------------------------------------------------------
 
+    def plan(self, under: str, found: Mapping[str, FileFacts]) -> Reconciled:
+        """What :meth:`apply` would record (see :func:`reconcile`); runs in any thread,
+        since the inventory's dict of resources is replaced, never changed in place."""
+        last = self.history[-1].at if self.history else None
+        return reconcile(self.files, len(self.history), last, under, found)
+
+    def apply(self, planned: Reconciled) -> list[ChangeRecord]:
+        """Record what :meth:`plan` found (no change to the inventory may come between)."""
+        if planned.changes and planned.changes[0].seq != len(self.history):
+            raise AssertionError("the inventory changed between plan and apply")
+        self.files = planned.files
+        self.history.extend(planned.changes)
+        if planned.changes or planned.touched:
+            self.version += 1
+        return planned.changes
+
     def reconcile(self, under: str, found: Mapping[str, FileFacts]) -> list[ChangeRecord]:
         """Record the differences between the resources known at or below ``under``
         (``""``: all) and those ``found`` there now; return the new changes."""
-        prefix = under + "/"
-        known = [k for k in self.files if not under or k == under or k.startswith(prefix)]
-        now = datetime.now(UTC)
-        if self.history and self.history[-1].at > now:
-            now = self.history[-1].at
-        new: list[ChangeRecord] = []
-        touched = False
-
-        def record(key: str, change: Change, facts: FileFacts | None) -> None:
-            new.append(ChangeRecord(len(self.history) + len(new), key, change, now, facts))
-
-        for key in sorted(known):
-            if key not in found:
-                del self.files[key]
-                record(key, Change.DELETED, None)
-        for key in sorted(found):
-            facts = found[key]
-            old = self.files.get(key)
-            if old is None:
-                record(key, Change.CREATED, facts)
-            elif not old.same_content(facts):
-                record(key, Change.UPDATED, facts)
-            elif old == facts:
-                continue
-            else:  # touched, same bytes: no change; its new stamp spares the next read
-                touched = True
-            self.files[key] = facts
-        self.history.extend(new)
-        if new or touched:
-            self.version += 1
-        return new
+        return self.apply(self.plan(under, found))
 
     # -- pushing -------------------------------------------------------------------------
 
@@ -144,43 +133,51 @@ class Inventory:
 
     # -- state -----------------------------------------------------------------------------
 
+    def snapshot(self) -> StateSnapshot:
+        """What the state file is to hold now: cheap (the resources' dict is never changed
+        in place, the history only grows), so that :meth:`StateSnapshot.encode`, the costly
+        part, runs in a thread."""
+        return StateSnapshot(
+            self.directory,
+            self.base_url,
+            self.identity,
+            self.started,
+            self.files,
+            self.history[:],
+            self.pushed,
+            self.pending,
+        )
+
     def to_json(self) -> dict[str, Any]:
-        """The state as JSON data. Call on the event loop; the result is the caller's."""
-        pending = self.pending
-        return {
-            "format": _FORMAT,
-            "directory": self.directory,
-            "base_url": self.base_url,
-            "identity": self.identity,
-            "started": format_datetime(self.started),
-            "files": {k: f.to_json() for k, f in self.files.items()},
-            "history": [c.to_json() for c in self.history],
-            "pushed": self.pushed,
-            "pending": None
-            if pending is None
-            else {"first": pending.first, "count": pending.count, "key": pending.key},
-        }
+        """The state as JSON data (what the state file holds)."""
+        return self.snapshot().to_json()
 
     @classmethod
-    def load(cls, state: StateFile, directory: str, base_url: str) -> Inventory:
-        """The inventory saved in ``state``, or a new one when there is no file yet.
+    def load(cls, state: Path, directory: str, base_url: str) -> Inventory:
+        """The inventory saved in the file ``state``, or a new one when there is none yet.
 
         Raises:
             StateMismatch: the file cannot be read, or belongs to another Source.
         """
         inventory = cls(directory, base_url)
         try:
-            data = state.load()
-        except StateFileError as exc:
-            raise StateMismatch(str(exc)) from None
-        if data is None:
+            raw = state.read_bytes()
+        except FileNotFoundError:
             return inventory
+        except OSError as exc:
+            raise StateMismatch(f"cannot read state file {state}: {exc}") from None
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise StateMismatch(f"state file {state} is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise StateMismatch(f"state file {state} does not hold a JSON object")
         if data.get("format") != _FORMAT:
-            raise StateMismatch(f"state file {state.path} is not a Source's state")
+            raise StateMismatch(f"state file {state} is not a Source's state")
         for name, mine in (("directory", directory), ("base_url", base_url)):
             if data.get(name) != mine:
                 raise StateMismatch(
-                    f"state file {state.path} is for {name.replace('_', ' ')} "
+                    f"state file {state} is for {name.replace('_', ' ')} "
                     f"{data.get(name)!r}, not {mine!r}: give another --state"
                 )
         try:
@@ -199,7 +196,97 @@ class Inventory:
                     int(pending["first"]), int(pending["count"]), str(pending["key"])
                 )
         except (KeyError, TypeError, ValueError) as exc:
-            raise StateMismatch(f"state file {state.path} is damaged: {exc!r}") from None
+            raise StateMismatch(f"state file {state} is damaged: {exc!r}") from None
         if not 0 <= inventory.pushed <= len(inventory.history):
-            raise StateMismatch(f"state file {state.path} is damaged: pushed out of range")
+            raise StateMismatch(f"state file {state} is damaged: pushed out of range")
         return inventory
+
+
+@dataclass(frozen=True, slots=True)
+class StateSnapshot:
+    """The state file's content at one moment (:meth:`Inventory.snapshot`)."""
+
+    directory: str
+    base_url: str
+    identity: str
+    started: datetime
+    files: Mapping[str, FileFacts]
+    history: list[ChangeRecord]
+    pushed: int
+    pending: Pending | None
+
+    def to_json(self) -> dict[str, Any]:
+        pending = self.pending
+        return {
+            "format": _FORMAT,
+            "directory": self.directory,
+            "base_url": self.base_url,
+            "identity": self.identity,
+            "started": format_datetime(self.started),
+            "files": {k: f.to_json() for k, f in self.files.items()},
+            "history": [c.to_json() for c in self.history],
+            "pushed": self.pushed,
+            "pending": None
+            if pending is None
+            else {"first": pending.first, "count": pending.count, "key": pending.key},
+        }
+
+    def encode(self) -> bytes:
+        """The state file's bytes (orjson: ten times json's speed on 10,000 files)."""
+        return orjson.dumps(self.to_json())
+
+    def save(self, path: Path) -> None:
+        """Write the state file: atomically and durably (never half-written)."""
+        write_atomically(path, self.encode(), temp_prefix=f".{path.name}.")
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciled:
+    """What a scan changes: the resources after it, its changes, and whether a file was
+    only touched (a new stamp, the same bytes: no change, but a new document version)."""
+
+    files: dict[str, FileFacts]
+    changes: list[ChangeRecord]
+    touched: bool
+
+
+def reconcile(
+    files: Mapping[str, FileFacts],
+    history_length: int,
+    last: datetime | None,
+    under: str,
+    found: Mapping[str, FileFacts],
+) -> Reconciled:
+    """The differences between the resources ``files`` knows at or below ``under`` (``""``:
+    all) and those ``found`` there now, as changes numbered from ``history_length``, timed
+    now but never before ``last`` (the time of the change before). Pure: ``files`` is
+    copied, not changed."""
+    prefix = under + "/"
+    known = [k for k in files if not under or k == under or k.startswith(prefix)]
+    now = datetime.now(UTC)
+    if last is not None and last > now:
+        now = last
+    after = dict(files)
+    new: list[ChangeRecord] = []
+    touched = False
+
+    def record(key: str, change: Change, facts: FileFacts | None) -> None:
+        new.append(ChangeRecord(history_length + len(new), key, change, now, facts))
+
+    for key in sorted(known):
+        if key not in found:
+            del after[key]
+            record(key, Change.DELETED, None)
+    for key in sorted(found):
+        facts = found[key]
+        old = after.get(key)
+        if old is None:
+            record(key, Change.CREATED, facts)
+        elif old == facts:
+            continue
+        elif not old.same_content(facts):
+            record(key, Change.UPDATED, facts)
+        else:  # touched, same bytes: no change; its new stamp spares the next read
+            touched = True
+        after[key] = facts
+    return Reconciled(after, new, touched)

@@ -22,12 +22,10 @@ from pathlib import Path
 
 import watchfiles
 
-from rsclient.statefile import StateFile
-
 from .documents import Site
 from .dumps import Dumps
 from .exceptions import UsageError
-from .inventory import ChangeRecord, Inventory
+from .inventory import ChangeRecord, Inventory, Reconciled
 from .pusher import Pusher
 from .tree import RESERVED_PREFIX, key_of, scan
 
@@ -56,7 +54,7 @@ class SourceRuntime:
         self,
         root: str,
         site: Site,
-        state: StateFile,
+        state: Path,
         *,
         pusher_factory: type[Pusher] | None = None,
         debounce_ms: int = 1600,
@@ -76,9 +74,9 @@ class SourceRuntime:
         self._sealing: set[asyncio.Task[None]] = set()
         #: Set once the first scan is recorded (the documents are complete from then on).
         self.ready = asyncio.Event()
-        #: Moves after each refresh (tests and the pusher wait on it).
-        self.refreshed = asyncio.Condition()
-        self.refreshes = 0
+        #: Files and dump packages answered (200 or 206): what Destinations fetched.
+        self.files_served = 0
+        self.packages_served = 0
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -145,8 +143,8 @@ class SourceRuntime:
         changes: list[ChangeRecord] = []
         async with self._refreshing:
             for under in subtrees(keys):
-                found = await asyncio.to_thread(scan, self.root, under, self.inventory.files)
-                changes += self.inventory.reconcile(under, found)
+                planned = await asyncio.to_thread(self._plan, under)
+                changes += self.inventory.apply(planned)
             if changes:
                 await self.save()
                 log.info("recorded %d changes", len(changes))
@@ -154,10 +152,12 @@ class SourceRuntime:
                     self.pusher.wake()
                 if self.dumps is not None:
                     self._seal_soon()
-        async with self.refreshed:
-            self.refreshes += 1
-            self.refreshed.notify_all()
         return changes
+
+    def _plan(self, under: str) -> Reconciled:
+        """Scan ``under`` and compare (in a thread: hashing, and sorting 10,000 keys)."""
+        inventory = self.inventory
+        return inventory.plan(under, scan(self.root, under, inventory.files))
 
     def _seal_soon(self) -> None:
         """Seal the Change Dump packages of the pages that closed, in a task of its own
@@ -180,8 +180,8 @@ class SourceRuntime:
     async def save(self) -> None:
         """Write the state file (off the loop), newest state last."""
         async with self._saving:
-            data = self.inventory.to_json()
-            await asyncio.to_thread(self.state.save, data)
+            snapshot = self.inventory.snapshot()
+            await asyncio.to_thread(snapshot.save, self.state)
 
     # -- watching ------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ thread (:func:`asyncio.to_thread`), so that hashing a large file never stalls se
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import mimetypes
 import os
@@ -122,7 +123,15 @@ def _parts(key: str) -> list[bytes]:
 def media_type(key: str) -> str:
     """The resource's ``type``, guessed from its name (``application/octet-stream`` when
     the name says nothing)."""
-    guessed, _ = mimetypes.guess_type(key.rsplit("/", 1)[-1], strict=False)
+    name = key.rsplit("/", 1)[-1]
+    dot = name.rfind(".")
+    return _media_type_of("x" + name[dot:].lower() if dot > 0 else name)
+
+
+@functools.lru_cache(maxsize=1024)
+def _media_type_of(name: str) -> str:
+    # One guess per suffix: mimetypes parses the name as a URL each time.
+    guessed, _ = mimetypes.guess_type(name, strict=False)
     return guessed or "application/octet-stream"
 
 

@@ -15,7 +15,6 @@ from typing import Any
 from aiohttp import web
 
 from publisher.client import Publisher
-from rsclient.statefile import StateFile
 from source.app import create_app
 from source.documents import Site
 from source.dumps import Dumps
@@ -75,7 +74,7 @@ async def in_process_source(
         resourcelist_entries=resourcelist_entries,
         changelist_entries=changelist_entries,
     )
-    runtime = SourceRuntime(resolved_directory(str(root)), site, StateFile(state), debounce_ms=400)
+    runtime = SourceRuntime(resolved_directory(str(root)), site, state, debounce_ms=400)
     runner = web.AppRunner(create_app(runtime), access_log=None)
     await runner.setup()
     publisher = None

@@ -27,6 +27,7 @@ from resourcesync import (
 )
 from source.documents import Site
 from source.tree import FileFacts
+from tests.commands import Command
 from tests.source.support import in_process_source, resync_sync, tree
 from tests.support import wait_for
 
@@ -152,8 +153,9 @@ def test_a_resource_list_index_begins_past_50000_resources() -> None:
     assert [e.loc for e in last.entries] == ["http://127.0.0.1:1/files/r050000"]
 
 
-def as_resync_keeps(files: dict[str, bytes]) -> dict[str, bytes]:
-    """resync maps a URI's path to a file name as it is, percent-encoding included."""
+def as_mirrored(files: dict[str, bytes]) -> dict[str, bytes]:
+    """What a mirror holds: resync keeps a URI's path as it is, percent-encoding included;
+    rshub sync re-encodes it canonically, a space as ``%20`` too (docs/subscriber.md)."""
     return {name.replace(" ", "%20"): data for name, data in files.items()}
 
 
@@ -171,7 +173,7 @@ async def test_resync_baselines_follows_and_audits_in_sync(tmp_path: Path) -> No
         mapping = f"{base}/files={dest}"
         code, out = await resync_sync(work, "--baseline", *common, mapping)
         assert code == 0 and "FatalError" not in out, out
-        assert tree(dest) == as_resync_keeps(tree(root))
+        assert tree(dest) == as_mirrored(tree(root))
 
         (root / "d1" / "r0001.txt").write_text("updated\n")
         (root / "d2" / "r0002.txt").unlink()
@@ -201,6 +203,31 @@ async def test_resync_baselines_follows_and_audits_in_sync(tmp_path: Path) -> No
             mapping,
         )
         assert code == 0 and "FatalError" not in out, out
-        assert tree(dest) == as_resync_keeps(tree(root))
+        assert tree(dest) == as_mirrored(tree(root))
         code, out = await resync_sync(work, "--audit", *common, mapping)
         assert code == 0 and "IN SYNC" in out, out
+
+
+async def test_rshub_sync_polls_the_source_itself(tmp_path: Path) -> None:
+    """No hub: ``rshub sync --source`` finds the Resource List and the Change List Index
+    through the Source Description, baselines, then follows the closed and open pages."""
+    root = tmp_path / "dir"
+    fill(root, 30)
+    dest = tmp_path / "mirror"
+    async with in_process_source(root, tmp_path / "state.json", changelist_entries=4) as source:
+        mirrored = dest / "http" / f"127.0.0.1_{source.port}" / "files"
+        args = ["sync", "--source", f"{source.url}/.well-known/resourcesync", "--dest", str(dest)]
+
+        async def once() -> None:
+            cmd = await Command(*args, "--via", "poll", "--once").start()
+            assert await cmd.wait(60) == 0, cmd.stderr
+
+        await once()
+        assert tree(mirrored) == as_mirrored(tree(root))
+        (root / "d0" / "r0000.txt").write_text("updated\n")
+        (root / "d1" / "r0001.txt").unlink()
+        (root / "added.txt").write_text("added\n")
+        history = source.runtime.inventory.history
+        await wait_for(lambda: len(history) == 32 + 3, timeout=20)
+        await once()
+        assert tree(mirrored) == as_mirrored(tree(root))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import io
 import shutil
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -31,6 +32,9 @@ from resourcesync import (
     parse,
 )
 from resourcesync.package_reader import UnpackedPackage, unpack_package
+from tests.commands import Command
+from tests.conftest import Hub
+from tests.publisher.helpers import stored_events
 from tests.source.support import in_process_source, tree
 from tests.support import free_port, wait_for
 
@@ -176,3 +180,57 @@ async def test_dumps_rebuild_the_directory_and_are_announced_once(
         (root / "late.txt").write_text("late\n")
         await wait_for(lambda: source.runtime.inventory.pushed == 51, 20)
     assert len(recording_hub.notifications()) == 5
+
+
+async def test_rshub_sync_baselines_from_the_resource_dump_the_source_declared(
+    hub: Hub, redis_url: str, tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
+    """The Source declares its dumps in its ``changedump-notification``s; the hub lists them
+    in the topic's Capability List; ``rshub sync --hub --topic`` then baselines from the
+    Source's Resource Dump, not one GET per file."""
+    topic = f"dumps-{uuid.uuid4().hex[:8]}"
+    root, state, dest = tmp_path / "dir", tmp_path / "state.json", tmp_path / "mirror"
+    root.mkdir()
+    for i in range(60):
+        (root / f"f{i:02d}.txt").write_bytes(f"file {i}\n".encode() * 40)
+    options = {"directory": tmp_path / "dumps", "max_bytes": 8000, "min_age": 0.0}
+    async with in_process_source(
+        root, state, hub=hub.url, topic=topic, changelist_entries=10, dumps=options
+    ) as source:
+        caplist = f"{hub.url}/topics/{topic}/capabilitylist.xml"
+
+        async def declared() -> bool:
+            async with session.get(caplist) as resp:
+                if resp.status == 404:  # nothing published to the topic yet
+                    return False
+                assert resp.status == 200
+                doc = parse(await resp.read())
+            offered = {str(e.md.capability): e.loc for e in doc.entries if e.md}
+            return offered.get("resourcedump") == f"{source.url}/resourcedump.xml"
+
+        await wait_for(declared, timeout=30)
+
+        async def packages() -> list[dict[str, object]]:
+            stored = await stored_events(redis_url, topic)
+            return [e for e in stored if e["change"] == "changedump"]
+
+        async def announced() -> bool:
+            return len(await packages()) == 6
+
+        await wait_for(announced, timeout=30)
+        assert len(await stored_events(redis_url, topic)) == 66
+        assert [p["loc"] for p in await packages()] == [
+            f"{source.url}/changedump/{n:08d}.zip" for n in range(6)
+        ]
+        cmd = await Command("sync", "--hub", hub.url, "--topic", topic, "--dest", str(dest),
+                            "--once").start()  # fmt: skip
+        assert await cmd.wait(60) == 0, cmd.stderr
+        assert "Resource Dump failed" not in cmd.stderr
+        mirrored = dest / "http" / f"127.0.0.1_{source.port}" / "files"
+        assert tree(mirrored) == tree(root)
+        # The baseline took the Resource Dump's packages (the catch-up that follows fetches
+        # the changes of the last moments again: rshub sync's overlap).
+        dump = parse(await fetch(session, f"{source.url}/resourcedump.xml"))
+        assert len(dump.entries) >= 2  # 60 files of 320 bytes, 8000 bytes a package
+        assert source.runtime.packages_served == len(dump.entries)
+        assert "baseline: fetched 60," in cmd.stderr
