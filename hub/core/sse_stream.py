@@ -15,9 +15,9 @@ Not here: the live fan-out's encoding of a batch, made once for every client of 
 and written by the feed's own loop straight to each connection that can take it
 (:mod:`hub.core.sse`, ``TopicFeed.sse_events``: per client and publish, measured); the
 bound on a client's queue, which ends a too-slow client of either transport
-(``ClientStream.offer``; what such a client is told last is here); and when a stream of
-several topics is idle, which its sender knows (``hub.live.multiplex.Multiplex.run``, with
-:data:`SSE_HEARTBEAT`).
+(``ClientStream.offer``; what such a client is told last is here). A stream of several
+topics is driven by its sender (``hub.live.multiplex.Multiplex.run``), which hands what it
+sends to its :class:`SseStream` and asks it when a heartbeat is due.
 """
 
 from __future__ import annotations

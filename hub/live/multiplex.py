@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from hub.core import metrics
 from hub.core.access import OPEN, ReadGrant
 from hub.core.events import Event, EventFilter, EventKey, format_id, parse_id
-from hub.core.sse_stream import SSE_HEARTBEAT, opening_id
+from hub.core.sse_stream import SseStream, opening_id
 from hub.core.stream_endings import DELETED, ID_FULL, SHUTDOWN, TOO_MANY_TOPICS
 from hub.core.stream_positions import StreamPositions, before
 from hub.core.topic_patterns import TopicPatterns
@@ -84,9 +84,6 @@ class Wire:
     a WebSocket's JSON message ``{"id": ..., "events": [...]}`` per batch."""
 
     sse: bool
-
-    def heartbeat(self) -> bytes:
-        return SSE_HEARTBEAT if self.sse else b""
 
     def opening(self, resume_id: str) -> bytes:
         """What the client is told first: where it starts, as an id (so that even a stream
@@ -352,13 +349,21 @@ class Multiplex:
     def _advance(self) -> bool:
         return self.positions.advance(self._floor)
 
-    async def run(self, send: Callable[[bytes], Awaitable[None]]) -> None:
+    async def run(
+        self, send: Callable[[bytes], Awaitable[None]], stream: SseStream | None = None
+    ) -> None:
         """Send until the stream stops: history merged in id order, queued live batches,
-        heartbeats (SSE), and what the topic directory finds."""
-        await send(self.wire.opening(self.resume_id))
-        heartbeat = self.settings.heartbeat_seconds if self.wire.sse else None
+        heartbeats, and what the topic directory finds. ``stream``: an SSE stream's core,
+        which frames what is sent and says when a heartbeat is due; a WebSocket has none
+        (aiohttp pings it)."""
         loop = asyncio.get_running_loop()
-        written = loop.time()
+
+        async def put(payload: bytes) -> None:
+            data = payload if stream is None else stream.events(payload, loop.time())
+            if data:
+                await send(data)
+
+        await put(self.wire.opening(self.resume_id))
         while not self.stopped.done():
             if self._found:
                 await self._follow_found()
@@ -375,14 +380,13 @@ class Multiplex:
                 if payload is None:
                     return
                 if payload:
-                    await send(payload)
+                    await put(payload)
                     metrics.stream_messages(self.transport)
-                    written = loop.time()
                 continue
-            await self._wait(heartbeat)
-            if heartbeat is not None and loop.time() - written >= heartbeat:
-                await send(self.wire.heartbeat())
-                written = loop.time()
+            await self._wait(None if stream is None else stream.heartbeat_in(loop.time()))
+            beat = b"" if stream is None else stream.heartbeat(loop.time())
+            if beat:
+                await send(beat)
 
     async def _next_payload(self) -> bytes | None:
         """The next bytes to send (b"" when everything was filtered out); None when an id

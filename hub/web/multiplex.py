@@ -238,9 +238,11 @@ async def _until_done(mux: Multiplex, *tasks: asyncio.Task[None]) -> str | None:
     return mux.ending()
 
 
-async def _send_all(mux: Multiplex, send: Callable[[bytes], Awaitable[None]]) -> None:
+async def _send_all(
+    mux: Multiplex, send: Callable[[bytes], Awaitable[None]], stream: SseStream | None = None
+) -> None:
     with contextlib.suppress(ConnectionError):  # the client went away: just end
-        await mux.run(send)
+        await mux.run(send, stream)
 
 
 def _message(ended: str, mux: Multiplex, settings: Settings) -> str:
@@ -257,7 +259,8 @@ def _message(ended: str, mux: Multiplex, settings: Settings) -> str:
 
 async def server_sent_events(request: web.Request) -> web.StreamResponse:
     """I/O around :class:`hub.core.sse_stream.SseStream`: :meth:`Multiplex.run` says what
-    to send (the opening id, events, heartbeats), the stream frames it, this writes it."""
+    to send (the opening id, events) and the stream frames it, or says a heartbeat is due;
+    this writes it."""
     settings = request.app[STREAMING].settings
     async with _multiplexed(request, "sse") as mux:
         resp = EventStream(headers=SSE_HEADERS)
@@ -272,13 +275,7 @@ async def server_sent_events(request: web.Request) -> web.StreamResponse:
         if request.transport is not None:
             chunked = resp.headers.get(hdrs.TRANSFER_ENCODING) == "chunked"
             _direct(mux, request.transport, sse.http_chunk if chunked else _as_is)
-
-        async def send(payload: bytes) -> None:
-            data = stream.events(payload, loop.time())
-            if data:
-                await resp.write(data)
-
-        ended = await _until_done(mux, asyncio.create_task(_send_all(mux, send)))
+        ended = await _until_done(mux, asyncio.create_task(_send_all(mux, resp.write, stream)))
         resp.force_close()  # a stream that ended ends its connection too
         last = b""
         if ended is not None:

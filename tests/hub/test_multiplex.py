@@ -65,6 +65,23 @@ async def test_sse_follows_named_topics_each_event_naming_its_topic(hub: Hub) ->
         )
 
 
+class TestHeartbeats:
+    @pytest.fixture
+    def hub_settings(self) -> dict[str, Any]:
+        return {"heartbeat_seconds": 0.2}
+
+    async def test_an_idle_sse_stream_of_several_topics_gets_heartbeats(self, hub: Hub) -> None:
+        async with hub.session.get(f"{hub.url}/events?topic=a&topic=b") as resp:
+            lines: list[bytes] = []
+            async with asyncio.timeout(5 * TIME_SCALE):
+                while lines.count(b": heartbeat\n") < 2:
+                    lines.append(await resp.content.readline())
+            # The reconnection time, where the stream starts, then heartbeats while idle.
+            assert lines[:2] == [b"retry: 1000\n", b"\n"]
+            assert lines[2].startswith(b"id: " + MARK.encode()) and lines[3] == b"\n"
+            assert set(lines[4:]) == {b": heartbeat\n", b"\n"}
+
+
 async def test_websocket_messages_carry_the_id_after_their_events(hub: Hub) -> None:
     await publish(hub, "a")
     async with hub.session.ws_connect(f"{hub.url}/ws?topic=a&topic=b") as ws:

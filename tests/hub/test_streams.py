@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 from tests.conftest import Hub
-from tests.support import changes, notification, wait_for
+from tests.support import TIME_SCALE, changes, notification, wait_for
 
 
 async def ws_collect(ws: aiohttp.ClientWebSocketResponse, n: int, timeout: float = 10) -> list:
@@ -106,6 +106,17 @@ class TestHeartbeats:
             async with asyncio.timeout(5):
                 while (await resp.content.readline()) != b": heartbeat\n":
                     pass
+
+    async def test_sse_heartbeats_on_aiohttp_s_path_too(self, hub: Hub) -> None:
+        # A query (a filter) is not a plain subscribe: aiohttp's path serves it. Its body
+        # opens with the reconnection time, then heartbeats while idle.
+        async with hub.session.get(f"{hub.url}/topics/t/events?change=updated") as resp:
+            lines: list[bytes] = []
+            async with asyncio.timeout(5 * TIME_SCALE):
+                while lines.count(b": heartbeat\n") < 2:
+                    lines.append(await resp.content.readline())
+            assert lines[:2] == [b"retry: 1000\n", b"\n"]
+            assert set(lines[2:]) == {b": heartbeat\n", b"\n"}
 
 
 class TestSlowConsumers:
