@@ -1025,9 +1025,6 @@ class ClientStream:
         self.writer = None
         self.on_queue = None
 
-    def resume_hint(self) -> str:
-        return self.last_sent or "the id of the last event you received"
-
     def resume_id(self) -> str:
         """The id a client that stopped resumes from without a gap: the last event handed
         to its connection, else where its stream began (:attr:`cursor` may be past events

@@ -13,7 +13,7 @@ with the live end, the feed pushes new events into its queue, bounded by
 disconnected (WebSocket close code 1013, SSE ``event: error``) with a reason naming the
 id to resume from, and loses nothing by resuming from its last received id. A WebSocket
 client so dropped is also told when to come back, and gets its close frame behind its
-backlog and then a FIN, however far behind it reads (:mod:`hub.web.lagging_close`). A client that
+backlog and then a FIN while it goes on reading (:mod:`hub.web.lagging_close`). A client that
 reads nothing at all is cut off after one heartbeat interval. A dropped client gets
 ``stream_close_seconds`` to take its close frame (or last event); then its connection is
 aborted, since a graceful close would wait forever for a client that stopped reading.
