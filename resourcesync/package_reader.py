@@ -21,8 +21,10 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import struct
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,7 +159,14 @@ def _open_zip(package: BinaryIO, limits: PackageLimits) -> zipfile.ZipFile:
         )
     try:
         archive = zipfile.ZipFile(package)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError) as exc:
+    except (
+        zipfile.BadZipFile,
+        zipfile.LargeZipFile,
+        ValueError,
+        EOFError,
+        OSError,
+        struct.error,
+    ) as exc:
         raise DamagedPackageError("zip.not-zip", f"not a readable ZIP: {exc}") from None
     except NotImplementedError as exc:
         raise UnsafePackageError("zip.unsupported", str(exc)) from None
@@ -189,8 +198,10 @@ def _check_infos(archive: zipfile.ZipFile, limits: PackageLimits) -> dict[str, z
             raise UnsafePackageError("entry.symlink", f"{name!r} is a symbolic link")
         if kind not in (0, stat.S_IFREG):
             raise UnsafePackageError("entry.kind", f"{name!r} is not a regular file")
-        if info.flag_bits & 0x1:
+        if info.flag_bits & 0x41:  # encrypted, or strongly encrypted
             raise UnsafePackageError("entry.encrypted", f"{name!r} is encrypted")
+        if info.flag_bits & 0x20:
+            raise UnsafePackageError("entry.unsupported", f"{name!r} holds patched data")
         if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
             raise UnsafePackageError(
                 "entry.compression",
@@ -265,13 +276,12 @@ def _chunks(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> Iterator[bytes]:
         with archive.open(info) as stream:
             while chunk := stream.read(CHUNK):
                 yield chunk
-    except (zipfile.BadZipFile, EOFError, ValueError, OSError) as exc:
-        # zlib.error is not an OSError, hence the catch below.
+    except (zipfile.BadZipFile, EOFError, ValueError, OSError, struct.error, zlib.error) as exc:
         raise DamagedPackageError("zip.damaged", f"{info.filename!r}: {exc}") from None
-    except Exception as exc:
-        if type(exc).__module__ == "zlib":
-            raise DamagedPackageError("zip.damaged", f"{info.filename!r}: {exc}") from None
-        raise
+    except (NotImplementedError, RuntimeError) as exc:
+        # The entry's local header asks for what its central directory record did not
+        # (patched data, strong or plain encryption): zipfile refuses, and so does this.
+        raise UnsafePackageError("entry.unsupported", f"{info.filename!r}: {exc}") from None
 
 
 def _expected(

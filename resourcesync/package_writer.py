@@ -55,6 +55,7 @@ __all__ = [
     "PACKAGE_TYPE",
     "PackageEntry",
     "PackageWriter",
+    "WritableStream",
     "WrittenPackage",
     "change_dump",
     "package_name",
@@ -74,6 +75,8 @@ _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
 class WritableStream(Protocol):
+    """Where a package is written: any binary stream (``flush``, if it has one, is used)."""
+
     def write(self, data: bytes, /) -> int: ...
 
     def close(self) -> None: ...
