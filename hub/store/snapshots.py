@@ -43,10 +43,12 @@ from hub.store.script_pipe import ScriptPipe
 #: Runs ``func(*args)`` off the event loop and awaits its result.
 Offload = Callable[..., Awaitable[Any]]
 
-#: How long one process may take to write a snapshot before another may take over.
+#: How long a snapshot's taker holds its lock past its last page (it dies: another takes over).
 _TAKING_MS = 60_000
 #: How often a process waiting for another's snapshot looks for its record.
 _WAIT_FOR_TAKER = 0.1
+#: The longest a process waits for another's snapshot (a 1,000,000-URI one took ~60 s).
+_WAIT_FOR_TAKER_MAX = 1800.0
 #: Fold entries one HSCAN asks for: Redis builds the reply while every other client waits
 #: (5,000 held it 5-20 ms, measured with ``bench/redis_blocking.py``), and hiredis parses
 #: 1,000 in well under a millisecond.
@@ -274,7 +276,7 @@ class ResourceSnapshots:
         path (see :mod:`hub.live.snapshot_builds`)."""
         lock = self._locks.setdefault(topic, asyncio.Lock())
         async with lock:
-            deadline = asyncio.get_running_loop().time() + _TAKING_MS / 1000
+            deadline = asyncio.get_running_loop().time() + _WAIT_FOR_TAKER_MAX
             while True:
                 found = await self.recorded(topic)
                 if found is not None and found.current:
@@ -285,7 +287,9 @@ class ResourceSnapshots:
                         return await self._take(topic, urls, taking)
                     finally:
                         await self.redis.delete(taking)
-                if asyncio.get_running_loop().time() > deadline:  # its taker died: take it
+                # A taker that died leaves its lock to expire (then it is taken above); one
+                # alive keeps it alive page by page. Past this bound, take one regardless.
+                if asyncio.get_running_loop().time() > deadline:
                     return await self._take(topic, urls, None)
                 await asyncio.sleep(_WAIT_FOR_TAKER)  # another process is taking it
 

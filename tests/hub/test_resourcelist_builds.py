@@ -18,10 +18,11 @@ import aiohttp
 import orjson
 import pytest
 
+from hub.core.settings import Settings
 from resourcesync import ResourceList, ResourceListIndex, parse
-from tests.conftest import Hub
+from tests.conftest import Hub, start_hub
 from tests.hub.documents_support import get_doc
-from tests.support import changes, notification, wait_for
+from tests.support import changes, free_port, notification, wait_for
 
 URIS = 20_000
 PAGE = 100
@@ -165,3 +166,38 @@ async def test_a_whole_document_reader_gets_the_earlier_version_past_the_wait(
     await wait_for(lambda: served(other_than=first), timeout=60, interval=0.05)
     _, status, body, _ = await timed_get(hub.session, url)
     assert status == 200 and b"http://example.org/x" in body
+
+
+async def test_two_processes_serve_the_last_snapshot_and_take_the_next_once(
+    hub: Hub, redis_url: str
+) -> None:
+    """Two hubs on one Redis: both serve the last snapshot at once while the next is taken,
+    and the next is taken by one of them (the other waits for its record)."""
+    settings = Settings(
+        host="127.0.0.1",
+        port=free_port(),
+        **hub.settings.model_dump(
+            include={"resourcelist_page_entries", "resourcelist_snapshot_seconds"}
+        ),
+    )
+    runner, _app = await start_hub(settings, redis_url)
+    try:
+        other = settings.public_url
+        await fill(hub, "shared")
+        first = await built_index(hub, "shared")
+        resp = await hub.publish("shared", notification([{"loc": "http://example.org/n"}]))
+        assert resp.status == 202
+        for base in (hub.url, other, hub.url):  # each starts (or finds) the next snapshot
+            _, status, body, _ = await timed_get(
+                hub.session, f"{base}/topics/shared/resourcelist.xml"
+            )
+            doc = parse(body, validate=True)
+            assert status == 200 and doc.md.at == first.md.at, body[:300]
+        after = await built_index(hub, "shared", newer_than=first.md.at)
+        async with hub.session.get(f"{other}/topics/shared/resourcelist.xml") as resp:
+            again = parse(await resp.read(), validate=True)
+        assert again.md.at == after.md.at  # the other serves the same one
+        taken = [k async for k in hub.redis.scan_iter(match="rshub:{shared}:rl:*:0")]
+        assert len(taken) == 2, taken  # the first and the next: not one per process
+    finally:
+        await runner.cleanup()
