@@ -291,3 +291,33 @@ async def test_sync_through_the_hub_baselines_from_the_dump_the_source_declared(
     assert not any(path.startswith("/files/") for path in paths[:last_package])
     assert gets(source, "/dump/") == len(source.packages) > 2
     assert mirror_files(dest) == expected_files(source.url, FILES)
+
+
+async def test_seeded_fuzz_of_served_packages(source: DumpSource, tmp_path: Path) -> None:
+    """Packages mutated on the wire (the dump announcing the mutated bytes, so that only the
+    reader stands between them and the mirror): each baseline either refuses with a typed
+    error or leaves exactly the Source's files, never anything outside the mirror."""
+    rng = random.Random(1202)
+    await written(source)
+    originals = dict(source.packages)
+    source.announce_tampered = True
+    refused = 0
+    async with Watchdog() as dog, aiohttp.ClientSession() as session:
+        for n in range(30):
+            index = rng.randrange(len(originals))
+            data = bytearray(originals[index])
+            for _ in range(rng.randint(1, 6)):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+            source.tamper = {index: bytes(data)}
+            dest = tmp_path / f"m{n}" / "mirror"
+            mirror = Mirror(dest, session)
+            poller = Poller(session, f"{source.url}/.well-known/resourcesync")
+            try:
+                await baseline_from_dump(mirror, poller, f"{source.url}/resourcedump.xml")
+            except (PackageError, IntegrityError):
+                refused += 1
+            else:
+                assert mirror_files(dest) == expected_files(source.url, FILES)
+            assert _names(dest.parent) <= {f"m{n}", "mirror", "http", ".rshub", *_names(dest)}
+    await dog.sockets_back()
+    assert refused > 5
