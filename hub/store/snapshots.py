@@ -25,7 +25,6 @@ it is read two ways:
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from typing import Any
 import orjson
 
 from hub.core import rendering
+from hub.core.digest_set import DigestSet
 from hub.core.events import format_id, parse_id
 from hub.core.topics import HubUrls
 from hub.store import keys, scripts
@@ -303,7 +303,7 @@ class ResourceSnapshots:
         at_ms = _ms(await self.redis.time())
         last_id = keys.optional_text(await self.redis.hget(keys.topic_meta(topic), keys.LAST_ID))
         snap_id = str(at_ms)
-        seen: set[bytes] = set()
+        seen = DigestSet()  # ~16-32 bytes per URI, never one object per URI
         batch: list[bytes] = []
         k = 0
 
@@ -330,10 +330,8 @@ class ResourceSnapshots:
             reply = await self.redis.hscan(keys.resources(topic), cursor, count=SCAN_BATCH)
             cursor, found = keys.hscan_reply(reply)
             for loc, value in found.items():
-                digest = hashlib.blake2b(loc, digest_size=12).digest()
-                if digest in seen:  # HSCAN may return an entry twice while the hash rehashes
+                if not seen.add(loc):  # HSCAN may return an entry twice while the hash rehashes
                     continue
-                seen.add(digest)
                 batch.append(value)
                 if len(batch) >= self.page_entries:
                     await flush()
