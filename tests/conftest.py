@@ -19,7 +19,7 @@ from hub.store.embedded_redis import EmbeddedRedis
 from hub.web.app import RUNTIME, create_app, start
 from tests.redis_cluster import redis_cluster  # noqa: F401  (a session fixture)
 from tests.redis_transports import TlsCluster, TlsFront, UnixRedis
-from tests.support import free_port
+from tests.support import TIME_SCALE, free_port
 from tests.watchdog import POOLED_PORTS
 
 
@@ -59,6 +59,15 @@ def _prometheus_series() -> None:
     prometheus_client's registry at once (a hub defines them a second after its start:
     tests/hub/test_startup_imports.py checks that, in child processes)."""
     metrics.load()
+
+
+@pytest.fixture(autouse=True)
+def _time_scale() -> Iterator[None]:
+    """The load's factor on every timeout, taken as the test starts and kept to its end
+    (:meth:`tests.support.TimeScale.hold`)."""
+    TIME_SCALE.hold()
+    yield
+    TIME_SCALE.release()
 
 
 @pytest.fixture(scope="session")

@@ -20,8 +20,9 @@ class TimeScale:
     bound on elapsed time in the suite is multiplied by it (``10 * TIME_SCALE``).
 
     It is measured, not configured: the run-queue length per core over the last minute
-    (``os.getloadavg``), read again at each use, so a bound taken while a second full run
-    shares the machine grows with that load instead of failing a correct hub. At most
+    (``os.getloadavg``), taken as each test starts (:meth:`hold`), so a bound taken while
+    a second full run shares the machine grows with that load instead of failing a
+    correct hub. At most
     :attr:`CEILING`, so that a hung test still ends; at least 1, or the fixed floor from
     ``RSHUB_TEST_TIME_SCALE`` (a machine known to be slow, whatever its load)."""
 
@@ -30,8 +31,23 @@ class TimeScale:
 
     def __init__(self, floor: float) -> None:
         self.floor = floor
+        self._held: float | None = None
+
+    def hold(self) -> None:
+        """Keep the present factor until :meth:`release`: within one test every bound
+        agrees with every other (a token minted for ``6 * TIME_SCALE`` seconds, then a
+        check that its lease is at most ``6 * TIME_SCALE``), whatever the load does
+        meanwhile. The suite holds it for each test (``tests/conftest.py``)."""
+        self._held = self.measured()
+
+    def release(self) -> None:
+        self._held = None
 
     def __float__(self) -> float:
+        return self.measured() if self._held is None else self._held
+
+    def measured(self) -> float:
+        """The factor the load gives now."""
         try:
             per_core = os.getloadavg()[0] / (os.cpu_count() or 1)
         except OSError:  # no load figure on this platform

@@ -20,6 +20,7 @@ start-up.
 from __future__ import annotations
 
 import math
+import re
 import secrets
 import time
 from collections import OrderedDict
@@ -28,7 +29,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from hub.core.exceptions import Unauthorized
-from hub.core.revocations import JTI
 from hub.core.topic_patterns import TopicPatterns
 
 if TYPE_CHECKING:
@@ -41,6 +41,10 @@ MIN_KEY_BYTES = 32
 LEEWAY_SECONDS = 10
 #: Longest token the hub looks at (a JWT naming many topics stays far below).
 MAX_TOKEN_BYTES = 8192
+#: A ``jti`` a revocation may name (:mod:`hub.core.revocations`): visible ASCII without
+#: spaces, as a token (a signed token with another one is still revoked by its
+#: fingerprint).
+JTI = re.compile(r"[\x21-\x7e]{1,256}")
 
 
 def check_key(key: str) -> str:
@@ -101,7 +105,7 @@ DEFAULT_MAX_TTL_SECONDS = 86400.0
 class Grant:
     """What a valid signed read token gives: its topics, until ``ends_at`` (epoch seconds:
     its ``exp`` plus the leeway, when the hub starts refusing it); ``jti``: its id, when it
-    has one a revocation can name (a string, :data:`hub.core.revocations.JTI`)."""
+    has one a revocation can name (a string, :data:`JTI`)."""
 
     topics: frozenset[str]
     ends_at: float

@@ -28,13 +28,11 @@ from datetime import UTC, datetime
 from enum import StrEnum
 
 from hub.core.exceptions import BadRequest, TokenRevoked
+from hub.core.read_tokens import JTI, LEEWAY_SECONDS
 from hub.core.topics import check_name
 
 #: A fingerprint: SHA-256, 64 lowercase hex digits.
 FINGERPRINT = re.compile(r"[0-9a-f]{64}")
-#: A ``jti`` a revocation may name: visible ASCII without spaces, as a token (a signed
-#: token with another one is still revoked by its fingerprint).
-JTI = re.compile(r"[\x21-\x7e]{1,256}")
 #: Most revocations the hub keeps: every process holds them all, and checks a token
 #: against them in constant time, but a runaway script must not fill its memory.
 MAX_REVOCATIONS = 10_000
@@ -325,8 +323,6 @@ def token_expiry(token: str) -> float | None:
     if token.count(".") != 2:
         return None
     import jwt  # as hub.core.read_tokens does: not at start-up
-
-    from hub.core.read_tokens import LEEWAY_SECONDS  # it imports this module's JTI
 
     try:
         exp = jwt.decode(token, options={"verify_signature": False}).get("exp")
