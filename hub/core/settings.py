@@ -430,7 +430,9 @@ class Settings(BaseSettings):
     #: Each publish waits until this many replicas have its changes (Redis ``WAIT``) before
     #: its 202; a publish they do not acknowledge within ``redis_wait_seconds`` answers 503
     #: (stored on the primary, it may or may not survive a failover; retry it with the same
-    #: Idempotency-Key). 0 = answer once the primary has them (docs/scaling.md).
+    #: Idempotency-Key). 0 = answer once the primary has them (docs/scaling.md). Only
+    #: publishes wait: heartbeats, leases and delivery cursors go through a connection of
+    #: their own without ``WAIT``, so deliveries go on while a new primary has no replica.
     redis_wait_replicas: int = Field(0, ge=0, le=64)
     #: How long a publish waits for ``redis_wait_replicas`` acknowledgements.
     redis_wait_seconds: float = Field(1.0, ge=0.001, le=60)
