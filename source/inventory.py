@@ -19,8 +19,9 @@ that a restarted Source neither loses nor repeats a change:
 
 from __future__ import annotations
 
+import bisect
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -95,11 +96,11 @@ class Inventory:
 
     # -- changes -------------------------------------------------------------------------
 
-    def plan(self, under: str, found: Mapping[str, FileFacts]) -> Reconciled:
+    def plan(self, unders: Sequence[str], found: Mapping[str, FileFacts]) -> Reconciled:
         """What :meth:`apply` would record (see :func:`reconcile`); runs in any thread,
         since the inventory's dict of resources is replaced, never changed in place."""
         last = self.history[-1].at if self.history else None
-        return reconcile(self.files, len(self.history), last, under, found)
+        return reconcile(self.files, len(self.history), last, unders, found)
 
     def apply(self, planned: Reconciled) -> list[ChangeRecord]:
         """Record what :meth:`plan` found (no change to the inventory may come between)."""
@@ -114,7 +115,7 @@ class Inventory:
     def reconcile(self, under: str, found: Mapping[str, FileFacts]) -> list[ChangeRecord]:
         """Record the differences between the resources known at or below ``under``
         (``""``: all) and those ``found`` there now; return the new changes."""
-        return self.apply(self.plan(under, found))
+        return self.apply(self.plan([under], found))
 
     # -- pushing -------------------------------------------------------------------------
 
@@ -254,15 +255,27 @@ def reconcile(
     files: Mapping[str, FileFacts],
     history_length: int,
     last: datetime | None,
-    under: str,
+    unders: Sequence[str],
     found: Mapping[str, FileFacts],
 ) -> Reconciled:
-    """The differences between the resources ``files`` knows at or below ``under`` (``""``:
-    all) and those ``found`` there now, as changes numbered from ``history_length``, timed
-    now but never before ``last`` (the time of the change before). Pure: ``files`` is
-    copied, not changed."""
-    prefix = under + "/"
-    known = [k for k in files if not under or k == under or k.startswith(prefix)]
+    """The differences between the resources ``files`` knows at or below each key of
+    ``unders`` (``""``: all) and those ``found`` there now, as changes numbered from
+    ``history_length``, timed now but never before ``last`` (the time of the change
+    before). Pure: ``files`` is copied, not changed."""
+    known: set[str] = set()
+    ordered = sorted(files)
+    for under in unders:
+        if not under:
+            known.update(ordered)
+            break
+        if under in files:
+            known.add(under)
+        # The keys below ``under``: from "under/" up to "under0" ("0" follows "/").
+        low, high = (
+            bisect.bisect_left(ordered, under + "/"),
+            bisect.bisect_left(ordered, under + "0"),
+        )
+        known.update(ordered[low:high])
     now = datetime.now(UTC)
     if last is not None and last > now:
         now = last

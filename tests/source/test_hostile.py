@@ -190,3 +190,35 @@ async def test_files_deleted_or_rewritten_while_hashed_are_left_out_or_hashed_wh
     for key, facts in found.items():
         assert facts.sha256 in versions[key], key
         assert facts.length in (3 << 20, 2 << 20)
+
+
+async def test_a_large_directory_is_taken_in_without_stalling_the_loop(tmp_path: Path) -> None:
+    """5,000 files hashed, compared, recorded and saved at start, then 1,000 changed at
+    once: the Source's event loop never stalls (the watchdog's 100 ms), its documents
+    answer meanwhile, and the lists end complete."""
+    root = tmp_path / "dir"
+    for i in range(5000):
+        path = root / f"d{i % 50:02d}" / f"f{i:04d}.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(f"{i}\n".encode() * 200)
+    async with Watchdog() as dog:
+        async with in_process_source(root, tmp_path / "state.json") as source:
+            inventory = source.runtime.inventory
+            assert len(inventory.files) == 5000
+            async with aiohttp.ClientSession() as session:
+
+                def rewrite() -> None:  # in a thread: the test's own writes are no stall
+                    for i in range(0, 5000, 5):
+                        (root / f"d{i % 50:02d}" / f"f{i:04d}.txt").write_text("changed\n")
+
+                await asyncio.to_thread(rewrite)
+
+                async def recorded() -> bool:
+                    async with session.get(f"{source.url}/capabilitylist.xml") as resp:
+                        assert resp.status == 200
+                    return len(inventory.history) == 6000
+
+                await wait_for(recorded, timeout=30, interval=0.05)
+                async with session.get(f"{source.url}/resourcelist.xml") as resp:
+                    assert (await resp.read()).count(b"<url>") == 5000
+        await dog.sockets_back()
