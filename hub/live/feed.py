@@ -32,6 +32,7 @@ from hub.core.events import Event, EventFilter, EventKey, format_id, parse_id
 from hub.core.exceptions import DamagedData
 from hub.core.retrying import STORE_OUTAGE, retrying
 from hub.core.tasks import Tasks, cancel_and_wait
+from hub.live import wakeups
 from hub.store.event_store import Appended, EventStore
 from hub.store.redis_connection import StoreError
 from hub.store.stream_tail import StreamTail
@@ -75,11 +76,6 @@ async def _through_outage(attempt: Callable[[], Awaitable[T]], what: str) -> T:
         what=what,
         failed=lambda _error, _delay: metrics.redis_error(),
     )
-
-
-def _expire(waiter: asyncio.Future[bool]) -> None:
-    if not waiter.done():
-        waiter.set_result(False)
 
 
 @dataclass(slots=True)
@@ -460,8 +456,7 @@ class TopicFeed:
             del self._keys[:overflow]
         waiters, self._waiters = self._waiters, set()
         for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(True)
+            wakeups.wake(waiter, True)
         if not self._followers:
             return
         self._unpushed += fresh
@@ -579,21 +574,14 @@ class TopicFeed:
                 return Span([], trimmed)
 
     async def _wait(self, timeout: float | None) -> bool:
-        """Wait for new events; False when ``timeout`` passed first.
-
-        A bare future and one timer, where ``asyncio.wait_for(event.wait())`` also made a
-        task per wait: every delivery worker of a topic waits here once per batch.
-        """
-        loop = asyncio.get_running_loop()
-        waiter = loop.create_future()
+        """Wait for new events; False when ``timeout`` passed first (no task per wait:
+        every delivery worker of a topic waits here once per batch; :mod:`wakeups`)."""
+        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiters.add(waiter)
-        timer = None if timeout is None else loop.call_later(timeout, _expire, waiter)
         try:
-            return bool(await waiter)
+            return await wakeups.wait(waiter, timeout, False)
         finally:
             self._waiters.discard(waiter)  # timed out or cancelled: not left behind
-            if timer is not None:
-                timer.cancel()
 
     async def _read_redis(
         self, cursor: EventKey, limit: int, gaps: bool, end: str = ""
@@ -887,9 +875,8 @@ class ClientStream:
             self.stopped.set_result(None)
 
     def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(True)
+        if self._waiter is not None:
+            wakeups.wake(self._waiter, True)
         if self.on_queue is not None:
             self.on_queue(self)
 
@@ -977,16 +964,11 @@ class ClientStream:
                 self.live = True
                 self.feed.follow(self)
         if not self._pending:
-            # A bare future and one timer: ``asyncio.wait_for`` made a task per wait.
-            loop = asyncio.get_running_loop()
-            waiter = self._waiter = loop.create_future()
-            timer = None if timeout is None else loop.call_later(timeout, _expire, waiter)
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
             try:
-                await waiter
+                await wakeups.wait(waiter, timeout, False)
             finally:
                 self._waiter = None
-                if timer is not None:
-                    timer.cancel()
             if not self._pending:
                 return None
         if len(self._pending) == 1:
