@@ -291,6 +291,10 @@ class Runtime:
         await self.hand_over()
         steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
             ("presence", self.presence_reporter.close),
+            # Builds use the parser's pool: stopped before it closes, so that none makes
+            # the pool anew behind its close (a process pool nobody shuts down).
+            ("snapshots", self.snapshot_builds.tasks.stop),
+            ("document builds", self.document_builds.stop),
             ("parser", self.parser.close),
             ("delivery", self.delivery.close),
             ("feeds", self.feeds.close),
