@@ -53,9 +53,12 @@ def _unacknowledged(sock: socket.socket) -> int:
 
 
 def _held_socket(transport: asyncio.Transport) -> socket.socket | None:
-    """A descriptor of ``transport``'s TCP socket of the hub's own (None: not a TCP socket)."""
+    """A descriptor of ``transport``'s TCP socket of the hub's own (None: not a plain TCP
+    socket; under TLS the bytes the transport reports are not those on the socket)."""
     raw = transport.get_extra_info("socket")
     if raw is None or raw.family not in (socket.AF_INET, socket.AF_INET6):
+        return None
+    if transport.get_extra_info("sslcontext") is not None:
         return None
     try:
         return socket.socket(fileno=os.dup(raw.fileno()))

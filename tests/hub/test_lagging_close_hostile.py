@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from hub.web.app import RUNTIME
 from hub.web.lagging_close import LINGER_ROUNDS
 from tests.conftest import Hub
 from tests.hub.test_dropped_clients import _socket_inodes
@@ -116,6 +117,9 @@ async def _drop_all(hub: Hub, kinds: list[str], rng: random.Random) -> list[int 
         async with asyncio.timeout(60 * TIME_SCALE):
             while _not_dropped(hub) > 0:
                 assert (await hub.publish("t", storm)).status == 202
+        # Each dropped stream's handler is past its last write, in the lagging close.
+        feed = hub.app[RUNTIME].feeds._feeds["t"]
+        await wait_for(lambda: all(stream.writer is None for stream in feed.streams))
         dropped.set()
         # Held no longer than its bounds: a client that takes nothing for the close
         # allowance is let go (then cut off after as much again), one that trickles
