@@ -233,9 +233,10 @@ class SourceRuntime:
                     debounce=self.debounce_ms,
                     step=self.step_ms,
                     stop_event=stop,
-                    # Waits end every second, so that the first one (or the first batch)
-                    # says the watches are in place; later empty ones are not passed on.
-                    rust_timeout=1000,
+                    # Waits end every quarter second (in this thread only), so that the
+                    # first (or the first batch) says the watches are in place; later empty
+                    # ones are not passed on.
+                    rust_timeout=250,
                     yield_on_timeout=True,
                     raise_interrupt=False,
                     ignore_permission_denied=True,
