@@ -4,12 +4,19 @@ topic serves sooner. The data comes back whole either way."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 import redis
 
 from hub.store.embedded_redis import AOF_FILE, COMPACT_MIN_BYTES, RDB_MAGIC, EmbeddedRedis
+from tests.support import TIME_SCALE, changes, free_port, notification
 
 #: Hash fields written: an AOF of several times ``COMPACT_MIN_BYTES``.
 FIELDS = 60_000
@@ -77,3 +84,68 @@ def test_a_small_aof_is_left_as_it_is(tmp_path: Path) -> None:
     server.stop()
     aof = (tmp_path / AOF_FILE).read_bytes()
     assert not aof.startswith(RDB_MAGIC) and b"$1\r\nk\r\n" in aof
+
+
+def _serve(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
+    """``rshub serve`` in a session of its own (its process group is the test's to signal)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RSHUB_")}
+    with (data_dir / "hub.log").open("ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rshub", "serve", "--port", str(port), "--data-dir",
+             str(data_dir)],
+            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )  # fmt: skip
+    deadline = time.monotonic() + 30 * TIME_SCALE
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, (data_dir / "hub.log").read_text()[-2000:]
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as r:
+                if r.status == 200:
+                    return proc
+        except OSError:
+            pass
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise AssertionError("rshub serve not healthy in time")
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> int:
+    """SIGTERM to the hub's whole process group, as Ctrl-C or ``kill -- -PGID`` sends."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        return proc.wait(60 * TIME_SCALE)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+
+
+@pytest.mark.timeout(300)
+def test_a_signal_to_the_hubs_process_group_leaves_a_compacted_aof(tmp_path: Path) -> None:
+    """The embedded server is in a session of its own: the signal reaches the hub alone,
+    which compacts the AOF and then stops the server (had the server got the signal too,
+    it would have exited with its AOF a log of every command)."""
+    port = free_port()
+    proc = _serve(tmp_path, port)
+    try:
+        for start in range(0, 20_000, 10_000):
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/topics/t",
+                data=notification(changes(10_000, start=start)),
+                headers={"Content-Type": "application/xml"},
+            )
+            with urllib.request.urlopen(request, timeout=60) as resp:
+                assert resp.status == 202
+        aof = tmp_path / "redis" / AOF_FILE
+        logged = aof.stat().st_size  # written at once (only its fsync waits a second)
+        assert logged > COMPACT_MIN_BYTES and not aof.read_bytes().startswith(RDB_MAGIC)
+    finally:
+        code = _stop_group(proc)
+    assert code == 0, (tmp_path / "hub.log").read_text()[-2000:]
+    assert aof.read_bytes().startswith(RDB_MAGIC) and aof.stat().st_size < logged
+    proc = _serve(tmp_path, port)  # and it comes back with the topic
+    try:
+        url = f"http://127.0.0.1:{port}/topics/t/capabilitylist.xml"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            assert resp.status == 200
+    finally:
+        assert _stop_group(proc) == 0
