@@ -22,6 +22,7 @@ sends to its :class:`SseStream` and asks it when a heartbeat is due.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
@@ -128,6 +129,19 @@ def topic_ending(ended: str | None, *, topic: str, last_sent: str | None, positi
     if ended in (EXPIRED, REVOKED):
         return last_event("error", f"{ended} and resume with Last-Event-ID: {resume}")
     return b""
+
+
+#: The SSE event type that tells a stream of several topics' client one of them was deleted
+#: (the stream goes on for the others).
+TOPIC_DELETED_EVENT = "topic-deleted"
+
+
+def topic_deleted(topic: str, resume_id: str) -> bytes:
+    """A stream of several topics goes on without ``topic``, which was deleted: its client
+    is told so, with the stream's id that no longer names it (``data:`` is JSON,
+    ``{"topic": NAME}``)."""
+    data = json.dumps({"topic": topic}, ensure_ascii=False, separators=(",", ":"))
+    return last_event(TOPIC_DELETED_EVENT, data, event_id=resume_id)
 
 
 def topics_ending(ended: str | None, *, resume_id: str, message: str) -> bytes:

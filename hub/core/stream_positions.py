@@ -241,6 +241,14 @@ class StreamPositions:
         if others:
             self._rebuild()
 
+    def drop(self, topic: str) -> None:
+        """Stop tracking ``topic`` (it was deleted): the id names it no more, and it no
+        longer holds the base back. A topic of that name published to again later starts
+        after the base, before which it had no event."""
+        self._horizon.pop(topic, None)
+        if self._listed.pop(topic, None) is not None:
+            self._rebuild()
+
     def sent(self, topic: str, key: EventKey) -> None:
         """``topic``'s event ``key`` was sent (its events go out in order)."""
         if key > self.base:

@@ -28,9 +28,15 @@ one connection. What differs, and lives here:
   with its resume point, and the client resumes in merged order. The queues of its topics
   share ``client_buffer_events``.
 
-The stream ends when any of its topics' streams would (too slow, a topic deleted, a token
-that expired or was revoked, shutdown), with its composite id as the resume point; or when
-a prefix comes to match more topics than ``stream_max_topics``.
+A topic deleted (``DELETE /admin/topics/{name}``) is dropped, and the stream goes on for
+the others: its client is told which (:meth:`Wire.topic_deleted`), with an id that no longer
+names it. A prefix stream follows a topic of that name again once it is published to anew
+(the topic directory finds it as any new topic). A client following a thousand topics does
+not lose its stream, and its place in all the others, for one of them.
+
+The stream ends when any of its topics' streams would (too slow, a token that expired or was
+revoked, shutdown), or when the last topic it follows is deleted, with its composite id as
+the resume point; or when a prefix comes to match more topics than ``stream_max_topics``.
 """
 
 from __future__ import annotations
@@ -43,10 +49,12 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
+import orjson
+
 from hub.core import metrics
 from hub.core.access import OPEN, ReadGrant
 from hub.core.events import Event, EventFilter, EventKey, format_id, parse_id
-from hub.core.sse_stream import SseStream, opening_id
+from hub.core.sse_stream import SseStream, opening_id, topic_deleted
 from hub.core.stream_endings import DELETED, ID_FULL, SHUTDOWN, TOO_MANY_TOPICS
 from hub.core.stream_positions import StreamPositions, before
 from hub.core.topic_patterns import TopicPatterns
@@ -92,6 +100,14 @@ class Wire:
         if self.sse:
             return opening_id(resume_id)
         return b'{"id":"%s","events":[]}' % resume_id.encode()
+
+    def topic_deleted(self, topic: str, resume_id: str) -> bytes:
+        """``topic`` was deleted and the stream goes on without it: SSE ``event:
+        topic-deleted`` (``data: {"topic": NAME}``, ``id:`` the id without it), WebSocket
+        ``{"id": ..., "events": [], "topic_deleted": NAME}``."""
+        if self.sse:
+            return topic_deleted(topic, resume_id)
+        return orjson.dumps({"id": resume_id, "events": [], "topic_deleted": topic})
 
 
 class Multiplex:
@@ -142,6 +158,13 @@ class Multiplex:
         self._found: set[str] = set()
         self._found_after: EventKey | None = None
         self._unreadable: set[str] = set()
+        #: Topics deleted while followed, whose client is yet to be told; and, for a prefix
+        #: stream, each deleted name with the topic names last looked at that still held it
+        #: (the directory's names move only when a name is added: a name read again is
+        #: followed again only if the topic exists anew).
+        self._deleted: list[str] = []
+        self._gone: dict[str, frozenset[str]] = {}
+        self._names_seen: frozenset[str] = frozenset()
         #: How far the base may move: every topic with an event up to it is followed
         #: (None: no bound, a stream of named topics only).
         self._floor: EventKey | None = None
@@ -247,9 +270,38 @@ class Multiplex:
 
     def _sub_stopped(self, sub: ClientStream, _done: object = None) -> None:
         if not self.stopped.done():
-            self.stopped_by = sub
-            self.stopped.set_result(None)
+            topic = sub.feed.topic
+            deleted = sub.feed.ended.is_set() and self.subs.get(topic) is sub
+            if deleted and len(self.subs) > 1:
+                self._drop(topic, sub)  # the others go on
+            else:
+                if deleted:  # the last one: the stream ends, its id without it
+                    self.positions.drop(topic)
+                self.stopped_by = sub
+                self.stopped.set_result(None)
         self._wake()
+
+    def _drop(self, topic: str, sub: ClientStream) -> None:
+        """Stop following ``topic``, deleted (its feed ended): forget what of it was read or
+        queued and unsent (its events are gone with it), take it out of the id, and have the
+        sender tell the client."""
+        del self.subs[topic]
+        self._behind.discard(topic)
+        if self._buffers.pop(topic, None) is not None:
+            self._heap = [entry for entry in self._heap if entry[1] != topic]
+            heapq.heapify(self._heap)
+        self._ready.pop(topic, None)
+        self._held.pop(topic, None)
+        self._settling.discard(topic)
+        self.positions.drop(topic)
+        ctx = self.ctx
+        ctx.closing.closed(sub)
+        ctx.presence.disconnected(topic, self.transport)
+        sub.close()
+        ctx.feeds.release_soon(sub.feed)
+        if self.directory is not None:
+            self._gone[topic] = self._names_seen
+        self._deleted.append(topic)
 
     def ending(self) -> str | None:
         """Why the stream ended: a reason of :func:`hub.live.client_streams.ending`, its own
@@ -366,6 +418,10 @@ class Multiplex:
 
         await put(self.wire.opening(self.resume_id))
         while not self.stopped.done():
+            if self._deleted:
+                topic = self._deleted.pop(0)
+                await put(self.wire.topic_deleted(topic, self.resume_id))
+                continue
             if self._found:
                 await self._follow_found()
                 continue
@@ -618,11 +674,13 @@ class Multiplex:
     def _snapshot(self, snapshot: Snapshot) -> None:
         """The topic directory's names: new ones under the prefixes are followed by the
         sender; the base may then move up to the snapshot's position."""
+        self._names_seen = snapshot.names
         new = {
             name
             for name in snapshot.names
             if name not in self.subs
             and name not in self._unreadable
+            and self._gone.get(name) is not snapshot.names
             and self.patterns.matches(name)
         }
         if new:
@@ -637,6 +695,15 @@ class Multiplex:
         found, self._found = sorted(self._found), set()
         after, self._found_after = self._found_after, None
         limit = self.settings.stream_max_topics
+        again = [name for name in found if name in self._gone]
+        if again:  # deleted while followed: only a topic that exists anew is followed
+            facts = await self.ctx.store.facts_of(again)
+            for name, fact in zip(again, facts, strict=True):
+                if fact is not None and fact.last_id:
+                    del self._gone[name]
+                else:  # names read before the delete: looked at again once they move
+                    self._gone[name] = self._names_seen
+            found = [name for name in found if name not in self._gone]
         for name in found:
             if self.stopped.done():
                 return

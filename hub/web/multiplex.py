@@ -25,10 +25,13 @@ renews it for every topic followed.
 
 Limits: ``stream_max_topics`` topics (400 naming it when more are named or matched at
 the start; a prefix that comes to match more ends the stream), ``stream_max_id_bytes`` per
-id. The stream ends as a one-topic stream does (:mod:`hub.web.streams`), with its composite
-id as the resume point: SSE a last ``event: shutdown`` / ``event: error`` /
-``event: deleted``, WebSocket the close codes of a one-topic stream (a reason holds the id
-when it fits in a close frame: else resume from the last message's id).
+id. A topic deleted while followed is dropped and the stream goes on for the others (SSE
+``event: topic-deleted``, a WebSocket message with ``"topic_deleted"``:
+:meth:`hub.live.multiplex.Wire.topic_deleted`). The stream ends as a one-topic stream does
+(:mod:`hub.web.streams`), with its composite id as the resume point: SSE a last ``event:
+shutdown`` / ``event: error`` / ``event: deleted`` (its last topic deleted), WebSocket the
+close codes of a one-topic stream (a reason holds the id when it fits in a close frame: else
+resume from the last message's id).
 """
 
 from __future__ import annotations

@@ -2,8 +2,10 @@
 
 It reads as a browser's EventSource or WebSocket would: an SSE event counts once complete
 (its blank line), its ``id:`` then becomes the last id (an ``id:`` alone too), and a named
-event (``event: error``, ``shutdown``, ``deleted``) is kept apart; a WebSocket message
-counts whole, its ``"id"`` the last id, and the close code and reason are kept.
+event (``event: error``, ``shutdown``, ``deleted``, ``topic-deleted``) is kept apart; a
+WebSocket message counts whole, its ``"id"`` the last id (one saying a topic was deleted is
+kept apart as ``topic-deleted`` too, with the SSE event's data, ``{"topic": NAME}``), and
+the close code and reason are kept.
 """
 
 from __future__ import annotations
@@ -74,12 +76,24 @@ class Reader:
                 self.closed = (ws.close_code, str(msg.extra or ""))
                 return
             message = json.loads(msg.data)
-            assert set(message) == {"id", "events"}, message
+            if "topic_deleted" in message:  # the stream goes on without that topic
+                assert set(message) == {"id", "events", "topic_deleted"}, message
+                assert message["events"] == [], message
+                data = json.dumps({"topic": message["topic_deleted"]}, separators=(",", ":"))
+                self.named.append(("topic-deleted", data, message["id"]))
+            else:
+                assert set(message) == {"id", "events"}, message
             self.events.extend(message["events"])
             self._id(message["id"])
 
     def count(self, n: int) -> Callable[[], bool]:
         return lambda: len(self.events) >= n
+
+    def deleted(self) -> list[str]:
+        """The topics the stream said were deleted (it went on without them), in order."""
+        return [
+            json.loads(data)["topic"] for kind, data, _id in self.named if kind == "topic-deleted"
+        ]
 
     def pairs(self) -> list[tuple[str, str]]:
         return [(e["topic"], e["id"]) for e in self.events]

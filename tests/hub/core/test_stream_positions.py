@@ -195,3 +195,18 @@ class TestStreamPositions:
                     positions.undo(name, positions.base, positions.horizon(name))
                     listed.pop(name, None)
                 assert positions.encode() == encode(positions.base, listed)
+
+
+def test_a_dropped_topic_leaves_the_id_and_no_longer_holds_the_base_back() -> None:
+    positions = StreamPositions(BASE)
+    for topic in ("a", "b", "c"):
+        positions.follow(topic)
+    positions.sent("a", (BASE[0] + 5, 0))
+    positions.sent("c", (BASE[0] + 9, 0))
+    positions.known_through("a", (BASE[0] + 20, 0))
+    assert sorted(_decode(positions.encode())[1]) == ["a", "c"]
+    positions.drop("c")
+    assert _decode(positions.encode())[1] == {"a": (BASE[0] + 5, 0)}
+    positions.known_through("b", (BASE[0] + 30, 0))
+    assert positions.advance() and positions.base == (BASE[0] + 20, 0)  # c's 9 held it back
+    assert sorted(positions.topics) == ["a", "b"] and positions.position("c") == positions.base
