@@ -381,6 +381,7 @@ async def _sync(args: argparse.Namespace) -> int:
                 progress=False,
                 prefixes=tuple(args.prefix),
                 report=report,
+                clocks=_clocks(args),
             )
             report(f"re-baseline: {mirror.stats.summary()} in {time.monotonic() - began:.1f}s")
 
@@ -399,6 +400,7 @@ async def _sync(args: argparse.Namespace) -> int:
                         progress=args.progress,
                         prefixes=tuple(args.prefix),
                         report=report,
+                        clocks=_clocks(args),
                     ),
                     report,
                     None if args.once else args.interval,
@@ -484,6 +486,12 @@ async def _when_reachable(
         await asyncio.sleep(interval)
 
 
+def _clocks(args: argparse.Namespace) -> tuple[bool, timedelta]:
+    """For :func:`_baseline`: whether the Resource List is the hub's (its ``at`` on the
+    clock of the hub's event ids), and the skew tolerated between another clock and it."""
+    return args.source is None, timedelta(seconds=args.overlap)
+
+
 async def _baseline(
     mirror: Mirror,
     documents: Poller,
@@ -491,14 +499,23 @@ async def _baseline(
     save: Callable[[EventCursor], None],
     *,
     progress: bool,
+    clocks: tuple[bool, timedelta],
     prefixes: tuple[str, ...] = (),
     report: Callable[[str], None] | None = None,
 ) -> None:
     """Make the mirror equal to the Source's Resource Dump when its Capability List offers
     one (:mod:`subscriber.dumps`), else, or when the dump fails, to its Resource List (the
     first time, and after a gap); with ``prefixes`` (``--prefix``), the part of it under
-    them."""
+    them.
+
+    The position learns the instant before which the baseline holds every change the hub
+    received (:attr:`EventCursor.baseline_at`): the hub's Resource List's ``at`` as it is
+    (``clocks[0]``: the hub's Redis time, that of its event ids); a Resource Dump's (the
+    Source's document) or a Source's Resource List's less the skew tolerated (``clocks[1]``,
+    ``--overlap``), since that clock is not the hub's; none without an ``at``.
+    """
     before = datetime.now(UTC)
+    hub_lists, skew = clocks
 
     def remember(entry: Entry) -> None:
         # What the baseline holds need not come again from a Change List.
@@ -509,8 +526,9 @@ async def _baseline(
         if lastmod is not None:
             position.remember(entry.loc, format_datetime(lastmod))
 
-    at = await _from_dump(mirror, documents, remember, prefixes, report)
-    if at is None:
+    dumped, at = await _from_dump(mirror, documents, remember, prefixes, report)
+    covered = None if at is None else at - skew
+    if not dumped:
         bar = progress_bar("baseline", enabled=progress, unit="files")
 
         async def listed() -> AsyncIterator[tuple[Entry, datetime | None]]:
@@ -521,8 +539,10 @@ async def _baseline(
                 yield entry, at
 
         at = await mirror.baseline(listed(), progress=bar)
+        covered = None if at is None else at if hub_lists else at - skew
     if position.watermark is None:
         position.watermark = min(at or before, before)
+    position.baselined(covered)
     position.extra["baseline"] = True
     save(position)
 
@@ -533,12 +553,13 @@ async def _from_dump(
     remember: Callable[[Entry], None],
     prefixes: tuple[str, ...],
     report: Callable[[str], None] | None,
-) -> datetime | None:
-    """The baseline from the Source's Resource Dump, if it offers one: its ``at``, or None
-    when there is none or it failed (said), for the Resource List to do the baseline."""
+) -> tuple[bool, datetime | None]:
+    """The baseline from the Source's Resource Dump, if it offers one: whether it was
+    made, and the dump's ``at`` (None: it gives none); not made when there is none or it
+    failed (said), for the Resource List to do the baseline."""
     found = await documents.discover()
     if found.resourcedump is None:
-        return None
+        return False, None
     try:
         at = await baseline_from_dump(
             mirror, documents, found.resourcedump, remember=remember, prefixes=prefixes
@@ -549,8 +570,8 @@ async def _from_dump(
             report(text)
         else:
             log.warning("%s", text)
-        return None
-    return at or datetime.now(UTC)
+        return False, None
+    return True, at
 
 
 async def _retry_failed(

@@ -11,6 +11,9 @@ An :class:`EventCursor` holds three things:
   which judges a dead letter an operator replays (``X-RSHub-Replay``): its id is older than
   ``event_id``, so it is handed over only when newer than what was handed over for *its*
   resource; an old deletion never undoes a later creation.
+- ``baseline_at``: the instant, on the hub's clock, before which the last baseline holds
+  every change the hub received: an event received before it whose key the baseline
+  remembered is held already (:meth:`EventCursor.seen`).
 
 It is saved as JSON by :class:`EventCursorFile`, atomically and durably
 (:mod:`rsclient.statefile`), so a restart resumes where the last save stopped. Saves
@@ -29,7 +32,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from resourcesync import format_datetime, parse_datetime
@@ -48,6 +51,8 @@ Key = tuple[str, str, str]
 
 _VERSION = 2
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
 
 @dataclass
 class EventCursor:
@@ -60,6 +65,9 @@ class EventCursor:
     applied: OrderedDict[str, str] = field(default_factory=OrderedDict)
     #: Free-form facts the caller keeps with the position (e.g. "baseline done").
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The last baseline holds every change the hub received before this instant (on the
+    #: hub's clock, that of its event ids); None: unknown, the ids alone decide.
+    baseline_at: datetime | None = None
 
     def seen(self, event: ChangeEvent) -> bool:
         """Whether ``event`` was already delivered (by id, else by its :attr:`key`).
@@ -76,6 +84,15 @@ class EventCursor:
             if order is not None and held is not None and order <= held:
                 return True
             return event.key in self.recent
+        before = None if event.id is None else self._before_baseline(event.id)
+        if before and event.key in self.recent:
+            # Received before the baseline's instant and listed by it: the baseline holds
+            # this state, or a later one (every later change has an id past the instant).
+            return True
+        if before is False and self.event_id is None:
+            # Received after it, nothing delivered since: a change the baseline may lack,
+            # even with the (loc, lastmod) it listed (a second update within that second).
+            return False
         if event.id is not None and self.event_id is not None:
             new, last = event_order(event.id), event_order(self.event_id)
             if new is not None and last is not None:
@@ -124,6 +141,23 @@ class EventCursor:
         if self.watermark is None or when > self.watermark:
             self.watermark = when
 
+    def _before_baseline(self, event_id: str) -> bool | None:
+        """Whether the hub received ``event_id`` before :attr:`baseline_at`: its whole
+        millisecond before it (one within the same millisecond may have been stored after
+        the baseline's snapshot was taken). None: unknown (no instant, an id without a
+        time), and the ids decide as without a baseline."""
+        order = event_order(event_id)
+        if order is None or self.baseline_at is None:
+            return None
+        since_epoch = (self.baseline_at - _EPOCH) // timedelta(microseconds=1)
+        return (order[0] + 1) * 1000 <= since_epoch
+
+    def baselined(self, at: datetime | None) -> None:
+        """A new baseline holds every change the hub received before ``at`` (None:
+        unknown). It replaces the previous instant, even an earlier one: a re-baseline from
+        an older snapshot made the mirror older than the previous baseline had."""
+        self.baseline_at = at
+
     def remember(self, loc: str, lastmod: str) -> None:
         """Note a resource state as already held (e.g. from a baseline): a later creation
         or update announced with this ``lastmod`` is then a duplicate."""
@@ -150,6 +184,7 @@ class EventCursor:
             "recent": [list(key) for key in self.recent],
             "applied": [[loc, event_id] for loc, event_id in self.applied.items()],
             "extra": self.extra,
+            "baseline_at": None if self.baseline_at is None else format_datetime(self.baseline_at),
         }
 
     @classmethod
@@ -157,6 +192,9 @@ class EventCursor:
         if obj.get("version") != _VERSION:
             raise ValueError(f"unknown position version {obj.get('version')!r:.40}")
         watermark, event_id = obj.get("watermark"), obj.get("event_id")
+        baseline_at = obj.get("baseline_at")  # absent from files written before it was kept
+        if baseline_at is not None and not isinstance(baseline_at, str):
+            raise ValueError(f"baseline_at is a W3C datetime, not {baseline_at!r:.40}")
         if event_id is not None and not isinstance(event_id, str):
             raise ValueError(f"event_id is a string, not {event_id!r:.40}")
         return cls(
@@ -170,6 +208,7 @@ class EventCursor:
                 (str(loc), str(event_id)) for loc, event_id in obj.get("applied", [])
             ),
             extra=dict(obj.get("extra") or {}),
+            baseline_at=None if baseline_at is None else parse_datetime(baseline_at),
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -196,3 +197,68 @@ def test_the_per_resource_ids_are_bounded(monkeypatch: pytest.MonkeyPatch) -> No
     # A position file of the previous shape (no "applied") still loads.
     old = {k: v for k, v in pos.to_json().items() if k != "applied"}
     assert EventCursor.from_json(old).applied == {}
+
+
+#: A baseline's instant on the hub's clock, and hub event ids before and after it.
+_AT = "2026-12-02T10:00:00.500Z"
+_BEFORE, _AFTER = "1796205600499-7", "1796205600500-0"
+
+
+def _baselined() -> EventCursor:
+    from resourcesync import parse_datetime
+
+    pos = EventCursor()
+    pos.remember("a", "2026-01-01T00:00:00Z")
+    pos.baselined(parse_datetime(_AT))
+    return pos
+
+
+def test_an_event_the_baseline_covers_is_held_and_the_ids_judge_the_rest() -> None:
+    """The catch-up after a baseline re-reads changes the baseline holds: one received
+    before its ``at`` and listed by it is not fetched again, however many came before it
+    (each id newer than the last had been judged new, and fetched a second time)."""
+    assert event_order(_BEFORE) == (1796205600499, 7)  # the whole millisecond before _AT
+    pos = _baselined()
+    assert pos.accept(_ev("b", id="1796205600000-0"))  # not listed by the baseline: new
+    assert pos.accept(_ev("a", lastmod="2025-12-31T23:59:59Z", id="1796205600100-0"))
+    assert not pos.accept(_ev("a", id=_BEFORE))
+    # The same key after the instant (received within the baseline's millisecond, or
+    # later): the ids decide, so it is applied.
+    assert pos.accept(_ev("a", id=_AFTER))
+
+
+def test_two_updates_in_one_lastmod_second_after_the_baseline_are_both_applied() -> None:
+    pos = _baselined()
+    assert pos.accept(_ev("a", id="1796205601000-0"))
+    assert pos.accept(_ev("a", id="1796205601000-1"))
+    assert not pos.accept(_ev("a", id="1796205601000-1"))
+
+
+def test_without_a_baseline_instant_or_a_time_in_the_id_the_ids_decide() -> None:
+    pos = _baselined()
+    pos.baselined(None)  # a baseline without ``at``: nothing is known covered
+    pos.event_id = "1796205600000-0"
+    assert pos.accept(_ev("a", id=_BEFORE))
+    # An id without a time: judged as without the instant (here by its key).
+    for event_id in ("opaque", "x-1", "1-x"):
+        pos, plain = _baselined(), _baselined()
+        plain.baselined(None)
+        pos.event_id = plain.event_id = "1796205600000-0"
+        assert pos.seen(_ev("a", id=event_id)) == plain.seen(_ev("a", id=event_id))
+
+
+def test_the_baseline_instant_is_kept_and_a_file_without_it_loads(tmp_path: Path) -> None:
+    store = EventCursorFile(tmp_path / "state.json")
+    store.save(_baselined())
+    again = store.load()
+    assert again.baseline_at == _baselined().baseline_at is not None
+    assert not again.accept(_ev("a", id=_BEFORE))
+    # A file written before the instant was kept: loads, and the ids decide as before.
+    old = {k: v for k, v in _baselined().to_json().items() if k != "baseline_at"}
+    assert EventCursor.from_json(old).baseline_at is None
+    older = EventCursor.from_json({**old, "event_id": "1796205600000-0"})
+    assert older.accept(_ev("a", id=_BEFORE)), "no instant: a newer id is new"
+    for bad in ("yesterday", 17):
+        (tmp_path / "state.json").write_text(json.dumps({**old, "baseline_at": bad}))
+        with pytest.raises(PositionError):
+            store.load()
