@@ -11,6 +11,7 @@ Redis), so when it comes back its delivery worker reads them from Redis, where r
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,8 @@ from hub.core.events import changes_from_document
 from hub.core.settings import Settings
 from hub.store.event_store import EventStore, Retention
 from hub.store.subscriptions import SubscriptionStore
+from subscriber.events import event_order
+from subscriber.position import EventCursorFile
 from tests.conftest import start_hub
 from tests.support import free_port, notification, wait_for
 
@@ -65,6 +68,10 @@ async def test_a_gap_notice_makes_sync_rebaseline_from_the_resource_list(
     def converged() -> bool:
         return mirror_files(dest) == expected_files(source.url, source.files)
 
+    def baseline_at() -> datetime | None:
+        """The instant the last baseline holds every change before (the position's)."""
+        return EventCursorFile(dest / ".rshub" / "state.json").load().baseline_at
+
     runner, _ = await start_hub(settings, redis_url)
     client = redis.Redis.from_url(redis_url)
     store = EventStore(client, retention=Retention(topic_max_events={"docs": 5}))
@@ -95,6 +102,8 @@ async def test_a_gap_notice_makes_sync_rebaseline_from_the_resource_list(
                 return bool(await SubscriptionStore(client).for_topic("docs"))
 
             await wait_for(subscribed, 20)
+            await wait_for(lambda: baseline_at() is not None, 20)
+            first_at = baseline_at()
         await runner.cleanup()
         runner = None
 
@@ -111,6 +120,11 @@ async def test_a_gap_notice_makes_sync_rebaseline_from_the_resource_list(
         await wait_for(lambda: converged() and "re-baseline:" in child.log(), 30)
         assert f"trimmed changes through {ids[2]}" in child.log(), child.log()[-3000:]
         assert child.stop() == 130, child.log()[-3000:]
+        # The re-baseline moved the instant its baseline holds every change before: past
+        # the lost changes, which only its Resource List had.
+        again, lost = baseline_at(), event_order(ids[2])
+        assert first_at is not None and again is not None and lost is not None
+        assert again > first_at and again >= datetime.fromtimestamp(lost[0] / 1000, UTC)
     finally:
         if child.proc is not None and child.proc.poll() is None:
             child.stop()
