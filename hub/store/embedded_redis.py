@@ -144,12 +144,18 @@ def auth_password(data_dir: str | os.PathLike[str]) -> str:
     raise EmbeddedRedisError(f"cannot read or create {path}")
 
 
+PONG = b"+PONG\r\n"
+#: How a server still reading its data set (AOF) answers a PING: alive, not ready yet.
+LOADING = b"-LOADING"
+
+
 def _probe(password: str | None) -> bytes:
     """``PING``, after ``AUTH`` when the server has a password."""
     return (f"AUTH {password}\r\n" if password else "").encode() + b"PING\r\n"
 
 
-def _ping(port: int, timeout: float, password: str | None = None) -> bool:
+def _reply(port: int, timeout: float, password: str | None = None) -> bytes:
+    """The server's last answer to :func:`_probe` (``b""`` when it could not be read)."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
             sock.sendall(_probe(password))
@@ -159,18 +165,23 @@ def _ping(port: int, timeout: float, password: str | None = None) -> bool:
                 if not chunk:
                     break
                 answer += chunk
-            return answer.endswith(b"+PONG\r\n")
+            return answer
     except OSError:
-        return False
+        return b""
 
 
-async def _aping(port: int, timeout: float, password: str | None = None) -> bool:
+def _ping(port: int, timeout: float, password: str | None = None) -> bool:
+    return _reply(port, timeout, password).endswith(PONG)
+
+
+async def _areply(port: int, timeout: float, password: str | None = None) -> bytes:
+    """:func:`_reply`, without blocking the loop."""
     try:
         # asyncio.timeout: 3.11's wait_for may lose a cancel and leave the socket open.
         async with asyncio.timeout(timeout):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
     except (TimeoutError, OSError):
-        return False
+        return b""
     try:
         writer.write(_probe(password))
         async with asyncio.timeout(timeout):
@@ -178,13 +189,17 @@ async def _aping(port: int, timeout: float, password: str | None = None) -> bool
         if password:
             async with asyncio.timeout(timeout):
                 lines.append(await reader.readline())
-        return lines[-1] == b"+PONG\r\n"
+        return lines[-1]
     except (TimeoutError, OSError):
-        return False
+        return b""
     finally:
         writer.close()
         with contextlib.suppress(OSError):
             await writer.wait_closed()
+
+
+async def _aping(port: int, timeout: float, password: str | None = None) -> bool:
+    return (await _areply(port, timeout, password)).endswith(PONG)
 
 
 def describe_exit(returncode: int) -> str:
@@ -241,9 +256,40 @@ class _Stopping(Exception):
     """Stopped while restarting."""
 
 
+#: The longest a server reading its data set is waited for (a 207 MB AOF image of a
+#: 1,000,000-URI topic took 2-6 s; an AOF that is a log of commands replays at ~8 MB/s).
+LOAD_TIMEOUT = 1800.0
+
+
+class _Waiting:
+    """How long a start waits for the server: ``start`` seconds, prolonged while it answers
+    that it is loading, up to ``load`` seconds in all."""
+
+    def __init__(self, start: float, load: float) -> None:
+        now = time.monotonic()
+        self.start = start
+        self.deadline = now + start
+        self.latest = now + max(start, load)
+        self.said = False
+
+    def more(self) -> bool:
+        return time.monotonic() < self.deadline
+
+    def answered(self, answer: bytes) -> None:
+        if LOADING not in answer:
+            return
+        if not self.said:
+            self.said = True
+            log.info("embedded redis-server is loading its data set; waiting for it")
+        self.deadline = min(self.latest, time.monotonic() + self.start)
+
+
 class EmbeddedRedis:
     """Start, await, supervise and stop one redis-server; usable as a (sync) context manager.
 
+    A server is waited for ``start_timeout`` seconds to answer, and up to ``load_timeout``
+    while it says it is reading its data set (``-LOADING``: a big one takes long, and a
+    server killed for being slow would start reading it again).
     ``restart_backoff`` is ``(first, most)`` seconds between restart attempts (doubling);
     a server that stayed up ``stable_after`` seconds starts the next back-off from ``first``.
     """
@@ -255,6 +301,7 @@ class EmbeddedRedis:
         appendfsync: str = "everysec",
         port: int | None = None,
         start_timeout: float = 10.0,
+        load_timeout: float = LOAD_TIMEOUT,
         restart_backoff: tuple[float, float] = (0.1, 5.0),
         stable_after: float = 30.0,
     ) -> None:
@@ -262,6 +309,7 @@ class EmbeddedRedis:
         self.appendfsync = appendfsync
         self.port = port
         self.start_timeout = start_timeout
+        self.load_timeout = load_timeout
         self.restart_backoff = restart_backoff
         self.stable_after = stable_after
         self._proc: subprocess.Popen[bytes] | None = None
@@ -473,12 +521,14 @@ class EmbeddedRedis:
             self.port = fixed_port or _free_port()
             self._record_owner()
             self._proc = proc = self._spawn(binary, self.port)
-            deadline = time.monotonic() + self.start_timeout
-            while time.monotonic() < deadline:
+            waiting = _Waiting(self.start_timeout, self.load_timeout)
+            while waiting.more():
                 if proc.poll() is not None:
                     break
-                if _ping(self.port, 0.5, self.password):
+                answer = _reply(self.port, 0.5, self.password)
+                if answer.endswith(PONG):
                     return self.url
+                waiting.answered(answer)
                 time.sleep(0.02)
             last_error = self._failure(proc)
             self._kill()
@@ -716,12 +766,14 @@ class EmbeddedRedis:
             if self._stopping:
                 return "stopping"
             self._proc = proc = self._spawn(binary, port)
-        deadline = time.monotonic() + self.start_timeout
-        while time.monotonic() < deadline and not self._ended(stop):
+        waiting = _Waiting(self.start_timeout, self.load_timeout)
+        while waiting.more() and not self._ended(stop):
             if proc.poll() is not None:
                 break
-            if await _aping(port, 0.5, self.password):
+            answer = await _areply(port, 0.5, self.password)
+            if answer.endswith(PONG):
                 return None
+            waiting.answered(answer)
             await asyncio.sleep(0.02)
         with self._mutex:
             if self._proc is not proc:  # stop() took it over and ends it

@@ -4,7 +4,9 @@ topic serves sooner. The data comes back whole either way."""
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -149,3 +151,30 @@ def test_a_signal_to_the_hubs_process_group_leaves_a_compacted_aof(tmp_path: Pat
             assert resp.status == 200
     finally:
         assert _stop_group(proc) == 0
+
+
+@pytest.mark.timeout(300)
+def test_a_server_still_loading_its_data_is_waited_for(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A start waits for a server that answers ``-LOADING`` beyond ``start_timeout``: a
+    data set that takes longer to read than that (a big topic, an AOF that is a log of
+    commands) is not killed mid-load, again and again, until the start gives up."""
+    server = EmbeddedRedis(tmp_path, appendfsync="everysec")
+    server.start()
+    for start in range(0, 4 * FIELDS, FIELDS):
+        _fill(server, start)
+    server.stop(compact_seconds=0)  # a log of every command: slow to replay
+    caplog.set_level(logging.INFO, logger="hub.store.embedded_redis")
+    slow = EmbeddedRedis(tmp_path, start_timeout=0.3)
+    slow.start()
+    try:
+        assert _fields(slow) == 4 * FIELDS
+    finally:
+        slow.stop(compact_seconds=0)
+    loaded = re.findall(
+        r"DB loaded from append only file: ([0-9.]+)", (tmp_path / "redis.log").read_text()
+    )
+    assert loaded, "the server read no AOF"
+    if float(loaded[-1]) > 0.5:  # longer than start_timeout (and the time to listen)
+        assert "loading its data set" in caplog.text
