@@ -598,3 +598,20 @@ def test_image_runs_compose_services(image: Stage, redis_url: str, tmp_path: Pat
     assert any(r["logger"] == "rshub.access" for r in records)  # --access-log, JSON format
     # Nothing of the source tree is in the image: the hub ran from the wheel.
     assert not list(image.root.rglob("pyproject.toml"))
+
+
+@pytest.mark.timeout(180)  # the image is built first when this test runs alone
+def test_image_holds_every_command(image: Stage) -> None:
+    """Every sub-command's package is in the image: ``rshub completion`` builds each
+    command's parser, and ``rshub source`` (the ``source`` package) starts."""
+    exe = str(image.bin / "rshub")
+    for argv in (["completion", "bash"], ["source", "--help"]):
+        done = subprocess.run(
+            [exe, *argv],
+            cwd=image.path("."),
+            env={**image.environ(), "HOME": str(image.path("/data"))},
+            capture_output=True,
+            text=True,
+            timeout=60 * TIME_SCALE,
+        )
+        assert done.returncode == 0, (argv, done.stderr[-2000:])
