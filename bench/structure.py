@@ -19,7 +19,7 @@ from pathlib import Path
 
 import grimp
 
-PACKAGES = ("resourcesync", "rsclient", "hub", "publisher", "subscriber", "rshub")
+PACKAGES = ("resourcesync", "rsclient", "hub", "publisher", "subscriber", "rshub", "source")
 
 
 def _unit(module: str) -> str:

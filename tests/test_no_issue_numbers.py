@@ -17,7 +17,17 @@ import pytest
 from bench import render
 
 ROOT = Path(__file__).resolve().parents[1]
-TREES = ("hub", "publisher", "subscriber", "rsclient", "resourcesync", "rshub", "tests", "bench")
+TREES = (
+    "hub",
+    "publisher",
+    "subscriber",
+    "rsclient",
+    "resourcesync",
+    "rshub",
+    "source",
+    "tests",
+    "bench",
+)
 TREES_OF_DOCS = ("docs",)
 FILES = ("README.md", "ARCHITECTURE.md", "CONTRIBUTING.md")
 SUFFIXES = frozenset({".py", ".lua", ".md", ".toml"})
