@@ -24,6 +24,7 @@ from rsclient.options import add_client_options, count, env_default, interval, n
 from rsclient.progress import add_progress_options, progress_bar
 
 from .audit import audit, repair
+from .change_dumps import catch_up_after_gap
 from .dumps import baseline_from_dump
 from .events import Gap, published_lastmod
 from .exceptions import (
@@ -361,7 +362,14 @@ async def _sync(args: argparse.Namespace) -> int:
             store.save(position)
 
         async def rebaseline(gap: Gap) -> None:
-            """The hub lost changes before delivering them: the Resource List again."""
+            """The hub lost changes before delivering them: the Source's Change Dump when
+            it covers them (:mod:`subscriber.change_dumps`), else the Resource List again."""
+            prefixes, skew = tuple(args.prefix), _clocks(args)[1]
+            if await catch_up_after_gap(
+                mirror, documents, position, gap, skew=skew, prefixes=prefixes, report=report
+            ):
+                save(position)
+                return
             if gap.unlisted:
                 report(
                     f"the hub no longer lists changes through {gap.trimmed_through}, which "

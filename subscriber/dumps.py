@@ -41,7 +41,7 @@ from .exceptions import IntegrityError, SourceError
 from .mirror import Mirror
 from .poller import Poller
 
-__all__ = ["baseline_from_dump", "download_package", "resource_dump_packages"]
+__all__ = ["baseline_from_dump", "download_package", "resource_dump_packages", "unpack_file"]
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,8 @@ async def download_package(
         raise IntegrityError(loc, mismatch.replace("the manifest", "the dump"))
 
 
-def _unpack(package: Path, target: Path, limits: PackageLimits) -> UnpackedPackage:
+def unpack_file(package: Path, target: Path, limits: PackageLimits) -> UnpackedPackage:
+    """In a thread: :func:`unpack_package` of the downloaded package file ``package``."""
     with open(package, "rb") as stream:
         return unpack_package(stream, target, limits=limits)
 
@@ -156,7 +157,7 @@ async def baseline_from_dump(
             await download_package(
                 mirror.session, package, zipped, max_bytes=limits.max_package_bytes
             )
-            unpacked = await asyncio.to_thread(_unpack, zipped, work / f"{n}", limits)
+            unpacked = await asyncio.to_thread(unpack_file, zipped, work / f"{n}", limits)
             zipped.unlink()
             placed = await asyncio.to_thread(_place, mirror, unpacked, prefixes)
             for entry, path in placed:

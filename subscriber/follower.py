@@ -345,7 +345,7 @@ class Follower:
         if isinstance(item, Gap):
             if self._on_gap is None:
                 raise ChangesTrimmed(item.trimmed_through, item.resourcelist)
-            log.warning("changes through %s trimmed unsent: re-baselining", item.trimmed_through)
+            log.warning("changes through %s trimmed unsent: catching up", item.trimmed_through)
             await self._on_gap(item)
             return []
         return [e for e in item if self.position.accept(e)]
@@ -398,7 +398,7 @@ class Follower:
         which holds them, then on from there; without ``on_gap``, the error."""
         if self._on_gap is None:
             raise exc
-        log.warning("changes through %s no longer listed: re-baselining", exc.trimmed_through)
+        log.warning("changes through %s no longer listed: catching up", exc.trimmed_through)
         await self._on_gap(Gap(exc.trimmed_through, exc.resourcelist, unlisted=True))
         self.position.rebaselined(exc.trimmed_through)
         self._dirty = True

@@ -274,6 +274,17 @@ class Mirror:
             parent = parent.parent
         return True
 
+    def delete(self, loc: str) -> None:
+        """Remove the file that mirrors ``loc`` (a deletion in a Change Dump's package)."""
+        try:
+            path = self.path_of(loc)
+        except UnsafePathError as exc:
+            self.stats.rejected += 1
+            self._problem(f"rejected {exc}")
+            return
+        if self.remove(path):
+            self.stats.deleted += 1
+
     def local_files(self) -> set[Path]:
         """Every mirrored file (rshub's own files and temporary files left out)."""
         found = set()
