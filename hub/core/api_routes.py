@@ -241,15 +241,35 @@ _DOCUMENT_ANSWERS = {
 }
 
 
-def _document(path: str, operation_id: str, summary: str, *params: Schema) -> Route:
-    """A ResourceSync document for polling: XML, conditional, private topics' read rule."""
+#: A document built from the whole topic (the Resource List, changes.xml): a reader waits
+#: for a build at most ``document_wait_seconds`` and then gets the last one built, or this
+#: while none was built yet.
+_BUILDING = error(
+    "Redis unavailable; or the document's first build is still under way (a reader waits "
+    "at most RSHUB_DOCUMENT_WAIT_SECONDS, then gets the last one built, or this while none "
+    "exists yet)",
+    **{
+        "Retry-After": {
+            "description": "Seconds until the build may be done (only for a build)",
+            "schema": {"type": "integer", "minimum": 1},
+        }
+    },
+)
+
+
+def _document(
+    path: str, operation_id: str, summary: str, *params: Schema, built: bool = False
+) -> Route:
+    """A ResourceSync document for polling: XML, conditional, private topics' read rule;
+    ``built``: made from the whole topic in the background (:data:`_BUILDING`)."""
+    answers = {**_DOCUMENT_ANSWERS, "503": _BUILDING} if built else _DOCUMENT_ANSWERS
     return Route(
         "get",
         path,
         operation_id,
         summary,
         ("documents",),
-        _DOCUMENT_ANSWERS,
+        answers,
         parameters=(*params, *_CONDITIONAL),
     )
 
@@ -548,6 +568,7 @@ ROUTES: tuple[Route, ...] = (
         "(at most 50,000 entries); it begins with a marker entry naming changes-lost when "
         "some change is no longer listed",
         TOPIC,
+        built=True,
     ),
     Route(
         "get",
@@ -572,6 +593,7 @@ ROUTES: tuple[Route, ...] = (
         "resourceList",
         "A topic's Resource List (an index when large)",
         TOPIC,
+        built=True,
     ),
     _document(
         "/topics/{name}/resourcelist/{page}.xml",
