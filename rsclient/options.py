@@ -105,21 +105,37 @@ def bearer_token(text: str) -> str | None:
 
 
 def add_client_options(
-    parser: argparse.ArgumentParser, *, topic_required: bool = True, token_help: str | None = None
+    parser: argparse.ArgumentParser,
+    *,
+    topic_required: bool = True,
+    token_help: str | None = None,
+    several_topics: bool = False,
 ) -> None:
-    """``--hub``, ``--topic`` and ``--token``, shared by every client command."""
+    """``--hub``, ``--topic`` and ``--token``, shared by every client command.
+    ``several_topics``: ``--topic`` may be repeated, into ``topics`` (None: not given; the
+    command then takes RSHUB_TOPIC, :func:`env_default`)."""
     parser.add_argument(
         "--hub",
         default=env_default("hub", DEFAULT_HUB),
         help="hub base URL (RSHUB_HUB, default %(default)s)",
     )
     topic = env_default("topic")
-    parser.add_argument(
-        "--topic",
-        default=topic,
-        required=topic_required and topic is None,
-        help="topic name (RSHUB_TOPIC)",
-    )
+    if several_topics:
+        # An append's default would be appended to: the command reads RSHUB_TOPIC itself.
+        parser.add_argument(
+            "--topic",
+            dest="topics",
+            action="append",
+            default=None,
+            help="topic name (RSHUB_TOPIC); repeat it to follow several topics",
+        )
+    else:
+        parser.add_argument(
+            "--topic",
+            default=topic,
+            required=topic_required and topic is None,
+            help="topic name (RSHUB_TOPIC)",
+        )
     parser.add_argument(
         "--token",
         type=bearer_token,

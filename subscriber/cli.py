@@ -41,6 +41,7 @@ from .poller import Poller
 from .position import EventCursor, EventCursorFile
 from .refusal import unknown_topic
 from .retries import FailedFetches
+from .several_topics import several, subscribe_topics, topics_problem
 
 log = logging.getLogger("rshub.subscriber")
 
@@ -50,10 +51,11 @@ _VIA = ("ws", "sse", "webhook", "poll")
 _GRACE = 1.5
 
 
-def _add_follow_options(parser: argparse.ArgumentParser) -> None:
+def _add_follow_options(parser: argparse.ArgumentParser, *, several_topics: bool = False) -> None:
     add_client_options(
         parser,
         topic_required=False,
+        several_topics=several_topics,
         token_help="read token of a private topic, sent with every request to the hub, and "
         "to no other server (RSHUB_TOKEN)",
     )
@@ -127,7 +129,15 @@ def _add_follow_options(parser: argparse.ArgumentParser) -> None:
 def add_parsers(subparsers: Any) -> None:
     text = "print a topic's changes as JSON lines"
     sub = subparsers.add_parser("subscribe", help=text, description=text)
-    _add_follow_options(sub)
+    _add_follow_options(sub, several_topics=True)
+    sub.add_argument(
+        "--topic-prefix",
+        action="append",
+        default=[],
+        metavar="PREFIX",
+        help="every topic whose name starts with PREFIX, those first published later too "
+        "(repeatable; with --topic repeated: several topics on one --via ws/sse connection)",
+    )
     sub.add_argument("--since", default=None, help="resume after this event id")
     sub.add_argument(
         "--state", default=None, help="keep the position in this file and resume from it"
@@ -269,7 +279,10 @@ def _say(command: str, text: str, token: HubToken | None) -> None:
 
 def run_subscribe(args: argparse.Namespace) -> int:
     _setup_logging(args)
-    problem = _check_target(args)
+    problem = topics_problem(args)
+    if problem is None and several(args):
+        return _run("subscribe", subscribe_topics(args), _hub_token(args))
+    problem = problem or _check_target(args)
     if problem:
         print(f"rshub subscribe: {problem}", file=sys.stderr)
         return 2
