@@ -167,6 +167,7 @@ def _apply(mirror: Mirror, unpacked: UnpackedPackage, prefixes: tuple[str, ...])
         if entry.change is Change.DELETED:
             mirror.delete(entry.loc)
         elif bitstream.file is not None and mirror.place(entry, bitstream.file) is not None:
+            mirror.dumped.add(entry.loc)
             placed.append(entry)
     return placed
 

@@ -117,6 +117,10 @@ class Mirror:
         #: Fetches that failed, to retry (:meth:`retry_failed`); kept with the position.
         self.failed = FailedFetches()
         self._said_failed: set[str] = set()
+        #: URIs placed from a Change Dump's package (:mod:`subscriber.change_dumps`) and not
+        #: announced since: their next announcement is not fetched when the file already
+        #: has the bytes it names (any later change comes with an announcement of its own).
+        self.dumped: set[str] = set()
 
     @property
     def state_dir(self) -> Path:
@@ -156,6 +160,8 @@ class Mirror:
             self.stats.rejected += 1
             self._problem(f"rejected {exc}")
             return
+        dumped = event.loc in self.dumped
+        self.dumped.discard(event.loc)
         if event.change == "deleted" and not event.replayed:
             if self.remove(path):
                 self.stats.deleted += 1
@@ -164,6 +170,9 @@ class Mirror:
             # A replayed deletion may be older than a creation the position no longer
             # remembers: the Source says whether the resource is gone (404/410 removes it).
             await self.fetch(event.loc, path, length=None, hash=None)
+            return
+        if dumped and _strong(event.hash) and _same(path, event.length, event.hash):
+            self.stats.unchanged += 1
             return
         await self.fetch(event.loc, path, length=event.length, hash=event.hash)
 
@@ -380,11 +389,15 @@ def _holds(path: Path, data: bytes) -> bool:
         return False
 
 
+def _strong(hash: str | None) -> bool:
+    """Whether ``hash`` names a digest in an algorithm this subscriber computes."""
+    return bool(hash) and any(True for _ in digests(hash or ""))
+
+
 def _same(path: Path, length: int | None, hash: str | None) -> bool:
     """Whether the file at ``path`` matches ``length`` and ``hash`` (a hash in no known
     algorithm compares nothing: with no length either, the file is fetched again)."""
-    known = bool(hash) and any(True for _ in digests(hash or ""))
-    if length is None and not known:
+    if length is None and not _strong(hash):
         return False
     try:
         if length is not None and path.stat().st_size != length:
