@@ -119,8 +119,7 @@ class TopicsStream:
         retry = Retrier(Backoff(0.1, max(0.1, self.max_backoff)))
         async for _ in retry:
             try:
-                follow = self._ws if self.transport == "ws" else self._sse
-                async for delivery in follow():
+                async for delivery in self.connection():
                     retry.succeeded()
                     self.resume_id = delivery.resume_id
                     yield delivery
@@ -132,6 +131,12 @@ class TopicsStream:
                     await asyncio.sleep(wait)  # the hub asked for it
             except PushUnavailable as exc:
                 log.warning("%s; reconnecting in %.1fs", exc, retry.failed())
+
+    def connection(self) -> AsyncIterator[Delivery]:
+        """One connection's messages, from :attr:`resume_id`, until it ends: then raises
+        why (:class:`StreamClosed`: the hub ended it; :class:`MalformedEvent`: it sent what
+        is no message of such a stream; :class:`PushUnavailable`: it was lost)."""
+        return self._ws() if self.transport == "ws" else self._sse()
 
     async def _sse(self) -> AsyncIterator[Delivery]:
         url = f"{self.hub}/events"
@@ -158,14 +163,23 @@ class TopicsStream:
                 async for messages in event_batches(resp.content, parser):
                     changes: list[ChangeEvent] = []
                     for msg in messages:
+                        try:
+                            if msg.event == "message":
+                                read = _changes([orjson.loads(msg.data)])
+                            elif msg.event == "topic-deleted":
+                                deleted = _deleted_topic(msg.data)
+                        except (ValueError, MalformedEvent) as exc:
+                            if changes:  # what came before it is handed over
+                                yield Delivery(changes, at)
+                            raise MalformedEvent(f"{url}: not a change event ({exc})") from None
                         if msg.event == "message":
-                            changes += _changes([orjson.loads(msg.data)])
+                            changes += read
                             at = msg.id
                         elif msg.event == "topic-deleted":
                             if changes:
                                 yield Delivery(changes, at)
                                 changes = []
-                            yield Delivery([], msg.id, _deleted_topic(msg.data))
+                            yield Delivery([], msg.id, deleted)
                             mark = at = msg.id
                         elif msg.event in _ENDINGS:  # the hub ended it: resume from its id
                             ending = msg.id or at
@@ -176,8 +190,6 @@ class TopicsStream:
                     if resume_id and (changes or resume_id != mark):
                         yield Delivery(changes, resume_id)  # the opening id too
                         mark = at = resume_id
-            except ValueError as exc:  # orjson's JSONDecodeError is one
-                raise MalformedEvent(f"{url}: not a change event ({exc})") from None
             except EventStreamError as exc:
                 raise PushUnavailable(f"{url}: {exc}") from exc
             except (aiohttp.ClientError, OSError) as exc:
@@ -238,7 +250,7 @@ def _message(data: str | bytes) -> Delivery:
     if not isinstance(resume_id, str) or not resume_id:
         raise MalformedEvent(f"a message without its resume id: {str(data)[:200]!r}")
     deleted = message.get("topic_deleted")
-    if deleted is not None and not isinstance(deleted, str):
+    if deleted is not None and (not isinstance(deleted, str) or not deleted):
         raise MalformedEvent(f"topic_deleted is not a topic name: {deleted!r:.200}")
     return Delivery(_changes(message.get("events")), resume_id, deleted)
 
@@ -248,6 +260,6 @@ def _deleted_topic(data: str) -> str:
         topic = orjson.loads(data).get("topic")
     except (ValueError, AttributeError):
         topic = None
-    if not isinstance(topic, str):
+    if not isinstance(topic, str) or not topic:
         raise MalformedEvent(f"event: topic-deleted without a topic: {data[:200]!r}")
     return topic

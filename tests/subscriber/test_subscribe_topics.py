@@ -128,3 +128,23 @@ async def test_several_topics_usage_errors_name_the_option(
     finally:
         await cmd.stop()
     assert says in cmd.stderr and not cmd.lines
+
+
+@pytest.mark.parametrize("hub_settings", [{"admin_token": "adm"}])
+@pytest.mark.parametrize("via", ["ws", "sse"])
+async def test_a_topic_deleted_is_said_and_the_others_go_on(hub: Hub, via: str) -> None:
+    await publish(hub, "d-a")
+    await publish(hub, "d-b")
+    argv = ["subscribe", "--hub", hub.url, "--via", via, "--topic", "d-a", "--topic", "d-b"]
+    cmd = await Command(*argv, "--limit", "1").start()
+    try:
+        await wait_for(lambda: _followed(hub) == ["d-a", "d-b"], 20)
+        headers = {"Authorization": "Bearer adm"}
+        async with hub.session.delete(f"{hub.url}/admin/topics/d-b", headers=headers) as resp:
+            assert resp.status == 200
+        await wait_for(lambda: "topic d-b was deleted; following the others" in cmd.stderr, 20)
+        [new] = await publish(hub, "d-a", 1, start=5)
+        assert await cmd.wait() == 0, cmd.stderr
+    finally:
+        await cmd.stop()
+    assert _printed(cmd) == [("d-a", new)]
