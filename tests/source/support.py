@@ -29,16 +29,21 @@ RESYNC = (sys.executable, str(Path(sys.executable).with_name("resync-sync")))
 
 
 def tree(root: Path) -> dict[str, bytes]:
-    """Every regular file under ``root`` (but ``.rshub`` state), by relative path."""
+    """Every regular file under ``root`` (but ``.rshub`` state), by relative path; a file
+    removed while it is listed (a mirror at work) is left out."""
     if not root.is_dir():
         return {}
-    return {
-        str(p.relative_to(root)): p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-        and not p.is_symlink()
-        and not any(part.startswith(".rshub") for part in p.relative_to(root).parts)
-    }
+    files = {}
+    for path in sorted(root.rglob("*")):
+        name = path.relative_to(root)
+        if any(part.startswith(".rshub") for part in name.parts) or path.is_symlink():
+            continue
+        try:
+            if path.is_file():
+                files[str(name)] = path.read_bytes()
+        except FileNotFoundError:
+            continue
+    return files
 
 
 @dataclass

@@ -232,5 +232,5 @@ async def test_rshub_sync_baselines_from_the_resource_dump_the_source_declared(
         # the changes of the last moments again: rshub sync's overlap).
         dump = parse(await fetch(session, f"{source.url}/resourcedump.xml"))
         assert len(dump.entries) >= 2  # 60 files of 320 bytes, 8000 bytes a package
-        assert source.runtime.packages_served == len(dump.entries)
+        assert source.runtime.packages_served >= len(dump.entries)
         assert "baseline: fetched 60," in cmd.stderr

@@ -166,7 +166,8 @@ async def test_files_deleted_or_rewritten_while_hashed_are_left_out_or_hashed_wh
         versions[f"f{i}"] = {hashlib.sha256(data).hexdigest()}
     rewritten = bytes([255]) * (2 << 20)
     for name in versions:
-        versions[name].add(hashlib.sha256(rewritten).hexdigest())
+        # Rewriting truncates first: the empty file is a state it held whole, too.
+        versions[name] |= {hashlib.sha256(rewritten).hexdigest(), hashlib.sha256().hexdigest()}
     stop = threading.Event()
 
     def meddle() -> None:
@@ -189,7 +190,7 @@ async def test_files_deleted_or_rewritten_while_hashed_are_left_out_or_hashed_wh
             meddler.join(10)
     for key, facts in found.items():
         assert facts.sha256 in versions[key], key
-        assert facts.length in (3 << 20, 2 << 20)
+        assert facts.length in (3 << 20, 2 << 20, 0)
 
 
 async def test_a_large_directory_is_taken_in_without_stalling_the_loop(tmp_path: Path) -> None:
