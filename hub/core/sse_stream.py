@@ -36,6 +36,7 @@ from hub.core.stream_endings import (
     TOO_MANY_TOPICS,
     TOO_SLOW,
 )
+from rsclient.backoff import retry_hint
 
 #: An SSE response's own headers (the head adds Date, Server, the framing and the request
 #: id: aiohttp's writer on its path, :func:`response_head` on the lean one, byte for byte).
@@ -56,7 +57,6 @@ LAST_CHUNK = b"0\r\n\r\n"
 #: What ends a line in an event stream (WHATWG HTML, "Server-sent events").
 _LINE_END = re.compile(r"\r\n|\r|\n")
 #: What a client without a last event is told to resume from.
-_NO_ID_HINT = "the id of the last event you received"
 
 _HEAD_START = (
     "HTTP/1.1 200 OK\r\n"
@@ -113,10 +113,24 @@ def _shutdown(resume_id: str) -> bytes:
     )
 
 
-def topic_ending(ended: str | None, *, topic: str, last_sent: str | None, position: str) -> bytes:
+def topic_ending(
+    ended: str | None,
+    *,
+    topic: str,
+    last_sent: str | None,
+    position: str,
+    retry_after: float = 0.0,
+) -> bytes:
     """What a stream of one topic tells its client last (b"": nothing, its connection
     just ended). ``last_sent``: the id of the last event it was sent; ``position``: where it
-    started, the resume point when it was sent nothing."""
+    started, the resume point when it was sent nothing; ``retry_after``: for a client
+    dropped as too slow, the wait drawn for it (:func:`hub.core.lag_retry.retry_after`).
+
+    A too-slow client is told, as a WebSocket one is in its close reason, where to resume
+    and when: in ``data:`` (:func:`rsclient.backoff.retry_hint`'s words, which the hub's
+    own clients read), and as the fields a browser's EventSource acts on by itself, ``id:``
+    (its next ``Last-Event-ID``) and ``retry:`` (its wait), so that the clients one publish
+    storm drops come back spread over the window, from where each stopped."""
     resume = last_sent or position
     if ended == SHUTDOWN:
         return _shutdown(resume)
@@ -124,7 +138,10 @@ def topic_ending(ended: str | None, *, topic: str, last_sent: str | None, positi
         return last_event("deleted", topic)
     if ended == TOO_SLOW:
         return last_event(
-            "error", f"too slow; resume with Last-Event-ID: {last_sent or _NO_ID_HINT}"
+            "error",
+            f"too slow; resume with Last-Event-ID: {resume}; {retry_hint(retry_after)}",
+            event_id=resume,
+            retry=round(max(retry_after, 0.0) * 1000),
         )
     if ended in (EXPIRED, REVOKED):
         return last_event("error", f"{ended} and resume with Last-Event-ID: {resume}")

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from hub.core import metrics
 from hub.core.access import OPEN, ReadGrant
 from hub.core.events import EventFilter, EventKey, format_id
+from hub.core.lag_retry import retry_after
 from hub.core.presence import StreamCounts
 from hub.core.revocations import Credential, Revocations
 from hub.core.settings import Settings
@@ -246,9 +247,18 @@ def resume_point(pump: ClientStream) -> str:
     return pump.last_sent or format_id(pump.cursor)
 
 
-def sse_ending(ended: str | None, pump: ClientStream) -> bytes:
-    """The last SSE event of ``pump``'s stream, which ended for ``ended`` (b"": none)."""
+def sse_ending(ended: str | None, pump: ClientStream, retry_spread: float = 0.0) -> bytes:
+    """The last SSE event of ``pump``'s stream, which ended for ``ended`` (b"": none);
+    ``retry_spread``: the window a too-slow client's wait is drawn from
+    (``lag_retry_spread_seconds``). Its resume point is the last event its connection was
+    handed, else where it began (its cursor may be past events read and never sent)."""
     if ended is None:
         return b""
-    topic, last_sent = pump.feed.topic, pump.last_sent
-    return topic_ending(ended, topic=topic, last_sent=last_sent, position=format_id(pump.cursor))
+    wait = retry_after(retry_spread) if ended == TOO_SLOW else 0.0
+    return topic_ending(
+        ended,
+        topic=pump.feed.topic,
+        last_sent=pump.last_sent,
+        position=pump.resume_id(),
+        retry_after=wait,
+    )

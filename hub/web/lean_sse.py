@@ -234,7 +234,7 @@ class LeanStream(SseStream, asyncio.Protocol):
         transport = self._transport
         if not transport.is_closing():
             ended = ending(pump, ctx.closing)
-            last = sse_ending(ended, pump)
+            last = sse_ending(ended, pump, ctx.settings.lag_retry_spread_seconds)
             data, within = self.end(last, ended)
             transport.write(data)
             transport.close()

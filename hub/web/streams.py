@@ -410,5 +410,6 @@ async def server_sent_events(request: web.Request) -> web.StreamResponse:
 
         ended = await _until_overflow_or_done(pump, ctx.closing, asyncio.create_task(send()))
         resp.force_close()  # a stream that ended ends its connection too
-        await write_last(resp, request, *stream.end(sse_ending(ended, pump), ended))
+        last = sse_ending(ended, pump, ctx.settings.lag_retry_spread_seconds)
+        await write_last(resp, request, *stream.end(last, ended))
     return resp

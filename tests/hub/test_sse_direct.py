@@ -64,7 +64,11 @@ class Reader:
         end = self.text.rfind(b"\n\n")  # complete events only
         if end >= self._scanned:
             block = bytes(self.text[self._scanned : end + 2])
-            self.ids += [i.decode() for i in re.findall(rb"^id: (\S+)$", block, re.M)]
+            for event in block.split(b"\n\n"):
+                # A stream's last event (error, shutdown) names its resume id too: the ids
+                # of the changes are those of the events without a type.
+                if not re.search(rb"^event:", event, re.M):
+                    self.ids += [i.decode() for i in re.findall(rb"^id: (\S+)$", event, re.M)]
             self._scanned = end + 2
 
     async def until(self, want: int) -> list[str]:
@@ -179,9 +183,15 @@ async def test_a_reader_too_slow_for_its_buffer_is_dropped_and_resumes_without_l
             text = bytes(reader.text)
         finally:
             sock.close()
-    match = re.search(rb"event: error\ndata: too slow; resume with Last-Event-ID: (\S+)\n", text)
+    match = re.search(
+        rb"event: error\nretry: (\d+)\nid: (\S+)\n"
+        rb"data: too slow; resume with Last-Event-ID: \2; retry after (\d+\.\d\d) s\n",
+        text,
+    )
     assert match, text[-300:]
-    resume = match.group(1).decode()
+    resume = match.group(2).decode()
+    # The wait, in the field a browser waits by and in the words our clients read, agree.
+    assert abs(int(match.group(1)) - float(match.group(3)) * 1000) <= 5, match.group(0)
     assert got == ids[: len(got)] and len(got) < len(ids)  # in order, then cut off
     # The resume point is an event it received (at most the last: a batch written while
     # the drop came may arrive again, never go missing); resuming from it gives the rest.

@@ -29,6 +29,7 @@ from hub.core.stream_endings import (
     TOO_MANY_TOPICS,
     TOO_SLOW,
 )
+from rsclient.backoff import parse_retry_hint
 from rsclient.sse import Event, EventParser
 
 HEARTBEAT, CLOSE, SHUTDOWN_CLOSE = 15.0, 5.0, 2.0
@@ -152,8 +153,16 @@ def test_a_topic_stream_s_last_events() -> None:
     deleted = one(topic_ending(DELETED, topic="news", last_sent="7-0", position="5-0"))
     assert (deleted.event, deleted.data, deleted.id) == ("deleted", "news", "")
     slow = one(topic_ending(TOO_SLOW, topic="t", last_sent=None, position="5-0"))
-    assert slow.event == "error"
-    assert slow.data == "too slow; resume with Last-Event-ID: the id of the last event you received"
+    assert (slow.event, slow.id) == ("error", "5-0")  # where it began: nothing was sent
+    assert slow.data == "too slow; resume with Last-Event-ID: 5-0; retry after 0.00 s"
+    # A too-slow client's own wait, in words its clients read and in the field a browser's
+    # EventSource waits by, and the id it resumes from.
+    _events, parser = parsed(
+        topic_ending(TOO_SLOW, topic="t", last_sent="7-0", position="5-0", retry_after=3.456)
+    )
+    told = _events[0]
+    assert (told.id, parser.retry, parser.last_event_id) == ("7-0", 3456, "7-0")
+    assert parse_retry_hint(told.data) == 3.46
     for reason in (EXPIRED, REVOKED):
         told = one(topic_ending(reason, topic="t", last_sent=None, position="5-0"))
         assert told.event == "error" and told.id == ""
