@@ -11,7 +11,6 @@ import random
 import sys
 import time
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 import jwt
@@ -22,7 +21,6 @@ from hub.core.read_tokens import mint
 from rshub.cli import main
 from tests.conftest import Hub
 from tests.hub.callback_server import CallbackServer
-from tests.hub.test_hostile_answers import peers
 from tests.hub.test_read_access import PUB, status
 from tests.support import changes, notification, wait_for
 from tests.watchdog import Watchdog
@@ -214,11 +212,9 @@ def _mutated(rng: random.Random, token: str) -> str:
 
 async def test_a_seeded_fuzz_of_hostile_signed_tokens(published: Hub, redis_url: str) -> None:
     hub = published
-    redis_port = urlsplit(redis_url).port
     rng = random.Random(2026_11_24)
     good = mint(KEY, ["secret"], 60)
     await status(hub, "/topics/secret/changelist.xml", bearer(good))
-    redis_before = len(peers(redis_port))
     unauthorized = 0
     async with Watchdog() as dog, aiohttp.ClientSession() as session:
         for _ in range(300):
@@ -241,7 +237,7 @@ async def test_a_seeded_fuzz_of_hostile_signed_tokens(published: Hub, redis_url:
                 unauthorized += resp.status == 401
     assert unauthorized >= 100  # told what is wrong with the token, not just "no"
     # A stream that was let in had its topic's feed open a pooled Redis connection.
-    await dog.sockets_back(slack=len(peers(redis_port)) - redis_before)
+    await dog.sockets_back()
 
 
 def _hostile_exp(rng: random.Random) -> object:
