@@ -6,6 +6,7 @@ once: a restart neither loses one nor sends one again."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from pathlib import Path
@@ -16,7 +17,7 @@ from tests.commands import Command
 from tests.conftest import Hub
 from tests.publisher.helpers import stored_events
 from tests.source.support import SourceProcess, tree
-from tests.support import wait_for
+from tests.support import HubProcess, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -87,3 +88,61 @@ async def test_a_directory_is_mirrored_through_the_hub_across_changes_and_restar
         await sync.stop()
         if source.command is not None:
             await source.command.stop()
+
+
+async def test_each_of_the_three_processes_restarts_and_the_mirror_follows(
+    tmp_path: Path,
+) -> None:
+    """``rshub source`` → ``rshub serve`` → ``rshub sync``, each a process of its own, each
+    stopped in turn while the directory changes (the hub killed outright): after each
+    restart the mirror equals the directory again, and the subscriber never baselines a
+    second time."""
+    hub = HubProcess(str(tmp_path / "hub"))
+    os.makedirs(hub.data_dir)
+    await asyncio.to_thread(hub.start)
+    topic = "dir"
+    root, state, dest = tmp_path / "dir", tmp_path / "source.json", tmp_path / "mirror"
+    fill(root, 100)
+    source = SourceProcess(root, state, "--hub", hub.url, "--topic", topic)
+    sync_args = ("sync", "--dest", str(dest), "--hub", hub.url, "--topic", topic)
+    sync: Command | None = None
+    try:
+        await source.start()
+        mirrored = dest / "http" / f"127.0.0.1_{source.port}" / "files"
+
+        async def mirror_equal() -> bool:
+            return tree(mirrored) == tree(root)
+
+        sync = await Command(*sync_args).start()
+        await wait_for(mirror_equal, timeout=90)
+
+        # The Source stopped; the directory changes; restarted, it pushes the differences.
+        assert await source.stop() == 130
+        (root / "part0" / "file0000.txt").write_text("changed while the source was down\n")
+        (root / "part1" / "file0001.txt").unlink()
+        await source.start()
+        await wait_for(mirror_equal, timeout=90)
+
+        # The hub killed; the directory changes (the Source's pushes wait and retry);
+        # the hub back on its port and data: the changes reach the mirror by push.
+        await asyncio.to_thread(hub.kill)
+        (root / "part2" / "file0002.txt").write_text("changed while the hub was down\n")
+        (root / "made-while-the-hub-was-down.txt").write_text("new\n")
+        await asyncio.to_thread(hub.start)
+        await wait_for(mirror_equal, timeout=90)
+
+        # The subscriber stopped; the directory changes; restarted, it catches up from its
+        # position, without a second baseline.
+        assert "baseline:" in sync.stderr, sync.stderr  # the first run's, once
+        await sync.interrupt()
+        (root / "part3" / "file0003.txt").write_text("changed while the mirror was down\n")
+        (root / "part4" / "file0004.txt").unlink()
+        sync = await Command(*sync_args).start()
+        await wait_for(mirror_equal, timeout=90)
+        assert "baseline:" not in sync.stderr, sync.stderr
+    finally:
+        if sync is not None:
+            await sync.stop()
+        if source.command is not None:
+            await source.command.stop()
+        await asyncio.to_thread(hub.stop)
