@@ -5,11 +5,14 @@ its limits (a Resource List Index, Change List pages), and the reference client
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import shutil
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import quote
 
 import aiohttp
 import pytest
@@ -29,7 +32,7 @@ from source.documents import Site
 from source.tree import FileFacts
 from tests.commands import Command
 from tests.source.support import in_process_source, resync_sync, tree
-from tests.support import wait_for
+from tests.support import TIME_SCALE, wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -206,6 +209,36 @@ async def test_resync_baselines_follows_and_audits_in_sync(tmp_path: Path) -> No
         assert tree(dest) == as_mirrored(tree(root))
         code, out = await resync_sync(work, "--audit", *common, mapping)
         assert code == 0 and "IN SYNC" in out, out
+
+
+async def test_resync_explorer_walks_the_source_from_its_description(tmp_path: Path) -> None:
+    """The reference client's explorer, answered as a person would at its prompts: the
+    Source Description, then the Capability List, then the Resource List, each parsed (the
+    explorer says what it could not read, and then no "Parsed")."""
+    root = tmp_path / "dir"
+    fill(root, 5)
+    async with in_process_source(root, tmp_path / "state.json") as source:
+        explorer = str(Path(sys.executable).with_name("resync-explorer"))
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            explorer,
+            "--sitemap",
+            f"{source.url}/.well-known/resourcesync",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(b"1\n1\nq\n"), 60 * TIME_SCALE)
+    text = out.decode(errors="replace")
+    assert proc.returncode == 0 and "Error" not in text, text
+    assert "Parsed description document with 1 entries" in text, text
+    assert "Parsed capabilitylist document with" in text, text
+    assert f"[1] {source.url}/resourcelist.xml" in text, text
+    files = sorted(tree(root))
+    assert f"Parsed resourcelist document with {len(files)} entries" in text, text
+    for path in files:
+        assert f"{source.url}/files/{quote(path)}" in text, (path, text)
 
 
 async def test_rshub_sync_polls_the_source_itself(tmp_path: Path) -> None:
