@@ -12,7 +12,9 @@ its first byte while its pid is looked up, and every connection's bytes keep flo
 
 Every line read on stdin is answered on stdout with one JSON object:
 ``{"NAME PID": [bytes from client, bytes to client], ...}`` (PID -1: not found), once
-the lookups of the connections accepted so far have finished.
+the lookups of the connections accepted so far have finished; the line ``requests`` is
+answered with ``{"NAME PID": HTTP requests, ...}`` instead: the header blocks (ended by a
+blank line) the client sent, exact for requests without a body (GETs).
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ import sys
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
-#: Bytes [from client, to client] per connection, and the key ("NAME PID") it counts for
-#: once its pid is known.
+#: Bytes [from client, to client, HTTP header blocks from client] per connection, and the
+#: key ("NAME PID") it counts for once its pid is known.
 _connections: list[tuple[str, asyncio.Future[str], list[int]]] = []
 #: One thread: lookups queue behind each other instead of competing for the GIL.
 _lookups = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pid-lookup")
@@ -84,26 +86,39 @@ def _lookup(client_port: int, server_port: int) -> int:
     return client_pid(client_port, server_port)  # the module's, looked up at call time
 
 
-async def snapshot(timeout: float = 30.0) -> dict[str, list[int]]:
-    """Bytes per ``"NAME PID"``, after the pending pid lookups (bounded by ``timeout``;
-    a connection still unresolved then counts as ``"NAME ?"``)."""
+async def _tallies(timeout: float) -> defaultdict[str, list[int]]:
     pending = [key for _, key, _ in _connections if not key.done()]
     if pending:
         await asyncio.wait(pending, timeout=timeout)
-    counts: defaultdict[str, list[int]] = defaultdict(lambda: [0, 0])
+    counts: defaultdict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     for name, key, tally in _connections:
         total = counts[key.result() if key.done() else f"{name} ?"]
-        total[0] += tally[0]
-        total[1] += tally[1]
-    return dict(counts)
+        for i, n in enumerate(tally):
+            total[i] += n
+    return counts
+
+
+async def snapshot(timeout: float = 30.0) -> dict[str, list[int]]:
+    """Bytes per ``"NAME PID"``, after the pending pid lookups (bounded by ``timeout``;
+    a connection still unresolved then counts as ``"NAME ?"``)."""
+    return {key: total[:2] for key, total in (await _tallies(timeout)).items()}
+
+
+async def requests(timeout: float = 30.0) -> dict[str, int]:
+    """HTTP requests per ``"NAME PID"`` (header blocks the clients sent), as :func:`snapshot`."""
+    return {key: total[2] for key, total in (await _tallies(timeout)).items()}
 
 
 async def _pump(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, tally: list[int], i: int
 ) -> None:
+    tail = b""  # a header block's blank line may be split across two reads
     try:
         while data := await reader.read(65536):
             tally[i] += len(data)
+            if i == 0:
+                tally[2] += (tail + data).count(b"\r\n\r\n")
+                tail = data[-3:]
             writer.write(data)
             await writer.drain()
     except (ConnectionError, OSError):
@@ -117,7 +132,7 @@ def forwarder(name: str, listen: int, target: int) -> asyncio.Future[asyncio.Ser
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         loop = asyncio.get_running_loop()
         peer = writer.get_extra_info("peername")
-        tally = [0, 0]
+        tally = [0, 0, 0]
         key: asyncio.Future[str] = loop.create_future()
         _connections.append((name, key, tally))
 
@@ -148,8 +163,9 @@ async def main(specs: list[str]) -> None:
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     print("ready", flush=True)
-    while await reader.readline():
-        print(json.dumps(await snapshot()), flush=True)
+    while line := await reader.readline():
+        counts = await requests() if line.strip() == b"requests" else await snapshot()
+        print(json.dumps(counts), flush=True)
 
 
 if __name__ == "__main__":

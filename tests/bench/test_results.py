@@ -256,3 +256,27 @@ def test_peer_nchan_record_is_a_record(monkeypatch: pytest.MonkeyPatch) -> None:
         "WS p50 (100 WS) [rshub alone]",
         "restart→serving",
     ]
+
+
+def test_dump_baseline_record_is_a_record() -> None:
+    from bench.dump_baseline import Measured, record
+
+    def run(k: int) -> list[Measured]:
+        return [
+            Measured("dump", 10.0 + k, 9, 1_100_000, 1_000_000),
+            Measured("get", 40.0, 10_004, 4_000_000, 1_000_000),
+            Measured("write", 3.0, 0, 1, 0),
+        ]
+
+    raw = record({10_000: [run(0), run(1)]}, "bench/dump_baseline.py", "2026-12-02T17:00Z", "1024")
+    parsed = render.parse_record(json.loads(json.dumps(raw)), "dump_baseline --record")
+    figures = {f.name: f for f in parsed.figures}
+    wall = figures["10,000 files: wall time, Resource Dump"]
+    assert wall.numbers.runs == (10.0, 11.0) and wall.baseline is not None
+    assert wall.ratio is not None and wall.ratio.runs == (0.25, 0.275)
+    assert figures["10,000 files: requests, Resource Dump"].numbers.runs == (9, 9)
+    efficiency = figures["10,000 files: transfer efficiency, Resource Dump"]
+    assert efficiency.numbers.runs == (0.909, 0.909)
+    assert efficiency.baseline is not None and efficiency.baseline.numbers is not None
+    assert efficiency.baseline.numbers.runs == (0.25, 0.25)
+    assert parsed.runs == 2 and parsed.bench == "dump_baseline"
