@@ -10,6 +10,7 @@ import time
 import pytest
 import redis.asyncio
 
+from tests.support import TIME_SCALE
 from tests.watchdog import Watchdog, open_sockets
 
 
@@ -67,3 +68,17 @@ async def test_connections_a_redis_pool_opened_are_no_leak(redis_url: str) -> No
         await dog.sockets_back(timeout=1)
     finally:
         await client.aclose()
+
+
+def test_pytest_timeouts_grow_with_the_load_factor(request: pytest.FixtureRequest) -> None:
+    """pytest-timeout's limit is the load's factor times the configured 60 s, as every
+    other bound in the suite: a test cut mid-write by SIGALRM logged its traceback from
+    inside the hub's protocol on a machine running two suites."""
+    marker = request.node.get_closest_marker("timeout")
+    assert marker is not None and marker.args[0] == pytest.approx(60 * float(TIME_SCALE))
+
+
+@pytest.mark.timeout(7)
+def test_an_explicit_timeout_grows_too(request: pytest.FixtureRequest) -> None:
+    marker = request.node.get_closest_marker("timeout")
+    assert marker is not None and marker.args[0] == pytest.approx(7 * float(TIME_SCALE))
