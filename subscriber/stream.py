@@ -61,6 +61,33 @@ __all__ = ["RESUMABLE_CLOSE_CODES", "HubStream", "Transport"]
 
 log = logging.getLogger(__name__)
 
+
+@contextlib.asynccontextmanager
+async def open_event_stream(
+    session: aiohttp.ClientSession,
+    url: str,
+    params: list[tuple[str, str]],
+    headers: dict[str, str],
+    connect_timeout: float,
+) -> AsyncIterator[aiohttp.ClientResponse]:
+    """An SSE response of the hub's, open and 200, for the one-topic stream and the stream
+    of several topics alike; else why not: :class:`HubRefused` (a refusal, with the hub's
+    words), :class:`PushUnavailable` (no connection within ``connect_timeout``, or another
+    status)."""
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout)
+    try:
+        async with asyncio.timeout(connect_timeout):  # keeps a cancel (wait_for may not)
+            resp = await session.get(url, params=params, headers=headers, timeout=timeout)
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        raise PushUnavailable(f"cannot open {url}: {exc}") from exc
+    async with resp:
+        if refusal(resp.status):
+            raise HubRefused(resp.status, await error_message(resp))
+        if resp.status != 200:
+            raise PushUnavailable(f"{url}: HTTP {resp.status}")
+        yield resp
+
+
 Transport = Literal["ws", "sse"]
 
 #: WebSocket close codes after which the client reconnects immediately from its last id.
@@ -243,19 +270,9 @@ class HubStream:
         headers = {"Accept": "text/event-stream", **self._headers}
         if self.last_id:
             headers["Last-Event-ID"] = self.last_id
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout)
-        try:
-            async with asyncio.timeout(self.connect_timeout):  # keeps a cancel (wait_for may not)
-                resp = await self.session.get(
-                    url, params=self._filter_params(), headers=headers, timeout=timeout
-                )
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise PushUnavailable(f"cannot open {url}: {exc}") from exc
-        async with resp:
-            if refusal(resp.status):
-                raise HubRefused(resp.status, await error_message(resp))
-            if resp.status != 200:
-                raise PushUnavailable(f"{url}: HTTP {resp.status}")
+        async with open_event_stream(
+            self.session, url, self._filter_params(), headers, self.connect_timeout
+        ) as resp:
             self.connected.set()
             parser = EventParser()
             try:

@@ -40,7 +40,8 @@ from rsclient.sse import EventParser, event_batches
 from .events import ChangeEvent, is_package
 from .exceptions import HubRefused, MalformedEvent, PushUnavailable, StreamClosed
 from .filters import ChangeFilter
-from .refusal import error_message, error_text, refusal
+from .refusal import error_text, refusal
+from .stream import open_event_stream
 
 __all__ = ["Delivery", "TopicsStream"]
 
@@ -143,19 +144,9 @@ class TopicsStream:
         headers = {"Accept": "text/event-stream", **self._headers}
         if self.resume_id:
             headers["Last-Event-ID"] = self.resume_id
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout)
-        try:
-            async with asyncio.timeout(self.connect_timeout):
-                resp = await self.session.get(
-                    url, params=self._params(), headers=headers, timeout=timeout
-                )
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise PushUnavailable(f"cannot open {url}: {exc}") from exc
-        async with resp:
-            if refusal(resp.status):
-                raise HubRefused(resp.status, await error_message(resp))
-            if resp.status != 200:
-                raise PushUnavailable(f"{url}: HTTP {resp.status}")
+        async with open_event_stream(
+            self.session, url, self._params(), headers, self.connect_timeout
+        ) as resp:
             parser = EventParser()
             #: The id last handed over, and the id of the last change read.
             mark = at = self.resume_id or ""
