@@ -45,6 +45,10 @@ __all__ = ["LINGER_ROUNDS", "close_lagging"]
 #: ``stream_close_seconds`` in all (one that trickles a byte now and then is let go too).
 LINGER_ROUNDS = 12
 
+#: Looks in a row without progress, besides ``stream_close_seconds``, before a client is
+#: taken to have stopped reading.
+_IDLE_LOOKS = 3
+
 
 def _unacknowledged(sock: socket.socket) -> int:
     """Bytes of ``sock``'s send queue its peer has not acknowledged yet (SIOCOUTQ)."""
@@ -104,6 +108,7 @@ async def _linger(held: socket.socket, transport: asyncio.Transport, within: flo
     look = min(max(within / 4, 0.05), 1.0)  # how often its progress is looked at
     backlog = transport.get_write_buffer_size() + _unacknowledged(held)
     shut = ended = False
+    idle_looks = 0  # looks in a row that saw no progress
     try:
         while True:
             in_user_space = transport.get_write_buffer_size()
@@ -123,9 +128,16 @@ async def _linger(held: socket.socket, transport: asyncio.Transport, within: flo
             now = loop.time()
             left = transport.get_write_buffer_size() + _unacknowledged(held)
             if data or left < backlog:
-                active = now
+                active, idle_looks = now, 0
+            else:
+                idle_looks += 1
             backlog = left
-            if now - active >= within or now - started >= LINGER_ROUNDS * within:
+            # Idle means both ``within`` seconds and a few looks without progress: a hub
+            # whose own loop stalled past ``within`` (a burst of work, a busy machine) gave
+            # the client no chance to show any, and must not count that against it.
+            if (now - active >= within and idle_looks >= _IDLE_LOOKS) or (
+                now - started >= LINGER_ROUNDS * within
+            ):
                 break
     except OSError:  # reset by the client
         return

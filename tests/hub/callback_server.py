@@ -33,6 +33,9 @@ class CallbackServer:
     statuses: list[int] = field(default_factory=list)
     #: Seconds each delivery takes to answer (a batch stays in flight that long).
     delay: float = 0.0
+    #: Set: each delivery waits for it before it answers (held for as long as a test needs,
+    #: where a fixed ``delay`` would race a busy machine).
+    gate: asyncio.Event | None = None
     #: Deliveries are change notifications, parsed and checked (False: a plain WebSub
     #: topic's content, kept as it came).
     notifications: bool = True
@@ -64,6 +67,8 @@ class CallbackServer:
         body = await request.read()
         if self.delay:
             await asyncio.sleep(self.delay)
+        if self.gate is not None:
+            await self.gate.wait()
         if request.transport is not None:  # the client certificate of an mTLS connection
             self.peer_certs.append(request.transport.get_extra_info("peercert"))
         if self.statuses:

@@ -77,12 +77,14 @@ async def _misbehave(
         elif kind == "garbage":  # bytes that are no frame once dropped, then silence
             await dropped.wait()
             await loop.sock_sendall(sock, rng.randbytes(rng.randint(1, 4096)))
-        elif kind == "half-close":  # reads on, slowly; once dropped, sends nothing more
+        elif kind == "half-close":  # reads slowly; once dropped, sends nothing more and
+            # reads on at its pace (a busy machine must not make it look stopped)
             buf = bytearray()
             async with asyncio.timeout(30 * TIME_SCALE):
                 while True:
-                    await asyncio.sleep(0.05)
-                    if dropped.is_set() and not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+                    if not dropped.is_set():
+                        await asyncio.sleep(0.05)
+                    elif not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
                         with contextlib.suppress(OSError):
                             sock.shutdown(socket.SHUT_WR)
                     chunk = await loop.sock_recv(sock, 4096)

@@ -12,7 +12,7 @@ Compared for each case (:class:`Seen`): every response's status line, headers (b
 :data:`EXCLUDED`) and body (dechunked; event ids, which are each hub's clock, written as
 ``ID``); bytes after the last whole response; whether the hub closed the connection within
 the case's window or kept it; for a timed case, when the first answer came (within
-:data:`_TIMING_SLACK`); for a stream, what its subscriber sees first, and with ``live``,
+:func:`_timing_slack`); for a stream, what its subscriber sees first, and with ``live``,
 the event a publish then brings. At the end of each test, what each hub stored: every
 topic's event stream, entry for entry, ids as positions.
 
@@ -68,12 +68,25 @@ _SETTINGS: dict[str, Any] = {
     "parse_inline_bytes": 16 * 1024,
     "topic_read_tokens": {"secret": ["r1"]},
 }
-#: How long a case waits for more once what came is whole answers (a kept connection is
-#: one that stays open this long), and for anything at all.
-_QUIET = 0.25 * TIME_SCALE
-_CAP = 3.0 * TIME_SCALE
-#: A timed case's first answers may come this much apart (the loop's turn, a busy machine).
-_TIMING_SLACK = 0.3 * TIME_SCALE
+
+
+def _quiet() -> float:
+    """How long a case waits for more once what came is whole answers (a kept connection
+    is one that stays open this long); taken when used, with the test's load factor."""
+    return 0.25 * TIME_SCALE
+
+
+def _cap() -> float:
+    """How long a case waits for anything at all (taken when used, as :func:`_quiet`)."""
+    return 3.0 * TIME_SCALE
+
+
+def _timing_slack() -> float:
+    """How far apart a timed case's first answers may come (the loop's turn, a busy
+    machine; taken when used, as :func:`_quiet`)."""
+    return 0.3 * TIME_SCALE
+
+
 #: Cases run at once (each on both hubs at once).
 _CONCURRENCY = 16
 
@@ -279,7 +292,7 @@ async def _send_all(port: int, data: bytes) -> None:
     try:
         writer.write(data)
         received = b""
-        async with asyncio.timeout(_CAP):
+        async with asyncio.timeout(_cap()):
             while not _settled(received, False):
                 chunk = await reader.read(65536)
                 if not chunk:
@@ -309,15 +322,15 @@ async def _exchange(port: int, case: Case) -> Seen:
     received, closed, first = b"", False, None
     live_sent = False
     try:
-        deadline = started + _CAP
+        deadline = started + _cap()
         while True:
             settled = sending.done() and _settled(received, live_sent)
             if settled and case.live is not None and not live_sent:
                 await _send_all(port, case.live)
                 live_sent = True
-                deadline = loop.time() + _CAP
+                deadline = loop.time() + _cap()
                 continue
-            wait = _QUIET if settled else deadline - loop.time()
+            wait = _quiet() if settled else deadline - loop.time()
             if wait <= 0:
                 break
             try:
@@ -358,7 +371,7 @@ def _differences(lean: Seen, plain: Seen, case: Case) -> list[str]:
     if case.timed:
         a, b = lean.first, plain.first
         if (a is None) != (b is None) or (
-            a is not None and b is not None and abs(a - b) > _TIMING_SLACK
+            a is not None and b is not None and abs(a - b) > _timing_slack()
         ):
             found.append(f"first answer after: lean {a} s, plain {b} s")
     return found
@@ -1003,7 +1016,7 @@ async def test_starts_kept_for_aiohttp_do_not_pile_up(hubs: Hubs) -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", hubs.lean.port)
         try:
             writer.write(b"GARBAGE\r\n\r\n")
-            async with asyncio.timeout(_CAP):
+            async with asyncio.timeout(_cap()):
                 answer = await reader.read()
         except ConnectionResetError:
             return False
