@@ -30,7 +30,10 @@ def retry_after(spread: float, rng: random.Random | None = None) -> float:
 def ws_reason(resume_id: str, wait: float) -> str:
     """The close reason of a WebSocket client dropped as too slow: the id to resume from
     (``since=``) and the wait. An event id is at most 41 characters, so the reason stays
-    within the :data:`CLOSE_REASON_BYTES` a close frame can carry."""
+    within the :data:`CLOSE_REASON_BYTES` a close frame can carry; a stream of several
+    topics' composite id may not, and then the client is told to resume from the id of the
+    last message it read (each message carries it)."""
     reason = f"too slow; resume with since={resume_id}; {retry_hint(wait)}"
-    assert len(reason.encode()) <= CLOSE_REASON_BYTES, reason
+    if len(reason.encode()) > CLOSE_REASON_BYTES:
+        reason = f"too slow; resume with since=<the id of the last message>; {retry_hint(wait)}"
     return reason

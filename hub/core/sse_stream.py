@@ -161,17 +161,27 @@ def topic_deleted(topic: str, resume_id: str) -> bytes:
     return last_event(TOPIC_DELETED_EVENT, data, event_id=resume_id)
 
 
-def topics_ending(ended: str | None, *, resume_id: str, message: str) -> bytes:
+def topics_ending(
+    ended: str | None, *, resume_id: str, message: str, retry_after: float = 0.0
+) -> bytes:
     """What a stream of several topics tells its client last (b"": nothing): ``message``
     says why (the web layer's words for ``ended``), then, but for
     :data:`TOO_MANY_TOPICS` (the same stream would end again), its composite id to resume
-    from, as the event's ``id:`` too."""
+    from, as the event's ``id:`` too; a client dropped as too slow is also told its wait
+    (``retry_after``), in words and as ``retry:``, as a stream of one topic's is."""
     if ended is None:
         return b""
     if ended == SHUTDOWN:
         return _shutdown(resume_id)
     if ended == TOO_MANY_TOPICS:
         return last_event("error", message)
+    if ended == TOO_SLOW:
+        return last_event(
+            "error",
+            f"{message}; resume with Last-Event-ID: {resume_id}; {retry_hint(retry_after)}",
+            event_id=resume_id,
+            retry=round(max(retry_after, 0.0) * 1000),
+        )
     return last_event(
         "deleted" if ended == DELETED else "error",
         f"{message}; resume with Last-Event-ID: {resume_id}",

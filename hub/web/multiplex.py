@@ -31,7 +31,9 @@ id. A topic deleted while followed is dropped and the stream goes on for the oth
 (:mod:`hub.web.streams`), with its composite id as the resume point: SSE a last ``event:
 shutdown`` / ``event: error`` / ``event: deleted`` (its last topic deleted), WebSocket the
 close codes of a one-topic stream (a reason holds the id when it fits in a close frame: else
-resume from the last message's id).
+resume from the last message's id). A client dropped as too slow is told its own wait too
+(``retry after``; SSE's ``retry:``), and a WebSocket one gets its close frame behind its
+backlog, its connection held while it reads on (:mod:`hub.web.lagging_close`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from aiohttp import WSCloseCode, WSMsgType, hdrs, web
 from hub.core import frames, sse
 from hub.core.events import EventFilter, format_id, parse_id
 from hub.core.exceptions import BadRequest, DamagedData, Gone, RequestError
+from hub.core.lag_retry import retry_after, ws_reason
 from hub.core.resume_points import parse_since
 from hub.core.settings import Settings
 from hub.core.sse_stream import SSE_HEADERS, SseStream, SseTerms, topics_ending
@@ -73,6 +76,7 @@ from hub.live.multiplex import Multiplex, Wire
 from hub.live.topic_directory import TopicDirectory
 from hub.store.redis_connection import StoreError
 from hub.web.access import ACCESS, read_grant, stream_reader
+from hub.web.lagging_close import close_lagging
 from hub.web.streams import (
     STREAMING,
     EventStream,
@@ -283,7 +287,8 @@ async def server_sent_events(request: web.Request) -> web.StreamResponse:
         last = b""
         if ended is not None:
             message = _message(ended, mux, settings)
-            last = topics_ending(ended, resume_id=mux.resume_id, message=message)
+            wait = retry_after(settings.lag_retry_spread_seconds) if ended == TOO_SLOW else 0.0
+            last = topics_ending(ended, resume_id=mux.resume_id, message=message, retry_after=wait)
         await write_last(resp, request, *stream.end(last, ended))
     return resp
 
@@ -331,7 +336,12 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
             asyncio.create_task(_send_all(mux, send)),
             asyncio.create_task(_incoming(ws, request, mux)),
         )
-        if ended is not None:
+        if ended == TOO_SLOW:  # its close frame behind its backlog, then a FIN
+            reason = ws_reason(mux.resume_id, retry_after(settings.lag_retry_spread_seconds))
+            if not await close_lagging(ws, request, reason, within):
+                code = WSCloseCode.TRY_AGAIN_LATER
+                await close_within(ws, request, within, code=code, reason=reason)
+        elif ended is not None:
             message = _message(ended, mux, settings)
             if ended == TOO_MANY_TOPICS:
                 reason = message

@@ -25,6 +25,14 @@ def test_the_longest_reason_fits_a_close_frame_whole() -> None:
     assert int.from_bytes(frame[2:4], "big") == 1013 and frame[4:].decode() == reason
 
 
+def test_a_composite_id_too_long_for_a_close_frame_points_to_the_last_message() -> None:
+    reason = ws_reason("m1." + "A" * 200, 1.0)
+    assert reason == (
+        "too slow; resume with since=<the id of the last message>; retry after 1.00 s"
+    )
+    assert len(reason.encode()) <= CLOSE_REASON_BYTES
+
+
 def test_waits_spread_over_the_window_with_no_100_ms_crowded() -> None:
     rng = random.Random(7)
     waits = [retry_after(10.0, rng) for _ in range(1000)]

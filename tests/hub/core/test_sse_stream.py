@@ -172,10 +172,16 @@ def test_a_topic_stream_s_last_events() -> None:
 
 def test_a_stream_of_several_topics_names_its_composite_id() -> None:
     rid = "c1.AAAA"
-    for reason in (TOO_SLOW, EXPIRED, REVOKED, ID_FULL):
+    for reason in (EXPIRED, REVOKED, ID_FULL):
         told = one(topics_ending(reason, resume_id=rid, message=reason))
         assert (told.event, told.id) == ("error", rid)
         assert told.data == f"{reason}; resume with Last-Event-ID: {rid}"
+    # Too slow: its wait too, in words and as the reconnection time EventSource takes.
+    (slow,), parser = parsed(
+        topics_ending(TOO_SLOW, resume_id=rid, message=TOO_SLOW, retry_after=2.5)
+    )
+    assert (slow.event, slow.id, parser.retry) == ("error", rid, 2500)
+    assert slow.data == f"{TOO_SLOW}; resume with Last-Event-ID: {rid}; retry after 2.50 s"
     deleted = one(topics_ending(DELETED, resume_id=rid, message="topic deleted: a"))
     assert (deleted.event, deleted.id) == ("deleted", rid)
     assert deleted.data == f"topic deleted: a; resume with Last-Event-ID: {rid}"
