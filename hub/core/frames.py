@@ -12,6 +12,10 @@ import struct
 
 _FIN_TEXT = 0x81
 
+#: A server's ping: final, opcode 9, no payload (the hub's heartbeat; the client answers
+#: with a pong).
+PING_FRAME = b"\x89\x00"
+
 
 def text_frame(payload: bytes) -> bytes:
     """One final, unmasked text frame carrying ``payload`` (UTF-8 JSON)."""

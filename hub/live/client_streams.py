@@ -41,6 +41,7 @@ from hub.core.sse_stream import topic_ending
 from hub.core.stream_endings import DELETED, EXPIRED, REVOKED, SHUTDOWN, TOO_SLOW
 from hub.core.topics import HubUrls
 from hub.live.feed import ClientStream, FeedHub, TopicFeed
+from hub.live.heartbeats import Heartbeats
 from hub.store.event_store import EventStore
 
 #: The WebSocket close code of :data:`EXPIRED` (4000-4999 are the application's; 4401
@@ -172,6 +173,8 @@ class Streaming:
     urls: HubUrls
     store: EventStore
     feeds: FeedHub
+    #: The WebSockets' pings, all on one timer (:mod:`hub.live.heartbeats`).
+    heartbeats: Heartbeats
     closing: Closing = field(default_factory=Closing)
     #: Live clients per topic, counted at connect and disconnect (hub.core.presence).
     presence: StreamCounts = field(default_factory=StreamCounts)

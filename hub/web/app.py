@@ -38,6 +38,7 @@ from hub.core.revocations import Revocations
 from hub.core.settings import Settings
 from hub.core.topics import WELL_KNOWN, HubUrls, loopback_aliases
 from hub.live.dead_letter_replay import Replays
+from hub.live.heartbeats import Heartbeats
 from hub.live.runtime import Runtime
 from hub.live.topic_directory import TopicDirectory
 from hub.store.embedded_redis import EmbeddedRedis
@@ -220,6 +221,7 @@ def _lifecycle(
             urls,
             runtime.store,
             runtime.feeds,
+            Heartbeats(settings.heartbeat_seconds),
             closing=runtime.closing,
             presence=runtime.stream_counts,
         )

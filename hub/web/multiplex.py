@@ -72,6 +72,7 @@ from hub.live.client_streams import (
     Streaming,
     abort_if_stuck,
 )
+from hub.live.heartbeats import PingedSocket
 from hub.live.multiplex import Multiplex, Wire
 from hub.live.topic_directory import TopicDirectory
 from hub.store.redis_connection import StoreError
@@ -81,6 +82,8 @@ from hub.web.streams import (
     STREAMING,
     EventStream,
     close_within,
+    heard,
+    heartless_websocket,
     renewal,
     resume_from,
     write_last,
@@ -315,27 +318,28 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
     settings = request.app[STREAMING].settings
     within = settings.stream_close_seconds
     async with _multiplexed(request, "ws") as mux:
-        ws = web.WebSocketResponse(
-            heartbeat=settings.heartbeat_seconds,
-            max_msg_size=4096,
-            compress=False,
-            timeout=within,  # how long a close waits for the client's close frame
-        )
+        ws = heartless_websocket(within)
         await ws.prepare(request)
+        beats = None
         if request.transport is not None:
             _direct(mux, request.transport, frames.text_frame)
             can_write = mux.can_write
             assert can_write is not None
             mux.can_write = lambda: not ws.closed and can_write()
+            beats = PingedSocket(request.app[STREAMING].heartbeats, request.transport, mux.stop)
 
         async def send(data: bytes) -> None:
             await ws.send_frame(data, WSMsgType.TEXT)
 
-        ended = await _until_done(
-            mux,
-            asyncio.create_task(_send_all(mux, send)),
-            asyncio.create_task(_incoming(ws, request, mux)),
-        )
+        try:
+            ended = await _until_done(
+                mux,
+                asyncio.create_task(_send_all(mux, send)),
+                asyncio.create_task(_incoming(ws, request, mux, beats)),
+            )
+        finally:
+            if beats is not None:
+                beats.cancel()
         if ended == TOO_SLOW:  # its close frame behind its backlog, then a FIN
             reason = ws_reason(mux.resume_id, retry_after(settings.lag_retry_spread_seconds))
             if not await close_lagging(ws, request, reason, within):
@@ -354,12 +358,15 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
     return ws
 
 
-async def _incoming(ws: web.WebSocketResponse, request: web.Request, mux: Multiplex) -> None:
+async def _incoming(
+    ws: web.WebSocketResponse, request: web.Request, mux: Multiplex, beats: PingedSocket | None
+) -> None:
     """Read client messages so close frames and pongs are processed: a renewed token is
     taken for every topic followed (and those found later); anything else is ignored."""
     readers = request.app[ACCESS].readers
     closing = request.app[STREAMING].closing
     async for msg in ws:
+        await heard(ws, msg, beats)
         token = renewal(msg.data) if msg.type is WSMsgType.TEXT else None
         if token is None:
             continue

@@ -53,7 +53,7 @@ import logging
 from collections.abc import AsyncIterator
 
 import orjson
-from aiohttp import WSCloseCode, WSMsgType, hdrs, web
+from aiohttp import WSCloseCode, WSMessage, WSMsgType, hdrs, web
 
 from hub.core import metrics
 from hub.core.events import Event, EventFilter, EventKey, parse_id
@@ -78,6 +78,7 @@ from hub.live.client_streams import (
     sse_ending,
 )
 from hub.live.feed import ClientStream, Writer
+from hub.live.heartbeats import PingedSocket
 from hub.web.access import ACCESS, read_grant
 from hub.web.lagging_close import close_lagging
 
@@ -88,6 +89,8 @@ __all__ = [
     "Streaming",
     "check_since",
     "close_within",
+    "heard",
+    "heartless_websocket",
     "renewal",
     "resume_from",
     "server_sent_events",
@@ -235,15 +238,12 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
     settings = ctx.settings
     within = settings.stream_close_seconds
     async with _following(request, "ws") as (topic, pump):
-        ws = web.WebSocketResponse(
-            heartbeat=settings.heartbeat_seconds,
-            max_msg_size=4096,
-            compress=False,
-            timeout=within,  # how long a close waits for the client's close frame
-        )
+        ws = heartless_websocket(within)
         await ws.prepare(request)
+        beats = None
         if request.transport is not None:
             pump.writer = _ws_writer(ws, request.transport, pump)
+            beats = PingedSocket(ctx.heartbeats, request.transport, pump.stop)
 
         async def send() -> None:
             with contextlib.suppress(ConnectionError):  # the client went away: just end
@@ -259,12 +259,16 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
                         metrics.stream_messages("ws")
                         pump.last_sent = events[-1].id
 
-        ended = await _until_overflow_or_done(
-            pump,
-            ctx.closing,
-            asyncio.create_task(send()),
-            asyncio.create_task(_incoming(ws, request, topic, pump)),
-        )
+        try:
+            ended = await _until_overflow_or_done(
+                pump,
+                ctx.closing,
+                asyncio.create_task(send()),
+                asyncio.create_task(_incoming(ws, request, topic, pump, beats)),
+            )
+        finally:
+            if beats is not None:
+                beats.cancel()
         if ended == SHUTDOWN:
             reason = f"shutdown; resume with since={resume_point(pump)}"
             await close_within(
@@ -336,13 +340,37 @@ def _sse_writer(
     return write_now
 
 
+def heartless_websocket(within: float) -> web.WebSocketResponse:
+    """A stream's WebSocket response, without aiohttp's heartbeat (a timer per connection,
+    and a task and a timer per ping): the process's :class:`hub.live.heartbeats.Heartbeats`
+    pings it, and its reader answers pings itself (:func:`heard`). ``within``: how long a
+    close waits for the client's close frame."""
+    return web.WebSocketResponse(
+        heartbeat=None, autoping=False, max_msg_size=4096, compress=False, timeout=within
+    )
+
+
+async def heard(ws: web.WebSocketResponse, msg: WSMessage, beats: PingedSocket | None) -> None:
+    """What a heartless WebSocket's reader does with every frame: the client is alive; a
+    ping gets its pong (aiohttp's autoping is off, so that pongs reach the reader)."""
+    if beats is not None:
+        beats.heard()
+    if msg.type is WSMsgType.PING:
+        await ws.pong(msg.data)
+
+
 async def _incoming(
-    ws: web.WebSocketResponse, request: web.Request, topic: str, pump: ClientStream
+    ws: web.WebSocketResponse,
+    request: web.Request,
+    topic: str,
+    pump: ClientStream,
+    beats: PingedSocket | None,
 ) -> None:
     """Read client messages so close frames and pongs are processed: a renewed token is
     taken (see the module's docstring), anything else ignored."""
     closing = request.app[STREAMING].closing
     async for msg in ws:
+        await heard(ws, msg, beats)
         token = renewal(msg.data) if msg.type is WSMsgType.TEXT else None
         if token is None:
             continue
