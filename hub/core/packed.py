@@ -5,12 +5,18 @@ argument, because encoding thousands of arguments cost the client more than the 
 work. This module is the Python side of that format, encoding and decoding; the script's
 own loop is the other, and ``tests/hub/test_packed.py`` holds the two together. NUL cannot
 occur in XML text (a loc, a change type) nor in JSON that orjson wrote, so it separates.
+
+Beside it travel the changes' Resource List states but their event ids
+(:func:`hub.core.resource_states.pack_tails`, binary, so in an argument of their own):
+packed here, where the publish was parsed, the script only prefixes each with its id.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import NamedTuple
+
+from hub.core.resource_states import pack_tails
 
 _SEP = b"\0"
 #: Builds a :class:`Packed` without the named tuple's ``__new__`` in Python.
@@ -25,15 +31,18 @@ class Packed(NamedTuple):
 
     data: bytes
     changes: int
+    #: The changes' packed Resource List states but their ids (``b""``: the earlier form).
+    tails: bytes = b""
 
 
 def pack(changes: Iterable[tuple[str, str, bytes]]) -> Packed:
     """``(loc, change type, stored JSON)`` each; ValueError if a field holds a NUL."""
-    parts = [b"%s\0%s\0%s\0" % (loc.encode(), kind.encode(), event) for loc, kind, event in changes]
+    rows = list(changes)
+    parts = [b"%s\0%s\0%s\0" % (loc.encode(), kind.encode(), event) for loc, kind, event in rows]
     data = b"".join(parts)
     if data.count(_SEP) != 3 * len(parts):  # one pass in C: a stray NUL would misframe
         raise ValueError("a change's loc, type or JSON holds a NUL byte")
-    return Packed(data, len(parts))
+    return Packed(data, len(parts), pack_tails(event for _, _, event in rows))
 
 
 def pack_nul_free(changes: list[tuple[str, str, bytes]]) -> Packed:
@@ -41,7 +50,8 @@ def pack_nul_free(changes: list[tuple[str, str, bytes]]) -> Packed:
     :data:`hub.core.events.LOC` accepted, a change type, orjson's JSON), without its check:
     a pass over every byte, a tenth of a one-change publish's packing."""
     parts = [b"%s\0%s\0%s\0" % (loc.encode(), kind.encode(), event) for loc, kind, event in changes]
-    return _new(Packed, (b"".join(parts), len(parts)))
+    tails = pack_tails(event for _, _, event in changes)
+    return _new(Packed, (b"".join(parts), len(parts), tails))
 
 
 def unpack(packed: Packed) -> list[tuple[str, str, bytes]]:

@@ -45,6 +45,7 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
+from hub.core import resource_states
 from hub.core.events import CHANGEDUMP, Event, decode, id_ms
 
 #: Namespace of rshub's extension attributes.
@@ -315,23 +316,23 @@ def rendered(chunks: Iterable[bytes], at_ms: int, last_id: str | None) -> Render
     return Rendered(raw, gzip.compress(raw, 6), at_ms, last_id)
 
 
-def resource_entries(values: Iterable[bytes]) -> Iterator[str]:
-    """Resource List ``<url>`` elements for fold values (``"<event-id> <event-json>"``)."""
-    for value in values:
-        event_id, _, stored = value.partition(b" ")
-        yield resource_entry(event_id.decode(), decode(stored))
+def resource_entries(entries: Iterable[tuple[bytes, bytes]]) -> Iterator[str]:
+    """Resource List ``<url>`` elements for fold entries (``(loc, state)``: see
+    :mod:`hub.core.resource_states`); DamagedData for a state that is none."""
+    for loc, value in entries:
+        yield resource_entry(*resource_states.decode(loc, value))
 
 
 def resource_list(head: str, fold: dict[bytes, bytes], at_ms: int, last_id: str | None) -> Rendered:
     """A whole Resource List from the fold (``loc -> value``), in ``loc`` order."""
-    values = [fold[loc] for loc in sorted(fold)]
-    parts = chunked([head, *resource_entries(values), URLSET_CLOSE])
+    entries = [(loc, fold[loc]) for loc in sorted(fold)]
+    parts = chunked([head, *resource_entries(entries), URLSET_CLOSE])
     return rendered(parts, at_ms, last_id)
 
 
-def resource_page(head: str, values: list[bytes]) -> bytes:
-    """One page of a paged Resource List snapshot."""
-    return b"".join(chunked([head, *resource_entries(values), URLSET_CLOSE]))
+def resource_page(head: str, entries: list[tuple[bytes, bytes]]) -> bytes:
+    """One page of a paged Resource List snapshot: fold entries ``(loc, state)``."""
+    return b"".join(chunked([head, *resource_entries(entries), URLSET_CLOSE]))
 
 
 def relinked(page: bytes, base: str, alias: str) -> bytes:

@@ -268,6 +268,7 @@ class EventStore:
             hold_floor_ms,
             node,
             topic,
+            packed.tails,
         ]
         return script_keys, args
 

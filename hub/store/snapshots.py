@@ -1,8 +1,8 @@
 """Resource List snapshots (Z39.99 §10): every URI's latest state, read from the fold.
 
 The fold itself is kept by the publish script (:mod:`hub.store.event_store`): hash
-``keys.resources(topic)``, ``loc -> "<event-id> <event-json>"``, deleted locs removed. Here
-it is read two ways:
+``keys.resources(topic)``, ``loc -> state`` (:mod:`hub.core.resource_states`: packed, or an
+earlier hub's ``"<event-id> <event-json>"``), deleted locs removed. Here it is read two ways:
 
 - Up to ``page_entries`` URIs: :meth:`ResourceSnapshots.exact` copies it with ``COPY`` in
   one script with a Redis ``TIME`` (``scripts/exact_resourcelist.lua``), so it is an exact
@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from hub.core import rendering
+from hub.core import rendering, resource_states
 from hub.core.digest_set import DigestSet
 from hub.core.events import format_id, parse_id
 from hub.core.topics import HubUrls
@@ -82,13 +82,13 @@ def _fold_into(fold: dict[bytes, bytes], event_id: str, stored: bytes) -> bool:
     if change == "deleted":
         fold.pop(loc.encode(), None)
     else:
-        fold[loc.encode()] = event_id.encode() + b" " + stored
+        fold[loc.encode()] = resource_states.encode(event_id, stored)
     return True
 
 
 @dataclass(frozen=True, slots=True)
 class Exact:
-    """The whole fold read at one instant: ``loc -> "<event-id> <event-json>"``."""
+    """The whole fold read at one instant: ``loc -> state`` (:mod:`hub.core.resource_states`)."""
 
     at_ms: int
     last_id: str | None
@@ -304,7 +304,7 @@ class ResourceSnapshots:
         last_id = keys.optional_text(await self.redis.hget(keys.topic_meta(topic), keys.LAST_ID))
         snap_id = str(at_ms)
         seen = DigestSet()  # ~16-32 bytes per URI, never one object per URI
-        batch: list[bytes] = []
+        batch: list[tuple[bytes, bytes]] = []
         k = 0
 
         async def flush() -> None:
@@ -332,7 +332,7 @@ class ResourceSnapshots:
             for loc, value in found.items():
                 if not seen.add(loc):  # HSCAN may return an entry twice while the hash rehashes
                     continue
-                batch.append(value)
+                batch.append((loc, value))
                 if len(batch) >= self.page_entries:
                     await flush()
             if not cursor:

@@ -19,6 +19,7 @@ import redis.asyncio as aioredis
 from hypothesis import given, seed, settings
 from hypothesis import strategies as st
 
+from hub.core import resource_states
 from hub.core.events import Change
 from hub.core.packed import Packed, pack, pack_nul_free, stored_json, unpack
 from hub.core.tasks import Tasks, cancel_and_wait
@@ -37,7 +38,13 @@ ODD = [
     _change("http://example.org/\"quoted\"/'single'/back\\slash", note='"a" \\ \u2028 \x01'),
     _change("http://example.org/long", text="x" * 200_000, links=[{"rel": "a", "href": "é"}]),
     _change("http://example.org/ä/中文/😀?q=ü#frag", "deleted"),  # the fold drops it again
-    _change("http://example.org/spaces%20and%2Fescapes", "created", length=0),
+    _change(
+        "http://example.org/spaces%20and%2Fescapes",
+        "created",
+        lastmod="2026-11-24T10:00:00.5Z",
+        length=0,
+        links=[{"rel": "a", "href": "é"}],
+    ),
 ]
 
 
@@ -63,8 +70,10 @@ async def test_packed_changes_read_back_from_the_real_script_as_packed(client: A
     # The script split loc and change type where Python packed them: the deleted change
     # took its loc out again, the others are there under their exact (UTF-8) loc.
     assert sorted(fold) == sorted({ODD[1].loc, ODD[2].loc, ODD[4].loc})
-    for i in (1, 2, 4):
-        assert fold[ODD[i].loc] == stored.ids[i].encode() + b" " + ODD[i].event
+    for i in (1, 2, 4):  # the state the Resource List reads: packed where it packs
+        assert fold[ODD[i].loc] == resource_states.encode(stored.ids[i], ODD[i].event)
+    assert fold[ODD[4].loc][0] == resource_states.FORMAT  # created, with a lastmod
+    assert fold[ODD[1].loc] == stored.ids[1].encode() + b" " + ODD[1].event  # no lastmod
     assert stored.previous_id == "" and not stored.replayed
     assert unpack(packed) == [tuple(c) for c in ODD]
 

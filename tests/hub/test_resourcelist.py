@@ -5,8 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 import pytest
 
+from hub.core import resource_states
+from hub.store import keys
 from resourcesync import ResourceList, ResourceListIndex, parse
 from tests.conftest import Hub
 from tests.hub.documents_support import get_doc, links
@@ -123,3 +126,52 @@ async def test_served_from_the_fold_only(hub: Hub) -> None:
     )
     assert isinstance(doc, ResourceList) and doc.entries == ()
     assert parse(body, validate=True) == doc
+
+
+def _earlier_state(event_id: str, loc: str, n: int) -> bytes:
+    """A fold value as an earlier hub wrote it: ``"<event-id> <event-json>"``."""
+    event = {
+        "loc": loc,
+        "lastmod": f"2025-11-24T00:00:0{n}Z",
+        "change": "created",
+        "hash": f"md5:{n:032x}",
+        "length": n,
+        "type": "text/plain",
+    }
+    return event_id.encode() + b" " + orjson.dumps(event)
+
+
+@pytest.mark.parametrize("earlier", [2, 4], ids=["exact", "paged"])
+async def test_an_earlier_hubs_fold_is_still_served(hub: Hub, earlier: int) -> None:
+    """States an earlier hub wrote (event JSON, not packed) are read beside packed ones,
+    exact and paged; each moves to the packed form when its URI next changes."""
+    r = "http://example.org/"
+    await publish(hub, "old", [{"loc": r + "new", "change": "created"}])
+    ids = [f"17639{n}0000000-{n}" for n in range(earlier)]
+    for n, event_id in enumerate(ids):
+        await hub.redis.hset(
+            keys.resources("old"), r + f"e{n}", _earlier_state(event_id, r + f"e{n}", n)
+        )
+    await publish(hub, "old", [{"loc": r + "e0", "change": "updated", "length": 7}])
+    url = f"{hub.url}/topics/old/resourcelist.xml"
+    _, doc, _ = await get_doc(hub.session, url, hub.url, "old")
+    pages = [doc]
+    if isinstance(doc, ResourceListIndex):
+        pages = [(await get_doc(hub.session, e.loc, hub.url, "old"))[1] for e in doc.entries]
+    assert earlier + 1 > LIMIT or isinstance(doc, ResourceList)
+    by_loc = {e.loc: e for page in pages for e in page.entries}
+    assert sorted(by_loc) == sorted([r + "new"] + [r + f"e{n}" for n in range(earlier)])
+    assert by_loc[r + "e0"].md is not None and by_loc[r + "e0"].md.length == 7
+    for n in range(1, earlier):
+        entry = by_loc[r + f"e{n}"]
+        assert entry.lastmod == datetime.fromtimestamp(int(ids[n].split("-")[0]) / 1000, UTC)
+        assert entry.md is not None
+        assert entry.md.extra["{urn:rshub:1}lastmod"] == f"2025-11-24T00:00:0{n}Z"
+        assert (entry.md.hash, entry.md.length, entry.md.type) == (
+            f"md5:{n:032x}",
+            n,
+            "text/plain",
+        )
+    stored = await hub.redis.hgetall(keys.resources("old"))
+    assert stored[(r + "e0").encode()][0] == resource_states.FORMAT  # rewritten, packed
+    assert stored[(r + "e1").encode()] == _earlier_state(ids[1], r + "e1", 1)  # as it was

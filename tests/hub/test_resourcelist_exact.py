@@ -18,6 +18,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
+from hub.core import resource_states
 from hub.core.events import Change, parse_id
 from hub.store import keys, scripts, snapshots
 from hub.store.event_store import EventStore, Retention
@@ -53,9 +54,18 @@ class Topic:
         self.store.scripts.run = counted  # type: ignore[method-assign]
 
     async def append(self, changes: list[tuple[str, str]]) -> None:
+        # Most with a lastmod, so packed; every third without: stored in the earlier form.
+        n = len(self.log)
         stored = [
-            Change(loc, kind, orjson.dumps({"loc": loc, "change": kind, "n": len(self.log)}))
-            for loc, kind in changes
+            Change(
+                loc,
+                kind,
+                orjson.dumps(
+                    {"loc": loc, "change": kind, "n": n}
+                    | ({"lastmod": "2026-12-02T10:00:00Z"} if (n + i) % 3 else {})
+                ),
+            )
+            for i, (loc, kind) in enumerate(changes)
         ]
         appended = await self.store.append("t", stored)
         for event_id, change in zip(appended.ids, stored, strict=True):
@@ -70,7 +80,7 @@ class Topic:
             if kind == "deleted":
                 fold.pop(loc.encode(), None)
             else:
-                fold[loc.encode()] = event_id.encode() + b" " + event
+                fold[loc.encode()] = resource_states.encode(event_id, event)
         return fold
 
     def between_scan_batches(self, client: Any, changes: Any) -> None:
@@ -107,6 +117,8 @@ async def test_a_quiet_fold_is_read_by_scan_without_a_copy(client: Any, topic: T
     assert exact.last_id == topic.log[-1][0]
     assert exact.fold == topic.folded(exact.last_id) == await client.hgetall(keys.resources("t"))
     assert scripts.EXACT_RESOURCELIST not in topic.scripts_run
+    # Both forms of a state, read alike: packed, and an earlier hub's (no lastmod here).
+    assert {value[0] == resource_states.FORMAT for value in exact.fold.values()} == {True, False}
 
 
 async def test_publishes_during_the_scan_are_replayed_into_the_read(

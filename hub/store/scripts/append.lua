@@ -5,7 +5,9 @@
 -- ARGV: 1 body digest, 2 idempotency ttl, 3 maxlen (0 = none), 4 minid ('' = none),
 --       5 now-ms, 6 the changes: "loc NUL change NUL event-json NUL" repeated,
 --       7 hold max events (0 = no hold), 8 hold floor ms (events older are not held),
---       9 the caller's node id in the tails set ('' = none), 10 the topic.
+--       9 the caller's node id in the tails set ('' = none), 10 the topic,
+--       11 the changes' Resource List states but their ids, in order: each one length byte
+--       then the state (hub.core.resource_states.pack_tails; 0, or missing: the earlier form).
 -- Returns {0, ids joined by spaces, the last id before them, 1 if retention has more to trim
 -- than one call cuts (EventStore.trim calls again)}, or {1, the earlier reply} on a replay.
 -- The changes travel as one argument because encoding thousands of arguments costs the
@@ -35,6 +37,34 @@ if not before then
 end
 local ids, events = {}, {}
 local packed, pos, find, sub = ARGV[6], 1, string.find, string.sub
+-- The Resource List state: "\1", the id's ms in 6 bytes and its sequence as a varint, then
+-- the state packed by the hub (hub.core.resource_states, whose encode makes the same bytes);
+-- "<id> <event>" where an id does not pack (doubles hold integers exactly below 2^53).
+local tails, tpos, char, floor = ARGV[11] or '', 1, string.char, math.floor
+local last_ms, ms_bytes = nil, nil
+local function state(id, event, n)
+  local dash = find(id, '-', 1, true)
+  local ms_text, seq = sub(id, 1, dash - 1), tonumber(sub(id, dash + 1))
+  if ms_text ~= last_ms then
+    local ms = tonumber(ms_text)
+    if ms >= 253402300800000 then return id .. ' ' .. event end  -- the year 10000
+    local b = {}
+    for i = 6, 1, -1 do
+      b[i] = ms % 256
+      ms = (ms - b[i]) / 256
+    end
+    last_ms, ms_bytes = ms_text, char(b[1], b[2], b[3], b[4], b[5], b[6])
+  end
+  if seq >= 9007199254740992 then return id .. ' ' .. event end
+  local v = {'\1', ms_bytes}
+  while seq >= 128 do
+    v[#v + 1] = char(seq % 128 + 128)
+    seq = floor(seq / 128)
+  end
+  v[#v + 1] = char(seq)
+  v[#v + 1] = sub(tails, tpos + 1, tpos + n)
+  return table.concat(v)
+end
 while pos <= #packed do
   local a = find(packed, '\0', pos, true)
   local b = find(packed, '\0', a + 1, true)
@@ -43,11 +73,15 @@ while pos <= #packed do
   local id = redis.call('XADD', stream, '*', '$EVENT_FIELD', event)
   ids[#ids + 1] = id
   events[#ids] = event
+  local n = string.byte(tails, tpos) or 0
   if sub(packed, a + 1, b - 1) == 'deleted' then
     redis.call('HDEL', resources, loc)
+  elseif n > 0 then
+    redis.call('HSET', resources, loc, state(id, event, n))
   else
     redis.call('HSET', resources, loc, id .. ' ' .. event)
   end
+  tpos = tpos + 1 + n
   pos = c + 1
 end
 -- Retention, exact so that '$TRIMMED_THROUGH' names the newest event ever trimmed: a client
