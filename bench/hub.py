@@ -656,9 +656,13 @@ def role_callbacks(port: int, sinks: int, loop: str) -> None:
 
 
 def role_idle(port: int, loop: str = "asyncio") -> None:
-    """``/ctl/connect?url=&n=`` opens ``n`` WebSocket clients that only answer pings."""
+    """``/ctl/connect?url=&n=`` opens ``n`` WebSocket clients that only answer pings.
+
+    ``&source=127.0.0.N`` binds them to that loopback address: one source address reaches
+    one server port from ~28,000 ephemeral ports only, so more clients need several."""
     raise_nofile()
     state: dict[str, Any] = {"tasks": [], "session": None, "open": 0, "closed": 0}
+    by_source: dict[str, aiohttp.ClientSession] = {}
 
     async def client(url: str, session: aiohttp.ClientSession, gate: asyncio.Semaphore,
                      opened: asyncio.Queue[bool]) -> None:  # fmt: skip
@@ -681,16 +685,26 @@ def role_idle(port: int, loop: str = "asyncio") -> None:
 
     async def connect(request: web.Request) -> web.Response:
         url, n = request.query["url"], int(request.query["n"])
+        source = request.query.get("source")
         if state["session"] is None:
+            by_source.clear()  # closed by a disconnect
             state["session"] = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0),
                 timeout=aiohttp.ClientTimeout(total=None, connect=60),
             )
+        session = state["session"]
+        if source is not None:
+            if source not in by_source:
+                by_source[source] = aiohttp.ClientSession(
+                    connector=aiohttp.TCPConnector(limit=0, local_addr=(source, 0)),
+                    timeout=aiohttp.ClientTimeout(total=None, connect=60),
+                )
+            session = by_source[source]
         gate = asyncio.Semaphore(200)
         opened: asyncio.Queue[bool] = asyncio.Queue()
         start = time.perf_counter()
         state["tasks"] += [
-            asyncio.create_task(client(url, state["session"], gate, opened)) for _ in range(n)
+            asyncio.create_task(client(url, session, gate, opened)) for _ in range(n)
         ]
         ok = 0
         deadline = time.monotonic() + 300
@@ -704,6 +718,9 @@ def role_idle(port: int, loop: str = "asyncio") -> None:
 
     async def disconnect(_request: web.Request) -> web.Response:
         await close_clients(state)
+        for session in by_source.values():
+            await session.close()
+        by_source.clear()
         return web.json_response({"open": state["open"]})
 
     async def status(_request: web.Request) -> web.Response:
