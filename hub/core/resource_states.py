@@ -2,9 +2,9 @@
 
 The fold (``hub.store.keys.resources``) is one Redis hash per topic, ``loc -> state``,
 written by the publish script and read by the Resource List snapshots. A big topic holds
-millions of them, so the state is packed: the stored JSON with its event id cost ~287
+millions of them, so the state is packed: the stored JSON with its event id cost 287
 bytes of Redis memory per URI (the loc twice, every field name, the receipt time and the
-publisher's ``lastmod`` as text, a hash in hex); packed, ~134 (``docs/benchmarks.md``).
+publisher's ``lastmod`` as text, a hash in hex); packed, 121 (``docs/benchmarks.md``).
 
 A packed state (:data:`FORMAT` first) is::
 
@@ -13,7 +13,8 @@ A packed state (:data:`FORMAT` first) is::
 The flags byte says the change type (its two low bits) and which fields follow, in this
 order: the publisher's ``lastmod`` as ms (6 bytes; only where :func:`lastmod_text` writes
 it back exactly), ``hash`` as one MD5 or SHA-256 digest (16 or 32 bytes; only for one
-digest in lowercase hex), ``length`` (4 bytes), ``type`` (one length byte, UTF-8), then to
+digest in lowercase hex), ``length`` (a varint), ``type`` (one byte: a common media type's
+number in :data:`MEDIA_TYPES` plus 0x80, or the length of its UTF-8, up to 127), then to
 the end anything else (``links``, a package's ``from``/``until``, any field in a form the
 others do not hold) as the JSON object it was. A fixed layout read with C-level slices,
 not a field-by-field parse: a snapshot reads millions of them. The loc is the hash field,
@@ -59,7 +60,44 @@ _EARLIER_ID = re.compile(rb"[0-9]{1,20}-[0-9]{1,20}")
 _CHANGES = {"created": 1, "updated": 2, "changedump": 3}
 _CHANGE_NAMES = (None, "created", "updated", "changedump")
 _LASTMOD, _MD5, _SHA256, _LENGTH, _TYPE, _REST = 4, 8, 16, 32, 64, 128
-_MAX_LENGTH = 2**32
+_MAX_LENGTH = 2**64
+#: Media types stored as one byte (0x80 + their place here). Part of the format: append
+#: only, never reorder. With them a typical state fits Redis's 40-byte allocation.
+MEDIA_TYPES = (
+    "text/html",
+    "text/plain",
+    "application/xml",
+    "text/xml",
+    "application/json",
+    "application/pdf",
+    "image/jpeg",
+    "image/png",
+    "image/gif",
+    "text/css",
+    "application/javascript",
+    "text/javascript",
+    "application/octet-stream",
+    "application/zip",
+    "text/csv",
+    "application/rdf+xml",
+    "application/ld+json",
+    "text/turtle",
+    "image/svg+xml",
+    "image/webp",
+    "application/atom+xml",
+    "application/rss+xml",
+    "application/xhtml+xml",
+    "text/markdown",
+    "video/mp4",
+    "audio/mpeg",
+    "application/gzip",
+    "image/tiff",
+    "text/html; charset=utf-8",
+    "text/plain; charset=utf-8",
+)
+_MEDIA_CODES = {name: bytes((0x80 + i,)) for i, name in enumerate(MEDIA_TYPES)}
+#: The longest type stored as text (its length byte stays below 0x80).
+_MAX_TYPE = 0x7F
 #: Fields the flags hold: a rest naming one of these (or the loc) is damaged.
 _HELD = {"lastmod": _LASTMOD, "hash": _MD5 | _SHA256, "length": _LENGTH, "type": _TYPE}
 
@@ -118,16 +156,22 @@ def tail(fields: Mapping[str, Any]) -> bytes | None:
     value = fields.get("length")
     if type(value) is int and 0 <= value < _MAX_LENGTH:
         flags |= _LENGTH
-        out += value.to_bytes(4, "big")
+        out += _varint(value) if value >= 0x80 else bytes((value,))
         held += 1
     value = fields.get("type")
     if type(value) is str:
-        raw = value.encode()
-        if len(raw) <= 0xFF:
+        code = _MEDIA_CODES.get(value)
+        if code is not None:
             flags |= _TYPE
-            out.append(len(raw))
-            out += raw
+            out += code
             held += 1
+        else:
+            raw = value.encode()
+            if len(raw) <= _MAX_TYPE:
+                flags |= _TYPE
+                out.append(len(raw))
+                out += raw
+                held += 1
     if len(fields) > held:
         flags |= _REST
         rest = {
@@ -239,17 +283,29 @@ def decode(loc: bytes, value: bytes) -> tuple[str, dict[str, Any]]:
         fields["hash"] = "sha-256:" + value[pos : pos + 32].hex()
         pos += 32
     if flags & _LENGTH:
-        fields["length"] = int.from_bytes(value[pos : pos + 4], "big")
-        pos += 4
+        if pos >= end:
+            raise _damaged(value, "ends early")
+        length = value[pos]
+        if length < 0x80:
+            pos += 1
+        else:
+            length, pos = _varint_at(value, pos)
+        fields["length"] = length
     if flags & _TYPE:
         if pos >= end:
             raise _damaged(value, "ends early")
         n = value[pos]
-        try:
-            fields["type"] = value[pos + 1 : pos + 1 + n].decode()
-        except UnicodeDecodeError:
-            raise _damaged(value, "holds a type not UTF-8") from None
-        pos += 1 + n
+        if n >= 0x80:
+            if n - 0x80 >= len(MEDIA_TYPES):
+                raise _damaged(value, "names no media type")
+            fields["type"] = MEDIA_TYPES[n - 0x80]
+            pos += 1
+        else:
+            try:
+                fields["type"] = value[pos + 1 : pos + 1 + n].decode()
+            except UnicodeDecodeError:
+                raise _damaged(value, "holds a type not UTF-8") from None
+            pos += 1 + n
     if pos > end:
         raise _damaged(value, "ends early")
     if flags & _REST:

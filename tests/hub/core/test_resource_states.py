@@ -17,7 +17,15 @@ import pytest
 
 from hub.core import rendering
 from hub.core.exceptions import DamagedData
-from hub.core.resource_states import FORMAT, MAX_TAIL, decode, encode, pack_tails, tail
+from hub.core.resource_states import (
+    FORMAT,
+    MAX_TAIL,
+    MEDIA_TYPES,
+    decode,
+    encode,
+    pack_tails,
+    tail,
+)
 
 ID = "1795341600000-123"
 LOC = "http://example.org/ä/x?q=1"
@@ -53,7 +61,9 @@ ROUND_TRIPS = {
         change="changedump", **{"from": "2026-11-22T09:00:00Z", "until": "2026-11-22T10:00:00Z"}
     ),
     "unicode type": _event(type="text/plain; charset=ü"),
-    "a long type": _event(type="x" * 190 + "é" * 5),
+    "a long type, in the rest": _event(type="x" * 190 + "é" * 5),
+    "a type of 127 bytes": _event(type="x" * 125 + "é"),
+    "every common media type": _event(type="application/ld+json"),
     "no loc in the JSON": {"lastmod": "2026-11-22T10:00:00Z", "change": "updated", "n": 1},
 }
 
@@ -74,7 +84,16 @@ def test_a_state_reads_back_as_the_stored_change(name: str) -> None:
 def test_a_typical_state_is_a_quarter_of_its_json() -> None:
     stored = orjson.dumps(ROUND_TRIPS["bench-like"])
     assert len(stored) > 150
-    assert len(encode(ID, stored)) <= 48  # ~130 B per URI in Redis with its loc
+    # 36 bytes and Redis's string header fit a 40-byte allocation: ~115 B per URI with its loc
+    assert len(encode(ID, stored)) <= 36
+
+
+@pytest.mark.parametrize("media_type", MEDIA_TYPES)
+def test_each_common_media_type_is_one_byte(media_type: str) -> None:
+    fields = _event(type=media_type)
+    value = encode(ID, orjson.dumps(fields))
+    assert value.endswith(bytes((0x80 + MEDIA_TYPES.index(media_type),)))
+    assert decode(LOC.encode(), value) == (ID, fields)
 
 
 def test_a_packed_state_reads_back_from_its_bytes() -> None:
@@ -148,6 +167,9 @@ DAMAGED = {
     "unended sequence": bytes((FORMAT, 0, 0, 0, 0, 0, 1, 0xFF, 0xFF)),
     "type past the end": HEAD + bytes((2 | LASTMOD | 64,)) + TIME + bytes((5, 65)),
     "type length missing": HEAD + bytes((2 | LASTMOD | 64,)) + TIME,
+    "no media type of that number": HEAD + bytes((2 | LASTMOD | 64,)) + TIME + b"\xff",
+    "length unended": HEAD + bytes((2 | LASTMOD | 32,)) + TIME + b"\x80",
+    "length missing": HEAD + bytes((2 | LASTMOD | 32,)) + TIME,
     "type not UTF-8": HEAD + bytes((2 | LASTMOD | 64,)) + TIME + bytes((1, 0xFF)),
     "bytes past the fields": HEAD + bytes((2 | LASTMOD,)) + TIME + b"x",
     "rest not JSON": HEAD + bytes((2 | LASTMOD | REST,)) + TIME + b"{",
@@ -157,7 +179,7 @@ DAMAGED = {
     "rest repeats a held field": HEAD
     + bytes((2 | LASTMOD | 32 | REST,))
     + TIME
-    + bytes(4)
+    + bytes(1)
     + b'{"length":1}',
     "rest lastmod not text": HEAD + bytes((2 | REST,)) + b'{"lastmod":5}',
     "rest links not a list": HEAD + bytes((2 | LASTMOD | REST,)) + TIME + b'{"links":{"a":1}}',
