@@ -68,6 +68,7 @@ from hub.web.cache import Builds, ByteCache
 from hub.web.error_responses import damaged_data, error_response, storage_failure
 from hub.web.lean_connection import Lean
 from hub.web.listener import ClientGone, ConnectionGuard, GuardedSite
+from hub.web.page_builds import PageBuilds
 from resourcesync import DocumentError
 from rsclient.client_faults import install_client_fault_filter
 
@@ -232,6 +233,7 @@ def _lifecycle(
             TopicDirectory(runtime.store, runtime.feeds.tasks, settings.stream_topic_scan_seconds)
         )
         app[web_presence.PRESENCE] = runtime.presence
+        closed_pages = ByteCache(settings.document_cache_bytes)
         app[web_documents.READING] = web_documents.Reading(
             urls,
             runtime.store,
@@ -239,8 +241,16 @@ def _lifecycle(
             runtime.snapshots,
             runtime.snapshot_builds,
             runtime.parser,
-            ByteCache(settings.document_cache_bytes),
+            closed_pages,
             Builds(settings.built_document_cache_bytes, runtime.document_builds),
+            PageBuilds(
+                runtime.store,
+                runtime.parser,
+                runtime.document_builds,
+                closed_pages,
+                max_bytes=settings.built_document_cache_bytes,
+                wait_seconds=settings.document_wait_seconds,
+            ),
         )
         app[web_latest_changes.LATEST] = web_latest_changes.LatestViews(
             runtime.store, runtime.parser, max_bytes=settings.built_document_cache_bytes

@@ -244,6 +244,55 @@ async def send_bytes(
     return resp
 
 
+async def send_pieces(
+    request: web.Request,
+    validators: Validators,
+    pieces: AsyncIterable[bytes | memoryview],
+    *,
+    gzipped: bool,
+    length: int | None = None,
+    headers: dict[str, str] | None = None,
+) -> web.StreamResponse:
+    """Answer with a body that is being built: each of its ``pieces`` written as it comes
+    (already gzipped when ``gzipped``; in slices of :data:`WRITE_SLICE`); chunked unless the
+    ``length`` is known. A piece that fails after the answer began cuts the connection (a
+    chunked body without its end, a body short of its length): a client never takes a
+    part for the whole. Before it, the error goes to the one error mapping."""
+    all_headers = _headers(validators, headers)
+    if gzipped:
+        all_headers["Content-Encoding"] = "gzip"
+    resp = web.StreamResponse(headers=all_headers)
+    resp.content_type = XML
+    resp.charset = CHARSET
+    if length is not None:
+        resp.content_length = length
+    iterator = aiter(pieces)
+    try:
+        first = await anext(iterator)
+    except StopAsyncIteration:
+        first = b""
+    await resp.prepare(request)
+
+    async def write(piece: bytes | memoryview) -> None:
+        view = memoryview(piece)
+        for start in range(0, len(view), WRITE_SLICE):
+            await resp.write(view[start : start + WRITE_SLICE])
+
+    try:
+        await write(first)
+        async for piece in iterator:
+            await write(piece)
+    except ConnectionError:
+        raise
+    except Exception as exc:
+        transport = request.transport
+        if transport is not None:
+            transport.abort()
+        raise ConnectionResetError(f"the answer was cut: {exc}") from exc
+    await resp.write_eof()
+    return resp
+
+
 async def send_cached(
     request: web.Request,
     validators: Validators,

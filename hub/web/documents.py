@@ -17,16 +17,19 @@ the hub URL (push spec §5); and the Resource Dump and Change Dump its Source de
 (:mod:`hub.core.dump_links`), each loc once.
 
 Change List entries are in event-id (receipt) order; :mod:`hub.core.rendering` says what each
-entry carries and :mod:`hub.store.pages` where pages begin and end. A page is read from the
-stream in batches and rendered in the parse pool (:mod:`hub.live.parsing`), once per version
-however many ask at once (:class:`hub.web.cache.Builds`), so a 50,000-entry page never
-holds the event loop. It is only ever served whole: a page whose first event was trimmed,
-before or while it is read, is not served (404). The Resource List is built the same way,
-once per topic version; above ``resourcelist_page_entries`` it is an index over the
-pages of a snapshot kept in Redis, and a reader gets the last snapshot at once while the
-next is taken in the background (:mod:`hub.live.snapshot_builds`). No Resource List reader
-waits longer than ``document_wait_seconds`` for a build: past it, the earlier version,
-or, when there is none yet, 503 with ``Retry-After``.
+entry carries and :mod:`hub.store.pages` where pages begin and end. A page is built by a task
+of its own, read from the stream in batches and rendered in the parse pool
+(:mod:`hub.live.parsing`), once per version however many ask at once, and sent as it is
+built (:mod:`hub.web.page_builds`): a 50,000-entry page neither holds the event loop nor
+keeps its reader waiting for its first byte; the open page's next version reads and renders
+only what was published since. A page is only ever served whole: a page whose first event
+was trimmed before it is read is not served (404); while it is sent, its connection is cut.
+The Resource List is built once per topic version, off the event loop; above
+``resourcelist_page_entries`` it is an index over the pages of a snapshot kept in Redis,
+and a reader gets the last snapshot at once while the next is taken in the background
+(:mod:`hub.live.snapshot_builds`). No Resource List reader waits longer than
+``document_wait_seconds`` for a build: past it, the earlier version, or, when there is none
+yet, 503 with ``Retry-After``.
 User documentation: ``docs/polling.md``.
 """
 
@@ -54,12 +57,15 @@ from hub.web.cache import (
     Builds,
     ByteCache,
     Validators,
+    accepts_gzip,
     not_modified,
     send_cached,
+    send_pieces,
     send_rendered,
     stream,
     unchanged,
 )
+from hub.web.page_builds import PageBuilds
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,12 +83,12 @@ class Reading:
     doc_cache: ByteCache
     #: Whole Resource Lists, built once per version off the event loop (single flight).
     builds: Builds
+    #: Change List pages, built off the serving path and sent as they are built.
+    page_builds: PageBuilds
 
 
 READING = web.AppKey("reading", Reading)
 
-#: Events read from Redis per round trip while a page is rendered.
-READ_BATCH = 5000
 #: An index lists at most this many pages (Sitemaps limit): the newest ones.
 MAX_INDEX_ENTRIES = 50_000
 
@@ -166,53 +172,6 @@ def _page_head(u: HubUrls, topic: str, page: Page) -> str:
     )
 
 
-async def _first_batch(store: EventStore, topic: str, page: Page) -> list[tuple[str, bytes]]:
-    if page.first is None or page.last is None:
-        return []
-    rows = await store.range(topic, page.first, page.last, min(READ_BATCH, page.count))
-    if not rows or rows[0][0] != page.first:
-        raise NotFound(
-            f"Change List page {page.n} of {topic!r} was withdrawn: retention trimmed it",
-            topic=topic,
-            page=page.n,
-        )
-    return rows
-
-
-async def _build_page(
-    store: EventStore, pool: DocumentParser, topic: str, page: Page, head: str
-) -> Rendered:
-    """The whole page, read in batches and rendered in the pool; never a partial page."""
-    rows = await _first_batch(store, topic, page)
-    chunks: list[bytes] = []
-    read = 0
-    while rows:
-        inline = len(rows) <= rendering.INLINE_ENTRIES
-        chunks.append(
-            await pool.run(rendering.change_rows, head, rows, page.from_ms, inline=inline)
-        )
-        head = ""
-        read += len(rows)
-        if read >= page.count:
-            break
-        rows = await store.range(
-            topic, f"({rows[-1][0]}", page.last or "+", min(READ_BATCH, page.count - read)
-        )
-    if page.first is not None:
-        if read != page.count or not await store.contains(topic, page.first):
-            raise NotFound(
-                f"Change List page {page.n} of {topic!r} was withdrawn: retention trimmed it "
-                "while it was read",
-                topic=topic,
-                page=page.n,
-            )
-    chunks.append((head + rendering.URLSET_CLOSE).encode())
-    if sum(map(len, chunks)) <= rendering.CHUNK_CHARS:
-        return rendering.rendered(chunks, page.last_ms, page.last)
-    # gzip releases the GIL: a thread will do (no need to ship the body to the pool)
-    return await asyncio.to_thread(rendering.rendered, chunks, page.last_ms, page.last)
-
-
 async def _serve_page(
     request: web.Request,
     topic: str,
@@ -220,35 +179,35 @@ async def _serve_page(
     page: Page,
     headers: dict[str, str] | None = None,
 ) -> web.StreamResponse:
-    """A page built once per version (off the loop; concurrent readers share the build)."""
+    """A page built once per version, off the serving path, sent as it is built
+    (:mod:`hub.web.page_builds`); a closed one from the cache once built."""
     u = link_urls(request)
     validators = _page_validators(u, topic, page, chain.now_ms)
     if not_modified(request, validators):
         return unchanged(validators, headers)
     if request.method == "HEAD":
         return await stream(request, validators, [], headers=headers)
-    cache = request.app[READING].doc_cache
+    reading = request.app[READING]
     if page.closed:
-        cached = cache.get(validators.tag)
+        cached = reading.doc_cache.get(validators.tag)
         if cached is not None:
             return await send_cached(
-                request, validators, cache, validators.tag, cached, headers=headers
+                request, validators, reading.doc_cache, validators.tag, cached, headers=headers
             )
-
-    async def build() -> Rendered:
-        head = _page_head(u, topic, page)
-        return await _build_page(
-            request.app[READING].store, request.app[READING].parser, topic, page, head
-        )
-
-    # The open page is kept per topic until it changes; closed ones go to the page cache.
-    key = f"cl {u.tag} {topic} {page.n}" if page.closed else f"cl {u.tag} {topic}"
-    built = await request.app[READING].builds.get(key, validators.tag, build, keep=not page.closed)
-    assert built is not None
-    if page.closed:
-        cache.put(validators.tag, built.raw)
-        cache.put(validators.tag + "|gz", built.gz)
-    return await send_rendered(request, validators, built, headers=headers)
+    head = _page_head(u, topic, page).encode()
+    build = await reading.page_builds.get(f"cl {u.tag} {topic}", topic, page, head, validators.tag)
+    if build.page != page:  # a newer version, or the one under way (see page_builds)
+        validators = _page_validators(u, topic, build.page, chain.now_ms)
+        if not_modified(request, validators):
+            return unchanged(validators, headers)
+    gz = accepts_gzip(request)
+    text = build.text
+    length = None
+    if text is not None:
+        length = text.gz_length if gz else text.length
+    return await send_pieces(
+        request, validators, build.pieces(gz), gzipped=gz, length=length, headers=headers
+    )
 
 
 async def changelist_page(request: web.Request) -> web.StreamResponse:

@@ -35,7 +35,8 @@ from hub.live.parsing import DocumentParser
 from hub.store.event_store import EventStore, TopicFacts
 from hub.web.access import link_urls
 from hub.web.cache import Validators, not_modified, send_rendered, stream, unchanged
-from hub.web.documents import READ_BATCH, READING, known_topic
+from hub.web.documents import READING, known_topic
+from hub.web.page_builds import READ_BATCH
 
 
 @dataclass(slots=True)
