@@ -257,8 +257,11 @@ def decode(loc: bytes, value: bytes) -> tuple[str, dict[str, Any]]:
         raise _damaged(value, "ends early")
     ms = int.from_bytes(value[1:7], "big")
     seq, pos = value[7], 8
-    if seq >= 0x80:
-        seq, pos = _varint_at(value, 7)
+    if seq >= 0x80:  # two bytes inline (a publish's ids share a ms: sequences of hundreds)
+        if value[8] < 0x80:
+            seq, pos = seq & 0x7F | value[8] << 7, 9
+        else:
+            seq, pos = _varint_at(value, 7)
     if ms >= _MAX_TIME or pos >= end:  # no time the hub renders: not what the script wrote
         raise _damaged(value, "holds no time the hub writes, or ends early")
     flags = value[pos]
@@ -288,6 +291,8 @@ def decode(loc: bytes, value: bytes) -> tuple[str, dict[str, Any]]:
         length = value[pos]
         if length < 0x80:
             pos += 1
+        elif pos + 1 < end and value[pos + 1] < 0x80:
+            length, pos = length & 0x7F | value[pos + 1] << 7, pos + 2
         else:
             length, pos = _varint_at(value, pos)
         fields["length"] = length
