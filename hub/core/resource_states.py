@@ -51,8 +51,6 @@ _MS = timedelta(milliseconds=1)
 #: The times a ``datetime`` holds, in ms since the epoch: up to the end of the year 9999
 #: (253402300800000, which six bytes hold; the publish script has it too).
 _MAX_TIME = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // _MS + 1
-#: A digest's hex as :meth:`bytes.hex` writes it.
-_LOWER_HEX = re.compile("[0-9a-f]+").fullmatch
 #: An earlier form's event id.
 _EARLIER_ID = re.compile(rb"[0-9]{1,20}-[0-9]{1,20}")
 
@@ -149,14 +147,24 @@ def tail(fields: Mapping[str, Any]) -> bytes | None:
         hexed = value[4:] if size == 36 and value[:4] == "md5:" else None
         if hexed is None and size == 72 and value[:8] == "sha-256:":
             hexed = value[8:]
-        if hexed is not None and _LOWER_HEX(hexed) is not None:  # reads back the same
-            flags |= _MD5 if size == 36 else _SHA256
-            out += bytes.fromhex(hexed)
-            held += 1
+        if hexed is not None:
+            try:
+                raw = bytes.fromhex(hexed)
+            except ValueError:
+                raw = b""
+            if raw.hex() == hexed:  # lowercase, no spaces: it reads back the same
+                flags |= _MD5 if size == 36 else _SHA256
+                out += raw
+                held += 1
     value = fields.get("length")
     if type(value) is int and 0 <= value < _MAX_LENGTH:
         flags |= _LENGTH
-        out += _varint(value) if value >= 0x80 else bytes((value,))
+        if value < 0x80:
+            out.append(value)
+        elif value < 0x4000:
+            out += bytes((value & 0x7F | 0x80, value >> 7))
+        else:
+            out += _varint(value)
         held += 1
     value = fields.get("type")
     if type(value) is str:
