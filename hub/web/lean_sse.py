@@ -5,7 +5,8 @@ which parses its requests with llhttp (``httptools``; never by hand). A plain su
 /topics/{name}/events`` over HTTP/1.1 to an open topic, with no query, no resume point, no
 body, no upgrade and only headers that change nothing in the answer (:data:`_IGNORED`), is
 served by a :class:`LeanStream`: a protocol object with slots, written to by the topic
-feed's fan-out, with one heartbeat timer and no task. Anything else, including every
+feed's fan-out, with no task and no timer (the process's one heartbeat timer beats it,
+:mod:`hub.live.heartbeats`). Anything else, including every
 request the hub answers with an error, is handed to aiohttp's ``RequestHandler`` on the same
 transport with the bytes received so far, and served exactly as before: the lean path
 declines whatever it would have to do differently.
@@ -130,7 +131,6 @@ class LeanStream(SseStream, asyncio.Protocol):
     __slots__ = (
         "_ended",
         "_guard",
-        "_heartbeat",
         "_lean",
         "_paused",
         "_pump",
@@ -148,7 +148,6 @@ class LeanStream(SseStream, asyncio.Protocol):
         self._transport = transport
         self._started = time.perf_counter()
         self._pump: ClientStream | None = None
-        self._heartbeat: asyncio.TimerHandle | None = None
         self._paused = False
         self._ended = False
         #: Kept for the access log line only.
@@ -174,8 +173,7 @@ class LeanStream(SseStream, asyncio.Protocol):
             request_id=rid,
         )
         transport.write(head + self.opening())
-        loop = asyncio.get_running_loop()
-        self._heartbeat = loop.call_later(self.heartbeat_in(loop.time()), self._beat)
+        lean.ctx.heartbeats.add(self)  # the process's one timer: none of its own
 
     def _write_now(self, events: list[Event]) -> bool:
         if self._paused or self._transport.is_closing():
@@ -187,17 +185,18 @@ class LeanStream(SseStream, asyncio.Protocol):
         self._transport.write(pump.feed.sse_events(events, chunked=True))
         return True  # the feed counts the message
 
-    def _beat(self) -> None:
-        transport = self._transport
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        if not self._paused and not transport.is_closing():
-            beat = self.heartbeat(now)
+    def beat(self) -> bool:
+        """Each interval (:class:`hub.live.heartbeats.Heartbeats`): a heartbeat when the
+        stream has been quiet that long (one that could not take it, or that sent events
+        since, is looked at again an interval later); False once it ended."""
+        pump, transport = self._pump, self._transport
+        if pump is None or pump.stopped.done() or transport.is_closing():
+            return False
+        if not self._paused:
+            beat = self.heartbeat(asyncio.get_running_loop().time())
             if beat:
                 transport.write(beat)
-        # A stream that could not take its heartbeat tries again an interval later.
-        due = self.heartbeat_in(now) or self._lean.terms.heartbeat_seconds
-        self._heartbeat = loop.call_later(due, self._beat)
+        return True
 
     def pause_writing(self) -> None:
         self._paused = True
@@ -240,9 +239,6 @@ class LeanStream(SseStream, asyncio.Protocol):
             transport.close()
             if last:  # it gets ``within`` to take it
                 abort_if_stuck(transport, within)
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            self._heartbeat = None
         closed(ctx, pump, "sse", transport)
         ctx.feeds.release_soon(pump.feed)
         elapsed = time.perf_counter() - self._started
