@@ -32,6 +32,7 @@ import time
 from asyncio import FIRST_COMPLETED
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Set as AbstractSet
 from typing import Any, NamedTuple
 
 from hub.core import metrics, websub
@@ -76,6 +77,9 @@ log = logging.getLogger(__name__)
 
 #: How long a worker waits for its node's heartbeat to vouch for its lease again.
 _LEASE_PATIENCE = 60.0
+
+#: Subscriptions whose records :meth:`DeliveryService.start_workers` reads in one round trip.
+_START_CHUNK = 500
 
 
 class _Gone(Exception):
@@ -200,10 +204,13 @@ class DeliveryWorker:
         deny: Callable[[str, str, str], Awaitable[bool]] | None = None,
         attempts: AttemptWriter | None = None,
         contents: ContentStore | None = None,
+        cursor: str | None = None,
     ) -> None:
         """``contents``: where the topic's content is, when it is a plain WebSub topic
-        (its deliveries are that content, :mod:`hub.core.topic_content`)."""
+        (its deliveries are that content, :mod:`hub.core.topic_content`); ``cursor``: its
+        delivery cursor, read with its record (None: read as it starts)."""
         self.sub = sub
+        self._start_cursor = cursor
         self.lease = lease
         self.node = node
         self.settings = settings
@@ -281,7 +288,10 @@ class DeliveryWorker:
         sub = self.sub
         feed = self._feed = await self.feeds.acquire(sub.topic)
         try:
-            cursor = parse_id(await self.store.cursor(sub.topic, sub.callback) or "0-0")
+            stored = self._start_cursor
+            if stored is None:
+                stored = await self.store.cursor(sub.topic, sub.callback)
+            cursor = parse_id(stored or "0-0")
             limit = self.settings.delivery_batch_max_changes
             pause = sub.retry_at - time.time()
             if pause > 0:  # a back-off a previous owner started
@@ -700,17 +710,16 @@ class DeliveryService:
         client: HttpClient,
         store: SubscriptionStore,
         feeds: FeedHub,
-        last_id: Callable[[str], Awaitable[str | None]],
         *,
         node: str,
         tasks: Tasks,
-        worker_ended: Callable[[], None],
+        worker_ended: Callable[[SubscriptionKey], None],
         revocations: Revocations | None = None,
         plain: PlainTopics | None = None,
         contents: ContentStore | None = None,
     ) -> None:
         """``tasks``: where workers, verifications and cursor writes run; ``worker_ended``:
-        called when a worker ends by itself, so ownership reconciles at once;
+        called with its key when a worker ends by itself, so ownership reconciles it at once;
         ``revocations``: the tokens revoked (:meth:`end_revoked`); ``plain``, ``contents``:
         the plain WebSub topics and where their content is."""
         self.settings = settings
@@ -720,7 +729,6 @@ class DeliveryService:
         self.client = client
         self.store = store
         self.feeds = feeds
-        self.last_id = last_id
         self.node = node
         self.workers: dict[SubscriptionKey, DeliveryWorker] = {}
         self.tasks = tasks
@@ -752,14 +760,32 @@ class DeliveryService:
 
     # -- driven by hub.live.ownership ------------------------------------------------------
 
-    def running(self) -> set[SubscriptionKey]:
-        return set(self.workers)
+    def running(self) -> AbstractSet[SubscriptionKey]:
+        """The subscriptions with a worker now (a live view, not a copy: a round of the
+        ownership loop with 100,000 copied them several times)."""
+        return self.workers.keys()
 
     async def start_worker(self, key: SubscriptionKey, lease: Lease) -> None:
         """Start delivering ``key`` (nothing for a damaged record: said once, tried again
-        each round, so a re-subscription that rewrites it is delivered at once)."""
+        each full round, and a re-subscription that rewrites it is delivered at once)."""
+        await self.start_workers(key[0], {key[1]: lease})
+
+    async def start_workers(self, topic: str, leases: dict[str, Lease]) -> None:
+        """:meth:`start_worker` for each of ``topic``'s callbacks in ``leases``, their
+        records and cursors read in one round trip (chunked: a topic's worth of 100,000
+        subscriptions is no one reply of tens of megabytes)."""
+        callbacks = list(leases)
+        for start in range(0, len(callbacks), _START_CHUNK):
+            chunk = callbacks[start : start + _START_CHUNK]
+            rows = await self.store.records(topic, chunk)
+            for callback, (data, cursor) in zip(chunk, rows, strict=True):
+                await self._launch((topic, callback), leases[callback], data, cursor)
+
+    async def _launch(
+        self, key: SubscriptionKey, lease: Lease, data: bytes | None, cursor: str | None
+    ) -> None:
         try:
-            sub = await self.store.get(*key)
+            sub = Subscription.from_json(data) if data else None
         except DamagedData as exc:
             self.damage.damaged(f"subscription of {key[1]!r} to topic {key[0]!r}", exc)
             return
@@ -787,6 +813,7 @@ class DeliveryService:
             deny=self.tell_denied,
             attempts=self.attempts,
             contents=self.contents if self.plain.covers(sub.topic, sub.topic_url) else None,
+            cursor=cursor,
         )
         self.workers[key] = worker
         worker.start(self._workers, lambda _t: self._ended(key, worker))
@@ -865,7 +892,7 @@ class DeliveryService:
             log.error("delivery worker %s -> %s failed: %r", key[0], key[1], failure)
         if self.workers.get(key) is worker:
             del self.workers[key]
-            self.worker_ended()
+            self.worker_ended(key)
 
     # -- WebSub requests, on whichever process receives them ---------------------------
 
@@ -885,9 +912,12 @@ class DeliveryService:
         request, not of its later verification: changes published after the subscriber
         got its 202 are delivered, whatever the verification takes.
         """
-        number = await self.store.request_arrived(req.topic)
+        start = None
+        if req.since is None:
+            number, start = await self.store.request_arrived_at_end(req.topic)
+        else:
+            number = await self.store.request_arrived(req.topic)
         arrived = time.monotonic()
-        start = await self.last_id(req.topic) if req.since is None else None
         self._spawn(f"verify:{req.callback}", self._verify(req, start or "0-0", (number, arrived)))
 
     def deny(self, callback: str, topic_url: str, reason: str) -> None:

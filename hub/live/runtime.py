@@ -133,16 +133,16 @@ class Runtime:
         self.content_publishing = ContentPublishing(
             self.plain_topics, self.contents, self.ingest, self.client
         )
-        wake = asyncio.Event()  # set by delivery when a worker ends: ownership reconciles
+        wake = asyncio.Event()  # set when a worker ends: ownership reconciles
         self.delivery = DeliveryService(
             settings,
             self.client,
             self.subscriptions,
             self.feeds,
-            self.store.last_id,
             node=self.node,
             tasks=self.tasks.group("delivery"),
-            worker_ended=wake.set,
+            # Made next: called only once it runs.
+            worker_ended=lambda key: self.ownership.worker_ended(key),
             revocations=self.revocations,
             plain=self.plain_topics,
             contents=self.contents,

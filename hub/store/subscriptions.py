@@ -294,6 +294,20 @@ class SubscriptionStore:
         )
         return int(number)
 
+    async def request_arrived_at_end(self, topic: str) -> tuple[int, str | None]:
+        """:meth:`request_arrived`, with the id of ``topic``'s last event (None: none yet),
+        read at once: where a new subscription without ``hub.since`` starts."""
+        number, last = await self.scripts.run(
+            scripts.REQUEST_ARRIVED,
+            [keys.requests(topic), keys.request_marks(topic), keys.events(topic)],
+            [],
+        )
+        return int(number), keys.optional_text(last)
+
+    async def _command(self, key: str, command: str, *args: str | bytes | int) -> Any:
+        """One command on ``key`` through the script pipe (see ``scripts/command.lua``)."""
+        return await self.scripts.run(scripts.COMMAND, [key], [command, *args])
+
     async def activate_latest(
         self, sub: Subscription, cursor: str | None, request: int, remember_ms: int
     ) -> str | None:
@@ -319,7 +333,10 @@ class SubscriptionStore:
         )
         if in_force is None:
             return None
-        await self.redis.sadd(keys.SUBSCRIBED_TOPICS, sub.topic)
+        # In this order (each awaited: on a Cluster the two go to different primaries): a
+        # process that learns of the subscription from the change stream finds its topic
+        # in the set when it next reads every subscription.
+        await self._command(keys.SUBSCRIBED_TOPICS, "SADD", sub.topic)
         await self._changed(sub.topic, sub.callback, ACTIVATED)
         return keys.text(in_force)
 
@@ -334,8 +351,24 @@ class SubscriptionStore:
 
     async def get(self, topic: str, callback: str) -> Subscription | None:
         """Raises :class:`DamagedData` if the record is not the hub's."""
-        data = await self.redis.hget(keys.subscriptions(topic), callback)
+        data = await self._command(keys.subscriptions(topic), "HGET", callback)
         return Subscription.from_json(data) if data else None
+
+    async def records(
+        self, topic: str, callbacks: list[str]
+    ) -> list[tuple[bytes | None, str | None]]:
+        """Each callback's stored record (unparsed: None when gone) and delivery cursor,
+        in one round trip: a process that starts the workers of 100,000 subscriptions
+        read them with two round trips each, one at a time (the round that started them
+        took longer than subscribing them)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(keys.subscriptions(topic), callbacks)
+            pipe.hmget(keys.cursors(topic), callbacks)
+            datas, cursors = await pipe.execute()
+        return [
+            (data or None, keys.optional_text(cursor))
+            for data, cursor in zip(datas, cursors, strict=True)
+        ]
 
     async def find(self, sub_id: str) -> Subscription | None:
         """The subscription whose :func:`~hub.core.placement.subscription_id` is ``sub_id``.
@@ -354,7 +387,7 @@ class SubscriptionStore:
         await self.redis.set(keys.failed_verification(sub_id), data, ex=FAILED_VERIFICATION_SECONDS)
 
     async def clear_failed_verification(self, sub_id: str) -> None:
-        await self.redis.delete(keys.failed_verification(sub_id))
+        await self._command(keys.failed_verification(sub_id), "DEL")
 
     async def failed_verification(self, sub_id: str) -> FailedVerification | None:
         """The last failed verification of ``sub_id`` still kept; None if none (or it is
@@ -488,11 +521,11 @@ class SubscriptionStore:
     # -- the change stream ------------------------------------------------------------
 
     async def _changed(self, topic: str, callback: str, kind: str) -> None:
-        await self.redis.xadd(
+        await self._command(
             keys.SUBSCRIPTION_CHANGES,
-            {"topic": topic, "callback": callback, "kind": kind},
-            maxlen=_CHANGES_KEPT,
-            approximate=True,
+            "XADD",
+            *("MAXLEN", "~", _CHANGES_KEPT, "*"),
+            *("topic", topic, "callback", callback, "kind", kind),
         )
 
     async def last_change_id(self) -> str:
