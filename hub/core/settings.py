@@ -343,7 +343,9 @@ class Settings(BaseSettings):
     #: gets the last snapshot at once while the next is built in the background; a reader
     #: of the others gets the earlier version after this wait. With nothing built yet, the
     #: reader gets 503 with ``Retry-After`` (most HTTP clients give up after 30 s, and a
-    #: 1,000,000-URI snapshot takes longer to build).
+    #: 1,000,000-URI snapshot takes longer to build). A Change List page is sent as it is
+    #: built, never waited for whole; a reader of the open page waits at most this long for
+    #: a build of its previous version to end (then gets that version).
     document_wait_seconds: float = Field(1.0, ge=0, le=30)
     #: In-process cache of rendered closed Change List pages (0 = no cache).
     document_cache_bytes: int = Field(64 * 1024 * 1024, ge=0, le=4 * 1024**3)
@@ -404,7 +406,9 @@ class Settings(BaseSettings):
     #: each built once per topic version off the event loop and shared by every request
     #: for it (0 = build per version without keeping it; concurrent requests still share
     #: one build). The latest change of each URI behind ``changes.xml`` is kept per topic
-    #: up to as much again (least recently read topics out; one is always kept).
+    #: up to as much again (least recently read topics out; one is always kept), and so is
+    #: the last version built of each topic's open Change List page, which its next version
+    #: goes on from (least recently read out).
     built_document_cache_bytes: int = Field(256 * 1024 * 1024, ge=0, le=16 * 1024**3)
 
     # -- https callbacks (task: hostile callback answers, TLS settings) -----------------
