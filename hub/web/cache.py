@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import logging
 import re
 from collections import OrderedDict
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
@@ -26,8 +27,11 @@ from email.utils import parsedate_to_datetime
 from aiohttp import web
 from aiohttp.web_response import ContentCoding
 
+from hub.core.exceptions import RequestError
 from hub.core.rendering import CHARSET, MEDIA_TYPE, Rendered
 from hub.core.tasks import Tasks
+
+log = logging.getLogger(__name__)
 
 XML = MEDIA_TYPE
 #: A whole body is written in slices of this size, so one write never holds the loop long.
@@ -285,6 +289,10 @@ async def send_pieces(
     except ConnectionError:
         raise
     except Exception as exc:
+        # Said once, without a traceback: a page withdrawn while it was sent is routine
+        # (retention), anything else (damaged data, Redis away) the operator should hear of.
+        level = logging.INFO if isinstance(exc, RequestError) else logging.WARNING
+        log.log(level, "%s %r cut after its first bytes: %r", request.method, request.path, exc)
         transport = request.transport
         if transport is not None:
             transport.abort()

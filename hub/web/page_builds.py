@@ -60,19 +60,17 @@ class PageBuild:
     def __init__(self, topic: str, page: Page, start: PageBuild | None) -> None:
         self.topic = topic
         self.page = page
-        #: The earlier version it goes on from (a short build), if any.
+        #: The earlier version it goes on from (a short build), if any; let go once used.
         self.start = start.text if start is not None else None
         self.start_page = start.page if start is not None else None
+        #: Whether it goes on from an earlier version (then it is short).
+        self.going_on = self.start is not None
         #: Set once the first batch was read and checked: then readers may be answered.
         self.writer: PageWriter | None = None
         self.text: PageText | None = None
         self.error: BaseException | None = None
         self.task: asyncio.Task[None] | None = None
         self._grown = asyncio.Event()
-
-    @property
-    def going_on(self) -> bool:
-        return self.start is not None
 
     @property
     def done(self) -> bool:
@@ -260,6 +258,7 @@ class PageBuilds:
             else:
                 writer = await asyncio.to_thread(PageWriter.going_on, start, head)
             after, read = start_page.last, start_page.count
+        build.start = None  # its pieces are the writer's now: the rest of it may go
         if page.first is not None and page.last is not None and read < page.count:
             begin = page.first if after is None else f"({after}"
             # a first batch small enough to render on the loop: the first bytes go out soon

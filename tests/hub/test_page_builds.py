@@ -11,16 +11,19 @@ import gzip
 import io
 from typing import Any
 
+import aiohttp
 import pytest
 from multidict import CIMultiDict
 
 from hub.core import rendering
+from hub.store import keys
 from hub.store.pages import Page
 from hub.web.app import RUNTIME
 from hub.web.documents import READING
 from resourcesync import ChangeList, parse
 from tests.conftest import Hub
 from tests.support import changes, notification
+from tests.watchdog import Watchdog
 
 #: Entries per page: three batches of a build (a first small one, a full one, the rest).
 PAGE = 6000
@@ -189,3 +192,34 @@ async def test_open_pages_kept_stay_within_their_bound(hub: Hub) -> None:
     body, _ = await get(hub, f"{hub.url}/topics/t0/changelist/1.xml")
     assert body == (await reference(hub, "t0", 1))[1] and builds.started == started + 1
     assert builds.kept_bytes <= 1_000_000
+
+
+async def test_a_page_that_fails_after_its_first_bytes_is_cut_never_ended(
+    hub: Hub, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An entry no hub wrote, past the first batch: the reader has the first bytes when the
+    build meets it, so its connection is cut (a chunked body without its end), said in one
+    warning line without a traceback; never a page that ends as if whole. One in the first
+    batch is answered 500 as before, naming it."""
+    await publish(hub, "t", 1000)
+    await hub.redis.xadd(keys.events("t"), {"x": "1"})
+    await publish(hub, "t", 10, start=1000)
+    url = f"{hub.url}/topics/t/changelist/1.xml"
+    for gz in (False, True):
+        forget(hub)
+        headers = {"Accept-Encoding": "gzip" if gz else "identity"}
+        async with Watchdog():
+            async with hub.session.get(url, headers=headers) as resp:
+                assert resp.status == 200
+                with pytest.raises(aiohttp.ClientPayloadError):
+                    await resp.read()
+    said = [r for r in caplog.records if "cut after its first bytes" in r.getMessage()]
+    assert len(said) == 2 and all(r.levelname == "WARNING" for r in said)
+    assert "holds no change" in said[0].getMessage()
+    assert not [r for r in caplog.records if r.exc_info or r.levelname == "ERROR"]
+    # the hub answers on, and a damaged entry in the first batch is a 500 before any byte
+    await hub.redis.delete(keys.events("u"))
+    await hub.redis.xadd(keys.events("u"), {"x": "1"})
+    await publish(hub, "u", 3)
+    async with hub.session.get(f"{hub.url}/topics/u/changelist/1.xml") as resp:
+        assert resp.status == 500 and "holds no change" in await resp.text()
