@@ -87,6 +87,9 @@ DAMAGES: dict[str, Damage] = {
     "resource value garbage": lambda r, t: r.hset(
         keys.resources(t), "http://example.org/x", "garbage"
     ),
+    "resource value packed, cut short": lambda r, t: r.hset(
+        keys.resources(t), "http://example.org/x", b"\x01\x00\x00\x01"
+    ),
     "topic set member not UTF-8": lambda r, t: r.sadd(keys.TOPICS, b"\xff\xfe"),
     "topic set member not a name": lambda r, t: r.sadd(keys.TOPICS, "../evil", ""),
     "subscribed set member not UTF-8": lambda r, t: r.sadd(keys.SUBSCRIBED_TOPICS, b"\xff"),

@@ -175,3 +175,24 @@ async def test_an_earlier_hubs_fold_is_still_served(hub: Hub, earlier: int) -> N
     stored = await hub.redis.hgetall(keys.resources("old"))
     assert stored[(r + "e0").encode()][0] == resource_states.FORMAT  # rewritten, packed
     assert stored[(r + "e1").encode()] == _earlier_state(ids[1], r + "e1", 1)  # as it was
+
+
+@pytest.mark.parametrize(
+    "state",
+    [b"\x01\x00\x00\x01", b"\x01" + bytes(7) + b"\x07", b"garbage", b"1-0 {not json"],
+    ids=["packed, cut short", "packed, no such change", "neither form", "earlier, not JSON"],
+)
+async def test_a_damaged_state_is_a_500_naming_it(hub: Hub, state: bytes) -> None:
+    """A fold value the hub did not write: the Resource List answers 500 naming it (never
+    a traceback or a 503), and the next publish of its URI repairs it."""
+    loc = "http://example.org/x"
+    await publish(hub, "bad", [{"loc": loc, "change": "created"}])
+    await hub.redis.hset(keys.resources("bad"), loc, state)
+    url = f"{hub.url}/topics/bad/resourcelist.xml"
+    async with hub.session.get(url) as resp:
+        assert resp.status == 500
+        error = (await resp.json())["error"]
+    assert "stored data is damaged" in error and "Resource List state" in error
+    await publish(hub, "bad", [{"loc": loc, "change": "updated"}])
+    _, doc, _ = await get_doc(hub.session, url, hub.url, "bad")
+    assert [e.loc for e in doc.entries] == [loc]
