@@ -80,6 +80,11 @@ def pages_head(topic: str) -> str:
     return f"{PREFIX}{{{topic}}}:pages:head"
 
 
+def rendered_page(topic: str, n: int) -> str:
+    """String: closed Change List page ``n``, gzipped (``hub.store.rendered_pages``)."""
+    return f"{PREFIX}{{{topic}}}:pages:rendered:{n}"
+
+
 def resourcelist_snapshot(topic: str) -> str:
     """Hash: the current Resource List snapshot (id, at, completed, pages, last_id)."""
     return f"{PREFIX}{{{topic}}}:rl:snapshot"

@@ -43,6 +43,7 @@ from hub.live.runtime import Runtime
 from hub.live.topic_directory import TopicDirectory
 from hub.store.embedded_redis import EmbeddedRedis
 from hub.store.redis_connection import StoreError
+from hub.store.rendered_pages import RenderedPages
 from hub.store.replicas import NotReplicated
 from hub.web import access as web_access
 from hub.web import admin as web_admin
@@ -248,6 +249,7 @@ def _lifecycle(
                 runtime.parser,
                 runtime.document_builds,
                 closed_pages,
+                RenderedPages(runtime.connections.main),
                 max_bytes=settings.built_document_cache_bytes,
                 wait_seconds=settings.document_wait_seconds,
             ),

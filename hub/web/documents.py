@@ -36,7 +36,9 @@ User documentation: ``docs/polling.md``.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import hashlib
+import zlib
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -172,6 +174,20 @@ def _page_head(u: HubUrls, topic: str, page: Page) -> str:
     )
 
 
+async def _stored_page(reading: Reading, topic: str, page: Page, tag: str) -> bytes | None:
+    """A closed page some process built and kept in Redis (then in this one's cache too)."""
+    gz = await reading.page_builds.stored.get(topic, page.n, tag)
+    if gz is None:
+        return None
+    try:  # zlib releases the GIL: a thread will do
+        raw = await asyncio.to_thread(gzip.decompress, gz)
+    except (OSError, EOFError, zlib.error):  # not what the hub stored: build it again
+        return None
+    reading.doc_cache.put(tag, raw)
+    reading.doc_cache.put(tag + "|gz", gz)
+    return raw
+
+
 async def _serve_page(
     request: web.Request,
     topic: str,
@@ -188,14 +204,19 @@ async def _serve_page(
     if request.method == "HEAD":
         return await stream(request, validators, [], headers=headers)
     reading = request.app[READING]
+    public = u.tag == reading.urls.tag  # (an alias's links differ: built per alias)
     if page.closed:
         cached = reading.doc_cache.get(validators.tag)
+        if cached is None and public:
+            cached = await _stored_page(reading, topic, page, validators.tag)
         if cached is not None:
             return await send_cached(
                 request, validators, reading.doc_cache, validators.tag, cached, headers=headers
             )
     head = _page_head(u, topic, page).encode()
-    build = await reading.page_builds.get(f"cl {u.tag} {topic}", topic, page, head, validators.tag)
+    build = await reading.page_builds.get(
+        f"cl {u.tag} {topic}", topic, page, head, validators.tag, store=public
+    )
     if build.page != page:  # a newer version, or the one under way (see page_builds)
         validators = _page_validators(u, topic, build.page, chain.now_ms)
         if not_modified(request, validators):

@@ -9,13 +9,14 @@ pieces`): the first bytes go out after the first batch, however big the page. A 
 goes away leaves the build running for the others (and for the cache).
 
 Once built, a closed page goes to the cache of closed pages (:class:`hub.web.cache.ByteCache`,
-bounded) and is sent from there with its length. The last version built of each topic's
-open page is kept (least recently used out, ``max_bytes`` in all), and the next version goes
-on from it: only the entries published since are read, rendered and gzipped, and the page's
-close reuses them too. While an open page is built from nothing (a fresh process), a reader
-of a newer version of that page follows that build rather than start a second one: the page
-it gets is the earlier version (its ``ETag`` and ``Last-Modified`` say which), whose entries
-are a prefix of the newer one's.
+bounded) and is sent from there with its length; gzipped, it is kept in Redis too
+(:mod:`hub.store.rendered_pages`), for every process and the next start. The last version
+built of each topic's open page is kept (least recently used out, ``max_bytes`` in all),
+and the next version goes on from it: only the entries published since are read, rendered
+and gzipped, and the page's close reuses them too. While an open page is built from nothing
+(a fresh process), a reader of a newer version of that page follows that build rather than
+start a second one: the page it gets is the earlier version (its ``ETag`` and
+``Last-Modified`` say which), whose entries are a prefix of the newer one's.
 
 A page is only ever sent whole: a build checks, as the whole page was read before, that
 retention did not trim it; if it did, a reader not yet answered gets 404, and a reader
@@ -36,6 +37,8 @@ from hub.core.tasks import Tasks
 from hub.live.parsing import DocumentParser
 from hub.store.event_store import EventStore
 from hub.store.pages import Page
+from hub.store.redis_connection import StoreError
+from hub.store.rendered_pages import RenderedPages
 from hub.web.cache import ByteCache
 
 log = logging.getLogger(__name__)
@@ -120,11 +123,14 @@ class PageBuilds:
         parser: DocumentParser,
         tasks: Tasks,
         closed: ByteCache,
+        stored: RenderedPages,
         *,
         max_bytes: int,
         wait_seconds: float,
     ) -> None:
         self.store = store
+        #: Closed pages built under the public base, gzipped, for every process.
+        self.stored = stored
         self.parser = parser
         self.tasks = tasks
         #: Built closed pages, by their validators' tag (and ``tag|gz``).
@@ -152,13 +158,17 @@ class PageBuilds:
         self._open.clear()
         self._open_bytes = 0
 
-    async def get(self, key: str, topic: str, page: Page, head: bytes, tag: str) -> PageBuild:
+    async def get(
+        self, key: str, topic: str, page: Page, head: bytes, tag: str, *, store: bool = False
+    ) -> PageBuild:
         """The build to send for ``page``: this version of it, or a newer one, or, while the
         open page is built from nothing, the version under way; started if none is.
 
         ``key``: the topic's documents under one base URL (their heads differ per base);
         ``head``: the page's head as rendered for ``page``; ``tag``: its validators' tag
-        (the closed pages' cache key).
+        (the closed pages' cache key); ``store``: a closed page built is kept in Redis too
+        (:mod:`hub.store.rendered_pages`: pages under the public base, which every process
+        serves).
         """
         while True:
             kept = self._open.get(key)
@@ -171,7 +181,7 @@ class PageBuilds:
             if running is None or (
                 not _prefix(running.page, page) and not _prefix(page, running.page)
             ):
-                return self._start(key, topic, page, head, tag, kept)
+                return self._start(key, topic, page, head, tag, kept, store=store)
             if running.page.closed or (not page.closed and running.page.count >= page.count):
                 return running  # this version, or a newer one
             if not page.closed and not running.going_on:
@@ -183,7 +193,7 @@ class PageBuilds:
             if running.done:
                 continue
             if page.closed:
-                return self._start(key, topic, page, head, tag, None, share=False)
+                return self._start(key, topic, page, head, tag, None, share=False, store=store)
             return running
 
     def _start(
@@ -196,6 +206,7 @@ class PageBuilds:
         start: PageBuild | None,
         *,
         share: bool = True,
+        store: bool = False,
     ) -> PageBuild:
         build = PageBuild(topic, page, start)
         if share:
@@ -203,7 +214,7 @@ class PageBuilds:
         self.started += 1
         build.task = self.tasks.spawn(
             f"changelist {topic} {page.n}",
-            self._build(build, head, key, tag, share),
+            self._build(build, head, key, tag, share, store),
             on_end=_retrieved,
         )
         return build
@@ -224,7 +235,9 @@ class PageBuilds:
             _, dropped = self._open.popitem(last=False)
             self._open_bytes -= _size(dropped)
 
-    async def _build(self, build: PageBuild, head: bytes, key: str, tag: str, shared: bool) -> None:
+    async def _build(
+        self, build: PageBuild, head: bytes, key: str, tag: str, shared: bool, store: bool
+    ) -> None:
         try:
             await self._write(build, head)
         except Exception as exc:  # the readers get it (404, 503, or a cut connection)
@@ -237,6 +250,7 @@ class PageBuilds:
             if shared and self._running.get((key, build.page.n)) is build:
                 del self._running[(key, build.page.n)]
             text = build.text
+            gz = None
             if text is not None and build.page.closed:
                 raw, gz = text.joined()
                 self.closed.put(tag, raw)
@@ -244,6 +258,11 @@ class PageBuilds:
             elif text is not None:
                 self._keep(key, build)
             build.grew()
+        if gz is not None and store:
+            try:
+                await self.stored.put(build.topic, build.page.n, tag, gz)
+            except StoreError as exc:  # only what another process could have reused
+                log.info("closed page %d of %r not stored: %s", build.page.n, build.topic, exc)
 
     async def _write(self, build: PageBuild, head: bytes) -> None:
         """Read, render and gzip the page from the earlier version it goes on from, or from

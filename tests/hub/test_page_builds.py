@@ -1,6 +1,7 @@
 """Change List pages built off the serving path (hub.web.page_builds): what a reader gets,
-cold, from a build under way, from the cache, or from a version that went on from an
-earlier one, is byte for byte the page rendered whole from the stream; the open page
+cold, from a build under way, from the cache, from Redis (another process's build), or
+from a version that went on from an earlier one, is byte for byte the page rendered whole
+from the stream; the open page
 holds a change published just before it is read; each entry is read once however the page
 grows; the open pages kept stay within their bound."""
 
@@ -16,13 +17,15 @@ import pytest
 from multidict import CIMultiDict
 
 from hub.core import rendering
+from hub.core.settings import Settings
 from hub.store import keys
 from hub.store.pages import Page
+from hub.store.rendered_pages import KEPT_SECONDS
 from hub.web.app import RUNTIME
 from hub.web.documents import READING
 from resourcesync import ChangeList, parse
-from tests.conftest import Hub
-from tests.support import changes, notification
+from tests.conftest import Hub, start_hub
+from tests.support import changes, free_port, notification, wait_for
 from tests.watchdog import Watchdog
 
 #: Entries per page: three batches of a build (a first small one, a full one, the rest).
@@ -74,11 +77,13 @@ async def get(hub: Hub, url: str, *, gz: bool = False) -> tuple[bytes, CIMultiDi
         return body, CIMultiDict(resp.headers)
 
 
-def forget(hub: Hub) -> None:
+async def forget(hub: Hub, topic: str = "t") -> None:
     """Empty every cache of rendered pages: the next read builds from the stream."""
     reading = hub.app[READING]
     reading.doc_cache.clear()
     reading.page_builds.clear()
+    for n in (1, 2):
+        await hub.redis.delete(keys.rendered_page(topic, n))
 
 
 async def test_closed_page_cold_cached_and_gzipped_equal_the_page_rendered_whole(
@@ -96,7 +101,7 @@ async def test_closed_page_cold_cached_and_gzipped_equal_the_page_rendered_whole
     assert cached == expected and builds.started == 1  # from the cache of closed pages
     assert again["Content-Length"] == str(len(expected)) and again["ETag"] == headers["ETag"]
     assert "immutable" in again["Cache-Control"]
-    forget(hub)
+    await forget(hub)
     zipped, gz_headers = await get(hub, url, gz=True)
     assert zipped == expected and builds.started == 2
     assert gz_headers["Content-Encoding"] == "gzip" and gz_headers["ETag"] == headers["ETag"]
@@ -143,7 +148,7 @@ async def test_open_page_goes_on_from_its_last_version_until_it_closes(hub: Hub)
     assert "immutable" in headers["Cache-Control"]
     assert builds.events_read == PAGE
     # and equals the page built from nothing
-    forget(hub)
+    await forget(hub)
     rebuilt, rebuilt_zipped = (await get(hub, url))[0], (await get(hub, url, gz=True))[0]
     assert rebuilt == rebuilt_zipped == expected
     assert builds.events_read == 2 * PAGE
@@ -206,7 +211,7 @@ async def test_a_page_that_fails_after_its_first_bytes_is_cut_never_ended(
     await publish(hub, "t", 10, start=1000)
     url = f"{hub.url}/topics/t/changelist/1.xml"
     for gz in (False, True):
-        forget(hub)
+        await forget(hub)
         headers = {"Accept-Encoding": "gzip" if gz else "identity"}
         async with Watchdog():
             async with hub.session.get(url, headers=headers) as resp:
@@ -223,3 +228,47 @@ async def test_a_page_that_fails_after_its_first_bytes_is_cut_never_ended(
     await publish(hub, "u", 3)
     async with hub.session.get(f"{hub.url}/topics/u/changelist/1.xml") as resp:
         assert resp.status == 500 and "holds no change" in await resp.text()
+
+
+async def test_a_closed_page_built_once_is_served_by_every_process_from_redis(
+    hub: Hub, redis_url: str
+) -> None:
+    await publish(hub, "t", PAGE + 1)
+    _, expected = await reference(hub, "t", 1)
+    url = "/topics/t/changelist/1.xml"
+    key = keys.rendered_page("t", 1)
+    body, headers = await get(hub, hub.url + url)
+    assert body == expected
+    tag = headers["ETag"].removeprefix('W/"').removesuffix('"').encode()
+
+    async def stored() -> bool:  # the build keeps it in Redis right after its readers' end
+        value = await hub.redis.get(key)
+        return value is not None and value.startswith(tag + b"\n")
+
+    await wait_for(stored)
+    assert 0 < await hub.redis.ttl(key) <= KEPT_SECONDS
+    # another process of the same hub: the same public base URL, its own port
+    port = free_port()
+    settings = Settings(host="127.0.0.1", port=port, changelist_page_entries=PAGE, base_url=hub.url)
+    runner, app = await start_hub(settings, redis_url)
+    try:
+        other = Hub(f"http://127.0.0.1:{port}", app, settings, hub.session)
+        for gz in (False, True):
+            body, headers = await get(other, other.url + url, gz=gz)
+            assert body == expected and headers["Content-Length"]
+        assert app[READING].page_builds.started == 0
+        assert app[READING].page_builds.events_read == 0
+        # what Redis holds for that key but is not that page's (another version, damaged
+        # bytes) is not sent: the page is built again, and stored again
+        for value in (
+            b"another-version\n" + gzip.compress(b"<urlset/>"),
+            b"no newline",
+            tag + b"\nnot gzip",
+        ):
+            app[READING].doc_cache.clear()
+            await hub.redis.set(key, value)
+            assert (await get(other, other.url + url))[0] == expected
+            await wait_for(stored)
+        assert app[READING].page_builds.started == 3
+    finally:
+        await runner.cleanup()
