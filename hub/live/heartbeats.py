@@ -97,13 +97,6 @@ class Heartbeats:
         # Behind (a burst left more due than a tick takes): the next tick at once.
         self._timer = loop.call_at(max(queue[0][0], horizon), self._run)
 
-    def close(self) -> None:
-        """Stop the timer and forget every connection (the process is shutting down)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._queue.clear()
-
 
 def _batch(queued: int, tick: float, interval: float) -> int:
     """The most beats one tick takes out of ``queued``."""
@@ -116,7 +109,7 @@ class PingedSocket:
     when it has been silent since its last ping. Its reader calls :meth:`heard` for every
     frame that comes in, a pong or anything else."""
 
-    __slots__ = ("_cancelled", "_silent", "_stop", "_transport")
+    __slots__ = ("_silent", "_stop", "_transport")
 
     def __init__(
         self, heartbeats: Heartbeats, transport: asyncio.Transport, stop: Callable[[], None]
