@@ -170,6 +170,7 @@ class PageBuilds:
         (:mod:`hub.store.rendered_pages`: pages under the public base, which every process
         serves).
         """
+        waited = False
         while True:
             kept = self._open.get(key)
             if kept is not None and not page.closed and _prefix(page, kept.page):
@@ -184,17 +185,16 @@ class PageBuilds:
                 return self._start(key, topic, page, head, tag, kept, store=store)
             if running.page.closed or (not page.closed and running.page.count >= page.count):
                 return running  # this version, or a newer one
-            if not page.closed and not running.going_on:
-                return running  # built from nothing: its earlier version now, not a second
-            # a short build of an earlier version, or of the open page that closed since:
-            # go on from it once it ends
-            assert running.task is not None
-            await asyncio.wait([running.task], timeout=self.wait_seconds)
-            if running.done:
-                continue
-            if page.closed:
+            if not running.going_on or waited:
+                if not page.closed:
+                    return running  # built from nothing: its earlier version now, not a second
+                # the open version of this page that closed since: no reader waits for it
                 return self._start(key, topic, page, head, tag, None, share=False, store=store)
-            return running
+            # a short build of an earlier version: go on from it once it ends (waited for
+            # once, at most ``wait_seconds``)
+            assert running.task is not None
+            waited = True
+            await asyncio.wait([running.task], timeout=self.wait_seconds)
 
     def _start(
         self,

@@ -272,3 +272,25 @@ async def test_a_closed_page_built_once_is_served_by_every_process_from_redis(
         assert app[READING].page_builds.started == 3
     finally:
         await runner.cleanup()
+
+
+async def test_a_closed_page_never_waits_for_its_open_version_built_from_nothing(
+    hub: Hub,
+) -> None:
+    """The page closed while its open version is built from nothing (a fresh process): a
+    reader of the closed page gets a build of its own at once, the page rendered whole."""
+    reading = hub.app[READING]
+    await publish(hub, "t", 100)
+    _, opened = await reading.pages.page("t", 1)
+    await publish(hub, "t", PAGE - 100 + 1, start=100)
+    closed, expected = await reference(hub, "t", 1)
+    assert opened is not None and not opened.closed and closed.closed
+    key = "cl test t"
+    open_build = await reading.page_builds.get(key, "t", opened, b"<urlset>", "tag-open")
+    head = expected.partition(b"<url>")[0]
+    closed_build = await reading.page_builds.get(key, "t", closed, head, "tag-closed")
+    assert closed_build is not open_build and closed_build.page == closed
+    assert not open_build.done  # it did not wait for it
+    body = b"".join([bytes(piece) async for piece in closed_build.pieces(gz=False)])
+    assert body == expected
+    assert reading.page_builds.started == 2
