@@ -3,7 +3,8 @@ to 100,000 WebSub subscriptions.
 
 Run ``.venv/bin/python bench/growth.py`` from the repository root (``--quick``: 10,000 and
 100,000 resources; ``--sizes``, ``--subscriptions``, ``--idle`` to choose; ``--until HH:MM``
-starts no size after that UTC time and records it as not reached). Each size is one cell,
+starts no size that would end after that UTC time, at the pace of the axis's last size, and
+records it as not reached). Each size is one cell,
 run in turn on one embedded Redis, emptied between cells, out of ``bench/scale.py``'s parts:
 
 * **N resources**: ``bench_resourcelist`` publishes N URIs to one topic (1,000 per publish,
@@ -530,7 +531,7 @@ async def subscriptions_cell(
         subscriptions=s,
         topics=max(1, s // PER_TOPIC),
         latency_seconds=5.0,
-        wait_seconds=max(300.0, s / 100),
+        wait_seconds=max(300.0, s / 150),
     )
     await bench_websub(sizes, procs, redis_url, redis_pid, report)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
@@ -569,6 +570,16 @@ async def idle_steps(
     )
 
 
+def estimate(done: Sequence[tuple[int, float]], size: int) -> float | None:
+    """Seconds a cell of ``size`` will take: the line through the last two sizes' times (a
+    fixed part, the idle steps, and one that grows with the size); None before two."""
+    if len(done) < 2:
+        return None
+    (n1, t1), (n2, t2) = done[-2], done[-1]
+    per = max(0.0, (t2 - t1) / (n2 - n1))
+    return max(t2, t2 + per * (size - n2))
+
+
 def past(deadline: datetime.datetime | None) -> bool:
     return deadline is not None and datetime.datetime.now(datetime.UTC) >= deadline
 
@@ -592,6 +603,7 @@ async def conduct(
         )
     if not args.idle:  # --idle '' : no active-latency step at all
         reachable = None
+    paces: dict[str, list[tuple[int, float]]] = {}  # axis -> its sizes and their seconds
     for axis, size in plan:
         if past(args.until):
             run.note(
@@ -599,6 +611,17 @@ async def conduct(
                 f"(--until {args.until:%H:%M} UTC) was spent"
             )
             continue
+        needed = estimate(paces.get(axis, []), size)
+        if args.until is not None and needed is not None:
+            ends = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=needed)
+            if ends > args.until:
+                done = ", ".join(f"{n:,}: {t / 60:.1f} min" for n, t in paces[axis])
+                run.note(
+                    f"{size:,} {axis} not reached: at the pace of the sizes before ({done}) "
+                    f"it needed ~{needed / 60:.0f} min, past the run's end "
+                    f"(--until {args.until:%H:%M} UTC)"
+                )
+                continue
         cell = resources_cell if axis == "resources" else subscriptions_cell
         for attempt in (1, 2):
             print(f"\n== {size:,} {axis} ({render.utc_now()}, load {os.getloadavg()[0]:.1f})")
@@ -619,6 +642,7 @@ async def conduct(
         if not values:
             continue
         values["cell s"] = time.perf_counter() - started
+        paces.setdefault(axis, []).append((size, values["cell s"]))
         run.add(axis, size, values)
         run.write()
         print(f"== {size:,} {axis}: {values['cell s']:.0f} s", flush=True)
@@ -653,7 +677,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=list(IDLE),
         help="idle WebSocket clients beside the active ones (default 0,10000,100000)",
     )
-    parser.add_argument("--until", type=until_time, help="start no size after HH:MM UTC")
+    parser.add_argument(
+        "--until",
+        type=until_time,
+        help="end by HH:MM UTC: a size whose estimate (the last size's time, scaled) ends "
+        "later is not started",
+    )
     parser.add_argument("--label", default="growth curve", help="the record's label")
     parser.add_argument("--render", action="store_true", help="draw the newest run into docs/")
     parser.add_argument("--docs", type=Path, default=DOCS, help=argparse.SUPPRESS)

@@ -124,3 +124,13 @@ def test_the_plot_is_a_png(tmp_path: Path) -> None:
 
 def test_sizes_parse_with_suffixes() -> None:
     assert growth.parse_counts("10k,1M,100_000,10000") == [10_000, 100_000, 1_000_000]
+
+
+def test_a_size_is_estimated_from_the_two_before_it() -> None:
+    assert growth.estimate([], 10_000) is None
+    assert growth.estimate([(10_000, 200.0)], 100_000) is None
+    # 250 s at 100,000, 550 s at 1,000,000: 1/3 ms a resource on top of a fixed part
+    got = growth.estimate([(100_000, 250.0), (1_000_000, 550.0)], 10_000_000)
+    assert got == pytest.approx(3_550.0)
+    # a smaller second size never makes the next one look quicker than the last
+    assert growth.estimate([(1_000, 300.0), (10_000, 200.0)], 100_000) == 200.0
