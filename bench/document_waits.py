@@ -7,7 +7,8 @@ publishes 99,990 changes (page 1 closed with 50,000 entries, page 2 open with 49
 then times over HTTP, each read the first of its version in that process (every cache of
 rendered documents emptied before each round):
 
-- the closed page, cold, and again (cached);
+- the closed page, cold, again (cached), and as a fresh process reads it (this process's
+  caches emptied: the page kept in Redis, if the code keeps it there, else built again);
 - the open page, cold; then, after one more change is published, the open page again (the
   new change must be in it) and with ``Accept-Encoding: gzip``;
 - the Change List Index.
@@ -66,6 +67,7 @@ async def measure(rounds: int) -> dict[str, list[list[float]]]:
     from aiohttp import web
 
     from hub.core.settings import Settings
+    from hub.store import keys
     from hub.store.embedded_redis import EmbeddedRedis
     from hub.web.app import RUNTIME, create_app
     from hub.web.documents import READING
@@ -92,12 +94,21 @@ async def measure(rounds: int) -> dict[str, list[list[float]]]:
         await web.TCPSite(runner, settings.host, settings.port).start()
         reading = app[READING]
 
-        def forget() -> None:
+        def forget_here() -> None:
+            """This process's rendered pages (what another process, or a restart, lacks)."""
             reading.doc_cache.clear()
             reading.builds.clear()
             page_builds = getattr(reading, "page_builds", None)
             if page_builds is not None:
                 page_builds.clear()
+
+        async def forget() -> None:
+            """Every rendered page: this process's, and those kept in Redis (if any)."""
+            forget_here()
+            rendered_page = getattr(keys, "rendered_page", None)
+            if rendered_page is not None:
+                for n in (1, 2):
+                    await app[RUNTIME].connections.main.delete(rendered_page("b", n))
 
         try:
             async with aiohttp.ClientSession(auto_decompress=False) as session:
@@ -119,14 +130,21 @@ async def measure(rounds: int) -> dict[str, list[list[float]]]:
                 index = f"{base}/topics/b/changelist.xml"
                 plain = {"Accept-Encoding": "identity"}
                 for k in range(rounds):
-                    forget()
+                    await forget()
                     ttfb, total, page = await timed_get(session, closed, **plain)
                     record("closed page, cold", ttfb, total)
                     if k == 0:
                         doc = parse(page, validate=True)
                         assert len(doc.entries) == CLOSED and doc.md.until is not None
-                    ttfb, total, page = await timed_get(session, closed, **plain)
+                    ttfb, total, again = await timed_get(session, closed, **plain)
                     record("closed page, again", ttfb, total)
+                    assert again == page
+                    # as another process (or this one restarted) reads it
+                    forget_here()
+                    await asyncio.sleep(0.5)  # (the build keeps it in Redis after its end)
+                    ttfb, total, again = await timed_get(session, closed, **plain)
+                    record("closed page, in a fresh process", ttfb, total)
+                    assert again == page
                     ttfb, total, page = await timed_get(session, opened, **plain)
                     record("open page, cold", ttfb, total)
                     if k == 0:
