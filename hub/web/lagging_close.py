@@ -88,7 +88,7 @@ async def close_lagging(
         transport.write(close_frame(TRY_AGAIN_LATER, reason))  # behind the backlog
         # aiohttp lets go: the transport stops reading, hands its buffer to the kernel as
         # the client reads, then closes its own descriptor (``held`` keeps the socket);
-        # closing ``ws`` then writes nothing more and stops its heartbeat.
+        # closing ``ws`` then writes nothing more (its pings stopped with the stream).
         transport.close()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(ws.close(), within)
