@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import functools
 import json
 import math
 import os
@@ -404,7 +405,7 @@ def parse_counts(text: str) -> list[int]:
 class Run:
     """The run's record, rewritten into ``bench/results/growth.jsonl`` after each cell."""
 
-    def __init__(self, command: str, label: str) -> None:
+    def __init__(self, command: str, label: str, *, append: bool = False) -> None:
         self.path = RESULTS
         self.previous = self.path.read_text(encoding="utf-8") if self.path.exists() else ""
         if self.previous and not self.previous.endswith("\n"):
@@ -421,8 +422,30 @@ class Run:
             "figures": [],
         }
         self.notes: list[str] = []
+        #: The size being measured, for a note when the run is interrupted.
+        self.current = "the next size"
+        lines = self.previous.splitlines()
+        if append and lines:
+            # Go on with the newest run: its sizes stay, this invocation's are added (a
+            # size measured again replaces the earlier figures).
+            self.previous = "".join(line + "\n" for line in lines[:-1])
+            last = json.loads(lines[-1])
+            last["command"] += f"; then {command}"
+            self.load_start = str(last["machine"].get("load", self.load_start)).split("-")[0]
+            note = last.pop("note", "")
+            self.notes = [n.removeprefix("- ") for n in note.splitlines() if n.strip()]
+            self.record = last
 
     def add(self, axis: str, size: int, values: Mapping[str, float]) -> None:
+        prefix = figure_name(axis, size, "")
+        self.record["figures"] = [
+            f for f in self.record["figures"] if not f["name"].startswith(prefix)
+        ]
+        self.notes = [  # measured now: what an earlier invocation said of it is past
+            n
+            for n in self.notes
+            if not (n.startswith(f"{size:,} {axis} ") and ("not reached" in n or "failed" in n))
+        ]
         for name, value in values.items():
             if math.isfinite(value):
                 self.record["figures"].append(
@@ -504,11 +527,20 @@ async def documents(session: aiohttp.ClientSession, topic_url: str, report: Repo
 
 
 async def resources_cell(
-    n: int, idle: Sequence[int] | None, procs: Processes, redis_url: str, redis_pid: int
+    n: int,
+    idle: Sequence[int] | None,
+    procs: Processes,
+    redis_url: str,
+    redis_pid: int,
+    *,
+    lean: bool = False,
 ) -> dict[str, float]:
-    """A topic of ``n`` resources, then the idle steps over it."""
+    """A topic of ``n`` resources, then the idle steps over it (``lean``: neither the
+    next snapshot's wait nor the idle steps)."""
     report = Report([])
-    big = BigTopic(resources=n, wait_seconds=max(600.0, n / 5_000))
+    big = BigTopic(resources=n, wait_seconds=max(600.0, n / 5_000), next_snapshot=not lean)
+    if lean:
+        idle = None
     await bench_resourcelist(big, procs, redis_url, report)
     report.print(f"{n:,} resources: the topic")
     if idle is not None:
@@ -622,9 +654,20 @@ async def conduct(
                     f"(--until {args.until:%H:%M} UTC)"
                 )
                 continue
-        cell = resources_cell if axis == "resources" else subscriptions_cell
+        lean = args.lean_from is not None and axis == "resources" and size >= args.lean_from
+        if lean:
+            run.note(
+                f"{size:,} resources measured lean (--lean-from {args.lean_from:,}): without "
+                "the next snapshot's wait and the idle steps, for time"
+            )
+        cell = (
+            functools.partial(resources_cell, lean=lean)
+            if axis == "resources"
+            else subscriptions_cell
+        )
         for attempt in (1, 2):
             print(f"\n== {size:,} {axis} ({render.utc_now()}, load {os.getloadavg()[0]:.1f})")
+            run.current = f"{size:,} {axis}"
             started = time.perf_counter()
             try:
                 values = await cell(size, reachable, procs, redis_url, redis_pid)
@@ -684,6 +727,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "later is not started",
     )
     parser.add_argument("--label", default="growth curve", help="the record's label")
+    parser.add_argument(
+        "--lean-from",
+        type=int,
+        metavar="N",
+        help="topics of N resources or more: no next-snapshot wait, no idle steps",
+    )
+    parser.add_argument(
+        "--append", action="store_true", help="add the sizes to the newest recorded run"
+    )
     parser.add_argument("--render", action="store_true", help="draw the newest run into docs/")
     parser.add_argument("--docs", type=Path, default=DOCS, help=argparse.SUPPRESS)
     parser.add_argument("--plot", type=Path, default=PLOT, help=argparse.SUPPRESS)
@@ -706,7 +758,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     LOG_LEVEL[0] = args.hub_log_level
     args.files = raise_files(2 * max(args.idle, default=0) + 50_000)
     command = "bench/growth.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    run = Run(command.strip(), args.label)
+    run = Run(command.strip(), args.label, append=args.append)
     print(
         f"rshub growth curve: resources {args.sizes}, subscriptions {args.subscriptions}, "
         f"idle {args.idle}; RLIMIT_NOFILE {args.files:,}; {os.cpu_count()} CPUs; "
@@ -721,7 +773,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             run.write()
             return harness.failed("benchmark", exc)
         except KeyboardInterrupt:
-            run.note("interrupted")
+            run.note(f"{run.current} not reached: interrupted at {render.utc_now()}")
             run.write()
             raise
     run.write()

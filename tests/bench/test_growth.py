@@ -134,3 +134,28 @@ def test_a_size_is_estimated_from_the_two_before_it() -> None:
     assert got == pytest.approx(3_550.0)
     # a smaller second size never makes the next one look quicker than the last
     assert growth.estimate([(1_000, 300.0), (10_000, 200.0)], 100_000) == 200.0
+
+
+def test_a_second_invocation_adds_its_sizes_to_the_newest_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    results = tmp_path / "growth.jsonl"
+    monkeypatch.setattr(growth, "RESULTS", results)
+    first = growth.Run("bench/growth.py --until 20:15", "first")
+    first.note("10,000,000 resources not reached: time")
+    first.add("resources", 10_000, {"changes/s": 9_000.0})
+    first.write()
+    second = growth.Run("bench/growth.py --sizes 10M --append", "second", append=True)
+    second.note("10,000,000 resources measured lean")
+    second.add("resources", 10_000_000, {"changes/s": 12_000.0})
+    second.write()
+    assert len(results.read_text().splitlines()) == 1
+    run = growth.newest_record(results)
+    assert [(c.size, c.get("changes/s")) for c in growth.cells(run)] == [
+        (10_000, 9_000.0),
+        (10_000_000, 12_000.0),
+    ]
+    assert run.label == "first" and run.command.endswith(
+        "; then bench/growth.py --sizes 10M --append"
+    )
+    assert run.note == "- 10,000,000 resources measured lean"  # the "not reached" is past
