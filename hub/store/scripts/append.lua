@@ -41,29 +41,39 @@ local packed, pos, find, sub = ARGV[6], 1, string.find, string.sub
 -- the state packed by the hub (hub.core.resource_states, whose encode makes the same bytes);
 -- "<id> <event>" where an id does not pack (doubles hold integers exactly below 2^53).
 local tails, tpos, char, floor = ARGV[11] or '', 1, string.char, math.floor
-local last_ms, ms_bytes = nil, nil
+local last_ms, head = nil, false
 local function state(id, event, n)
   local dash = find(id, '-', 1, true)
-  local ms_text, seq = sub(id, 1, dash - 1), tonumber(sub(id, dash + 1))
+  local ms_text = sub(id, 1, dash - 1)
   if ms_text ~= last_ms then
+    last_ms, head = ms_text, false
     local ms = tonumber(ms_text)
-    if ms >= 253402300800000 then return id .. ' ' .. event end  -- the year 10000
-    local b = {}
-    for i = 6, 1, -1 do
-      b[i] = ms % 256
-      ms = (ms - b[i]) / 256
+    if ms < 253402300800000 then  -- the year 10000: no time the hub renders
+      local b = {}
+      for i = 6, 1, -1 do
+        b[i] = ms % 256
+        ms = (ms - b[i]) / 256
+      end
+      head = '\1' .. char(b[1], b[2], b[3], b[4], b[5], b[6])
     end
-    last_ms, ms_bytes = ms_text, char(b[1], b[2], b[3], b[4], b[5], b[6])
   end
-  if seq >= 9007199254740992 then return id .. ' ' .. event end
-  local v = {'\1', ms_bytes}
-  while seq >= 128 do
-    v[#v + 1] = char(seq % 128 + 128)
-    seq = floor(seq / 128)
+  local seq = tonumber(sub(id, dash + 1))
+  if not head or seq >= 9007199254740992 then return id .. ' ' .. event end
+  local varint
+  if seq < 128 then
+    varint = char(seq)
+  elseif seq < 16384 then
+    varint = char(seq % 128 + 128, floor(seq / 128))
+  else
+    local v = {}
+    while seq >= 128 do
+      v[#v + 1] = char(seq % 128 + 128)
+      seq = floor(seq / 128)
+    end
+    v[#v + 1] = char(seq)
+    varint = table.concat(v)
   end
-  v[#v + 1] = char(seq)
-  v[#v + 1] = sub(tails, tpos + 1, tpos + n)
-  return table.concat(v)
+  return head .. varint .. sub(tails, tpos + 1, tpos + n)
 end
 while pos <= #packed do
   local a = find(packed, '\0', pos, true)
