@@ -308,7 +308,12 @@ PANELS: tuple[tuple[str, str, Series], ...] = (
     (
         "Resource List first snapshot",
         "s",
-        lambda c: [("first snapshot", c.get("Resource List first snapshot s"))],
+        # a subscriptions size's topic is small: its snapshot says nothing of the size
+        lambda c: (
+            [("first snapshot", c.get("Resource List first snapshot s"))]
+            if c.axis == "resources"
+            else []
+        ),
     ),
     (
         "restart → /healthz",
@@ -463,9 +468,9 @@ class Run:
     def write(self) -> None:
         if not self.record["figures"]:
             return
-        load = f"{os.getloadavg()[0]:.1f}"
+        low, high = sorted((float(self.load_start), os.getloadavg()[0]))
         self.record["machine"]["load"] = (
-            self.load_start if load == self.load_start else f"{self.load_start}-{load}"
+            f"{low:.1f}" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f}-{high:.1f}"
         )
         self.record["until"] = render.utc_now()
         if self.notes:
