@@ -292,7 +292,9 @@ class Settings(BaseSettings):
     #: subscriptions within about 4/3 of this (see docs/scaling.md).
     ownership_lease_seconds: float = Field(3.0, ge=0.3, le=300)
     #: How often every process re-reads the whole set of subscriptions (changes are also
-    #: followed as they happen; this is the safety net).
+    #: followed as they happen; this is the safety net). Up to six times longer when such
+    #: a round is costly (hundreds of thousands of subscriptions): a twentieth of the
+    #: process's time at most.
     ownership_reconcile_seconds: float = Field(10.0, ge=0.05, le=3600)
 
     # -- streams -----------------------------------------------------------------------

@@ -78,8 +78,10 @@ log = logging.getLogger(__name__)
 #: How long a worker waits for its node's heartbeat to vouch for its lease again.
 _LEASE_PATIENCE = 60.0
 
-#: Subscriptions whose records :meth:`DeliveryService.start_workers` reads in one round trip.
+#: Subscriptions whose records :meth:`DeliveryService.start_workers` reads in one round trip,
+#: and how many workers it makes before it lets the event loop run.
 _START_CHUNK = 500
+_START_STRETCH = 50
 
 
 class _Gone(Exception):
@@ -778,7 +780,11 @@ class DeliveryService:
         for start in range(0, len(callbacks), _START_CHUNK):
             chunk = callbacks[start : start + _START_CHUNK]
             rows = await self.store.records(topic, chunk)
-            for callback, (data, cursor) in zip(chunk, rows, strict=True):
+            for n, (callback, (data, cursor)) in enumerate(zip(chunk, rows, strict=True)):
+                if n and not n % _START_STRETCH:
+                    # Let the loop run between stretches: 16,000 workers made in one go
+                    # held it for seconds, past the lease, and every worker lost its lease.
+                    await asyncio.sleep(0)
                 await self._launch((topic, callback), leases[callback], data, cursor)
 
     async def _launch(

@@ -22,9 +22,12 @@ So a dead node's subscriptions are resumed from their cursors within about one l
 one tick, and a node that was paused past its lease neither delivers on nor moves a cursor
 once it wakes up: its writes are fenced by its lease tokens.
 
-The set of subscriptions is read whole every ``reconcile_seconds`` and followed in between
-through ``keys.SUBSCRIPTION_CHANGES``, so a subscription verified by any process starts
-delivering on its owner within a moment.
+The set of subscriptions is read whole every ``reconcile_seconds`` (up to six times that
+when a full round is costly: at most a twentieth of the process's time goes to them) and
+followed in between through ``keys.SUBSCRIPTION_CHANGES``, so a subscription verified by
+any process starts delivering on its owner within a moment. A round between full ones
+looks only at the subscriptions that changed (a worker ended, a lease dropped, a change
+followed), unless the live nodes changed or another node released leases.
 """
 
 from __future__ import annotations
@@ -65,7 +68,13 @@ _TRUSTED = 0.9
 #: one call holds Redis for long), and claims in flight at once, whose workers are then
 #: started together.
 _CLAIM_CHUNK = 500
-_CLAIMS_AT_ONCE = 32
+_CLAIMS_AT_ONCE = 16
+
+#: A full round (every subscription read and placed) waits this many times the CPU time
+#: the last one took, if that is longer than ``reconcile_seconds``, but never more than
+#: ``_FULL_LONGEST`` times that.
+_FULL_SHARE = 20
+_FULL_LONGEST = 6
 
 
 class Validity:
@@ -172,6 +181,8 @@ class Ownership:
         self._wake = wake
         self.tasks = tasks
         self._last_full = -math.inf  # the first round reads every subscription
+        #: Seconds between full rounds: ``reconcile_seconds``, or more when they are costly.
+        self._full_every = reconcile_seconds
         self._changes_from = "$"
         self.topic_removed = topic_removed
         self._closed = False
@@ -251,7 +262,7 @@ class Ownership:
             finally:
                 waiter.cancel()
             self._wake.clear()
-            full = time.monotonic() - self._last_full >= self.reconcile_seconds
+            full = time.monotonic() - self._last_full >= self._full_every
             try:
                 await self._reconcile(full=full)
             except (StoreError, DamagedData) as exc:  # a damaged record is skipped: defensive
@@ -320,6 +331,7 @@ class Ownership:
     async def _reconcile(self, *, full: bool) -> None:
         if full:
             started = time.monotonic()
+            busy = time.process_time()
             self._dirty.clear()  # what changes during the read is applied to it after
             known = await self.subscriptions.all_keys()
             for key, exists in self._dirty.items():
@@ -338,6 +350,13 @@ class Ownership:
         except BaseException:
             self._placed_among = None  # the next round looks at everything again
             raise
+        if full:
+            # At most a twentieth of the process's time in full rounds (with 100,000
+            # subscriptions one took half a second of a loaded core every 10 s); the change
+            # stream tells of every subscription in between.
+            took = time.process_time() - busy  # the process's, an upper bound of the round's
+            every = min(_FULL_SHARE * took, _FULL_LONGEST * self.reconcile_seconds)
+            self._full_every = max(self.reconcile_seconds, every)
 
     async def _reconcile_changed(self) -> None:
         """A round between full ones: only the subscriptions that changed since the last."""
